@@ -1,0 +1,174 @@
+/* SPDX-License-Identifier: GPL-2.0 WITH Linux-syscall-note */
+/*
+ * perfmon: per-thread access to the CPU's performance counters through
+ * /dev/perfmon. This header is the ABI; Documentation/perfmon.rst explains it
+ * and include/uapi/linux/perfmon.rs mirrors it for Rust (module and user
+ * space). Every structure has fixed-width fields, explicit padding and
+ * reserved space that must be zero; sizes are pinned below.
+ *
+ * One open() of /dev/perfmon is one monitoring context.
+ */
+#ifndef _UAPI_LINUX_PERFMON_H
+#define _UAPI_LINUX_PERFMON_H
+
+#include <linux/types.h>
+#include <linux/ioctl.h>
+
+#define PFM_ABI_VERSION		1
+
+#define PFM_MAX_PMCS		32	/* PMC (config) register numbers 0..31 */
+#define PFM_MAX_PMDS		32	/* PMD (data) register numbers 0..31 */
+#define PFM_MAX_EVENTS		16	/* events described by PFM_IOC_GET_INFO */
+#define PFM_MAX_REGS_PER_CALL	64	/* elements in one register array call */
+#define PFM_NAME_LEN		32
+
+/* Context states (struct pfm_ctx_info.state). */
+#define PFM_STATE_UNLOADED	1	/* not attached to a thread */
+#define PFM_STATE_LOADED	2	/* attached (counting when started) */
+#define PFM_STATE_MASKED	3	/* stopped by a notifying overflow until RESTART */
+#define PFM_STATE_ZOMBIE	4	/* fd closed while attached to another thread */
+
+/* struct pfm_pmc.reg_flags / struct pfm_pmd.reg_flags, input bits. */
+#define PFM_REGFL_OVFL_NOTIFY	(1u << 0)	/* PMD: queue a message on overflow */
+#define PFM_REGFL_IN_MASK	0x0000ffffu
+
+/*
+ * reg_flags output bits: one per element of an array call, as in perfmon2.
+ * They are ignored on input and rewritten by every call that fails
+ * validation; a call that succeeds clears them.
+ */
+#define PFM_REG_RETFL_NOTAVAIL	(1u << 31)	/* register does not exist */
+#define PFM_REG_RETFL_EINVAL	(1u << 30)	/* value or flags invalid */
+#define PFM_REG_RETFL_NOSET	(1u << 29)	/* event set does not exist */
+#define PFM_REG_RETFL_MASK	0xff000000u
+
+/* A PMC (configuration register) to write. */
+struct pfm_pmc {
+	__u16 reg_num;		/* PMC number */
+	__u16 reg_set;		/* event set, must be 0 */
+	__u32 reg_flags;	/* in: 0; out: PFM_REG_RETFL_* */
+	__u64 reg_value;	/* checked against the model's reserved mask */
+	__u64 reserved[2];	/* must be 0 */
+};
+
+/* A PMD (data register: a counter) to write or read. */
+struct pfm_pmd {
+	__u16 reg_num;		/* PMD number */
+	__u16 reg_set;		/* event set, must be 0 */
+	__u32 reg_flags;	/* in: PFM_REGFL_*; out: PFM_REG_RETFL_* */
+	__u64 reg_value;	/* 64-bit virtualized value */
+	__u64 reg_long_reset;	/* reload value on RESTART after a notification */
+	__u64 reg_short_reset;	/* reload value after a non-notified overflow */
+	__u64 reg_last_reset_val; /* out (read): value of the last reset */
+	__u64 reg_reset_pmds;	/* bitmask of PMDs also reset when this one overflows */
+	__u64 reserved[2];	/* must be 0 */
+};
+
+/*
+ * Argument of PFM_IOC_WRITE_PMCS, PFM_IOC_WRITE_PMDS and PFM_IOC_READ_PMDS:
+ * an array of struct pfm_pmc or struct pfm_pmd. The call is all or nothing:
+ * if one element is invalid, no element is applied, every element's reg_flags
+ * says whether it was at fault, `done` is the index of the first bad one and
+ * the call fails with EINVAL.
+ */
+struct pfm_regs_arg {
+	__u64 regs;		/* user pointer to the array */
+	__u32 count;		/* elements, 1..PFM_MAX_REGS_PER_CALL */
+	__u32 done;		/* out: elements processed */
+	__u64 time_enabled;	/* out (READ_PMDS): ns loaded and started */
+	__u64 time_running;	/* out (READ_PMDS): ns the thread ran while started */
+	__u64 reserved[2];	/* must be 0 */
+};
+
+/* Argument of PFM_IOC_LOAD. */
+struct pfm_load {
+	__u32 tid;		/* thread to monitor; 0 = the calling thread */
+	__u32 flags;		/* must be 0 */
+	__u64 reserved[3];	/* must be 0 */
+};
+
+/* Context flags (PFM_IOC_SET_FLAGS; only while UNLOADED). */
+#define PFM_CTXFL_NOTIFY_BLOCK	(1u << 0)	/* block the thread on overflow until RESTART */
+#define PFM_CTXFL_NO_MSG	(1u << 1)	/* count overflows, queue no messages */
+#define PFM_CTXFL_MASK		0x3u
+
+struct pfm_ctx_flags {
+	__u32 flags;		/* PFM_CTXFL_* */
+	__u32 pad;		/* must be 0 */
+	__u64 reserved[3];	/* must be 0 */
+};
+
+/* Output of PFM_IOC_GET_STATE. */
+struct pfm_ctx_info {
+	__u32 state;		/* PFM_STATE_* */
+	__u32 tid;		/* monitored thread (in the caller's pid namespace), 0 if none */
+	__u32 flags;		/* PFM_CTXFL_* */
+	__u32 status;		/* PFM_CTXST_* */
+	__u64 used_pmds;	/* bitmask of PMDs written */
+	__u64 reserved[3];
+};
+#define PFM_CTXST_STARTED	(1u << 0)	/* START issued, no STOP since */
+#define PFM_CTXST_ACTIVE	(1u << 1)	/* the target has installed the context */
+#define PFM_CTXST_EXITED	(1u << 2)	/* the target exited (END queued) */
+
+/* Event of the PMU model (struct pfm_info.events). */
+struct pfm_event_info {
+	char  name[24];		/* NUL-terminated, e.g. "context-switches" */
+	__u64 code;		/* value to write into a counter's PMC */
+};
+
+/* Output of PFM_IOC_GET_INFO. */
+struct pfm_info {
+	__u32 abi_version;	/* PFM_ABI_VERSION */
+	__u32 size;		/* sizeof(struct pfm_info) */
+	char  model[PFM_NAME_LEN];	/* "soft", "intel_arch", "amd64" */
+	__u16 num_pmcs;		/* PMCs implemented */
+	__u16 num_pmds;		/* PMDs implemented */
+	__u16 num_events;	/* valid entries in events[] */
+	__u16 counter_width;	/* bits of the (hardware or soft) counters */
+	__u32 vector;		/* overflow interrupt vector on CPU 0, 0 if none */
+	__u32 flags;		/* must be ignored */
+	__u64 impl_pmcs;	/* bit n: PMC n exists */
+	__u64 impl_pmds;	/* bit n: PMD n exists */
+	__u64 reserved[4];
+	__u64 pmc_rsvd_mask[PFM_MAX_PMCS];	/* bits a PMC value must leave 0 */
+	struct pfm_event_info events[PFM_MAX_EVENTS];
+};
+
+/* Messages read(2) from the fd: one struct per message. */
+#define PFM_MSG_OVFL		1	/* a PMD with OVFL_NOTIFY overflowed */
+#define PFM_MSG_END		2	/* the monitored thread exited */
+
+struct pfm_msg {
+	__u32 type;		/* PFM_MSG_* */
+	__u32 tid;		/* monitored thread */
+	__u16 cpu;		/* CPU where it happened */
+	__u16 pad;
+	__u32 reserved0;
+	__u64 ip;		/* OVFL: user instruction pointer when interrupted */
+	__u64 ovfl_pmds;	/* OVFL: bitmask of overflowed PMDs */
+	__u64 tstamp;		/* ns, local_clock() */
+	__u64 reserved[3];
+};
+
+#define PFM_IOC_MAGIC		0xB6
+
+#define PFM_IOC_GET_INFO	_IOR(PFM_IOC_MAGIC, 0x00, struct pfm_info)
+#define PFM_IOC_WRITE_PMCS	_IOWR(PFM_IOC_MAGIC, 0x01, struct pfm_regs_arg)
+#define PFM_IOC_WRITE_PMDS	_IOWR(PFM_IOC_MAGIC, 0x02, struct pfm_regs_arg)
+#define PFM_IOC_READ_PMDS	_IOWR(PFM_IOC_MAGIC, 0x03, struct pfm_regs_arg)
+#define PFM_IOC_LOAD		_IOW(PFM_IOC_MAGIC, 0x04, struct pfm_load)
+#define PFM_IOC_UNLOAD		_IO(PFM_IOC_MAGIC, 0x05)
+#define PFM_IOC_START		_IO(PFM_IOC_MAGIC, 0x06)
+#define PFM_IOC_STOP		_IO(PFM_IOC_MAGIC, 0x07)
+#define PFM_IOC_RESTART		_IO(PFM_IOC_MAGIC, 0x08)
+#define PFM_IOC_GET_STATE	_IOR(PFM_IOC_MAGIC, 0x09, struct pfm_ctx_info)
+#define PFM_IOC_SET_FLAGS	_IOW(PFM_IOC_MAGIC, 0x0a, struct pfm_ctx_flags)
+
+/* Soft PMU model: event codes written into PMC n select what PMD n counts. */
+#define PFM_SOFT_EV_NONE		0
+#define PFM_SOFT_EV_TASK_CLOCK		1	/* ns on CPU */
+#define PFM_SOFT_EV_CONTEXT_SWITCHES	2
+#define PFM_SOFT_EV_CPU_MIGRATIONS	3
+
+#endif /* _UAPI_LINUX_PERFMON_H */

@@ -1,0 +1,312 @@
+// SPDX-License-Identifier: GPL-2.0 WITH Linux-syscall-note
+
+//! The perfmon ABI, mirrored once from `include/uapi/linux/perfmon.h`.
+//!
+//! This file is shared, through `#[path]`, by the kernel module and by the
+//! user-space crates, so it uses nothing but `core`. The sizes of the
+//! structures are pinned by the `const` assertions at the bottom; the C header
+//! pins nothing by itself, so `tests/abi` checks the two against each other.
+
+#![allow(dead_code)]
+
+/// Version of the ABI described here.
+pub const PFM_ABI_VERSION: u32 = 1;
+
+/// PMC register numbers are `0..PFM_MAX_PMCS`.
+pub const PFM_MAX_PMCS: usize = 32;
+/// PMD register numbers are `0..PFM_MAX_PMDS`.
+pub const PFM_MAX_PMDS: usize = 32;
+/// Entries of [`PfmInfo::events`].
+pub const PFM_MAX_EVENTS: usize = 16;
+/// Most elements one register array call accepts.
+pub const PFM_MAX_REGS_PER_CALL: usize = 64;
+/// Length of a model name, NUL included.
+pub const PFM_NAME_LEN: usize = 32;
+
+/// Not attached to a thread.
+pub const PFM_STATE_UNLOADED: u32 = 1;
+/// Attached to a thread (counting once started).
+pub const PFM_STATE_LOADED: u32 = 2;
+/// Stopped by a notifying overflow until RESTART.
+pub const PFM_STATE_MASKED: u32 = 3;
+/// The fd was closed while attached to another thread.
+pub const PFM_STATE_ZOMBIE: u32 = 4;
+
+/// PMD flag: queue a message when this PMD overflows.
+pub const PFM_REGFL_OVFL_NOTIFY: u32 = 1 << 0;
+/// The input part of `reg_flags`.
+pub const PFM_REGFL_IN_MASK: u32 = 0x0000_ffff;
+/// Output flag: the register does not exist.
+pub const PFM_REG_RETFL_NOTAVAIL: u32 = 1 << 31;
+/// Output flag: the value or the flags are invalid.
+pub const PFM_REG_RETFL_EINVAL: u32 = 1 << 30;
+/// Output flag: the event set does not exist.
+pub const PFM_REG_RETFL_NOSET: u32 = 1 << 29;
+/// The output part of `reg_flags`, ignored on input.
+pub const PFM_REG_RETFL_MASK: u32 = 0xff00_0000;
+
+/// Context flag: block the monitored thread on overflow until RESTART.
+pub const PFM_CTXFL_NOTIFY_BLOCK: u32 = 1 << 0;
+/// Context flag: count overflows but queue no messages.
+pub const PFM_CTXFL_NO_MSG: u32 = 1 << 1;
+/// Every defined context flag.
+pub const PFM_CTXFL_MASK: u32 = 0x3;
+
+/// Context status: START issued, no STOP since.
+pub const PFM_CTXST_STARTED: u32 = 1 << 0;
+/// Context status: the target thread has installed the context.
+pub const PFM_CTXST_ACTIVE: u32 = 1 << 1;
+/// Context status: the target thread exited.
+pub const PFM_CTXST_EXITED: u32 = 1 << 2;
+
+/// Message: a PMD with `PFM_REGFL_OVFL_NOTIFY` overflowed.
+pub const PFM_MSG_OVFL: u32 = 1;
+/// Message: the monitored thread exited.
+pub const PFM_MSG_END: u32 = 2;
+
+/// Soft PMU event: none (the counter is off).
+pub const PFM_SOFT_EV_NONE: u64 = 0;
+/// Soft PMU event: nanoseconds on a CPU.
+pub const PFM_SOFT_EV_TASK_CLOCK: u64 = 1;
+/// Soft PMU event: context switches (switch-outs) of the thread.
+pub const PFM_SOFT_EV_CONTEXT_SWITCHES: u64 = 2;
+/// Soft PMU event: the thread resumed on another CPU than the last one.
+pub const PFM_SOFT_EV_CPU_MIGRATIONS: u64 = 3;
+
+/// A PMC (configuration register) to write.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct PfmPmc {
+    /// PMC number.
+    pub reg_num: u16,
+    /// Event set, must be 0.
+    pub reg_set: u16,
+    /// In: 0. Out: `PFM_REG_RETFL_*`.
+    pub reg_flags: u32,
+    /// The value, checked against the model's reserved mask.
+    pub reg_value: u64,
+    /// Must be 0.
+    pub reserved: [u64; 2],
+}
+
+/// A PMD (data register: a counter) to write or read.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct PfmPmd {
+    /// PMD number.
+    pub reg_num: u16,
+    /// Event set, must be 0.
+    pub reg_set: u16,
+    /// In: `PFM_REGFL_*`. Out: `PFM_REG_RETFL_*`.
+    pub reg_flags: u32,
+    /// The 64-bit virtualized value.
+    pub reg_value: u64,
+    /// Reload value on RESTART after a notification.
+    pub reg_long_reset: u64,
+    /// Reload value after an overflow that was not notified.
+    pub reg_short_reset: u64,
+    /// Out (read): the value of the last reset.
+    pub reg_last_reset_val: u64,
+    /// PMDs also reset when this one overflows.
+    pub reg_reset_pmds: u64,
+    /// Must be 0.
+    pub reserved: [u64; 2],
+}
+
+/// Argument of the register array ioctls.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct PfmRegsArg {
+    /// User pointer to the array.
+    pub regs: u64,
+    /// Number of elements, `1..=PFM_MAX_REGS_PER_CALL`.
+    pub count: u32,
+    /// Out: elements processed, or the index of the first bad one.
+    pub done: u32,
+    /// Out (READ_PMDS): ns loaded and started.
+    pub time_enabled: u64,
+    /// Out (READ_PMDS): ns the thread ran while started.
+    pub time_running: u64,
+    /// Must be 0.
+    pub reserved: [u64; 2],
+}
+
+/// Argument of `PFM_IOC_LOAD`.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct PfmLoad {
+    /// Thread to monitor; 0 is the calling thread.
+    pub tid: u32,
+    /// Must be 0.
+    pub flags: u32,
+    /// Must be 0.
+    pub reserved: [u64; 3],
+}
+
+/// Argument of `PFM_IOC_SET_FLAGS`.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct PfmCtxFlags {
+    /// `PFM_CTXFL_*`.
+    pub flags: u32,
+    /// Must be 0.
+    pub pad: u32,
+    /// Must be 0.
+    pub reserved: [u64; 3],
+}
+
+/// Output of `PFM_IOC_GET_STATE`.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct PfmCtxInfo {
+    /// `PFM_STATE_*`.
+    pub state: u32,
+    /// Monitored thread, 0 if none.
+    pub tid: u32,
+    /// `PFM_CTXFL_*`.
+    pub flags: u32,
+    /// `PFM_CTXST_*`.
+    pub status: u32,
+    /// PMDs written so far.
+    pub used_pmds: u64,
+    /// Zero.
+    pub reserved: [u64; 3],
+}
+
+/// An event of the PMU model.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct PfmEventInfo {
+    /// NUL-terminated name.
+    pub name: [u8; 24],
+    /// Value to write into a counter's PMC.
+    pub code: u64,
+}
+
+/// Output of `PFM_IOC_GET_INFO`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PfmInfo {
+    /// `PFM_ABI_VERSION`.
+    pub abi_version: u32,
+    /// The size of this structure.
+    pub size: u32,
+    /// NUL-terminated model name.
+    pub model: [u8; PFM_NAME_LEN],
+    /// PMCs implemented.
+    pub num_pmcs: u16,
+    /// PMDs implemented.
+    pub num_pmds: u16,
+    /// Valid entries in `events`.
+    pub num_events: u16,
+    /// Width of the counters in bits.
+    pub counter_width: u16,
+    /// Overflow vector on CPU 0, 0 if none.
+    pub vector: u32,
+    /// To be ignored.
+    pub flags: u32,
+    /// Bit n: PMC n exists.
+    pub impl_pmcs: u64,
+    /// Bit n: PMD n exists.
+    pub impl_pmds: u64,
+    /// Zero.
+    pub reserved: [u64; 4],
+    /// Bits a PMC value must leave zero.
+    pub pmc_rsvd_mask: [u64; PFM_MAX_PMCS],
+    /// The model's events.
+    pub events: [PfmEventInfo; PFM_MAX_EVENTS],
+}
+
+impl Default for PfmInfo {
+    fn default() -> Self {
+        Self {
+            abi_version: 0,
+            size: 0,
+            model: [0; PFM_NAME_LEN],
+            num_pmcs: 0,
+            num_pmds: 0,
+            num_events: 0,
+            counter_width: 0,
+            vector: 0,
+            flags: 0,
+            impl_pmcs: 0,
+            impl_pmds: 0,
+            reserved: [0; 4],
+            pmc_rsvd_mask: [0; PFM_MAX_PMCS],
+            events: [PfmEventInfo::default(); PFM_MAX_EVENTS],
+        }
+    }
+}
+
+/// A message read from the fd.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct PfmMsg {
+    /// `PFM_MSG_*`.
+    pub msg_type: u32,
+    /// Monitored thread.
+    pub tid: u32,
+    /// CPU where it happened.
+    pub cpu: u16,
+    /// Zero.
+    pub pad: u16,
+    /// Zero.
+    pub reserved0: u32,
+    /// OVFL: user instruction pointer when interrupted.
+    pub ip: u64,
+    /// OVFL: overflowed PMDs.
+    pub ovfl_pmds: u64,
+    /// ns, `local_clock()`.
+    pub tstamp: u64,
+    /// Zero.
+    pub reserved: [u64; 3],
+}
+
+/// The ioctl type byte.
+pub const PFM_IOC_MAGIC: u32 = 0xB6;
+
+const IOC_NONE: u32 = 0;
+const IOC_WRITE: u32 = 1;
+const IOC_READ: u32 = 2;
+
+/// Encodes an ioctl number as `_IOC` does on x86.
+pub const fn ioc(dir: u32, nr: u32, size: usize) -> u32 {
+    (dir << 30) | ((size as u32) << 16) | (PFM_IOC_MAGIC << 8) | nr
+}
+
+/// `_IOR(PFM_IOC_MAGIC, 0x00, struct pfm_info)`.
+pub const PFM_IOC_GET_INFO: u32 = ioc(IOC_READ, 0x00, core::mem::size_of::<PfmInfo>());
+/// `_IOWR(PFM_IOC_MAGIC, 0x01, struct pfm_regs_arg)`.
+pub const PFM_IOC_WRITE_PMCS: u32 =
+    ioc(IOC_READ | IOC_WRITE, 0x01, core::mem::size_of::<PfmRegsArg>());
+/// `_IOWR(PFM_IOC_MAGIC, 0x02, struct pfm_regs_arg)`.
+pub const PFM_IOC_WRITE_PMDS: u32 =
+    ioc(IOC_READ | IOC_WRITE, 0x02, core::mem::size_of::<PfmRegsArg>());
+/// `_IOWR(PFM_IOC_MAGIC, 0x03, struct pfm_regs_arg)`.
+pub const PFM_IOC_READ_PMDS: u32 =
+    ioc(IOC_READ | IOC_WRITE, 0x03, core::mem::size_of::<PfmRegsArg>());
+/// `_IOW(PFM_IOC_MAGIC, 0x04, struct pfm_load)`.
+pub const PFM_IOC_LOAD: u32 = ioc(IOC_WRITE, 0x04, core::mem::size_of::<PfmLoad>());
+/// `_IO(PFM_IOC_MAGIC, 0x05)`.
+pub const PFM_IOC_UNLOAD: u32 = ioc(IOC_NONE, 0x05, 0);
+/// `_IO(PFM_IOC_MAGIC, 0x06)`.
+pub const PFM_IOC_START: u32 = ioc(IOC_NONE, 0x06, 0);
+/// `_IO(PFM_IOC_MAGIC, 0x07)`.
+pub const PFM_IOC_STOP: u32 = ioc(IOC_NONE, 0x07, 0);
+/// `_IO(PFM_IOC_MAGIC, 0x08)`.
+pub const PFM_IOC_RESTART: u32 = ioc(IOC_NONE, 0x08, 0);
+/// `_IOR(PFM_IOC_MAGIC, 0x09, struct pfm_ctx_info)`.
+pub const PFM_IOC_GET_STATE: u32 = ioc(IOC_READ, 0x09, core::mem::size_of::<PfmCtxInfo>());
+/// `_IOW(PFM_IOC_MAGIC, 0x0a, struct pfm_ctx_flags)`.
+pub const PFM_IOC_SET_FLAGS: u32 = ioc(IOC_WRITE, 0x0a, core::mem::size_of::<PfmCtxFlags>());
+
+// The sizes are part of the ABI: any change here is an ABI break.
+const _: () = assert!(core::mem::size_of::<PfmPmc>() == 32);
+const _: () = assert!(core::mem::size_of::<PfmPmd>() == 64);
+const _: () = assert!(core::mem::size_of::<PfmRegsArg>() == 48);
+const _: () = assert!(core::mem::size_of::<PfmLoad>() == 32);
+const _: () = assert!(core::mem::size_of::<PfmCtxFlags>() == 32);
+const _: () = assert!(core::mem::size_of::<PfmCtxInfo>() == 48);
+const _: () = assert!(core::mem::size_of::<PfmEventInfo>() == 32);
+const _: () = assert!(core::mem::size_of::<PfmInfo>() == 872);
+const _: () = assert!(core::mem::size_of::<PfmMsg>() == 64);

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what building and testing perfmon needs, from the package registries
+# only: Debian packages and bindgen-cli from crates.io. Idempotent and quick
+# when everything is already there.
+set -euo pipefail
+PFM_TOP=$(cd "$(dirname "$0")/.." && pwd)
+. "$PFM_TOP/scripts/env.sh"
+
+debs=(linux-source-6.12 rustc-web rust-web-src libclang-dev clang lld llvm
+      clang-22 lld-22 llvm-22 flex bison bc libelf-dev libssl-dev cpio
+      busybox-static qemu-system-x86 libc6-dev make gcc)
+
+missing=()
+for p in "${debs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "deps: installing ${missing[*]}"
+	SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo
+	$SUDO apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v "$BINDGEN" >/dev/null 2>&1; then
+	echo "deps: installing bindgen-cli from crates.io"
+	cargo install --locked bindgen-cli
+fi

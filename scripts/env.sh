@@ -1,0 +1,32 @@
+# Shared settings of the perfmon build and test scripts (sourced, not run).
+# Everything here can be overridden from the environment or the make command line.
+
+: "${PFM_CACHE:=/var/cache/perfmon}"             # kernels and sources live here, outside the repo
+: "${PFM_KSRC_TARBALL:=/usr/src/linux-source-6.12.tar.xz}"
+: "${PFM_LLVM:=-22}"                             # LLVM suffix: Debian's rustc 1.96 is built on LLVM 22
+: "${RUSTC:=/usr/bin/rustc}"                     # the kernel's Rust must be Debian's (rustup has no rust-src)
+: "${RUSTDOC:=/usr/bin/rustdoc}"
+: "${BINDGEN:=bindgen}"
+: "${RUST_LIB_SRC:=/usr/lib/rustlib/src/rust/library}"
+: "${PFM_BUILD:=$PFM_TOP/build}"                 # per-checkout outputs: module, images, logs
+: "${JOBS:=$(( $(nproc) + 1 ))}"
+export PATH="$HOME/.cargo/bin:$PATH"
+export RUST_LIB_SRC
+
+# make arguments that every kernel and module build shares.
+pfm_kmake_args() {
+	echo "LLVM=$PFM_LLVM RUSTC=$RUSTC RUSTDOC=$RUSTDOC BINDGEN=$BINDGEN"
+}
+
+# The kernel build directory of a variant (fast|debug): keyed by the kernel
+# version, the config fragments and the toolchain, so any change rebuilds and
+# nothing else does.
+pfm_kernel_dir() {
+	local variant=$1 key
+	key=$( {
+		echo "$PFM_KSRC_TARBALL $(stat -c %s "$PFM_KSRC_TARBALL" 2>/dev/null)"
+		cat "$PFM_TOP/kernel/base.config" "$PFM_TOP/kernel/$variant.config"
+		echo "$PFM_LLVM"; "$RUSTC" --version 2>/dev/null; "$BINDGEN" --version 2>/dev/null
+	} | sha256sum | cut -c1-16)
+	echo "$PFM_CACHE/kernels/$variant-$key"
+}
