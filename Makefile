@@ -1,0 +1,81 @@
+# SPDX-License-Identifier: GPL-2.0
+# perfmon: build the module, and run it in a test kernel under QEMU.
+#
+#   make run      build what is needed, boot the fast kernel, show per-thread counts
+#   make check    every test: host `cargo test` + guest tests on the debug kernel
+#
+# KDIR selects the kernel tree to build the module against (default: the
+# project's cached test kernel of VARIANT); LLVM, RUSTC, RUSTDOC and BINDGEN
+# are passed to it, so the module also builds against any Rust-enabled 6.12+
+# tree: `make module KDIR=/path/to/linux LLVM=1`.
+
+PFM_TOP   := $(CURDIR)
+VARIANT   ?= fast
+LLVM      ?= -22
+RUSTC     ?= /usr/bin/rustc
+RUSTDOC   ?= /usr/bin/rustdoc
+BINDGEN   ?= bindgen
+BUILD     ?= $(PFM_TOP)/build
+export PFM_LLVM := $(LLVM)
+export RUSTC RUSTDOC BINDGEN
+
+KMAKE_ARGS = LLVM=$(LLVM) RUSTC=$(RUSTC) RUSTDOC=$(RUSTDOC) BINDGEN=$(BINDGEN)
+
+.PHONY: deps kernel module module-clean
+
+deps:
+	@scripts/deps.sh
+
+kernel: deps
+	@scripts/kernel.sh $(VARIANT) >/dev/null
+
+# The module, built out of tree into $(BUILD)/module-$(VARIANT)/perfmon.ko.
+module: deps
+	@scripts/module.sh $(VARIANT) $(KDIR)
+
+module-clean:
+	rm -rf $(BUILD)/module-*
+
+# ---- guest programs, image and VM (scripts/guest.sh, initramfs.sh, vm.sh) ----
+#
+#   make check [EXTRA_TESTS=DIR]  VARIANT=debug by default
+#   make run                      VARIANT=fast by default
+#   make vm CMD="..."             one command in the fast guest; `make vm`: a shell
+#
+# QEMU_ACCEL (default tcg), QEMU_EXTRA, GUEST_TIMEOUT and TEST_TIMEOUT reach
+# scripts/vm.sh through the environment; see its header.
+
+export PFM_BUILD := $(BUILD)
+LOGS := $(BUILD)/logs
+
+check: VARIANT = debug
+run vm: VARIANT = fast
+# The command travels unexpanded by make, so "$$x" and quotes reach the guest intact.
+vm: export PFM_VM_CMD = $(value CMD)
+
+.PHONY: check run vm guest host-test initramfs
+# One step at a time: a parallel make would start two builds of one kernel.
+.NOTPARALLEL:
+
+# Static guest programs: pfm_test_* and pfm (target/x86_64-unknown-linux-gnu/release).
+guest: deps
+	@scripts/guest.sh
+
+# Host `cargo test`; its counts join check's summary (the log keeps its status).
+host-test: deps
+	@scripts/host-test.sh
+
+initramfs: module guest
+	@EXTRA_TESTS="$(if $(EXTRA_TESTS),$(abspath $(EXTRA_TESTS)))" scripts/initramfs.sh $(VARIANT) >/dev/null
+
+# vm.sh removes check-latest.log before booting, so check-log.sh never judges a stale log.
+check: deps host-test kernel module guest initramfs
+	@scripts/vm.sh $(VARIANT) check; \
+	 scripts/check-log.sh --host $(LOGS)/host-test.log $(LOGS)/check-latest.log
+
+run: deps kernel module guest initramfs
+	@scripts/vm.sh $(VARIANT) run
+
+vm: deps kernel module guest initramfs
+	@if [ -n "$$PFM_VM_CMD" ]; then scripts/vm.sh $(VARIANT) cmd "$$PFM_VM_CMD"; \
+	 else scripts/vm.sh $(VARIANT) shell; fi

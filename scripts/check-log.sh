@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Judges a guest console log written by scripts/vm.sh (see the PFM- markers in
+# scripts/guest-init.sh): the TAP of every guest test, kernel splats, kmemleak
+# reports, module unload, taint, and whether the guest finished at all.
+# Optionally adds the counts of a host `cargo test` log (scripts/host-test.sh).
+#
+# usage: check-log.sh [--host HOSTLOG] [--quiet] CONSOLE_LOG
+#   --quiet  print only problems and no summary (used by vm.sh for run/cmd jobs)
+# Prints each test's result and every problem found, then exactly one summary
+# line "N passed, N failed, N skipped". Exit status 1 on any failure.
+# Counting: every TAP test case is one; a test binary without any TAP case counts
+# as one case judged by its exit status (0 pass, 4 skip, else fail). A binary's
+# own problems (exit status != 0/4 without a `not ok`, fewer results than its
+# plan, per-test timeout, never finished) add one failure to it; each kernel
+# splat, kmemleak report, bad taint, failed rmmod or guest crash adds one more.
+# Kernel splats are only looked for in kernel lines ("[  12.345678] ..."), so
+# a test that merely prints the word WARNING does not trip them.
+# bash + awk only (mawk-compatible): python3 is not on a fresh machine.
+set -euo pipefail
+
+host= quiet=0
+while [ $# -gt 1 ]; do
+	case $1 in
+	--host) host=$2; shift 2 ;;
+	--quiet) quiet=1; shift ;;
+	*) break ;;
+	esac
+done
+log=${1:?usage: check-log.sh [--host HOSTLOG] [--quiet] CONSOLE_LOG}
+[ -f "$log" ] || { echo "check-log: no console log $log (the guest did not run)"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
+
+# Host cargo test: sum the "test result:" lines of every test binary.
+hp=0 hf=0 hs=0 hnote=
+if [ -n "$host" ]; then
+	if [ ! -f "$host" ]; then
+		hf=1 hnote="host tests: no log $host"
+	else
+		read -r hp hf hs hrc hnone < <(awk '
+			/^test result:/ { for (i = 1; i <= NF; i++) {
+				if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i
+				if ($(i+1) ~ /^ignored/) s += $i } }
+			/^PFM-HOST-TEST rc=/ { sub(/^PFM-HOST-TEST rc=/, ""); rc = $1 + 0 }
+			/^PFM-HOST-TEST none/ { none = 1 }
+			END { print p + 0, f + 0, s + 0, rc + 0, none + 0 }' "$host")
+		if [ "$hnone" = 1 ]; then
+			hnote="host tests: none (no Cargo workspace yet)"
+		else
+			hnote="host tests (cargo test): $hp passed, $hf failed, $hs ignored"
+			if [ "$hrc" != 0 ] && [ "$hf" = 0 ]; then
+				hf=1 hnote="$hnote; cargo test exited $hrc (build error?), see $host"
+			fi
+			grep -E '^test .* \.\.\. FAILED$' "$host" | sed 's/^/    /' || true
+		fi
+	fi
+fi
+
+tr -d '\r' <"$log" | awk -v quiet="$quiet" -v hp="$hp" -v hf="$hf" -v hs="$hs" -v hnote="$hnote" -v logname="$log" '
+function problem(msg) { nprob++; probs[nprob] = msg }
+function iskernel(s) { return s ~ /\[ *[0-9]+\.[0-9]+\]/ }
+function field(s, key,   r) {   # value of key=VALUE in s
+	if (!match(s, key "=[^ ]*")) return ""
+	return substr(s, RSTART + length(key) + 1, RLENGTH - length(key) - 1)
+}
+BEGIN {
+	splat = "BUG:|WARNING:|Oops|general protection fault|KASAN|UBSAN|" \
+		"possible circular locking|possible recursive locking|inconsistent lock state|" \
+		"suspicious RCU usage|rcu_.* detected stall|rust_kernel: panicked|Kernel panic|" \
+		"kernel BUG|kmemleak:.*unreferenced|new suspected memory leak|blocked for more than"
+	split("P:proprietary module,F:module force-loaded,S:out-of-spec system,R:module force-unloaded," \
+		"M:machine check,B:bad page,U:user request,D:kernel died (oops),A:ACPI table overridden," \
+		"W:kernel warning,C:staging driver,I:firmware workaround,O:out-of-tree module," \
+		"E:unsigned module,L:soft lockup,K:live patched,X:auxiliary,T:randstruct,N:test module", tflag, ",")
+	allowed[12] = 1; allowed[18] = 1   # O (4096) and N (262144)
+	cur = ""; inleak = 0; ctx = 0
+}
+# ---- kernel splats: one per run of consecutive kernel lines ----
+iskernel($0) && $0 ~ splat {
+	if (!insplat) {
+		insplat = 1; ctx = 8; nsplat++
+		where = (cur != "") ? " during test " cur : (mode != "" && mode != "check" ? " during the " mode " job" : "")
+		problem("kernel splat" where " (console line " NR "):"); sidx = nprob
+	}
+}
+!iskernel($0) { insplat = 0; ctx = 0 }
+ctx > 0 && iskernel($0) { probs[sidx] = probs[sidx] "\n    " $0; ctx-- }
+# ---- markers ----
+/PFM-BOOTED / { booted = 1; mode = field($0, "mode") }
+/PFM-TEST-BEGIN / { sub(/.*PFM-TEST-BEGIN /, ""); cur = $1; ntest++; tname[ntest] = cur; tidx[cur] = ntest; next }
+/PFM-OUT-BEGIN / { sub(/.*PFM-OUT-BEGIN /, ""); out = $1; next }
+/PFM-OUT-END / { out = ""; next }
+/PFM-TIMEOUT / { sub(/.*PFM-TIMEOUT /, ""); timedout[$1] = $3; next }
+/PFM-TEST-END / {
+	sub(/.*PFM-TEST-END /, ""); n = tidx[$1]
+	if (n) { ended[n] = 1; rc[n] = field($0, "rc") + 0 }
+	cur = ""; next
+}
+/PFM-RMMOD-FAIL/ { problem("rmmod perfmon failed (" $0 ")"); next }
+/PFM-ERROR/ { problem($0); next }
+/PFM-KMEMLEAK-ERROR/ { problem($0); next }
+/PFM-KMEMLEAK-BEGIN/ { inleak = 1; next }
+/PFM-KMEMLEAK-END/ { inleak = 0; next }
+inleak && /unreferenced object/ { problem("kmemleak: " $0); lidx = nprob; lctx = 12; next }
+inleak && lctx > 0 { probs[lidx] = probs[lidx] "\n    " $0; lctx--; next }
+/PFM-TAINT / {
+	before = field($0, "before") + 0; after = field($0, "after") + 0; tainted = 1
+	bad = ""
+	for (b = 0; b <= 18; b++) {
+		if (int(after / 2^b) % 2 == 1 && int(before / 2^b) % 2 == 0 && !allowed[b])
+			bad = bad " " tflag[b + 1] " (bit " b ", " 2^b ")"
+	}
+	if (bad != "") problem("taint changed " before " -> " after ":" bad)
+	next
+}
+/PFM-HOST-TIMEOUT/ { hosttimeout = $0 }
+/PFM-DONE/ { done = 1 }
+# ---- TAP of the test whose output is being printed ----
+out != "" && cur != "" && !iskernel($0) {
+	n = tidx[cur]
+	if ($0 ~ /^1\.\.[0-9]+/) { plan[n] = substr($1, 4) + 0; next }
+	if ($0 ~ /^(not )?ok [0-9]+/) {
+		if (toupper($0) ~ /# *SKIP/) sk[n]++
+		else if ($0 ~ /^ok/) ps[n]++
+		else { fl[n]++; fails[n] = fails[n] "\n    " $0 }
+	}
+}
+END {
+	P = hp; F = hf; S = hs
+	for (n = 1; n <= ntest; n++) {
+		t = tname[n]; p = ps[n] + 0; f = fl[n] + 0; s = sk[n] + 0; why = ""
+		# Problems of the binary as a whole add at most one failure.
+		if (!ended[n]) why = why "; never finished (guest crashed or hung)"
+		if (timedout[t]) why = why "; killed after the per-test timeout (" timedout[t] ")"
+		if (ended[n] && p + f + s == 0) {   # no TAP at all: judge by exit status
+			if (rc[n] == 0) p = 1; else if (rc[n] == 4) s = 1
+			else why = why "; exited rc=" rc[n] " with no TAP result"
+		} else if (ended[n]) {
+			if (rc[n] != 0 && rc[n] != 4 && fl[n] == 0) why = why "; exited rc=" rc[n] " without a not ok"
+			if (plan[n] && p + f + s < plan[n]) why = why "; planned " plan[n] ", reported " p + f + s
+		}
+		if (why != "") f++
+		P += p; F += f; S += s
+		if (!quiet) {
+			printf "%s %s: %d passed, %d failed, %d skipped%s%s\n", (f ? "FAIL" : "ok  "), t, p, f, s, why, fails[n]
+		}
+	}
+	if (mode == "check" && ntest == 0) problem("no guest test ran")
+	if (!booted) problem("the guest never reached /init")
+	if (!done) problem("the guest did not finish: no PFM-DONE (crash, panic, hang or timeout)" \
+		(hosttimeout != "" ? ": " hosttimeout : ""))
+	else if (!tainted) problem("no PFM-TAINT line")
+	if (!quiet && hnote != "") print hnote
+	for (i = 1; i <= nprob; i++) print "PROBLEM: " probs[i]
+	F += nprob
+	if (nprob && !quiet) print "full console log: " logname
+	if (!quiet) printf "%d passed, %d failed, %d skipped\n", P, F, S
+	exit (F > 0)
+}'

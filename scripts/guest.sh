@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Builds the static guest programs of the Cargo workspace: every pfm_test_*
+# binary (a guest test) and the pfm CLI, in target/x86_64-unknown-linux-gnu/release/.
+# The explicit --target keeps them apart from the host `cargo test` build, and
+# RUSTFLAGS then applies to them only.
+set -euo pipefail
+PFM_TOP=$(cd "$(dirname "$0")/.." && pwd)
+. "$PFM_TOP/scripts/env.sh"
+
+[ -f "$PFM_TOP/Cargo.toml" ] || { echo "guest: no Cargo workspace (Cargo.toml) to build the guest programs from" >&2; exit 1; }
+cd "$PFM_TOP"
+RUSTFLAGS="-C target-feature=+crt-static" \
+	cargo build --release --workspace --target x86_64-unknown-linux-gnu >&2

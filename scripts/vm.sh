@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Boots the test kernel of VARIANT with build/initramfs-VARIANT.cpio.gz under
+# QEMU and runs one job in it (see scripts/guest-init.sh):
+#
+#   vm.sh VARIANT check        every guest test; progress on stderr; judge the
+#                              log afterwards with scripts/check-log.sh
+#   vm.sh VARIANT run          the demo; prints only its output
+#   vm.sh VARIANT cmd 'CMD'    one shell command; prints only its output, exits with its status
+#   vm.sh VARIANT shell        interactive busybox shell (leave with `exit` or Ctrl-a x)
+#
+# The whole console goes to build/logs/JOB-TIMESTAMP.log, with a stable
+# symlink build/logs/JOB-latest.log (removed first, so it never names a stale
+# log). A guest still running after GUEST_TIMEOUT seconds is killed and
+# reported with the last 40 console lines. run and cmd also fail on a kernel
+# splat, a leak or a bad taint (check-log.sh --quiet).
+#
+# env: KDIR           kernel build dir (default: the cached VARIANT kernel)
+#      QEMU_ACCEL     -accel value (default tcg; e.g. kvm where KVM boots a stock kernel)
+#      QEMU_CPU       -cpu value (default max)
+#      QEMU_SMP, QEMU_MEM   (default 2, 2G)
+#      QEMU_EXTRA     more qemu arguments
+#      GUEST_TIMEOUT  seconds (default: check 1500, run/cmd 300)
+#      TEST_TIMEOUT   per-test (per-command) seconds inside the guest
+#                     (default: check 600, run/cmd GUEST_TIMEOUT-60)
+#      PFM_CMDLINE    more kernel command line
+set -euo pipefail
+PFM_TOP=$(cd "$(dirname "$0")/.." && pwd)
+. "$PFM_TOP/scripts/env.sh"
+
+usage() { echo "usage: vm.sh fast|debug check|run|cmd CMD|shell" >&2; exit 2; }
+variant=${1:-}; job=${2:-}
+[ -n "$variant" ] && [ -n "$job" ] || usage
+case $job in check|run|shell) ;; cmd) [ $# -ge 3 ] || usage ;; *) usage ;; esac
+
+logdir=$PFM_BUILD/logs
+mkdir -p "$logdir"
+rm -f "$logdir/$job-latest.log"
+
+kdir=${KDIR:-$(pfm_kernel_dir "$variant")}
+kernel=$kdir/arch/x86/boot/bzImage
+[ -f "$kernel" ] || { echo "vm: no kernel at $kernel (run: make kernel VARIANT=$variant)" >&2; exit 1; }
+initrd=$PFM_BUILD/initramfs-$variant.cpio.gz
+[ -f "$initrd" ] || { echo "vm: no $initrd (run: scripts/initramfs.sh $variant)" >&2; exit 1; }
+
+case $job in
+check) : "${GUEST_TIMEOUT:=1500}"; : "${TEST_TIMEOUT:=600}" ;;
+*)     : "${GUEST_TIMEOUT:=300}";  : "${TEST_TIMEOUT:=$(( GUEST_TIMEOUT > 120 ? GUEST_TIMEOUT - 60 : GUEST_TIMEOUT ))}" ;;
+esac
+
+# A cmd job carries its command in a second cpio archive appended to the
+# image: the kernel unpacks concatenated archives in order.
+if [ "$job" = cmd ]; then
+	tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+	printf '%s\n' "$3" >"$tmp/pfm-cmd"
+	(cd "$tmp" && echo pfm-cmd | cpio -o -H newc -R 0:0 --quiet | gzip -1) >"$tmp/cmd.cpio.gz"
+	cat "$initrd" "$tmp/cmd.cpio.gz" >"$tmp/initrd.cpio.gz"
+	initrd=$tmp/initrd.cpio.gz
+fi
+
+log=$logdir/$job-$(date +%Y%m%d-%H%M%S)-$$.log
+ln -sfn "${log##*/}" "$logdir/$job-latest.log"
+
+cmdline="console=ttyS0 panic=-1 oops=panic printk.devkmsg=on pfm.mode=$job pfm.timeout=$TEST_TIMEOUT ${PFM_CMDLINE:-}"
+# shellcheck disable=SC2206
+qemu=(qemu-system-x86_64 -accel "${QEMU_ACCEL:-tcg}" -cpu "${QEMU_CPU:-max}"
+      -smp "${QEMU_SMP:-2}" -m "${QEMU_MEM:-2G}" -nographic -no-reboot
+      -kernel "$kernel" -initrd "$initrd" -append "$cmdline" ${QEMU_EXTRA:-})
+
+if [ "$job" = shell ]; then
+	"${qemu[@]}" | tee "$log"
+	exit 0
+fi
+
+# What the user sees while the guest runs: for check, one line per test; for
+# run/cmd, only the job output (the lines the guest prefixed with "PFM| ").
+show() {
+	if [ "$job" = check ]; then
+		awk '{ sub(/\r$/, "") }
+		     /PFM-BOOTED/ { print "guest: booted (" $3 ", " $4 ")" > "/dev/stderr" }
+		     /PFM-TEST-BEGIN/ { sub(/.*PFM-TEST-BEGIN /, ""); printf "guest: %s ... ", $0 > "/dev/stderr"; fflush("/dev/stderr") }
+		     /PFM-TEST-END/ { print $NF > "/dev/stderr" }'
+	else
+		awk '{ sub(/\r$/, "") } /PFM\| / { sub(/.*PFM\| /, ""); print; fflush() }'
+	fi
+}
+
+echo "vm: booting the $variant kernel, job $job, log $log" >&2
+start=$SECONDS
+set +e
+timeout -k 10 "$GUEST_TIMEOUT" "${qemu[@]}" </dev/null 2>&1 | tee "$log" | show
+st=("${PIPESTATUS[@]}")
+set -e
+elapsed=$(( SECONDS - start ))
+
+if [ "${st[0]}" = 124 ] || [ "${st[0]}" = 137 ]; then
+	echo "PFM-HOST-TIMEOUT the guest was killed after ${GUEST_TIMEOUT}s (GUEST_TIMEOUT)" >>"$log"
+	[ "$job" != check ] || echo >&2   # end the "guest: test ... " progress line
+	echo "vm: FAIL: guest still running after ${GUEST_TIMEOUT}s, killed. Last 40 console lines:" >&2
+	tail -n 41 "$log" | head -n 40 | tr -d '\r' | sed 's/^/  | /' >&2
+	exit 1
+fi
+echo "vm: guest finished in ${elapsed}s (qemu status ${st[0]})" >&2
+if [ "${st[0]}" != 0 ]; then
+	echo "vm: FAIL: qemu exited with status ${st[0]}. Last 40 console lines:" >&2
+	tail -n 40 "$log" | tr -d '\r' | sed 's/^/  | /' >&2
+	exit 1
+fi
+[ "$job" = check ] && exit 0
+
+# run/cmd: the job's own status, and no splat, leak or taint.
+rc=$(tr -d '\r' <"$log" | sed -n 's/.*PFM-OUT-END [^ ]* rc=\([0-9]*\).*/\1/p' | tail -n 1)
+if ! "$PFM_TOP/scripts/check-log.sh" --quiet "$log" >&2; then
+	echo "vm: FAIL: the kernel reported problems (above); full console: $log" >&2
+	if ! grep -q PFM-DONE "$log"; then
+		echo "vm: last 40 console lines:" >&2
+		tail -n 40 "$log" | tr -d '\r' | sed 's/^/  | /' >&2
+	fi
+	exit 1
+fi
+[ -n "$rc" ] || { echo "vm: FAIL: no job output in $log" >&2; exit 1; }
+exit "$rc"
