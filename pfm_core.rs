@@ -1,0 +1,417 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! perfmon: per-thread access to the CPU's performance counters through
+//! `/dev/perfmon`, reviving Stephane Eranian's perfmon2 on a modern kernel.
+//!
+//! This is the crate root: the module, `/dev/perfmon`'s file operations, the
+//! ioctl dispatch and `/sys/kernel/perfmon`. The context lives in `pfm_ctx`,
+//! the thread side (attach, context switch, cleanup) in `pfm_ctxsw`, the PMU
+//! models in `pfm_x86`. `Documentation/perfmon.rst` is the user's manual.
+
+use core::ffi::{c_int, c_long, c_uint, c_ulong, c_void};
+use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+
+use kernel::bindings;
+use kernel::prelude::*;
+use kernel::sync::Arc;
+use kernel::types::ForeignOwnable;
+use kernel::uaccess::UserSlice;
+
+#[path = "include/uapi/linux/perfmon.rs"]
+mod abi;
+mod pfm_counter;
+mod pfm_ctx;
+mod pfm_ctxsw;
+mod pfm_state;
+mod pfm_x86;
+#[path = "rust/mod.rs"]
+mod rust;
+
+use pfm_ctx::Context;
+use pfm_ctxsw::{Attachment, ReapQueue};
+use rust::{new_irq_spinlock, IrqSpinLock};
+
+module! {
+    type: PerfmonModule,
+    name: "perfmon",
+    author: "The perfmon developers",
+    description: "Per-thread performance counters through /dev/perfmon (perfmon2 revived)",
+    license: "GPL",
+}
+
+/// `EBADFD`: the context is in the wrong state for the operation (6.12's
+/// `kernel::error::code` does not list it).
+pub(crate) const EBADFD: Error = kernel::error::code::EINVAL.with_errno(77);
+
+/// Most threads attached at once, system-wide (the registry's slots). A
+/// LOAD beyond it fails with `ENOSPC`.
+pub(crate) const MAX_ATTACHED: usize = 4096;
+
+/// State shared by every context, alive from `init` to `drop` of the module.
+#[pin_data]
+pub(crate) struct Globals {
+    /// The PMU model chosen at load.
+    pub(crate) pmu: pfm_x86::Pmu,
+    /// Contexts alive (open fds and zombies).
+    pub(crate) live_contexts: AtomicUsize,
+    /// Contexts in ZOMBIE state.
+    pub(crate) zombies: AtomicUsize,
+    /// Attachments alive (threads with a notifier or one pending).
+    pub(crate) attached: AtomicUsize,
+    /// Every attachment, by thread; fixed slots.
+    #[pin]
+    pub(crate) registry: IrqSpinLock<KVec<Option<Arc<Attachment>>>>,
+    /// Where attachments are finally freed.
+    reap_queue: *mut bindings::workqueue_struct,
+}
+
+// SAFETY: `reap_queue` is a workqueue, usable from any thread; the rest is
+// atomics and locks.
+unsafe impl Sync for Globals {}
+// SAFETY: See `Sync`.
+unsafe impl Send for Globals {}
+
+impl Globals {
+    /// The reap workqueue.
+    pub(crate) fn reap_queue(&self) -> &ReapQueue {
+        // SAFETY: Allocated in `init`, destroyed in `drop` after every user is gone.
+        unsafe { kernel::workqueue::Queue::from_raw(self.reap_queue) }
+    }
+}
+
+static GLOBALS: AtomicPtr<Globals> = AtomicPtr::new(core::ptr::null_mut());
+
+/// The module's shared state.
+pub(crate) fn globals() -> &'static Globals {
+    // SAFETY: Set in `init` before `/dev/perfmon` exists and cleared in
+    // `drop` after it is gone and no attachment (each holds a module
+    // reference) is left, so every caller sees a valid pointer.
+    unsafe { &*GLOBALS.load(Ordering::Acquire) }
+}
+
+/// `THIS_MODULE`.
+pub(crate) fn this_module() -> *mut bindings::module {
+    THIS_MODULE.as_ptr()
+}
+
+struct PerfmonModule {
+    globals: Pin<KBox<Globals>>,
+    fops: Pin<KBox<bindings::file_operations>>,
+}
+
+impl kernel::Module for PerfmonModule {
+    fn init(_module: &'static ThisModule) -> Result<Self> {
+        let name = rust::param_pmu();
+        let (pmu, why) = match pfm_x86::Pmu::select(name.as_bytes(), rust::param_soft_width()) {
+            Ok(p) => p,
+            Err(pfm_x86::ProbeError::NoHardware(msg)) => {
+                pr_err!("{msg}: refusing to load (try pmu=soft or pmu=auto)\n");
+                return Err(ENODEV);
+            }
+            Err(pfm_x86::ProbeError::BadParam) => {
+                pr_err!("invalid parameters: pmu=auto|soft|intel_arch|amd64, soft_width=16..64\n");
+                return Err(EINVAL);
+            }
+        };
+        pr_info!("PMU model {} ({} bits): {}\n", pmu.name(), pmu.width, why);
+
+        let mut slots = KVec::with_capacity(MAX_ATTACHED, GFP_KERNEL)?;
+        for _ in 0..MAX_ATTACHED {
+            slots.push(None, GFP_KERNEL)?;
+        }
+        // SAFETY: A format string without arguments; flags and limits are valid.
+        let wq = unsafe {
+            bindings::alloc_workqueue(c_str!("perfmon_reap").as_char_ptr(), 0, 0)
+        };
+        if wq.is_null() {
+            return Err(ENOMEM);
+        }
+        let globals = KBox::pin_init(
+            pin_init!(Globals {
+                pmu,
+                live_contexts: AtomicUsize::new(0),
+                zombies: AtomicUsize::new(0),
+                attached: AtomicUsize::new(0),
+                registry <- new_irq_spinlock!(slots, "perfmon_registry"),
+                reap_queue: wq,
+            }),
+            GFP_KERNEL,
+        );
+        let globals = match globals {
+            Ok(g) => g,
+            Err(e) => {
+                // SAFETY: Allocated above, never used.
+                unsafe { bindings::destroy_workqueue(wq) };
+                return Err(e);
+            }
+        };
+        GLOBALS.store(&*globals as *const Globals as *mut Globals, Ordering::Release);
+
+        // The preempt notifier static key: patched here (it sleeps), once.
+        // SAFETY: No preconditions; balanced in `drop`.
+        unsafe { bindings::preempt_notifier_inc() };
+
+        let mut fops = bindings::file_operations::default();
+        fops.owner = THIS_MODULE.as_ptr();
+        fops.open = Some(fop_open);
+        fops.release = Some(fop_release);
+        fops.unlocked_ioctl = Some(fop_ioctl);
+        fops.compat_ioctl = Some(fop_ioctl);
+        fops.read = Some(fop_read);
+        fops.poll = Some(fop_poll);
+        fops.fasync = Some(fop_fasync);
+        fops.llseek = Some(bindings::noop_llseek);
+        let fops = KBox::pin(fops, GFP_KERNEL)?;
+
+        let this = PerfmonModule { globals, fops };
+        // SAFETY: The sysfs show callbacks read `GLOBALS`, set above.
+        let err = unsafe { rust::pfm_sysfs_register() };
+        if err != 0 {
+            this.teardown(false);
+            return Err(Error::from_errno(err));
+        }
+        // SAFETY: `fops` is pinned in the module object and outlives the
+        // device (deregistered in `drop` first).
+        let err = unsafe { rust::pfm_misc_register(&*this.fops) };
+        if err != 0 {
+            this.teardown(true);
+            return Err(Error::from_errno(err));
+        }
+        Ok(this)
+    }
+}
+
+impl PerfmonModule {
+    /// Undoes `init` after the device is gone.
+    fn teardown(&self, sysfs: bool) {
+        if sysfs {
+            // SAFETY: Registered in `init`.
+            unsafe { rust::pfm_sysfs_unregister() };
+        }
+        // Every attachment has been released (each held a module reference),
+        // but the reaper may still be returning from the last one: drain it.
+        // SAFETY: Allocated in `init`; nothing queues any more.
+        unsafe { bindings::destroy_workqueue(self.globals.reap_queue) };
+        // SAFETY: Balances `preempt_notifier_inc` in `init`.
+        unsafe { bindings::preempt_notifier_dec() };
+        GLOBALS.store(core::ptr::null_mut(), Ordering::Release);
+    }
+}
+
+impl Drop for PerfmonModule {
+    fn drop(&mut self) {
+        // SAFETY: Registered in `init`; no file is open (each holds a module reference).
+        unsafe { rust::pfm_misc_deregister() };
+        self.teardown(true);
+        let _ = &self.fops;
+    }
+}
+
+/// The context of an open file.
+///
+/// # Safety
+///
+/// `file` must be an open `/dev/perfmon` file (its `private_data` set by `fop_open`).
+unsafe fn file_context<'a>(file: *mut bindings::file) -> kernel::sync::ArcBorrow<'a, Context> {
+    // SAFETY: `private_data` holds `Arc::into_foreign` from `fop_open`,
+    // reclaimed only in `fop_release`, after every other file operation.
+    unsafe { <Arc<Context> as ForeignOwnable>::borrow((*file).private_data) }
+}
+
+unsafe extern "C" fn fop_open(_inode: *mut bindings::inode, file: *mut bindings::file) -> c_int {
+    match Context::new() {
+        Ok(ctx) => {
+            // SAFETY: `file` is being opened; we own `private_data`.
+            unsafe { (*file).private_data = ctx.into_foreign() as *mut c_void };
+            0
+        }
+        Err(e) => e.to_errno(),
+    }
+}
+
+unsafe extern "C" fn fop_release(_inode: *mut bindings::inode, file: *mut bindings::file) -> c_int {
+    // SAFETY: The last file operation: take back the reference from `fop_open`.
+    let ctx = unsafe { <Arc<Context> as ForeignOwnable>::from_foreign((*file).private_data) };
+    ctx.close();
+    0
+}
+
+unsafe extern "C" fn fop_read(
+    file: *mut bindings::file,
+    buf: *mut core::ffi::c_char,
+    len: usize,
+    _ppos: *mut bindings::loff_t,
+) -> isize {
+    // SAFETY: `file` is an open /dev/perfmon file.
+    let ctx = unsafe { file_context(file) };
+    // SAFETY: `file` is open.
+    let nonblock = unsafe { (*file).f_flags } & bindings::O_NONBLOCK != 0;
+    match ctx.read(UserSlice::new(buf as usize, len).writer(), nonblock) {
+        Ok(n) => n as isize,
+        Err(e) => e.to_errno() as isize,
+    }
+}
+
+unsafe extern "C" fn fop_poll(file: *mut bindings::file, table: *mut bindings::poll_table_struct) -> c_uint {
+    // SAFETY: `file` is an open /dev/perfmon file.
+    let ctx = unsafe { file_context(file) };
+    // SAFETY: Forwarded from the VFS.
+    unsafe { ctx.poll(file, table) }
+}
+
+unsafe extern "C" fn fop_fasync(fd: c_int, file: *mut bindings::file, on: c_int) -> c_int {
+    // SAFETY: `file` is an open /dev/perfmon file.
+    let ctx = unsafe { file_context(file) };
+    ctx.fasync(fd, file, on)
+}
+
+unsafe extern "C" fn fop_ioctl(file: *mut bindings::file, cmd: c_uint, arg: c_ulong) -> c_long {
+    // SAFETY: `file` is an open /dev/perfmon file.
+    let ctx = unsafe { file_context(file) };
+    let ctx: Arc<Context> = ctx.into();
+    match ioctl(&ctx, cmd, arg as usize) {
+        Ok(()) => 0,
+        Err(e) => e.to_errno() as c_long,
+    }
+}
+
+/// Splits an ioctl number into (type, nr, size).
+const fn ioc_parts(cmd: u32) -> (u32, u32, usize) {
+    ((cmd >> 8) & 0xff, cmd & 0xff, ((cmd >> 16) & 0x3fff) as usize)
+}
+
+/// Dispatches one ioctl. The command's type and number select the call; a
+/// known call with the wrong direction or size is `EINVAL`, an unknown one
+/// `ENOTTY`. Every argument is read from user memory exactly once.
+fn ioctl(ctx: &Arc<Context>, cmd: u32, arg: usize) -> Result {
+    let (ty, nr, _) = ioc_parts(cmd);
+    if ty != abi::PFM_IOC_MAGIC {
+        return Err(ENOTTY);
+    }
+    let expected = match nr {
+        0x00 => abi::PFM_IOC_GET_INFO,
+        0x01 => abi::PFM_IOC_WRITE_PMCS,
+        0x02 => abi::PFM_IOC_WRITE_PMDS,
+        0x03 => abi::PFM_IOC_READ_PMDS,
+        0x04 => abi::PFM_IOC_LOAD,
+        0x05 => abi::PFM_IOC_UNLOAD,
+        0x06 => abi::PFM_IOC_START,
+        0x07 => abi::PFM_IOC_STOP,
+        0x08 => abi::PFM_IOC_RESTART,
+        0x09 => abi::PFM_IOC_GET_STATE,
+        0x0a => abi::PFM_IOC_SET_FLAGS,
+        _ => return Err(ENOTTY),
+    };
+    if cmd != expected {
+        return Err(EINVAL);
+    }
+    let (_, _, size) = ioc_parts(cmd);
+    let user = UserSlice::new(arg, size);
+    match cmd {
+        abi::PFM_IOC_GET_INFO => {
+            let mut info = abi::PfmInfo::default();
+            info.abi_version = abi::PFM_ABI_VERSION;
+            info.size = core::mem::size_of::<abi::PfmInfo>() as u32;
+            globals().pmu.describe(&mut info);
+            user.writer().write(&info)
+        }
+        abi::PFM_IOC_WRITE_PMCS | abi::PFM_IOC_WRITE_PMDS | abi::PFM_IOC_READ_PMDS => {
+            let (mut reader, mut writer) = user.reader_writer();
+            let mut a: abi::PfmRegsArg = reader.read()?;
+            if a.reserved != [0; 2] {
+                return Err(EINVAL);
+            }
+            if a.count == 0 {
+                return Err(EINVAL);
+            }
+            if a.count as usize > abi::PFM_MAX_REGS_PER_CALL {
+                return Err(E2BIG);
+            }
+            let elem = if cmd == abi::PFM_IOC_WRITE_PMCS {
+                core::mem::size_of::<abi::PfmPmc>()
+            } else {
+                core::mem::size_of::<abi::PfmPmd>()
+            };
+            let regs = UserSlice::new(a.regs as usize, a.count as usize * elem);
+            a.time_enabled = 0;
+            a.time_running = 0;
+            let r = match cmd {
+                abi::PFM_IOC_WRITE_PMCS => ctx.write_pmcs(&mut a, regs),
+                abi::PFM_IOC_WRITE_PMDS => ctx.write_pmds(&mut a, regs),
+                _ => ctx.read_pmds(&mut a, regs),
+            };
+            // `done` tells user space how far the call got, success or not.
+            writer.write(&a)?;
+            r
+        }
+        abi::PFM_IOC_LOAD => {
+            let l: abi::PfmLoad = user.reader().read()?;
+            ctx.load(&l)
+        }
+        abi::PFM_IOC_UNLOAD => ctx.unload(),
+        abi::PFM_IOC_START => ctx.start(),
+        abi::PFM_IOC_STOP => ctx.stop(),
+        abi::PFM_IOC_RESTART => ctx.restart(),
+        abi::PFM_IOC_GET_STATE => user.writer().write(&ctx.get_state()),
+        abi::PFM_IOC_SET_FLAGS => {
+            let f: abi::PfmCtxFlags = user.reader().read()?;
+            ctx.set_flags(&f)
+        }
+        _ => Err(ENOTTY),
+    }
+}
+
+/// Answers the `show` of `/sys/kernel/perfmon/*` attribute `attr` (see shim.c).
+///
+/// # Safety
+///
+/// `buf` is a sysfs buffer of `PAGE_SIZE` bytes.
+#[no_mangle]
+unsafe extern "C" fn pfm_sysfs_show(attr: c_uint, buf: *mut core::ffi::c_char) -> isize {
+    let g = globals();
+    let mut out = SysfsBuf { buf: buf.cast(), len: 0 };
+    match attr {
+        0 => out.num(abi::PFM_ABI_VERSION as u64),
+        1 => out.text(g.pmu.name().as_bytes()),
+        2 => out.num(g.live_contexts.load(Ordering::Relaxed) as u64),
+        3 => out.num(g.zombies.load(Ordering::Relaxed) as u64),
+        4 => out.num(g.attached.load(Ordering::Relaxed) as u64),
+        5 => out.num(0),
+        6 => out.num(g.pmu.width as u64),
+        _ => return EINVAL.to_errno() as isize,
+    }
+    out.text(b"\n");
+    out.len as isize
+}
+
+/// Writes into a sysfs page; values are short, far below `PAGE_SIZE`.
+struct SysfsBuf {
+    buf: *mut u8,
+    len: usize,
+}
+
+impl SysfsBuf {
+    fn text(&mut self, s: &[u8]) {
+        for &b in s {
+            if self.len + 1 < bindings::PAGE_SIZE as usize {
+                // SAFETY: Within the PAGE_SIZE buffer sysfs gave us.
+                unsafe { self.buf.add(self.len).write(b) };
+                self.len += 1;
+            }
+        }
+    }
+
+    fn num(&mut self, mut v: u64) {
+        let mut digits = [0u8; 20];
+        let mut i = digits.len();
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (v % 10) as u8;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        self.text(&digits[i..]);
+    }
+}

@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! 64-bit counter virtualization: the arithmetic that turns narrow hardware
+//! (or soft) counters into the exact 64-bit values user space reads, and
+//! overflow periods into overflow counts. No kernel code, so the host tests
+//! check it at every width.
+
+/// Mask of a counter `width` bits wide; `width` is clamped to `1..=64`.
+pub const fn width_mask(width: u32) -> u64 {
+    match width {
+        0 | 1 => 1,
+        w if w >= 64 => u64::MAX,
+        w => (1u64 << w) - 1,
+    }
+}
+
+/// How far a `width`-bit counter advanced from `prev` to `now`, counting one
+/// wrap at most (perf's `x86_perf_event_update`): the caller must read the
+/// counter at least once per wrap, which the overflow interrupt guarantees.
+pub const fn hw_delta(prev: u64, now: u64, width: u32) -> u64 {
+    now.wrapping_sub(prev) & width_mask(width)
+}
+
+/// A `width`-bit counter register as the soft PMU model keeps it: it wraps
+/// like a hardware counter, and every wrap is reported so it can be folded
+/// into the 64-bit value.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NarrowCounter {
+    /// The register's value, always within `width_mask(width)`.
+    pub raw: u64,
+}
+
+impl NarrowCounter {
+    /// Loads the low `width` bits of a 64-bit value, as a counter write does.
+    pub const fn load(value: u64, width: u32) -> Self {
+        Self { raw: value & width_mask(width) }
+    }
+
+    /// Adds `delta` events and returns how many times the register wrapped.
+    pub fn add(&mut self, delta: u64, width: u32) -> u64 {
+        let mask = width_mask(width);
+        let sum = self.raw as u128 + delta as u128;
+        self.raw = (sum as u64) & mask;
+        if mask == u64::MAX {
+            (sum >> 64) as u64
+        } else {
+            (sum >> width) as u64
+        }
+    }
+}
+
+/// The result of advancing a 64-bit virtual counter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Advance {
+    /// The new 64-bit value.
+    pub value: u64,
+    /// How many times the value crossed 2^64 (overflow events).
+    pub overflows: u64,
+}
+
+/// Advances a 64-bit virtual counter by `delta`.
+///
+/// A counter programmed with a period P holds `2^64 - P`; it overflows when
+/// the value crosses 2^64 and then restarts from `reset` (the short or long
+/// reset value) plus what was counted past the crossing, so no event is lost
+/// and several periods elapsed within one `delta` count as several overflows.
+pub const fn advance(value: u64, delta: u64, reset: u64) -> Advance {
+    const WRAP: u128 = 1u128 << 64;
+    let sum = value as u128 + delta as u128;
+    if sum < WRAP {
+        return Advance { value: sum as u64, overflows: 0 };
+    }
+    let excess = sum - WRAP;
+    let period = WRAP - reset as u128;
+    Advance {
+        value: (reset as u128 + excess % period) as u64,
+        overflows: 1 + (excess / period) as u64,
+    }
+}
+
+/// The value that makes a counter overflow after `period` events.
+pub const fn period_to_value(period: u64) -> u64 {
+    0u64.wrapping_sub(period)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WIDTHS: [u32; 7] = [1, 16, 31, 32, 40, 48, 64];
+
+    #[test]
+    fn masks() {
+        assert_eq!(width_mask(16), 0xffff);
+        assert_eq!(width_mask(48), 0xffff_ffff_ffff);
+        assert_eq!(width_mask(64), u64::MAX);
+        assert_eq!(width_mask(0), 1);
+        assert_eq!(width_mask(99), u64::MAX);
+    }
+
+    #[test]
+    fn hw_delta_wraps_once_at_every_width() {
+        for w in WIDTHS {
+            let m = width_mask(w);
+            assert_eq!(hw_delta(m, 0, w), 1, "width {w}");
+            assert_eq!(hw_delta(m - 1, 1, w) , if m >= 2 { 3 & m } else { 0 }, "width {w}");
+            assert_eq!(hw_delta(5 & m, 5 & m, w), 0);
+        }
+    }
+
+    #[test]
+    fn narrow_counter_folds_to_exact_64_bit_values() {
+        for w in WIDTHS {
+            let mut reg = NarrowCounter::load(0, w);
+            let mut folded: u128 = 0;
+            let mut exact: u128 = 0;
+            // Steps of assorted sizes, some far larger than the register.
+            for (i, step) in [1u64, 7, 0xffff, 0x1_0000, 0x1234_5678, 1 << 40, 3].iter().cycle().take(200).enumerate() {
+                let wraps = reg.add(*step, w);
+                folded += wraps as u128 * (width_mask(w) as u128 + 1);
+                exact += *step as u128;
+                assert_eq!(folded + reg.raw as u128, exact, "width {w} step {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn advance_without_overflow() {
+        assert_eq!(advance(10, 5, 0), Advance { value: 15, overflows: 0 });
+        assert_eq!(advance(u64::MAX - 1, 1, 7), Advance { value: u64::MAX, overflows: 0 });
+    }
+
+    #[test]
+    fn advance_counts_every_period() {
+        for p in [1u64, 2, 3, 10, 1000, 1 << 20] {
+            let reset = period_to_value(p);
+            let mut v = reset;
+            let mut overflows = 0;
+            // One event at a time: exactly floor(N / P) overflows.
+            let n = 5000u64;
+            for _ in 0..n {
+                let a = advance(v, 1, reset);
+                v = a.value;
+                overflows += a.overflows;
+            }
+            assert_eq!(overflows, n / p, "period {p}");
+            assert_eq!(v.wrapping_sub(reset), n % p, "period {p}");
+            // All at once: the same answer.
+            let a = advance(reset, n, reset);
+            assert_eq!(a.overflows, n / p);
+            assert_eq!(a.value, v);
+        }
+    }
+
+    #[test]
+    fn advance_with_zero_reset_is_a_plain_wrapping_counter() {
+        let a = advance(u64::MAX, 2, 0);
+        assert_eq!(a, Advance { value: 1, overflows: 1 });
+        let a = advance(u64::MAX, u64::MAX, 0);
+        assert_eq!(a, Advance { value: u64::MAX - 1, overflows: 1 });
+    }
+}

@@ -1,0 +1,730 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The monitoring context: one per open of `/dev/perfmon`. It owns the
+//! registers, the state machine, the message queue and the time accounting;
+//! `pfm_ctxsw` attaches it to a thread.
+//!
+//! Locking: `Context::inner` is an IRQ-safe spinlock, taken from ioctls, from
+//! the preempt notifiers (with the runqueue lock held, IRQs off) and from IPIs.
+//! Nothing that sleeps or wakes a task runs under it. Lock order:
+//! `Globals::registry` before `Context::inner`.
+
+use core::sync::atomic::Ordering;
+
+use kernel::bindings;
+use kernel::prelude::*;
+use kernel::sync::Arc;
+use kernel::types::Opaque;
+use kernel::uaccess::{UserSlice, UserSliceReader, UserSliceWriter};
+
+use crate::abi;
+use crate::pfm_ctxsw::{self, Attachment};
+use crate::pfm_state::{Op, State, StateError};
+use crate::pfm_x86::{soft_count, PmdState, SoftDeltas, MAX_COUNTERS};
+use crate::rust::{self as glue, new_irq_spinlock, IrqSpinLock};
+use crate::{globals, EBADFD};
+
+/// Messages a context queues before it masks (perfmon2's depth).
+pub(crate) const MSG_QUEUE_DEPTH: usize = 8;
+
+/// A fixed ring of messages for the tool.
+pub(crate) struct MsgQueue {
+    msgs: [abi::PfmMsg; MSG_QUEUE_DEPTH],
+    head: usize,
+    len: usize,
+    /// Overflows not queued because the ring was full.
+    pub(crate) lost: u64,
+}
+
+impl MsgQueue {
+    const fn new() -> Self {
+        Self {
+            msgs: [abi::PfmMsg {
+                msg_type: 0,
+                tid: 0,
+                cpu: 0,
+                pad: 0,
+                reserved0: 0,
+                ip: 0,
+                ovfl_pmds: 0,
+                tstamp: 0,
+                reserved: [0; 3],
+            }; MSG_QUEUE_DEPTH],
+            head: 0,
+            len: 0,
+            lost: 0,
+        }
+    }
+
+    /// Appends `msg`; returns `false` when full.
+    pub(crate) fn push(&mut self, msg: abi::PfmMsg) -> bool {
+        if self.len == MSG_QUEUE_DEPTH {
+            return false;
+        }
+        self.msgs[(self.head + self.len) % MSG_QUEUE_DEPTH] = msg;
+        self.len += 1;
+        true
+    }
+
+    fn pop(&mut self) -> Option<abi::PfmMsg> {
+        if self.len == 0 {
+            return None;
+        }
+        let msg = self.msgs[self.head];
+        self.head = (self.head + 1) % MSG_QUEUE_DEPTH;
+        self.len -= 1;
+        Some(msg)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// The part of a context protected by its lock.
+pub(crate) struct CtxInner {
+    /// Where the context is in its life.
+    pub(crate) state: State,
+    /// `PFM_CTXFL_*`.
+    pub(crate) flags: u32,
+    /// START issued and no STOP since.
+    pub(crate) started: bool,
+    /// PMC values (event selection).
+    pub(crate) pmcs: [u64; MAX_COUNTERS],
+    /// PMD state.
+    pub(crate) pmds: [PmdState; MAX_COUNTERS],
+    /// PMDs written.
+    pub(crate) used_pmds: u64,
+    /// The thread side, while attached (and until its cleanup has run).
+    pub(crate) attach: Option<Arc<Attachment>>,
+    /// Monitored thread id in the loader's pid namespace.
+    pub(crate) tid: u32,
+    /// The target has installed the context (its notifier is registered).
+    pub(crate) active: bool,
+    /// The target exited while attached.
+    pub(crate) exited: bool,
+    /// The CPU the target is running on right now, if it is.
+    pub(crate) on_cpu: Option<i32>,
+    /// The CPU the target last ran on while attached.
+    pub(crate) last_cpu: i32,
+    /// `local_clock` on `on_cpu` when the counters were last advanced.
+    pub(crate) run_start: u64,
+    /// When the context was last started (caller's clock).
+    pub(crate) enabled_start: u64,
+    /// ns loaded and started, up to the last stop.
+    pub(crate) time_enabled: u64,
+    /// ns the thread ran while started.
+    pub(crate) time_running: u64,
+    /// Messages for the tool.
+    pub(crate) msgs: MsgQueue,
+    /// A message was queued where the tool could not be woken at once.
+    pub(crate) notify_pending: bool,
+}
+
+impl CtxInner {
+    /// Whether the counters advance now.
+    pub(crate) fn counting(&self) -> bool {
+        self.state == State::Loaded && self.started && self.active
+    }
+
+    /// Advances the counters to `now` if the target runs on `cpu`.
+    pub(crate) fn fold_running(&mut self, now: u64, cpu: i32) {
+        if self.on_cpu != Some(cpu) {
+            return;
+        }
+        let ran = now.saturating_sub(self.run_start);
+        self.run_start = now;
+        if self.counting() {
+            self.time_running += ran;
+            self.count(&SoftDeltas { task_clock: ran, ..SoftDeltas::default() });
+        }
+    }
+
+    /// The thread is switched in on `cpu` at `now`.
+    pub(crate) fn sched_in(&mut self, now: u64, cpu: i32) {
+        if self.counting() && cpu != self.last_cpu {
+            self.count(&SoftDeltas { migrations: 1, ..SoftDeltas::default() });
+        }
+        self.last_cpu = cpu;
+        self.on_cpu = Some(cpu);
+        self.run_start = now;
+    }
+
+    /// The thread is switched out of `cpu` at `now`; `dead` for its final switch.
+    pub(crate) fn sched_out(&mut self, now: u64, cpu: i32, dead: bool) {
+        self.fold_running(now, cpu);
+        // perf_events stops counting a thread before its final switch
+        // (perf_event_exit_task): so does this, so the two agree.
+        if self.counting() && !dead {
+            self.count(&SoftDeltas { switches: 1, ..SoftDeltas::default() });
+        }
+        self.on_cpu = None;
+    }
+
+    /// Applies `d` to every counter and records overflows.
+    fn count(&mut self, d: &SoftDeltas) {
+        let width = globals().pmu.width;
+        let ovfl = soft_count(&self.pmcs, &mut self.pmds, d, width);
+        if ovfl != 0 {
+            self.overflowed(ovfl);
+        }
+    }
+
+    /// Queues the overflow message for the notifying PMDs in `ovfl`.
+    fn overflowed(&mut self, ovfl: u64) {
+        let mut notify = 0u64;
+        for (i, pmd) in self.pmds.iter().enumerate() {
+            if ovfl & (1 << i) != 0 && pmd.flags & abi::PFM_REGFL_OVFL_NOTIFY != 0 {
+                notify |= 1 << i;
+            }
+        }
+        if notify == 0 || self.flags & abi::PFM_CTXFL_NO_MSG != 0 {
+            return;
+        }
+        let msg = abi::PfmMsg {
+            msg_type: abi::PFM_MSG_OVFL,
+            tid: self.tid,
+            cpu: self.on_cpu.unwrap_or(self.last_cpu) as u16,
+            ovfl_pmds: notify,
+            tstamp: glue::now_ns(),
+            ..abi::PfmMsg::default()
+        };
+        if self.msgs.push(msg) {
+            self.notify_pending = true;
+        } else {
+            self.msgs.lost += 1;
+        }
+    }
+
+    /// The target exited: keep the final counts, queue END.
+    pub(crate) fn target_exited(&mut self, now: u64) {
+        if let Ok(next) = self.state.next(Op::TargetExit) {
+            if next == State::Unloaded {
+                self.stop_clock(now);
+                self.exited = true;
+                let end = abi::PfmMsg {
+                    msg_type: abi::PFM_MSG_END,
+                    tid: self.tid,
+                    cpu: self.last_cpu as u16,
+                    tstamp: now,
+                    ..abi::PfmMsg::default()
+                };
+                // END must not be lost behind overflow messages: it replaces
+                // the oldest one if the ring is full.
+                if !self.msgs.push(end) {
+                    self.msgs.pop();
+                    self.msgs.lost += 1;
+                    self.msgs.push(end);
+                }
+            } else {
+                // A zombie whose thread died: nobody reads it any more.
+                globals().zombies.fetch_sub(1, Ordering::Relaxed);
+            }
+            self.state = next;
+        }
+        self.active = false;
+        self.on_cpu = None;
+    }
+
+    /// Closes the enabled-time window at `now`.
+    fn stop_clock(&mut self, now: u64) {
+        if self.started {
+            self.time_enabled += now.saturating_sub(self.enabled_start);
+            self.enabled_start = now;
+        }
+    }
+
+    fn time_enabled(&self, now: u64) -> u64 {
+        if self.started && self.state.is_attached() {
+            self.time_enabled + now.saturating_sub(self.enabled_start)
+        } else {
+            self.time_enabled
+        }
+    }
+}
+
+/// A monitoring context.
+///
+/// # Invariants
+///
+/// `waitq` is an initialised wait queue head; `fasync` is the list head that
+/// `fasync_helper` maintains (NULL or a valid list).
+#[pin_data(PinnedDrop)]
+pub(crate) struct Context {
+    #[pin]
+    pub(crate) inner: IrqSpinLock<CtxInner>,
+    #[pin]
+    waitq: Opaque<bindings::wait_queue_head>,
+    fasync: Opaque<*mut bindings::fasync_struct>,
+}
+
+// SAFETY: The raw fields are kernel objects with their own locking
+// (wait queue lock, fasync's RCU list); the rest is behind `inner`.
+unsafe impl Send for Context {}
+// SAFETY: See `Send`.
+unsafe impl Sync for Context {}
+
+/// Maps a state-table refusal to its errno.
+fn state_err(e: StateError) -> Error {
+    match e {
+        StateError::BadState => EBADFD,
+        StateError::Busy => EBUSY,
+    }
+}
+
+/// Reads a `T` from user memory at `ptr`.
+fn read_user<T: kernel::types::FromBytes>(reader: &mut UserSliceReader) -> Result<T> {
+    reader.read::<T>()
+}
+
+impl Context {
+    /// A new, UNLOADED context.
+    pub(crate) fn new() -> Result<Arc<Self>> {
+        let ctx = Arc::pin_init(
+            pin_init!(Self {
+                inner <- new_irq_spinlock!(
+                    CtxInner {
+                        state: State::Unloaded,
+                        flags: 0,
+                        started: false,
+                        pmcs: [0; MAX_COUNTERS],
+                        pmds: [PmdState::default(); MAX_COUNTERS],
+                        used_pmds: 0,
+                        attach: None,
+                        tid: 0,
+                        active: false,
+                        exited: false,
+                        on_cpu: None,
+                        last_cpu: -1,
+                        run_start: 0,
+                        enabled_start: 0,
+                        time_enabled: 0,
+                        time_running: 0,
+                        msgs: MsgQueue::new(),
+                        notify_pending: false,
+                    },
+                    "perfmon_ctx"
+                ),
+                // INVARIANT: initialised by `__init_waitqueue_head`.
+                waitq <- Opaque::ffi_init(|q: *mut bindings::wait_queue_head| {
+                    // SAFETY: `q` is valid for writes; the name and the class
+                    // key are static.
+                    unsafe {
+                        bindings::__init_waitqueue_head(
+                            q,
+                            c_str!("perfmon_waitq").as_char_ptr(),
+                            kernel::static_lock_class!().as_ptr(),
+                        )
+                    }
+                }),
+                // INVARIANT: an empty fasync list.
+                fasync: Opaque::new(core::ptr::null_mut()),
+            }),
+            GFP_KERNEL,
+        )?;
+        globals().live_contexts.fetch_add(1, Ordering::Relaxed);
+        Ok(ctx)
+    }
+
+    /// Wakes readers and pollers and signals SIGIO owners. Must not be
+    /// called with the runqueue lock held (use the attachment's irq_work).
+    pub(crate) fn wake(&self) {
+        // SAFETY: `waitq` is initialised (type invariant).
+        unsafe {
+            bindings::__wake_up(self.waitq.get(), bindings::TASK_NORMAL, 1, core::ptr::null_mut())
+        };
+        // SAFETY: `fasync` is a valid fasync list head (type invariant).
+        unsafe {
+            bindings::kill_fasync(self.fasync.get(), bindings::SIGIO as i32, bindings::POLL_IN as i32)
+        };
+    }
+
+    /// `fasync` file operation.
+    pub(crate) fn fasync(&self, fd: i32, file: *mut bindings::file, on: i32) -> i32 {
+        // SAFETY: `file` is the open file; `fasync` is this context's list head.
+        unsafe { bindings::fasync_helper(fd, file, on, self.fasync.get()) }
+    }
+
+    /// `poll` file operation.
+    ///
+    /// # Safety
+    ///
+    /// `file` and `table` come from the VFS's `poll` call on this context's file.
+    pub(crate) unsafe fn poll(&self, file: *mut bindings::file, table: *mut bindings::poll_table_struct) -> u32 {
+        // SAFETY: The caller's guarantees; the queue lives as long as the file.
+        unsafe { glue::poll_wait(file, self.waitq.get(), table) };
+        let inner = self.inner.lock();
+        let mut mask = 0;
+        if !inner.msgs.is_empty() {
+            mask |= bindings::POLLIN | bindings::POLLRDNORM;
+        } else if inner.exited {
+            mask |= bindings::POLLHUP;
+        }
+        mask
+    }
+
+    /// `read` file operation: one or more whole messages.
+    pub(crate) fn read(&self, out: UserSliceWriter, nonblock: bool) -> Result<usize> {
+        const MSG: usize = core::mem::size_of::<abi::PfmMsg>();
+        let mut out = out;
+        if out.len() < MSG {
+            return Err(EINVAL);
+        }
+        loop {
+            // Wait entry registered before the condition is checked, so a
+            // wake-up between the check and `schedule` is not lost.
+            let entry = Opaque::<bindings::wait_queue_entry>::uninit();
+            // SAFETY: `entry` is valid for writes and lives until `finish_wait`.
+            unsafe {
+                bindings::init_wait(entry.get());
+                bindings::prepare_to_wait_exclusive(
+                    self.waitq.get(),
+                    entry.get(),
+                    bindings::TASK_INTERRUPTIBLE as i32,
+                );
+            }
+            let mut taken = 0usize;
+            let mut batch = [abi::PfmMsg::default(); MSG_QUEUE_DEPTH];
+            let exited;
+            {
+                let mut inner = self.inner.lock();
+                while (taken + 1) * MSG <= out.len() && taken < MSG_QUEUE_DEPTH {
+                    match inner.msgs.pop() {
+                        Some(m) => {
+                            batch[taken] = m;
+                            taken += 1;
+                        }
+                        None => break,
+                    }
+                }
+                exited = inner.exited;
+            }
+            let done = taken != 0 || exited || nonblock;
+            if !done {
+                if kernel::current!().signal_pending() {
+                    // SAFETY: Pairs with `prepare_to_wait_exclusive` above.
+                    unsafe { bindings::finish_wait(self.waitq.get(), entry.get()) };
+                    return Err(ERESTARTSYS);
+                }
+                // SAFETY: Plain sleep; woken by `wake`.
+                unsafe { bindings::schedule() };
+            }
+            // SAFETY: Pairs with `prepare_to_wait_exclusive` above.
+            unsafe { bindings::finish_wait(self.waitq.get(), entry.get()) };
+            if taken != 0 {
+                for m in &batch[..taken] {
+                    out.write(m)?;
+                }
+                return Ok(taken * MSG);
+            }
+            if exited {
+                return Ok(0);
+            }
+            if nonblock {
+                return Err(EAGAIN);
+            }
+        }
+    }
+
+    /// Runs `op` on the context where its thread's live counters are: on
+    /// the target's CPU through an IPI if it runs elsewhere, here otherwise.
+    /// `op` sees the counters advanced to the current time.
+    pub(crate) fn with_live<R>(&self, mut op: impl FnMut(&mut CtxInner, u64) -> R) -> R {
+        // A thread that keeps migrating could make us chase it forever:
+        // after a few tries, read what was saved at its last switch.
+        for _ in 0..4 {
+            let target_cpu = {
+                let mut inner = self.inner.lock();
+                let cpu = glue::this_cpu();
+                match inner.on_cpu {
+                    Some(c) if c != cpu => c,
+                    _ => {
+                        let now = glue::now_ns();
+                        inner.fold_running(now, cpu);
+                        return op(&mut inner, now);
+                    }
+                }
+            };
+            if let Some(r) = pfm_ctxsw::run_on_cpu(target_cpu, self, &mut op) {
+                return r;
+            }
+        }
+        let mut inner = self.inner.lock();
+        let now = glue::now_ns();
+        op(&mut inner, now)
+    }
+
+    /// `PFM_IOC_GET_STATE`.
+    pub(crate) fn get_state(&self) -> abi::PfmCtxInfo {
+        let inner = self.inner.lock();
+        let mut status = 0;
+        if inner.started {
+            status |= abi::PFM_CTXST_STARTED;
+        }
+        if inner.active {
+            status |= abi::PFM_CTXST_ACTIVE;
+        }
+        if inner.exited {
+            status |= abi::PFM_CTXST_EXITED;
+        }
+        abi::PfmCtxInfo {
+            state: inner.state.abi_value(),
+            tid: inner.tid,
+            flags: inner.flags,
+            status,
+            used_pmds: inner.used_pmds,
+            reserved: [0; 3],
+        }
+    }
+
+    /// `PFM_IOC_SET_FLAGS`.
+    pub(crate) fn set_flags(&self, arg: &abi::PfmCtxFlags) -> Result {
+        if arg.flags & !abi::PFM_CTXFL_MASK != 0 || arg.pad != 0 || arg.reserved != [0; 3] {
+            return Err(EINVAL);
+        }
+        let mut inner = self.inner.lock();
+        inner.state.next(Op::SetFlags).map_err(state_err)?;
+        inner.flags = arg.flags;
+        Ok(())
+    }
+
+    /// `PFM_IOC_WRITE_PMCS`.
+    pub(crate) fn write_pmcs(&self, arg: &mut abi::PfmRegsArg, regs: UserSlice) -> Result {
+        let (mut reader, mut writer) = regs.reader_writer();
+        let mut pmcs = [abi::PfmPmc::default(); abi::PFM_MAX_REGS_PER_CALL];
+        let n = arg.count as usize;
+        for p in pmcs[..n].iter_mut() {
+            *p = read_user(&mut reader)?;
+        }
+        let pmu = &globals().pmu;
+        let mut first_bad = None;
+        for (i, p) in pmcs[..n].iter_mut().enumerate() {
+            let mut ret = 0;
+            if p.reg_set != 0 {
+                ret = abi::PFM_REG_RETFL_NOSET;
+            } else if p.reg_flags & abi::PFM_REGFL_IN_MASK != 0 || p.reserved != [0; 2] {
+                ret = abi::PFM_REG_RETFL_EINVAL;
+            } else if let Err(e) = pmu.validate_pmc(p.reg_num as usize, p.reg_value) {
+                ret = e;
+            }
+            p.reg_flags = ret;
+            if ret != 0 && first_bad.is_none() {
+                first_bad = Some(i);
+            }
+        }
+        if let Some(bad) = first_bad {
+            arg.done = bad as u32;
+            for p in &pmcs[..n] {
+                writer.write(p)?;
+            }
+            return Err(EINVAL);
+        }
+        self.with_live(|inner, _| -> Result {
+            inner.state.next(Op::WriteRegs).map_err(state_err)?;
+            for p in &pmcs[..n] {
+                inner.pmcs[p.reg_num as usize] = p.reg_value;
+            }
+            Ok(())
+        })?;
+        arg.done = n as u32;
+        for p in &pmcs[..n] {
+            writer.write(p)?;
+        }
+        Ok(())
+    }
+
+    /// `PFM_IOC_WRITE_PMDS`.
+    pub(crate) fn write_pmds(&self, arg: &mut abi::PfmRegsArg, regs: UserSlice) -> Result {
+        let (mut reader, mut writer) = regs.reader_writer();
+        let mut pmds = [abi::PfmPmd::default(); abi::PFM_MAX_REGS_PER_CALL];
+        let n = arg.count as usize;
+        for p in pmds[..n].iter_mut() {
+            *p = read_user(&mut reader)?;
+        }
+        let implemented = globals().pmu.impl_mask();
+        let mut first_bad = None;
+        for (i, p) in pmds[..n].iter_mut().enumerate() {
+            let flags_in = p.reg_flags & abi::PFM_REGFL_IN_MASK;
+            let ret = if p.reg_set != 0 {
+                abi::PFM_REG_RETFL_NOSET
+            } else if (p.reg_num as usize) >= 64 || implemented & (1u64 << p.reg_num) == 0 {
+                abi::PFM_REG_RETFL_NOTAVAIL
+            } else if flags_in & !abi::PFM_REGFL_OVFL_NOTIFY != 0
+                || p.reserved != [0; 2]
+                || p.reg_reset_pmds & !implemented != 0
+            {
+                abi::PFM_REG_RETFL_EINVAL
+            } else {
+                0
+            };
+            p.reg_flags = ret;
+            if ret != 0 && first_bad.is_none() {
+                first_bad = Some(i);
+            }
+        }
+        if let Some(bad) = first_bad {
+            arg.done = bad as u32;
+            for p in &pmds[..n] {
+                writer.write(p)?;
+            }
+            return Err(EINVAL);
+        }
+        let width = globals().pmu.width;
+        self.with_live(|inner, _| -> Result {
+            inner.state.next(Op::WriteRegs).map_err(state_err)?;
+            for p in &pmds[..n] {
+                let pmd = &mut inner.pmds[p.reg_num as usize];
+                pmd.write(p.reg_value, width);
+                pmd.short_reset = p.reg_short_reset;
+                pmd.long_reset = p.reg_long_reset;
+                pmd.flags = p.reg_flags & abi::PFM_REGFL_IN_MASK;
+                pmd.reset_pmds = p.reg_reset_pmds;
+                inner.used_pmds |= 1 << p.reg_num;
+            }
+            Ok(())
+        })?;
+        arg.done = n as u32;
+        for p in &pmds[..n] {
+            writer.write(p)?;
+        }
+        Ok(())
+    }
+
+    /// `PFM_IOC_READ_PMDS`.
+    pub(crate) fn read_pmds(&self, arg: &mut abi::PfmRegsArg, regs: UserSlice) -> Result {
+        let (mut reader, mut writer) = regs.reader_writer();
+        let mut pmds = [abi::PfmPmd::default(); abi::PFM_MAX_REGS_PER_CALL];
+        let n = arg.count as usize;
+        for p in pmds[..n].iter_mut() {
+            *p = read_user(&mut reader)?;
+        }
+        let implemented = globals().pmu.impl_mask();
+        let mut first_bad = None;
+        for (i, p) in pmds[..n].iter_mut().enumerate() {
+            let ret = if p.reg_set != 0 {
+                abi::PFM_REG_RETFL_NOSET
+            } else if (p.reg_num as usize) >= 64 || implemented & (1u64 << p.reg_num) == 0 {
+                abi::PFM_REG_RETFL_NOTAVAIL
+            } else {
+                0
+            };
+            p.reg_flags = ret;
+            if ret != 0 && first_bad.is_none() {
+                first_bad = Some(i);
+            }
+        }
+        if let Some(bad) = first_bad {
+            arg.done = bad as u32;
+            for p in &pmds[..n] {
+                writer.write(p)?;
+            }
+            return Err(EINVAL);
+        }
+        let (enabled, running) = self.with_live(|inner, now| -> Result<(u64, u64)> {
+            inner.state.next(Op::Read).map_err(state_err)?;
+            for p in pmds[..n].iter_mut() {
+                let pmd = &inner.pmds[p.reg_num as usize];
+                p.reg_value = pmd.value;
+                p.reg_short_reset = pmd.short_reset;
+                p.reg_long_reset = pmd.long_reset;
+                p.reg_last_reset_val = pmd.last_reset;
+                p.reg_reset_pmds = pmd.reset_pmds;
+                p.reg_flags = pmd.flags;
+            }
+            Ok((inner.time_enabled(now), inner.time_running))
+        })?;
+        arg.done = n as u32;
+        arg.time_enabled = enabled;
+        arg.time_running = running;
+        for p in &pmds[..n] {
+            writer.write(p)?;
+        }
+        Ok(())
+    }
+
+    /// `PFM_IOC_START`.
+    pub(crate) fn start(&self) -> Result {
+        self.with_live(|inner, now| -> Result {
+            let next = inner.state.next(Op::Start).map_err(state_err)?;
+            if !inner.started {
+                inner.started = true;
+                inner.enabled_start = now;
+                // The thread's time on CPU counts from now, not from its switch-in.
+                inner.run_start = now;
+            }
+            inner.state = next;
+            Ok(())
+        })
+    }
+
+    /// `PFM_IOC_STOP`.
+    pub(crate) fn stop(&self) -> Result {
+        self.with_live(|inner, now| -> Result {
+            let next = inner.state.next(Op::Stop).map_err(state_err)?;
+            inner.stop_clock(now);
+            inner.started = false;
+            inner.state = next;
+            Ok(())
+        })
+    }
+
+    /// `PFM_IOC_RESTART`: leave MASKED, apply the long reset.
+    pub(crate) fn restart(&self) -> Result {
+        let width = globals().pmu.width;
+        self.with_live(|inner, now| -> Result {
+            let next = inner.state.next(Op::Restart).map_err(state_err)?;
+            for pmd in inner.pmds.iter_mut() {
+                if pmd.flags & abi::PFM_REGFL_OVFL_NOTIFY != 0 {
+                    let reset = pmd.long_reset;
+                    pmd.write(reset, width);
+                    pmd.last_reset = reset;
+                }
+            }
+            inner.run_start = now;
+            inner.state = next;
+            Ok(())
+        })
+    }
+
+    /// `PFM_IOC_LOAD`.
+    pub(crate) fn load(self: &Arc<Self>, arg: &abi::PfmLoad) -> Result {
+        if arg.flags != 0 || arg.reserved != [0; 3] {
+            return Err(EINVAL);
+        }
+        {
+            let inner = self.inner.lock();
+            inner.state.next(Op::Load).map_err(state_err)?;
+        }
+        pfm_ctxsw::attach(self, arg.tid)
+    }
+
+    /// `PFM_IOC_UNLOAD`.
+    pub(crate) fn unload(self: &Arc<Self>) -> Result {
+        pfm_ctxsw::detach(self)
+    }
+
+    /// Tool side of `release`: free now, or leave a zombie for the target.
+    pub(crate) fn close(self: &Arc<Self>) {
+        pfm_ctxsw::close(self);
+    }
+
+    /// Resets what a new attachment starts from.
+    pub(crate) fn reset_for_load(inner: &mut CtxInner, tid: u32) {
+        inner.tid = tid;
+        inner.exited = false;
+        inner.active = false;
+        inner.on_cpu = None;
+        inner.last_cpu = -1;
+        inner.started = false;
+        inner.time_enabled = 0;
+        inner.time_running = 0;
+        while inner.msgs.pop().is_some() {}
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for Context {
+    fn drop(self: Pin<&mut Self>) {
+        globals().live_contexts.fetch_sub(1, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,676 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The thread side of a context: attach, context switch, detach, exit and
+//! the lazy cleanup of zombies.
+//!
+//! An [`Attachment`] binds one context to one thread. Its preempt notifier is
+//! registered from the thread itself (a task_work for another thread, as the
+//! scheduler requires), saves the counters at switch-out and restores them at
+//! switch-in. It is never freed from inside a notifier callback: the final
+//! switch of a dying thread only marks it and queues an irq_work; the irq_work
+//! wakes the tool and queues the attachment on the reap workqueue, which
+//! unregisters and frees in process context.
+//!
+//! References to an [`Attachment`] (all `Arc`s): the registry, the context's
+//! `attach` field, the registered notifier, each pending task_work and the
+//! pending reap work. The last one is always dropped on the reap workqueue,
+//! never under a lock or in a scheduler callback ([`release`]).
+
+use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+
+use kernel::bindings;
+use kernel::prelude::*;
+use kernel::sync::Arc;
+use kernel::task::Task;
+use kernel::types::{ARef, Opaque};
+use kernel::workqueue::{self, impl_has_work, new_work, Work, WorkItem};
+
+use crate::pfm_ctx::Context;
+use crate::pfm_state::{Op, State};
+use crate::rust::{self as glue, IrqWork};
+use crate::{globals, EBADFD};
+
+/// The attachment's notifier is not registered and will not be.
+const REG_NONE: u8 = 0;
+/// The notifier is registered on the thread.
+const REG_ACTIVE: u8 = 1;
+/// The notifier was registered and has been unregistered.
+const REG_DONE: u8 = 2;
+
+/// One context attached to one thread.
+///
+/// # Invariants
+///
+/// - `notifier.ops` points to [`PREEMPT_OPS`]; the notifier is on `task`'s
+///   list exactly while `registered == REG_ACTIVE`, and then one `Arc`
+///   reference is held on behalf of the list.
+/// - `live` is cleared, never set again, once the context no longer wants
+///   the thread (unload, close, exit); callbacks do nothing after that.
+#[pin_data]
+pub(crate) struct Attachment {
+    #[pin]
+    notifier: Opaque<bindings::preempt_notifier>,
+    #[pin]
+    install_work: Opaque<bindings::callback_head>,
+    #[pin]
+    cleanup_work: Opaque<bindings::callback_head>,
+    #[pin]
+    irq_work: IrqWork,
+    #[pin]
+    reap_work: Work<Attachment>,
+    /// The monitored thread (a counted reference).
+    task: ARef<Task>,
+    /// The context (keeps a zombie's memory alive).
+    ctx: Arc<Context>,
+    /// The context still wants this thread.
+    live: AtomicBool,
+    /// `REG_*`: touched only by the thread itself and by the reaper after
+    /// the thread is dead.
+    registered: AtomicU8,
+    /// The thread has done its final switch.
+    dead: AtomicBool,
+    /// The attachment was handed to the reap workqueue for its final cleanup.
+    reaping: AtomicBool,
+}
+
+impl_has_work! {
+    impl HasWork<Self> for Attachment { self.reap_work }
+}
+
+static PREEMPT_OPS: bindings::preempt_ops = bindings::preempt_ops {
+    sched_in: Some(sched_in),
+    sched_out: Some(sched_out),
+};
+
+impl Attachment {
+    fn new(task: ARef<Task>, ctx: Arc<Context>) -> Result<Arc<Self>> {
+        Arc::pin_init(
+            pin_init!(Self {
+                // INVARIANT: `ops` is set; the link is unused until registration.
+                notifier <- Opaque::ffi_init(|n: *mut bindings::preempt_notifier| {
+                    // SAFETY: `n` is valid for writes.
+                    unsafe {
+                        n.write(bindings::preempt_notifier {
+                            link: bindings::hlist_node {
+                                next: core::ptr::null_mut(),
+                                pprev: core::ptr::null_mut(),
+                            },
+                            ops: &PREEMPT_OPS as *const _ as *mut _,
+                        })
+                    }
+                }),
+                install_work <- Opaque::ffi_init(|w: *mut bindings::callback_head| {
+                    // SAFETY: `w` is valid for writes.
+                    unsafe { w.write(bindings::callback_head { next: core::ptr::null_mut(), func: Some(install_fn) }) }
+                }),
+                cleanup_work <- Opaque::ffi_init(|w: *mut bindings::callback_head| {
+                    // SAFETY: `w` is valid for writes.
+                    unsafe { w.write(bindings::callback_head { next: core::ptr::null_mut(), func: Some(cleanup_fn) }) }
+                }),
+                irq_work <- IrqWork::new(irq_work_fn),
+                reap_work <- new_work!("perfmon_reap"),
+                task,
+                ctx,
+                live: AtomicBool::new(true),
+                registered: AtomicU8::new(REG_NONE),
+                dead: AtomicBool::new(false),
+                reaping: AtomicBool::new(false),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    fn task_ptr(&self) -> *mut bindings::task_struct {
+        let t: &Task = &self.task;
+        t as *const Task as *mut bindings::task_struct
+    }
+
+    /// Registers the notifier on the current thread, which must be `task`.
+    ///
+    /// # Safety
+    ///
+    /// Must run in `task`'s own context, with the context lock held (IRQs
+    /// off, so the switch-in state set by the caller cannot be preempted).
+    unsafe fn register(self: &Arc<Self>) {
+        // INVARIANT: one reference for the notifier list.
+        let _ = Arc::into_raw(self.clone());
+        self.registered.store(REG_ACTIVE, Ordering::Relaxed);
+        // SAFETY: The notifier is initialised and pinned inside `self`, which
+        // the leaked reference keeps alive; we run in the owning task.
+        unsafe { bindings::preempt_notifier_register(self.notifier.get()) };
+    }
+
+    /// Unregisters the notifier if it is registered and drops the list's
+    /// reference through [`release`].
+    ///
+    /// # Safety
+    ///
+    /// Must run in `task`'s own context, or after `task` has done its final
+    /// switch (nothing walks its notifier list any more).
+    unsafe fn unregister(&self) {
+        if self.registered.load(Ordering::Relaxed) != REG_ACTIVE {
+            return;
+        }
+        self.registered.store(REG_DONE, Ordering::Relaxed);
+        // SAFETY: The notifier is on the task's list (type invariant); the
+        // caller guarantees no concurrent walk of that list.
+        unsafe { bindings::preempt_notifier_unregister(self.notifier.get()) };
+        // SAFETY: This is the reference leaked by `register`.
+        release(unsafe { Arc::from_raw(self as *const Self) });
+    }
+
+    /// Removes this attachment from the registry and breaks the
+    /// context/attachment cycle. Process or task context, no locks held.
+    fn retire(self: &Arc<Self>) {
+        let removed = {
+            let mut reg = globals().registry.lock();
+            reg.iter_mut()
+                .find(|slot| matches!(slot, Some(a) if Arc::ptr_eq(a, self)))
+                .and_then(|slot| slot.take())
+        };
+        let mine = {
+            let mut inner = self.ctx.inner.lock();
+            match &inner.attach {
+                Some(a) if Arc::ptr_eq(a, self) => inner.attach.take(),
+                _ => None,
+            }
+        };
+        if let Some(a) = removed {
+            release(a);
+        }
+        if let Some(a) = mine {
+            release(a);
+        }
+    }
+}
+
+/// Drops `att`; if it is the last reference, the final drop happens on the
+/// reap workqueue (its `Drop` puts the task and the module reference, which
+/// must not run under a lock, in a scheduler callback or in module code
+/// that could be unloaded under it).
+pub(crate) fn release(att: Arc<Attachment>) {
+    if let Some(last) = Arc::into_unique_or_drop(att) {
+        let arc: Arc<Attachment> = last.into();
+        arc.reaping.store(true, Ordering::Relaxed);
+        // A pending reap work holds a reference, so ours is not the last if
+        // one were queued: enqueueing cannot fail here.
+        let _ = globals().reap_queue().enqueue(arc);
+    }
+}
+
+impl WorkItem for Attachment {
+    type Pointer = Arc<Attachment>;
+
+    fn run(this: Arc<Attachment>) {
+        if this.dead.load(Ordering::Relaxed) && !this.reaping.load(Ordering::Relaxed) {
+            // The thread is dead: unregister from its (unwalked) list and
+            // drop every reference but ours.
+            // SAFETY: The thread did its final switch.
+            unsafe { this.unregister() };
+            this.retire();
+        }
+        drop(this);
+    }
+}
+
+impl Drop for Attachment {
+    fn drop(&mut self) {
+        globals().attached.fetch_sub(1, Ordering::Relaxed);
+        // SAFETY: `attach` took this reference with `try_module_get`.
+        unsafe { bindings::module_put(crate::this_module()) };
+    }
+}
+
+/// Gets the attachment from a pointer to one of its fields.
+///
+/// # Safety
+///
+/// `ptr` must point to the field named by `$field` of a live `Attachment`.
+macro_rules! attachment_of {
+    ($ptr:expr, $field:ident) => {
+        // SAFETY: Guaranteed by the caller of the enclosing function.
+        unsafe { &*kernel::container_of!($ptr, Attachment, $field) }
+    };
+}
+
+unsafe extern "C" fn sched_in(notifier: *mut bindings::preempt_notifier, cpu: core::ffi::c_int) {
+    // The notifier is embedded in a live attachment: the list holds a reference.
+    let att = attachment_of!(notifier, notifier);
+    if !att.live.load(Ordering::Relaxed) {
+        // A zombie or a detached context: nothing to restore.
+        return;
+    }
+    let mut inner = att.ctx.inner.lock();
+    inner.sched_in(glue::now_ns(), cpu);
+}
+
+unsafe extern "C" fn sched_out(notifier: *mut bindings::preempt_notifier, _next: *mut bindings::task_struct) {
+    let att = attachment_of!(notifier, notifier);
+    // SAFETY: `task` is alive (counted reference); reading its state is what
+    // the scheduler does itself. `__state` is TASK_DEAD for the final switch.
+    let dead = unsafe { (*att.task_ptr()).__state } == bindings::TASK_DEAD;
+    if !dead && !att.live.load(Ordering::Relaxed) {
+        return;
+    }
+    let wake;
+    {
+        let mut inner = att.ctx.inner.lock();
+        let wanted = matches!(&inner.attach, Some(a) if core::ptr::eq(&**a, att));
+        let cpu = glue::this_cpu();
+        if wanted && att.live.load(Ordering::Relaxed) {
+            inner.sched_out(glue::now_ns(), cpu, dead);
+        }
+        if dead {
+            if wanted && inner.state.is_attached() {
+                inner.target_exited(glue::now_ns());
+            }
+            att.live.store(false, Ordering::Relaxed);
+            att.dead.store(true, Ordering::Relaxed);
+        }
+        wake = dead || core::mem::take(&mut inner.notify_pending);
+    }
+    if wake {
+        // Runqueue lock held: defer the wake-up (and, for the dead, the cleanup).
+        att.irq_work.queue();
+    }
+}
+
+unsafe extern "C" fn irq_work_fn(work: *mut IrqWork) {
+    let att = attachment_of!(work, irq_work);
+    att.ctx.wake();
+    if att.dead.load(Ordering::Relaxed) {
+        // The notifier list's reference keeps `att` alive until the reaper
+        // unregisters it, so taking one more here is sound.
+        // SAFETY: `att` came from `Arc::into_raw` (the list's reference).
+        let arc = unsafe { Arc::from_raw(att as *const Attachment) };
+        let extra = arc.clone();
+        core::mem::forget(arc);
+        let _ = globals().reap_queue().enqueue(extra);
+    }
+}
+
+unsafe extern "C" fn install_fn(head: *mut bindings::callback_head) {
+    let att = attachment_of!(head, install_work);
+    // SAFETY: `attach` leaked one reference for this task_work.
+    let att = unsafe { Arc::from_raw(att as *const Attachment) };
+    // SAFETY: task_work callbacks run in the task they were queued on.
+    let exiting = unsafe { (*att.task_ptr()).flags } & bindings::PF_EXITING != 0;
+    let mut ended = false;
+    {
+        let mut inner = att.ctx.inner.lock();
+        let wanted = matches!(&inner.attach, Some(a) if Arc::ptr_eq(a, &att));
+        if wanted && att.live.load(Ordering::Relaxed) {
+            let now = glue::now_ns();
+            if exiting {
+                // Run from exit_task_work(): the thread will not return to
+                // user mode; end the monitoring now.
+                inner.target_exited(now);
+                att.live.store(false, Ordering::Relaxed);
+                ended = true;
+            } else {
+                let cpu = glue::this_cpu();
+                inner.active = true;
+                inner.sched_in(now, cpu);
+                // SAFETY: We are `task`, with the context lock held.
+                unsafe { att.register() };
+            }
+        }
+    }
+    if ended {
+        att.ctx.wake();
+        att.retire();
+    } else if !att.live.load(Ordering::Relaxed) && att.registered.load(Ordering::Relaxed) == REG_NONE {
+        // Unloaded or closed before it could install: nothing on the thread.
+        att.retire();
+    }
+    release(att);
+}
+
+unsafe extern "C" fn cleanup_fn(head: *mut bindings::callback_head) {
+    let att = attachment_of!(head, cleanup_work);
+    // SAFETY: `detach`/`close` leaked one reference for this task_work.
+    let att = unsafe { Arc::from_raw(att as *const Attachment) };
+    // SAFETY: task_work callbacks run in the task they were queued on.
+    unsafe { att.unregister() };
+    reap_zombie(&att);
+    att.retire();
+    release(att);
+}
+
+/// If `att`'s context is a zombie, frees it (state and accounting).
+fn reap_zombie(att: &Attachment) {
+    let mut inner = att.ctx.inner.lock();
+    if inner.state == State::Zombie {
+        if let Ok(next) = inner.state.next(Op::Reap) {
+            inner.state = next;
+            globals().zombies.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Finds the task with thread id `tid` in the caller's pid namespace.
+fn find_task(tid: u32) -> Result<ARef<Task>> {
+    let nr = i32::try_from(tid).map_err(|_| ESRCH)?;
+    // SAFETY: `find_get_pid` takes a reference on the pid it returns.
+    let pid = unsafe { bindings::find_get_pid(nr) };
+    if pid.is_null() {
+        return Err(ESRCH);
+    }
+    // SAFETY: `pid` is referenced; `get_pid_task` returns a referenced task or NULL.
+    let task = unsafe { bindings::get_pid_task(pid, bindings::pid_type_PIDTYPE_PID) };
+    // SAFETY: Drops the reference `find_get_pid` took.
+    unsafe { bindings::put_pid(pid) };
+    let task = core::ptr::NonNull::new(task.cast::<Task>()).ok_or(ESRCH)?;
+    // SAFETY: `get_pid_task` took the reference this `ARef` now owns.
+    Ok(unsafe { ARef::from_raw(task) })
+}
+
+/// Whether the caller may monitor `task`: perf_events' rule for another
+/// thread (`ptrace_may_access(task, PTRACE_MODE_READ_REALCREDS)`, or
+/// CAP_PERFMON / CAP_SYS_ADMIN). `ptrace_may_access` is not exported to
+/// modules, so its credential test is done here: same thread group, or the
+/// caller's real uid/gid equal to all of the target's uids/gids and the
+/// target dumpable, or CAP_SYS_PTRACE.
+fn may_monitor(task: *mut bindings::task_struct) -> bool {
+    // SAFETY: `capable` has no preconditions.
+    let privileged = unsafe {
+        bindings::capable(bindings::CAP_PERFMON as i32)
+            || bindings::capable(bindings::CAP_SYS_ADMIN as i32)
+            || bindings::capable(bindings::CAP_SYS_PTRACE as i32)
+    };
+    if privileged {
+        return true;
+    }
+    let me = kernel::current!();
+    let me_ptr: *mut bindings::task_struct = me.group_leader() as *const Task as *mut _;
+    // SAFETY: `task` is referenced by the caller.
+    if unsafe { (*task).group_leader } == me_ptr {
+        return true;
+    }
+    // SAFETY: `get_task_cred` returns a referenced cred for a live task.
+    let tcred = unsafe { bindings::get_task_cred(task) };
+    // SAFETY: And for the current one.
+    let mycred = unsafe { bindings::get_task_cred(me_ptr) };
+    // SAFETY: Both are valid, referenced creds.
+    let same = unsafe {
+        let (c, t) = (&*mycred, &*tcred);
+        c.uid.val == t.euid.val
+            && c.uid.val == t.suid.val
+            && c.uid.val == t.uid.val
+            && c.gid.val == t.egid.val
+            && c.gid.val == t.sgid.val
+            && c.gid.val == t.gid.val
+    };
+    // SAFETY: Drop the references taken above (`put_cred` is an inline
+    // around this).
+    unsafe {
+        put_cred(tcred);
+        put_cred(mycred);
+    }
+    if !same {
+        return false;
+    }
+    // A setuid program that dropped to the caller's ids is still not
+    // dumpable: refuse it, as ptrace does.
+    // SAFETY: `get_task_mm` returns a referenced mm or NULL (kernel thread, exiting).
+    let mm = unsafe { bindings::get_task_mm(task) };
+    if mm.is_null() {
+        return false;
+    }
+    // SAFETY: `mm` is referenced; `flags` low bits are the dumpable mode.
+    let dumpable = unsafe { (*mm).__bindgen_anon_1.flags } & bindings::MMF_DUMPABLE_MASK as u64;
+    // SAFETY: Drops the `get_task_mm` reference.
+    unsafe { bindings::mmput(mm) };
+    dumpable == bindings::SUID_DUMP_USER as u64
+}
+
+/// `put_cred()`.
+///
+/// # Safety
+///
+/// `cred` must be a referenced cred whose reference the caller gives up.
+unsafe fn put_cred(cred: *const bindings::cred) {
+    // SAFETY: `usage` is the cred's atomic refcount; the last put frees it
+    // through `__put_cred`, as the static inline `put_cred` does.
+    unsafe {
+        let c = cred as *mut bindings::cred;
+        if bindings::atomic_long_dec_and_test(&mut (*c).usage) {
+            bindings::__put_cred(c);
+        }
+    }
+}
+
+/// `PFM_IOC_LOAD`: attach `ctx` to thread `tid` (0: the caller).
+pub(crate) fn attach(ctx: &Arc<Context>, tid: u32) -> Result {
+    let me = kernel::current!();
+    let my_tid = me.pid() as u32;
+    let is_self = tid == 0 || tid == my_tid;
+    let task: ARef<Task> = if is_self { ARef::from(&*me) } else { find_task(tid)? };
+    let tptr: *mut bindings::task_struct = &*task as *const Task as *mut _;
+    // SAFETY: `task` is referenced.
+    let flags = unsafe { (*tptr).flags };
+    if flags & bindings::PF_KTHREAD != 0 {
+        return Err(EPERM);
+    }
+    if flags & bindings::PF_EXITING != 0 {
+        return Err(ESRCH);
+    }
+    if !is_self && !may_monitor(tptr) {
+        return Err(EACCES);
+    }
+    let shown_tid = if is_self { my_tid } else { tid };
+
+    // SAFETY: `this_module` is this module, which is live (we run its code).
+    if !unsafe { bindings::try_module_get(crate::this_module()) } {
+        return Err(ENODEV);
+    }
+    let att = match Attachment::new(task, ctx.clone()) {
+        Ok(att) => att,
+        Err(e) => {
+            // SAFETY: Returns the reference taken above.
+            unsafe { bindings::module_put(crate::this_module()) };
+            return Err(e);
+        }
+    };
+    // From here on, dropping `att` returns the module reference (`Drop`).
+    globals().attached.fetch_add(1, Ordering::Relaxed);
+
+    let mut stale = None;
+    {
+        let mut reg = globals().registry.lock();
+        for a in reg.iter().flatten() {
+            if a.task_ptr() == tptr {
+                if a.live.load(Ordering::Relaxed) {
+                    drop(reg);
+                    release(att);
+                    return Err(EBUSY);
+                }
+                // A zombie (or a detached context on its way out) of this
+                // thread: reclaim it; its own cleanup still unregisters it.
+                stale = Some(a.clone());
+            }
+        }
+        let mut inner = ctx.inner.lock();
+        if let Err(e) = inner.state.next(Op::Load) {
+            drop(inner);
+            drop(reg);
+            release(att);
+            return Err(if e == crate::pfm_state::StateError::Busy { EBUSY } else { EBADFD });
+        }
+        // The registry has a fixed number of slots (no allocation under the
+        // lock): it is the documented limit of attached threads.
+        let Some(slot) = reg.iter_mut().find(|slot| slot.is_none()) else {
+            drop(inner);
+            drop(reg);
+            release(att);
+            return Err(ENOSPC);
+        };
+        *slot = Some(att.clone());
+        Context::reset_for_load(&mut inner, shown_tid);
+        inner.state = State::Loaded;
+        let old = inner.attach.replace(att.clone());
+        if is_self {
+            let now = glue::now_ns();
+            inner.active = true;
+            inner.sched_in(now, glue::this_cpu());
+            // SAFETY: We are the task, with the context lock held.
+            unsafe { att.register() };
+        }
+        drop(inner);
+        drop(reg);
+        if let Some(o) = old {
+            release(o);
+        }
+    }
+    if let Some(z) = stale {
+        reap_zombie(&z);
+        release(z);
+    }
+    if is_self {
+        release(att);
+        return Ok(());
+    }
+    // The target registers the notifier itself, promptly (TWA_SIGNAL kicks
+    // it out of an interruptible sleep like a signal would).
+    let work_ref = Arc::into_raw(att.clone());
+    // SAFETY: The leaked reference keeps `install_work` alive until it runs.
+    let queued = unsafe { glue::task_work_add(tptr, att.install_work.get(), glue::TWA_SIGNAL) };
+    if queued.is_err() {
+        // SAFETY: Not queued: take the leaked reference back.
+        release(unsafe { Arc::from_raw(work_ref) });
+        att.live.store(false, Ordering::Relaxed);
+        {
+            let mut inner = ctx.inner.lock();
+            inner.state = State::Unloaded;
+        }
+        att.retire();
+        release(att);
+        return Err(ESRCH);
+    }
+    release(att);
+    Ok(())
+}
+
+/// Stops `att` from being wanted; removes it now if we are its thread,
+/// or queues its removal on the thread (`mode`: TWA_RESUME, lazily).
+fn let_go(att: Arc<Attachment>) {
+    att.live.store(false, Ordering::Relaxed);
+    let is_current = {
+        let me = kernel::current!();
+        core::ptr::eq(&*me as *const Task as *const bindings::task_struct, att.task_ptr())
+    };
+    if is_current {
+        // SAFETY: We are the task.
+        unsafe { att.unregister() };
+        att.retire();
+        release(att);
+        return;
+    }
+    if att.dead.load(Ordering::Relaxed) {
+        // The reaper handles the dead.
+        release(att);
+        return;
+    }
+    let work_ref = Arc::into_raw(att.clone());
+    // SAFETY: The leaked reference keeps `cleanup_work` alive until it runs.
+    let queued = unsafe { glue::task_work_add(att.task_ptr(), att.cleanup_work.get(), glue::TWA_RESUME) };
+    if queued.is_err() {
+        // The thread is past exit_task_work(): its final switch will mark
+        // the attachment dead and the reaper will clean up.
+        // SAFETY: Not queued: take the leaked reference back.
+        release(unsafe { Arc::from_raw(work_ref) });
+    }
+    release(att);
+}
+
+/// `PFM_IOC_UNLOAD`.
+pub(crate) fn detach(ctx: &Arc<Context>) -> Result {
+    let att = ctx.with_live(|inner, now| -> Result<Option<Arc<Attachment>>> {
+        let next = inner.state.next(Op::Unload).map_err(|_| EBADFD)?;
+        if inner.started {
+            inner.time_enabled += now.saturating_sub(inner.enabled_start);
+        }
+        inner.started = false;
+        inner.state = next;
+        inner.active = false;
+        inner.on_cpu = None;
+        Ok(inner.attach.take())
+    })?;
+    if let Some(att) = att {
+        let_go(att);
+    }
+    Ok(())
+}
+
+/// The fd is closed: free at once if we are the thread (or unattached),
+/// otherwise leave a zombie that the thread frees at its next return to user.
+pub(crate) fn close(ctx: &Arc<Context>) {
+    let me = kernel::current!();
+    let me_ptr = &*me as *const Task as *mut bindings::task_struct;
+    let att = {
+        let mut inner = ctx.inner.lock();
+        let remote = match &inner.attach {
+            Some(a) => a.task_ptr() != me_ptr,
+            None => false,
+        };
+        match inner.state.next(Op::Close { remote }) {
+            Ok(State::Zombie) => {
+                inner.state = State::Zombie;
+                globals().zombies.fetch_add(1, Ordering::Relaxed);
+                // The attachment keeps the context alive; the context's
+                // reference to it stays until the thread reaps it.
+                inner.attach.clone()
+            }
+            Ok(next) => {
+                inner.state = next;
+                inner.attach.take()
+            }
+            Err(_) => inner.attach.take(),
+        }
+    };
+    if let Some(att) = att {
+        let_go(att);
+    }
+}
+
+/// Runs `op` on `ctx` from `cpu` through an IPI, if the thread is still
+/// running there when the IPI lands; `None` if it moved.
+pub(crate) fn run_on_cpu<R>(
+    cpu: i32,
+    ctx: &Context,
+    op: &mut dyn FnMut(&mut crate::pfm_ctx::CtxInner, u64) -> R,
+) -> Option<R> {
+    struct Call<'a, R> {
+        ctx: &'a Context,
+        op: &'a mut dyn FnMut(&mut crate::pfm_ctx::CtxInner, u64) -> R,
+        result: Option<R>,
+    }
+    unsafe extern "C" fn trampoline<R>(info: *mut core::ffi::c_void) {
+        // SAFETY: `info` is the `Call` below; the caller waits for us.
+        let call = unsafe { &mut *(info as *mut Call<'_, R>) };
+        let cpu = glue::this_cpu();
+        let mut inner = call.ctx.inner.lock();
+        if inner.on_cpu == Some(cpu) {
+            let now = glue::now_ns();
+            inner.fold_running(now, cpu);
+            call.result = Some((call.op)(&mut inner, now));
+        }
+    }
+    let mut call = Call { ctx, op, result: None };
+    // SAFETY: `wait = 1`: `call` outlives the remote execution.
+    let ret = unsafe {
+        bindings::smp_call_function_single(
+            cpu,
+            Some(trampoline::<R>),
+            &mut call as *mut Call<'_, R> as *mut core::ffi::c_void,
+            1,
+        )
+    };
+    if ret != 0 {
+        return None;
+    }
+    call.result
+}
+
+/// The reap workqueue of the module.
+pub(crate) type ReapQueue = workqueue::Queue;

@@ -1,0 +1,269 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! PMU models behind one interface: what the rest of the module knows about
+//! the counters is [`Pmu`].
+//!
+//! `soft` is the model every machine has: software counters (task clock,
+//! context switches, CPU migrations) of a configurable width, virtualized by
+//! the same save/restore path as hardware counters. The hardware models
+//! (`intel_arch`, `amd64`) are probed from CPUID; where CPUID announces no
+//! usable PMU (every machine here, QEMU TCG included) they are refused with
+//! `ENODEV`, and nothing touches an MSR.
+
+use crate::abi;
+use crate::pfm_counter::{advance, NarrowCounter};
+
+/// Counters of the soft model.
+pub(crate) const SOFT_COUNTERS: usize = 4;
+
+/// The largest number of counters any model exposes to a context.
+pub(crate) const MAX_COUNTERS: usize = SOFT_COUNTERS;
+
+/// A soft PMU event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SoftEvent {
+    /// The counter is off.
+    None,
+    /// Nanoseconds the thread ran.
+    TaskClock,
+    /// Switch-outs of the thread.
+    ContextSwitches,
+    /// Switch-ins on another CPU than the previous one.
+    CpuMigrations,
+}
+
+impl SoftEvent {
+    /// Decodes a PMC value; `None` if any bit outside the event code is set
+    /// or the code is unknown.
+    pub(crate) const fn from_pmc(value: u64) -> Option<Self> {
+        match value {
+            abi::PFM_SOFT_EV_NONE => Some(Self::None),
+            abi::PFM_SOFT_EV_TASK_CLOCK => Some(Self::TaskClock),
+            abi::PFM_SOFT_EV_CONTEXT_SWITCHES => Some(Self::ContextSwitches),
+            abi::PFM_SOFT_EV_CPU_MIGRATIONS => Some(Self::CpuMigrations),
+            _ => None,
+        }
+    }
+}
+
+/// The soft model's events, as `PFM_IOC_GET_INFO` lists them.
+pub(crate) const SOFT_EVENTS: [(&str, u64); 3] = [
+    ("task-clock", abi::PFM_SOFT_EV_TASK_CLOCK),
+    ("context-switches", abi::PFM_SOFT_EV_CONTEXT_SWITCHES),
+    ("cpu-migrations", abi::PFM_SOFT_EV_CPU_MIGRATIONS),
+];
+
+/// Bits a soft PMC value must leave zero: everything above the event code.
+pub(crate) const SOFT_PMC_RSVD_MASK: u64 = !0x3;
+
+/// What happened to a thread since its soft counters were last advanced.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SoftDeltas {
+    /// Nanoseconds on a CPU.
+    pub(crate) task_clock: u64,
+    /// Switch-outs.
+    pub(crate) switches: u64,
+    /// Migrations.
+    pub(crate) migrations: u64,
+}
+
+/// Which model the module runs, chosen once at load.
+pub(crate) struct Pmu {
+    /// Counter width of the model, in bits.
+    pub(crate) width: u32,
+}
+
+/// Why a model could not be selected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ProbeError {
+    /// The requested model's hardware is absent (`ENODEV`).
+    NoHardware(&'static str),
+    /// The parameters are invalid (`EINVAL`).
+    BadParam,
+}
+
+/// Whether CPUID announces Intel architectural perfmon (leaf 0xA version > 0
+/// with at least one GP counter).
+fn cpu_has_intel_arch() -> bool {
+    // SAFETY: CPUID is available on every x86-64 CPU.
+    let max = unsafe { core::arch::x86_64::__cpuid(0) }.eax;
+    if max < 0xa {
+        return false;
+    }
+    // SAFETY: Leaf 0xA is within the maximum basic leaf.
+    let a = unsafe { core::arch::x86_64::__cpuid(0xa) }.eax;
+    (a & 0xff) != 0 && ((a >> 8) & 0xff) != 0
+}
+
+/// Whether CPUID announces an AMD64 PMU (AMD vendor with PerfCtrExtCore, or
+/// the legacy counters of family 0x10+ — modelled as the extended feature).
+fn cpu_has_amd64() -> bool {
+    // SAFETY: CPUID is available on every x86-64 CPU.
+    let v = unsafe { core::arch::x86_64::__cpuid(0) };
+    // "AuthenticAMD"
+    let amd = v.ebx == 0x6874_7541 && v.edx == 0x6974_6e65 && v.ecx == 0x444d_4163;
+    if !amd {
+        return false;
+    }
+    // SAFETY: Extended leaf 0x80000000 exists on every x86-64 CPU.
+    let max_ext = unsafe { core::arch::x86_64::__cpuid(0x8000_0000) }.eax;
+    if max_ext < 0x8000_0001 {
+        return false;
+    }
+    // SAFETY: Leaf 0x80000001 is within the maximum extended leaf.
+    let ecx = unsafe { core::arch::x86_64::__cpuid(0x8000_0001) }.ecx;
+    ecx & (1 << 23) != 0
+}
+
+impl Pmu {
+    /// Picks the model named by `pmu=` (`auto`, `soft`, `intel_arch`,
+    /// `amd64`) with the soft counter width `soft_width`; returns the model
+    /// and, for `auto`, why it was picked.
+    pub(crate) fn select(name: &[u8], soft_width: u32) -> Result<(Pmu, &'static str), ProbeError> {
+        if !(16..=64).contains(&soft_width) {
+            return Err(ProbeError::BadParam);
+        }
+        let soft = Pmu { width: soft_width };
+        match name {
+            b"soft" => Ok((soft, "requested with pmu=soft")),
+            b"auto" => {
+                // The hardware models' kernel side (MSR save/restore) is not
+                // built yet: on a CPU with a PMU, auto still falls back to
+                // soft, and says so.
+                if cpu_has_intel_arch() || cpu_has_amd64() {
+                    Ok((soft, "the hardware PMU models are not available in this build"))
+                } else {
+                    Ok((soft, "the CPU announces no usable PMU (CPUID)"))
+                }
+            }
+            b"intel_arch" => Err(ProbeError::NoHardware(if cpu_has_intel_arch() {
+                "intel_arch: model not available in this build"
+            } else {
+                "intel_arch: CPUID leaf 0xA announces no architectural perfmon"
+            })),
+            b"amd64" => Err(ProbeError::NoHardware(if cpu_has_amd64() {
+                "amd64: model not available in this build"
+            } else {
+                "amd64: CPUID announces no AMD64 core performance counters"
+            })),
+            _ => Err(ProbeError::BadParam),
+        }
+    }
+
+    /// The model's name.
+    pub(crate) fn name(&self) -> &'static str {
+        "soft"
+    }
+
+    /// Bit n set: PMC n (and PMD n) exists.
+    pub(crate) fn impl_mask(&self) -> u64 {
+        (1u64 << SOFT_COUNTERS) - 1
+    }
+
+    /// Fills `PFM_IOC_GET_INFO`'s model part.
+    pub(crate) fn describe(&self, info: &mut abi::PfmInfo) {
+        copy_name(&mut info.model, self.name().as_bytes());
+        info.num_pmcs = SOFT_COUNTERS as u16;
+        info.num_pmds = SOFT_COUNTERS as u16;
+        info.counter_width = self.width as u16;
+        info.impl_pmcs = self.impl_mask();
+        info.impl_pmds = self.impl_mask();
+        for (i, rsvd) in info.pmc_rsvd_mask.iter_mut().enumerate() {
+            *rsvd = if i < SOFT_COUNTERS { SOFT_PMC_RSVD_MASK } else { u64::MAX };
+        }
+        info.num_events = SOFT_EVENTS.len() as u16;
+        for (slot, (name, code)) in info.events.iter_mut().zip(SOFT_EVENTS.iter()) {
+            copy_name(&mut slot.name, name.as_bytes());
+            slot.code = *code;
+        }
+    }
+
+    /// Checks a PMC value from user space: `Err` holds the `PFM_REG_RETFL_*` bit.
+    pub(crate) fn validate_pmc(&self, reg: usize, value: u64) -> Result<u64, u32> {
+        if reg >= SOFT_COUNTERS {
+            return Err(abi::PFM_REG_RETFL_NOTAVAIL);
+        }
+        match SoftEvent::from_pmc(value) {
+            Some(_) => Ok(value),
+            None => Err(abi::PFM_REG_RETFL_EINVAL),
+        }
+    }
+}
+
+/// A PMD's software state: the 64-bit value and its reset values.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct PmdState {
+    /// The 64-bit virtualized value.
+    pub(crate) value: u64,
+    /// The narrow "hardware" register backing it.
+    pub(crate) hw: NarrowCounter,
+    /// Reload value after a non-notified overflow.
+    pub(crate) short_reset: u64,
+    /// Reload value on RESTART after a notification.
+    pub(crate) long_reset: u64,
+    /// The last reset value applied.
+    pub(crate) last_reset: u64,
+    /// `PFM_REGFL_*` input flags.
+    pub(crate) flags: u32,
+    /// PMDs reset with this one.
+    pub(crate) reset_pmds: u64,
+}
+
+impl PmdState {
+    /// Sets the value as a PMD write does: the narrow register takes the low bits.
+    pub(crate) fn write(&mut self, value: u64, width: u32) {
+        self.value = value;
+        self.hw = NarrowCounter::load(value, width);
+    }
+
+    /// Counts `delta` events: the narrow register wraps as hardware would and
+    /// each wrap is folded into the 64-bit value, which overflows only when
+    /// it crosses 2^64. Returns the number of 64-bit overflows.
+    pub(crate) fn count(&mut self, delta: u64, width: u32) -> u64 {
+        let before = self.hw.raw;
+        let wraps = self.hw.add(delta, width);
+        let span = crate::pfm_counter::width_mask(width) as u128 + 1;
+        // The wraps and the register's movement give back exactly `delta`:
+        // the folding a hardware model does from its overflow interrupts.
+        let folded = (wraps as u128 * span + self.hw.raw as u128 - before as u128) as u64;
+        let a = advance(self.value, folded, self.short_reset);
+        if a.overflows != 0 {
+            self.last_reset = self.short_reset;
+            self.hw = NarrowCounter::load(a.value, width);
+        }
+        self.value = a.value;
+        a.overflows
+    }
+}
+
+/// Advances every counter by what its PMC selects; returns the mask of PMDs
+/// that overflowed.
+pub(crate) fn soft_count(
+    pmcs: &[u64; MAX_COUNTERS],
+    pmds: &mut [PmdState; MAX_COUNTERS],
+    d: &SoftDeltas,
+    width: u32,
+) -> u64 {
+    let mut ovfl = 0u64;
+    for (i, (pmc, pmd)) in pmcs.iter().zip(pmds.iter_mut()).enumerate() {
+        let delta = match SoftEvent::from_pmc(*pmc) {
+            Some(SoftEvent::TaskClock) => d.task_clock,
+            Some(SoftEvent::ContextSwitches) => d.switches,
+            Some(SoftEvent::CpuMigrations) => d.migrations,
+            Some(SoftEvent::None) | None => 0,
+        };
+        if delta != 0 && pmd.count(delta, width) != 0 {
+            ovfl |= 1 << i;
+        }
+    }
+    ovfl
+}
+
+/// Copies `name` into a fixed, NUL-terminated field, truncating.
+fn copy_name(dst: &mut [u8], name: &[u8]) {
+    let n = name.len().min(dst.len().saturating_sub(1));
+    dst[..n].copy_from_slice(&name[..n]);
+    for b in dst[n..].iter_mut() {
+        *b = 0;
+    }
+}

@@ -1,0 +1,217 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The only place that touches C: declarations of `rust/shim.c` and of the
+//! exported kernel functions 6.12's `bindings` does not reach, and small safe
+//! wrappers over them, shaped like the upstream abstractions (`miscdevice`,
+//! `irq_work`, `task_work`, IRQ-safe spinlocks) so they can be swapped for
+//! those when the module moves to a newer kernel.
+
+use core::ffi::{c_char, c_int, c_uint, c_ulong};
+use kernel::bindings;
+use kernel::prelude::*;
+use kernel::sync::lock::{Backend, Lock};
+use kernel::types::Opaque;
+
+mod ffi {
+    use super::*;
+
+    extern "C" {
+        pub(crate) fn pfm_param_pmu() -> *const c_char;
+        pub(crate) fn pfm_param_soft_width() -> c_uint;
+        pub(crate) fn pfm_misc_register(fops: *const bindings::file_operations) -> c_int;
+        pub(crate) fn pfm_misc_deregister();
+        pub(crate) fn pfm_sysfs_register() -> c_int;
+        pub(crate) fn pfm_sysfs_unregister();
+        pub(crate) fn pfm_spin_lock_irqsave(lock: *mut bindings::spinlock_t) -> c_ulong;
+        pub(crate) fn pfm_spin_unlock_irqrestore(lock: *mut bindings::spinlock_t, flags: c_ulong);
+        pub(crate) fn pfm_init_irq_work(work: *mut IrqWorkRaw, func: unsafe extern "C" fn(*mut IrqWorkRaw));
+        pub(crate) fn pfm_poll_wait(
+            file: *mut bindings::file,
+            queue: *mut bindings::wait_queue_head,
+            table: *mut bindings::poll_table_struct,
+        );
+        pub(crate) fn pfm_this_cpu() -> c_int;
+        pub(crate) fn pfm_user_ip(task: *mut bindings::task_struct) -> c_ulong;
+        pub(crate) fn pfm_preempt_disable();
+        pub(crate) fn pfm_preempt_enable();
+
+        // Exported by the kernel, declared in headers 6.12's bindings do not include.
+        pub(crate) fn task_work_add(
+            task: *mut bindings::task_struct,
+            work: *mut bindings::callback_head,
+            mode: c_int,
+        ) -> c_int;
+        pub(crate) fn irq_work_queue(work: *mut IrqWorkRaw) -> bool;
+        pub(crate) fn irq_work_sync(work: *mut IrqWorkRaw);
+        pub(crate) fn local_clock() -> u64;
+    }
+
+    /// Storage for a `struct irq_work`; `shim.c` asserts that it fits.
+    #[repr(C, align(8))]
+    pub(crate) struct IrqWorkRaw(pub(crate) [u8; 64]);
+}
+
+pub(crate) use ffi::{pfm_misc_deregister, pfm_misc_register, pfm_sysfs_register, pfm_sysfs_unregister};
+
+/// `TWA_RESUME` of `enum task_work_notify_mode`: run at the next return to user mode.
+pub(crate) const TWA_RESUME: c_int = 1;
+/// `TWA_SIGNAL`: like `TWA_RESUME`, and kick the task out of an interruptible sleep.
+pub(crate) const TWA_SIGNAL: c_int = 2;
+
+/// The `pmu=` module parameter.
+pub(crate) fn param_pmu() -> &'static CStr {
+    // SAFETY: `pmu` is a `charp` module parameter with read-only sysfs
+    // permissions: a valid NUL-terminated string that does not change while
+    // the module is loaded.
+    unsafe { CStr::from_char_ptr(ffi::pfm_param_pmu()) }
+}
+
+/// The `soft_width=` module parameter.
+pub(crate) fn param_soft_width() -> u32 {
+    // SAFETY: Reads a module parameter that is read-only after load.
+    unsafe { ffi::pfm_param_soft_width() }
+}
+
+/// The CPU this code runs on; stable only while preemption or IRQs are off.
+pub(crate) fn this_cpu() -> i32 {
+    // SAFETY: `raw_smp_processor_id` has no preconditions.
+    unsafe { ffi::pfm_this_cpu() }
+}
+
+/// `local_clock()`: nanoseconds, monotonic on this CPU.
+pub(crate) fn now_ns() -> u64 {
+    // SAFETY: `local_clock` has no preconditions.
+    unsafe { ffi::local_clock() }
+}
+
+/// The user-mode instruction pointer saved on `task`'s kernel stack.
+///
+/// # Safety
+///
+/// `task` must be a live user task (its stack is not freed).
+pub(crate) unsafe fn user_ip(task: *mut bindings::task_struct) -> u64 {
+    // SAFETY: The caller guarantees the task and its stack are live.
+    unsafe { ffi::pfm_user_ip(task) as u64 }
+}
+
+/// Registers a `poll_table` entry for `queue` (the static inline `poll_wait`).
+///
+/// # Safety
+///
+/// `file` and `table` come from the VFS's `poll` call; `queue` outlives the file.
+pub(crate) unsafe fn poll_wait(
+    file: *mut bindings::file,
+    queue: *mut bindings::wait_queue_head,
+    table: *mut bindings::poll_table_struct,
+) {
+    // SAFETY: Forwarded from the caller's guarantees.
+    unsafe { ffi::pfm_poll_wait(file, queue, table) }
+}
+
+/// Queues a task_work on `task`.
+///
+/// # Safety
+///
+/// `work` must stay valid until its callback has run or the call failed; its
+/// `func` must be set.
+pub(crate) unsafe fn task_work_add(
+    task: *mut bindings::task_struct,
+    work: *mut bindings::callback_head,
+    mode: c_int,
+) -> Result {
+    // SAFETY: Forwarded from the caller's guarantees; `task` is referenced.
+    let ret = unsafe { ffi::task_work_add(task, work, mode) };
+    if ret < 0 {
+        Err(Error::from_errno(ret))
+    } else {
+        Ok(())
+    }
+}
+
+/// A spinlock that disables interrupts while held (`spin_lock_irqsave`),
+/// usable from process context, from the scheduler's preempt notifiers (which
+/// run with IRQs off) and from hard-IRQ context alike.
+pub(crate) struct IrqSpinLockBackend;
+
+/// A [`Lock`] whose critical sections run with local interrupts disabled.
+pub(crate) type IrqSpinLock<T> = Lock<T, IrqSpinLockBackend>;
+
+/// Creates an [`IrqSpinLock`] initialiser with a lock class of its own.
+macro_rules! new_irq_spinlock {
+    ($inner:expr, $name:literal) => {
+        $crate::rust::IrqSpinLock::new($inner, kernel::c_str!($name), kernel::static_lock_class!())
+    };
+}
+pub(crate) use new_irq_spinlock;
+
+// SAFETY: `spin_lock_irqsave`/`spin_unlock_irqrestore` give mutual exclusion
+// between `lock` and `unlock`; `relock` uses the default, which calls `lock`.
+unsafe impl Backend for IrqSpinLockBackend {
+    type State = bindings::spinlock_t;
+    type GuardState = c_ulong;
+
+    unsafe fn init(
+        ptr: *mut Self::State,
+        name: *const c_char,
+        key: *mut bindings::lock_class_key,
+    ) {
+        // SAFETY: The caller guarantees `ptr` is valid for writes and `name`
+        // and `key` live forever.
+        unsafe { bindings::__spin_lock_init(ptr, name, key) }
+    }
+
+    unsafe fn lock(ptr: *mut Self::State) -> Self::GuardState {
+        // SAFETY: The caller guarantees the lock was initialised.
+        unsafe { ffi::pfm_spin_lock_irqsave(ptr) }
+    }
+
+    unsafe fn unlock(ptr: *mut Self::State, flags: &Self::GuardState) {
+        // SAFETY: The caller owns the lock; `flags` came from `lock`.
+        unsafe { ffi::pfm_spin_unlock_irqrestore(ptr, *flags) }
+    }
+}
+
+/// A `struct irq_work`: deferral out of contexts that may not wake tasks
+/// (the scheduler's `sched_out`, which holds the runqueue lock).
+///
+/// # Invariants
+///
+/// `raw` is initialised by `init_irq_work` with the callback given to
+/// [`IrqWork::new`]; it sits at offset 0, so the callback's `irq_work`
+/// pointer is a pointer to the `IrqWork`.
+#[repr(C)]
+#[pin_data]
+pub(crate) struct IrqWork {
+    #[pin]
+    raw: Opaque<ffi::IrqWorkRaw>,
+}
+
+impl IrqWork {
+    /// An initialiser that sets up the work with `func`.
+    pub(crate) fn new(func: unsafe extern "C" fn(*mut IrqWork)) -> impl PinInit<Self> {
+        // SAFETY: `IrqWork` is `repr(C)` with the raw storage at offset 0, so
+        // the pointer the C side passes is the same pointer for both types.
+        let func: unsafe extern "C" fn(*mut ffi::IrqWorkRaw) =
+            unsafe { core::mem::transmute(func) };
+        pin_init!(Self {
+            // INVARIANT: `init_irq_work` initialises the storage with `func`.
+            raw <- Opaque::ffi_init(move |slot: *mut ffi::IrqWorkRaw| {
+                // SAFETY: `slot` is valid for writes and large enough (asserted in shim.c).
+                unsafe { ffi::pfm_init_irq_work(slot, func) }
+            }),
+        })
+    }
+
+    /// Queues the work on this CPU; a no-op if it is already pending.
+    pub(crate) fn queue(&self) {
+        // SAFETY: The work is initialised (type invariant); its owner keeps
+        // it alive until `sync` has returned (see the users).
+        unsafe { ffi::irq_work_queue(self.raw.get()) };
+    }
+
+    /// Waits until the work is neither pending nor running.
+    pub(crate) fn sync(&self) {
+        // SAFETY: The work is initialised (type invariant).
+        unsafe { ffi::irq_work_sync(self.raw.get()) }
+    }
+}

@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The C side of perfmon: only what Rust cannot reach through 6.12's
+ * `bindings` (static inlines and macros), as one-line wrappers, plus the
+ * declarations that must be C macros (module parameters, the miscdevice and
+ * the sysfs attributes). Logic lives in Rust; see rust/mod.rs for the safe
+ * wrappers over these.
+ */
+#include <linux/build_bug.h>
+#include <linux/irq_work.h>
+#include <linux/kobject.h>
+#include <linux/miscdevice.h>
+#include <linux/moduleparam.h>
+#include <linux/poll.h>
+#include <linux/preempt.h>
+#include <linux/ptrace.h>
+#include <linux/sched/task_stack.h>
+#include <linux/smp.h>
+#include <linux/spinlock.h>
+#include <linux/sysfs.h>
+#include <uapi/linux/perfmon.h>
+
+/* The ABI sizes, pinned on the C side (the Rust mirror pins the same). */
+static_assert(sizeof(struct pfm_pmc) == 32);
+static_assert(sizeof(struct pfm_pmd) == 64);
+static_assert(sizeof(struct pfm_regs_arg) == 48);
+static_assert(sizeof(struct pfm_load) == 32);
+static_assert(sizeof(struct pfm_ctx_flags) == 32);
+static_assert(sizeof(struct pfm_ctx_info) == 48);
+static_assert(sizeof(struct pfm_event_info) == 32);
+static_assert(sizeof(struct pfm_info) == 872);
+static_assert(sizeof(struct pfm_msg) == 64);
+
+/* Rust keeps a struct irq_work in opaque storage of this size (rust/mod.rs). */
+static_assert(sizeof(struct irq_work) <= 64 && __alignof__(struct irq_work) <= 8);
+
+/* Module parameters (Rust modules cannot declare them in 6.12). */
+static char *pmu = "auto";
+module_param(pmu, charp, 0444);
+MODULE_PARM_DESC(pmu, "PMU model: auto (default), soft, intel_arch, amd64");
+static unsigned int soft_width = 64;
+module_param(soft_width, uint, 0444);
+MODULE_PARM_DESC(soft_width, "Counter width of the soft PMU model, 16..64 (default 64)");
+
+const char *pfm_param_pmu(void) { return pmu; }
+unsigned int pfm_param_soft_width(void) { return soft_width; }
+
+/* /dev/perfmon: the file operations are a Rust table (pfm_core.rs). */
+static struct miscdevice pfm_miscdev = {
+	.minor = MISC_DYNAMIC_MINOR, .name = "perfmon", .mode = 0666,
+};
+
+int pfm_misc_register(const struct file_operations *fops)
+{
+	pfm_miscdev.fops = fops;
+	return misc_register(&pfm_miscdev);
+}
+void pfm_misc_deregister(void) { misc_deregister(&pfm_miscdev); }
+
+/* /sys/kernel/perfmon: each attribute's show() is answered by Rust. */
+ssize_t pfm_sysfs_show(unsigned int attr, char *buf);
+#define PFM_ATTR(_name, _idx)							\
+	static ssize_t _name##_show(struct kobject *k, struct kobj_attribute *a,	\
+				    char *buf) { return pfm_sysfs_show(_idx, buf); }	\
+	static struct kobj_attribute pfm_attr_##_name = __ATTR_RO(_name)
+PFM_ATTR(abi_version, 0);
+PFM_ATTR(pmu_model, 1);
+PFM_ATTR(live_contexts, 2);
+PFM_ATTR(zombie_contexts, 3);
+PFM_ATTR(attached_threads, 4);
+PFM_ATTR(vector, 5);
+PFM_ATTR(counter_width, 6);
+static struct attribute *pfm_attrs[] = {
+	&pfm_attr_abi_version.attr, &pfm_attr_pmu_model.attr,
+	&pfm_attr_live_contexts.attr, &pfm_attr_zombie_contexts.attr,
+	&pfm_attr_attached_threads.attr, &pfm_attr_vector.attr,
+	&pfm_attr_counter_width.attr, NULL,
+};
+static const struct attribute_group pfm_attr_group = { .attrs = pfm_attrs };
+static struct kobject *pfm_kobj;
+
+int pfm_sysfs_register(void)
+{
+	int err;
+
+	pfm_kobj = kobject_create_and_add("perfmon", kernel_kobj);
+	if (!pfm_kobj)
+		return -ENOMEM;
+	err = sysfs_create_group(pfm_kobj, &pfm_attr_group);
+	if (err)
+		kobject_put(pfm_kobj);
+	return err;
+}
+void pfm_sysfs_unregister(void) { kobject_put(pfm_kobj); }
+
+/* One-line wrappers of static inlines and macros. */
+unsigned long pfm_spin_lock_irqsave(spinlock_t *l) { unsigned long f; spin_lock_irqsave(l, f); return f; }
+void pfm_spin_unlock_irqrestore(spinlock_t *l, unsigned long f) { spin_unlock_irqrestore(l, f); }
+void pfm_init_irq_work(struct irq_work *w, void (*fn)(struct irq_work *)) { init_irq_work(w, fn); }
+void pfm_poll_wait(struct file *f, wait_queue_head_t *q, poll_table *p) { poll_wait(f, q, p); }
+int pfm_this_cpu(void) { return raw_smp_processor_id(); }
+unsigned long pfm_user_ip(struct task_struct *t) { return instruction_pointer(task_pt_regs(t)); }
+void pfm_preempt_disable(void) { preempt_disable(); }
+void pfm_preempt_enable(void) { preempt_enable(); }
