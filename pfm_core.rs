@@ -8,21 +8,27 @@
 //! the thread side (attach, context switch, cleanup) in `pfm_ctxsw`, the PMU
 //! models in `pfm_x86`. `Documentation/perfmon.rst` is the user's manual.
 
-use core::ffi::{c_int, c_long, c_uint, c_ulong, c_void};
+use kernel::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void};
 use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 use kernel::bindings;
 use kernel::prelude::*;
 use kernel::sync::Arc;
 use kernel::types::ForeignOwnable;
+use kernel::types::{AsBytes, FromBytes};
 use kernel::uaccess::UserSlice;
 
+// The ABI and the pure logic are shared with user space and the host tests
+// (`host/`): their items are `pub` there, so they are public modules here,
+// and the host tests use what the module does not.
 #[path = "include/uapi/linux/perfmon.rs"]
-mod abi;
-mod pfm_counter;
+pub mod abi;
+#[allow(dead_code)]
+pub mod pfm_counter;
 mod pfm_ctx;
 mod pfm_ctxsw;
-mod pfm_state;
+#[allow(dead_code)]
+pub mod pfm_state;
 mod pfm_x86;
 #[path = "rust/mod.rs"]
 mod rust;
@@ -41,7 +47,33 @@ module! {
 
 /// `EBADFD`: the context is in the wrong state for the operation (6.12's
 /// `kernel::error::code` does not list it).
-pub(crate) const EBADFD: Error = kernel::error::code::EINVAL.with_errno(77);
+pub(crate) fn ebadfd() -> Error {
+    Error::from_errno(-(bindings::EBADFD as i32))
+}
+
+// SAFETY: The ABI structures are `repr(C)` integers and integer arrays with
+// explicit padding fields: every bit pattern is valid and none has padding.
+unsafe impl FromBytes for abi::PfmPmc {}
+// SAFETY: See above.
+unsafe impl AsBytes for abi::PfmPmc {}
+// SAFETY: See above.
+unsafe impl FromBytes for abi::PfmPmd {}
+// SAFETY: See above.
+unsafe impl AsBytes for abi::PfmPmd {}
+// SAFETY: See above.
+unsafe impl FromBytes for abi::PfmRegsArg {}
+// SAFETY: See above.
+unsafe impl AsBytes for abi::PfmRegsArg {}
+// SAFETY: See above.
+unsafe impl FromBytes for abi::PfmLoad {}
+// SAFETY: See above.
+unsafe impl FromBytes for abi::PfmCtxFlags {}
+// SAFETY: See above.
+unsafe impl AsBytes for abi::PfmCtxInfo {}
+// SAFETY: See above.
+unsafe impl AsBytes for abi::PfmInfo {}
+// SAFETY: See above.
+unsafe impl AsBytes for abi::PfmMsg {}
 
 /// Most threads attached at once, system-wide (the registry's slots). A
 /// LOAD beyond it fails with `ENOSPC`.
@@ -91,12 +123,22 @@ pub(crate) fn globals() -> &'static Globals {
 
 /// `THIS_MODULE`.
 pub(crate) fn this_module() -> *mut bindings::module {
-    THIS_MODULE.as_ptr()
+    // Only the address of the module's own `struct module` is taken.
+    core::ptr::addr_of_mut!(bindings::__this_module)
 }
+
+/// `/dev/perfmon`'s file operations, handed to the miscdevice.
+struct FileOps(bindings::file_operations);
+
+// SAFETY: A table of function pointers and the module pointer, never
+// written after `init`.
+unsafe impl Send for FileOps {}
+// SAFETY: See `Send`.
+unsafe impl Sync for FileOps {}
 
 struct PerfmonModule {
     globals: Pin<KBox<Globals>>,
-    fops: Pin<KBox<bindings::file_operations>>,
+    fops: Pin<KBox<FileOps>>,
 }
 
 impl kernel::Module for PerfmonModule {
@@ -121,7 +163,7 @@ impl kernel::Module for PerfmonModule {
         }
         // SAFETY: A format string without arguments; flags and limits are valid.
         let wq = unsafe {
-            bindings::alloc_workqueue(c_str!("perfmon_reap").as_char_ptr(), 0, 0)
+            bindings::alloc_workqueue(kernel::c_str!("perfmon_reap").as_char_ptr(), 0, 0)
         };
         if wq.is_null() {
             return Err(ENOMEM);
@@ -152,7 +194,7 @@ impl kernel::Module for PerfmonModule {
         unsafe { bindings::preempt_notifier_inc() };
 
         let mut fops = bindings::file_operations::default();
-        fops.owner = THIS_MODULE.as_ptr();
+        fops.owner = this_module();
         fops.open = Some(fop_open);
         fops.release = Some(fop_release);
         fops.unlocked_ioctl = Some(fop_ioctl);
@@ -161,7 +203,7 @@ impl kernel::Module for PerfmonModule {
         fops.poll = Some(fop_poll);
         fops.fasync = Some(fop_fasync);
         fops.llseek = Some(bindings::noop_llseek);
-        let fops = KBox::pin(fops, GFP_KERNEL)?;
+        let fops = KBox::pin(FileOps(fops), GFP_KERNEL)?;
 
         let this = PerfmonModule { globals, fops };
         // SAFETY: The sysfs show callbacks read `GLOBALS`, set above.
@@ -172,7 +214,7 @@ impl kernel::Module for PerfmonModule {
         }
         // SAFETY: `fops` is pinned in the module object and outlives the
         // device (deregistered in `drop` first).
-        let err = unsafe { rust::pfm_misc_register(&*this.fops) };
+        let err = unsafe { rust::pfm_misc_register(&this.fops.0) };
         if err != 0 {
             this.teardown(true);
             return Err(Error::from_errno(err));
@@ -238,7 +280,7 @@ unsafe extern "C" fn fop_release(_inode: *mut bindings::inode, file: *mut bindin
 
 unsafe extern "C" fn fop_read(
     file: *mut bindings::file,
-    buf: *mut core::ffi::c_char,
+    buf: *mut c_char,
     len: usize,
     _ppos: *mut bindings::loff_t,
 ) -> isize {
@@ -367,7 +409,7 @@ fn ioctl(ctx: &Arc<Context>, cmd: u32, arg: usize) -> Result {
 ///
 /// `buf` is a sysfs buffer of `PAGE_SIZE` bytes.
 #[no_mangle]
-unsafe extern "C" fn pfm_sysfs_show(attr: c_uint, buf: *mut core::ffi::c_char) -> isize {
+unsafe extern "C" fn pfm_sysfs_show(attr: c_uint, buf: *mut c_char) -> isize {
     let g = globals();
     let mut out = SysfsBuf { buf: buf.cast(), len: 0 };
     match attr {

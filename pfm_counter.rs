@@ -64,17 +64,24 @@ pub struct Advance {
 /// the value crosses 2^64 and then restarts from `reset` (the short or long
 /// reset value) plus what was counted past the crossing, so no event is lost
 /// and several periods elapsed within one `delta` count as several overflows.
+///
+/// Only 64-bit division is used: the kernel has no 128-bit division helpers.
 pub const fn advance(value: u64, delta: u64, reset: u64) -> Advance {
-    const WRAP: u128 = 1u128 << 64;
-    let sum = value as u128 + delta as u128;
-    if sum < WRAP {
-        return Advance { value: sum as u64, overflows: 0 };
+    let (sum, crossed) = value.overflowing_add(delta);
+    if !crossed {
+        return Advance { value: sum, overflows: 0 };
     }
-    let excess = sum - WRAP;
-    let period = WRAP - reset as u128;
+    // What was counted past 2^64.
+    let excess = sum;
+    // The period is 2^64 - reset; a reset of 0 means a period of 2^64,
+    // longer than any excess.
+    if reset == 0 {
+        return Advance { value: excess, overflows: 1 };
+    }
+    let period = reset.wrapping_neg();
     Advance {
-        value: (reset as u128 + excess % period) as u64,
-        overflows: 1 + (excess / period) as u64,
+        value: reset + excess % period,
+        overflows: 1 + excess / period,
     }
 }
 

@@ -22,7 +22,7 @@ use crate::pfm_ctxsw::{self, Attachment};
 use crate::pfm_state::{Op, State, StateError};
 use crate::pfm_x86::{soft_count, PmdState, SoftDeltas, MAX_COUNTERS};
 use crate::rust::{self as glue, new_irq_spinlock, IrqSpinLock};
-use crate::{globals, EBADFD};
+use crate::{ebadfd, globals};
 
 /// Messages a context queues before it masks (perfmon2's depth).
 pub(crate) const MSG_QUEUE_DEPTH: usize = 8;
@@ -267,7 +267,7 @@ unsafe impl Sync for Context {}
 /// Maps a state-table refusal to its errno.
 fn state_err(e: StateError) -> Error {
     match e {
-        StateError::BadState => EBADFD,
+        StateError::BadState => ebadfd(),
         StateError::Busy => EBUSY,
     }
 }
@@ -307,15 +307,8 @@ impl Context {
                 ),
                 // INVARIANT: initialised by `__init_waitqueue_head`.
                 waitq <- Opaque::ffi_init(|q: *mut bindings::wait_queue_head| {
-                    // SAFETY: `q` is valid for writes; the name and the class
-                    // key are static.
-                    unsafe {
-                        bindings::__init_waitqueue_head(
-                            q,
-                            c_str!("perfmon_waitq").as_char_ptr(),
-                            kernel::static_lock_class!().as_ptr(),
-                        )
-                    }
+                    // SAFETY: `q` is valid for writes.
+                    unsafe { glue::init_waitqueue_head(q) }
                 }),
                 // INVARIANT: an empty fasync list.
                 fasync: Opaque::new(core::ptr::null_mut()),
@@ -356,9 +349,9 @@ impl Context {
         let inner = self.inner.lock();
         let mut mask = 0;
         if !inner.msgs.is_empty() {
-            mask |= bindings::POLLIN | bindings::POLLRDNORM;
+            mask |= glue::POLLIN | glue::POLLRDNORM;
         } else if inner.exited {
-            mask |= bindings::POLLHUP;
+            mask |= glue::POLLHUP;
         }
         mask
     }

@@ -28,7 +28,7 @@ use kernel::workqueue::{self, impl_has_work, new_work, Work, WorkItem};
 use crate::pfm_ctx::Context;
 use crate::pfm_state::{Op, State};
 use crate::rust::{self as glue, IrqWork};
-use crate::{globals, EBADFD};
+use crate::{ebadfd, globals};
 
 /// The attachment's notifier is not registered and will not be.
 const REG_NONE: u8 = 0;
@@ -46,7 +46,7 @@ const REG_DONE: u8 = 2;
 ///   reference is held on behalf of the list.
 /// - `live` is cleared, never set again, once the context no longer wants
 ///   the thread (unload, close, exit); callbacks do nothing after that.
-#[pin_data]
+#[pin_data(PinnedDrop)]
 pub(crate) struct Attachment {
     #[pin]
     notifier: Opaque<bindings::preempt_notifier>,
@@ -213,8 +213,16 @@ impl WorkItem for Attachment {
     }
 }
 
-impl Drop for Attachment {
-    fn drop(&mut self) {
+// SAFETY: The raw kernel objects inside are used only as the comments at
+// their uses say (the notifier by its thread, the works by their queues);
+// the rest is atomics and `Sync` types.
+unsafe impl Send for Attachment {}
+// SAFETY: See `Send`.
+unsafe impl Sync for Attachment {}
+
+#[pinned_drop]
+impl PinnedDrop for Attachment {
+    fn drop(self: Pin<&mut Self>) {
         globals().attached.fetch_sub(1, Ordering::Relaxed);
         // SAFETY: `attach` took this reference with `try_module_get`.
         unsafe { bindings::module_put(crate::this_module()) };
@@ -233,7 +241,7 @@ macro_rules! attachment_of {
     };
 }
 
-unsafe extern "C" fn sched_in(notifier: *mut bindings::preempt_notifier, cpu: core::ffi::c_int) {
+unsafe extern "C" fn sched_in(notifier: *mut bindings::preempt_notifier, cpu: kernel::ffi::c_int) {
     // The notifier is embedded in a live attachment: the list holds a reference.
     let att = attachment_of!(notifier, notifier);
     if !att.live.load(Ordering::Relaxed) {
@@ -404,8 +412,8 @@ fn may_monitor(task: *mut bindings::task_struct) -> bool {
     // SAFETY: Drop the references taken above (`put_cred` is an inline
     // around this).
     unsafe {
-        put_cred(tcred);
-        put_cred(mycred);
+        glue::put_cred(tcred);
+        glue::put_cred(mycred);
     }
     if !same {
         return false;
@@ -418,26 +426,10 @@ fn may_monitor(task: *mut bindings::task_struct) -> bool {
         return false;
     }
     // SAFETY: `mm` is referenced; `flags` low bits are the dumpable mode.
-    let dumpable = unsafe { (*mm).__bindgen_anon_1.flags } & bindings::MMF_DUMPABLE_MASK as u64;
+    let dumpable = unsafe { (*mm).__bindgen_anon_1.flags } & bindings::MMF_DUMPABLE_MASK as usize;
     // SAFETY: Drops the `get_task_mm` reference.
     unsafe { bindings::mmput(mm) };
-    dumpable == bindings::SUID_DUMP_USER as u64
-}
-
-/// `put_cred()`.
-///
-/// # Safety
-///
-/// `cred` must be a referenced cred whose reference the caller gives up.
-unsafe fn put_cred(cred: *const bindings::cred) {
-    // SAFETY: `usage` is the cred's atomic refcount; the last put frees it
-    // through `__put_cred`, as the static inline `put_cred` does.
-    unsafe {
-        let c = cred as *mut bindings::cred;
-        if bindings::atomic_long_dec_and_test(&mut (*c).usage) {
-            bindings::__put_cred(c);
-        }
-    }
+    dumpable == bindings::SUID_DUMP_USER as usize
 }
 
 /// `PFM_IOC_LOAD`: attach `ctx` to thread `tid` (0: the caller).
@@ -495,7 +487,7 @@ pub(crate) fn attach(ctx: &Arc<Context>, tid: u32) -> Result {
             drop(inner);
             drop(reg);
             release(att);
-            return Err(if e == crate::pfm_state::StateError::Busy { EBUSY } else { EBADFD });
+            return Err(if e == crate::pfm_state::StateError::Busy { EBUSY } else { ebadfd() });
         }
         // The registry has a fixed number of slots (no allocation under the
         // lock): it is the documented limit of attached threads.
@@ -586,7 +578,7 @@ fn let_go(att: Arc<Attachment>) {
 /// `PFM_IOC_UNLOAD`.
 pub(crate) fn detach(ctx: &Arc<Context>) -> Result {
     let att = ctx.with_live(|inner, now| -> Result<Option<Arc<Attachment>>> {
-        let next = inner.state.next(Op::Unload).map_err(|_| EBADFD)?;
+        let next = inner.state.next(Op::Unload).map_err(|_| ebadfd())?;
         if inner.started {
             inner.time_enabled += now.saturating_sub(inner.enabled_start);
         }
@@ -645,7 +637,7 @@ pub(crate) fn run_on_cpu<R>(
         op: &'a mut dyn FnMut(&mut crate::pfm_ctx::CtxInner, u64) -> R,
         result: Option<R>,
     }
-    unsafe extern "C" fn trampoline<R>(info: *mut core::ffi::c_void) {
+    unsafe extern "C" fn trampoline<R>(info: *mut kernel::ffi::c_void) {
         // SAFETY: `info` is the `Call` below; the caller waits for us.
         let call = unsafe { &mut *(info as *mut Call<'_, R>) };
         let cpu = glue::this_cpu();
@@ -662,7 +654,7 @@ pub(crate) fn run_on_cpu<R>(
         bindings::smp_call_function_single(
             cpu,
             Some(trampoline::<R>),
-            &mut call as *mut Call<'_, R> as *mut core::ffi::c_void,
+            &mut call as *mut Call<'_, R> as *mut kernel::ffi::c_void,
             1,
         )
     };

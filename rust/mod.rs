@@ -6,7 +6,7 @@
 //! `irq_work`, `task_work`, IRQ-safe spinlocks) so they can be swapped for
 //! those when the module moves to a newer kernel.
 
-use core::ffi::{c_char, c_int, c_uint, c_ulong};
+use kernel::ffi::{c_char, c_int, c_uint, c_ulong};
 use kernel::bindings;
 use kernel::prelude::*;
 use kernel::sync::lock::{Backend, Lock};
@@ -15,6 +15,9 @@ use kernel::types::Opaque;
 mod ffi {
     use super::*;
 
+    // Kernel structures with zero-sized members (bindgen's empty structs) are
+    // only passed by pointer here, as `bindings` itself does.
+    #[allow(improper_ctypes)]
     extern "C" {
         pub(crate) fn pfm_param_pmu() -> *const c_char;
         pub(crate) fn pfm_param_soft_width() -> c_uint;
@@ -31,9 +34,8 @@ mod ffi {
             table: *mut bindings::poll_table_struct,
         );
         pub(crate) fn pfm_this_cpu() -> c_int;
-        pub(crate) fn pfm_user_ip(task: *mut bindings::task_struct) -> c_ulong;
-        pub(crate) fn pfm_preempt_disable();
-        pub(crate) fn pfm_preempt_enable();
+        pub(crate) fn pfm_put_cred(cred: *const bindings::cred);
+        pub(crate) fn pfm_init_waitqueue_head(q: *mut bindings::wait_queue_head);
 
         // Exported by the kernel, declared in headers 6.12's bindings do not include.
         pub(crate) fn task_work_add(
@@ -42,7 +44,6 @@ mod ffi {
             mode: c_int,
         ) -> c_int;
         pub(crate) fn irq_work_queue(work: *mut IrqWorkRaw) -> bool;
-        pub(crate) fn irq_work_sync(work: *mut IrqWorkRaw);
         pub(crate) fn local_clock() -> u64;
     }
 
@@ -52,6 +53,13 @@ mod ffi {
 }
 
 pub(crate) use ffi::{pfm_misc_deregister, pfm_misc_register, pfm_sysfs_register, pfm_sysfs_unregister};
+
+/// `POLLIN` (uapi `asm-generic/poll.h`).
+pub(crate) const POLLIN: u32 = 0x0001;
+/// `POLLRDNORM`.
+pub(crate) const POLLRDNORM: u32 = 0x0040;
+/// `POLLHUP`.
+pub(crate) const POLLHUP: u32 = 0x0010;
 
 /// `TWA_RESUME` of `enum task_work_notify_mode`: run at the next return to user mode.
 pub(crate) const TWA_RESUME: c_int = 1;
@@ -84,16 +92,6 @@ pub(crate) fn now_ns() -> u64 {
     unsafe { ffi::local_clock() }
 }
 
-/// The user-mode instruction pointer saved on `task`'s kernel stack.
-///
-/// # Safety
-///
-/// `task` must be a live user task (its stack is not freed).
-pub(crate) unsafe fn user_ip(task: *mut bindings::task_struct) -> u64 {
-    // SAFETY: The caller guarantees the task and its stack are live.
-    unsafe { ffi::pfm_user_ip(task) as u64 }
-}
-
 /// Registers a `poll_table` entry for `queue` (the static inline `poll_wait`).
 ///
 /// # Safety
@@ -106,6 +104,26 @@ pub(crate) unsafe fn poll_wait(
 ) {
     // SAFETY: Forwarded from the caller's guarantees.
     unsafe { ffi::pfm_poll_wait(file, queue, table) }
+}
+
+/// Initialises a wait queue head (the macro `init_waitqueue_head`).
+///
+/// # Safety
+///
+/// `q` must be valid for writes and not in use.
+pub(crate) unsafe fn init_waitqueue_head(q: *mut bindings::wait_queue_head) {
+    // SAFETY: Forwarded from the caller's guarantees.
+    unsafe { ffi::pfm_init_waitqueue_head(q) }
+}
+
+/// Drops a reference on a `cred` (the static inline `put_cred`).
+///
+/// # Safety
+///
+/// `cred` must be a referenced cred whose reference the caller gives up.
+pub(crate) unsafe fn put_cred(cred: *const bindings::cred) {
+    // SAFETY: Forwarded from the caller's guarantees.
+    unsafe { ffi::pfm_put_cred(cred) }
 }
 
 /// Queues a task_work on `task`.
@@ -207,11 +225,5 @@ impl IrqWork {
         // SAFETY: The work is initialised (type invariant); its owner keeps
         // it alive until `sync` has returned (see the users).
         unsafe { ffi::irq_work_queue(self.raw.get()) };
-    }
-
-    /// Waits until the work is neither pending nor running.
-    pub(crate) fn sync(&self) {
-        // SAFETY: The work is initialised (type invariant).
-        unsafe { ffi::irq_work_sync(self.raw.get()) }
     }
 }

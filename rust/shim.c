@@ -7,6 +7,7 @@
  * wrappers over these.
  */
 #include <linux/build_bug.h>
+#include <linux/cred.h>
 #include <linux/irq_work.h>
 #include <linux/kobject.h>
 #include <linux/miscdevice.h>
@@ -18,7 +19,8 @@
 #include <linux/smp.h>
 #include <linux/spinlock.h>
 #include <linux/sysfs.h>
-#include <uapi/linux/perfmon.h>
+#include "../include/uapi/linux/perfmon.h"
+#include "shim.h"
 
 /* The ABI sizes, pinned on the C side (the Rust mirror pins the same). */
 static_assert(sizeof(struct pfm_pmc) == 32);
@@ -58,7 +60,6 @@ int pfm_misc_register(const struct file_operations *fops)
 void pfm_misc_deregister(void) { misc_deregister(&pfm_miscdev); }
 
 /* /sys/kernel/perfmon: each attribute's show() is answered by Rust. */
-ssize_t pfm_sysfs_show(unsigned int attr, char *buf);
 #define PFM_ATTR(_name, _idx)							\
 	static ssize_t _name##_show(struct kobject *k, struct kobj_attribute *a,	\
 				    char *buf) { return pfm_sysfs_show(_idx, buf); }	\
@@ -99,6 +100,5 @@ void pfm_spin_unlock_irqrestore(spinlock_t *l, unsigned long f) { spin_unlock_ir
 void pfm_init_irq_work(struct irq_work *w, void (*fn)(struct irq_work *)) { init_irq_work(w, fn); }
 void pfm_poll_wait(struct file *f, wait_queue_head_t *q, poll_table *p) { poll_wait(f, q, p); }
 int pfm_this_cpu(void) { return raw_smp_processor_id(); }
-unsigned long pfm_user_ip(struct task_struct *t) { return instruction_pointer(task_pt_regs(t)); }
-void pfm_preempt_disable(void) { preempt_disable(); }
-void pfm_preempt_enable(void) { preempt_enable(); }
+void pfm_put_cred(const struct cred *c) { put_cred(c); }
+void pfm_init_waitqueue_head(wait_queue_head_t *q) { init_waitqueue_head(q); }

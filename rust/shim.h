@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The functions rust/shim.c exports to the Rust side of perfmon; their Rust
+ * declarations are in rust/mod.rs.
+ */
+#ifndef PFM_SHIM_H
+#define PFM_SHIM_H
+
+#include <linux/cred.h>
+#include <linux/fs.h>
+#include <linux/irq_work.h>
+#include <linux/poll.h>
+#include <linux/spinlock.h>
+#include <linux/wait.h>
+
+const char *pfm_param_pmu(void);
+unsigned int pfm_param_soft_width(void);
+int pfm_misc_register(const struct file_operations *fops);
+void pfm_misc_deregister(void);
+int pfm_sysfs_register(void);
+void pfm_sysfs_unregister(void);
+ssize_t pfm_sysfs_show(unsigned int attr, char *buf);	/* Rust */
+unsigned long pfm_spin_lock_irqsave(spinlock_t *l);
+void pfm_spin_unlock_irqrestore(spinlock_t *l, unsigned long f);
+void pfm_init_irq_work(struct irq_work *w, void (*fn)(struct irq_work *));
+void pfm_poll_wait(struct file *f, wait_queue_head_t *q, poll_table *p);
+int pfm_this_cpu(void);
+void pfm_put_cred(const struct cred *c);
+void pfm_init_waitqueue_head(wait_queue_head_t *q);
+
+#endif /* PFM_SHIM_H */
