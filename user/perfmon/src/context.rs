@@ -1,0 +1,577 @@
+//! A monitoring context: one open of `/dev/perfmon`.
+
+use std::fs::{File, OpenOptions};
+use std::io::Read;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use crate::abi::*;
+use crate::error::{Error, Op, Result};
+use crate::pmu::{Event, PmuInfo};
+use crate::sys;
+
+/// The default device path.
+pub const DEVICE: &str = "/dev/perfmon";
+
+/// The state of a context (`struct pfm_ctx_info.state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CtxState {
+    /// Not attached to a thread.
+    Unloaded,
+    /// Attached to a thread (counting once started).
+    Loaded,
+    /// Stopped by a notifying overflow until RESTART.
+    Masked,
+    /// The fd was closed while attached to another thread.
+    Zombie,
+    /// A value this library does not know.
+    Unknown(u32),
+}
+
+impl CtxState {
+    fn from_raw(v: u32) -> Self {
+        match v {
+            PFM_STATE_UNLOADED => CtxState::Unloaded,
+            PFM_STATE_LOADED => CtxState::Loaded,
+            PFM_STATE_MASKED => CtxState::Masked,
+            PFM_STATE_ZOMBIE => CtxState::Zombie,
+            other => CtxState::Unknown(other),
+        }
+    }
+
+    /// Lower-case name, as in the documentation.
+    pub fn name(self) -> &'static str {
+        match self {
+            CtxState::Unloaded => "unloaded",
+            CtxState::Loaded => "loaded",
+            CtxState::Masked => "masked",
+            CtxState::Zombie => "zombie",
+            CtxState::Unknown(_) => "unknown",
+        }
+    }
+}
+
+/// What `PFM_IOC_GET_STATE` says about a context.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct State {
+    /// The state machine's state.
+    pub state: CtxState,
+    /// The monitored thread, 0 if none.
+    pub tid: u32,
+    /// `PFM_CTXFL_*`.
+    pub flags: u32,
+    /// `PFM_CTXST_*`.
+    pub status: u32,
+    /// PMDs written so far (bit n: PMD n).
+    pub used_pmds: u64,
+}
+
+impl State {
+    /// START issued and no STOP since.
+    pub fn is_started(&self) -> bool {
+        self.status & PFM_CTXST_STARTED != 0
+    }
+
+    /// The target thread has installed the context.
+    pub fn is_active(&self) -> bool {
+        self.status & PFM_CTXST_ACTIVE != 0
+    }
+
+    /// The target thread exited.
+    pub fn has_exited(&self) -> bool {
+        self.status & PFM_CTXST_EXITED != 0
+    }
+}
+
+/// Counter values read from a context.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// One 64-bit value per programmed event, in programming order.
+    pub values: Vec<u64>,
+    /// Nanoseconds the context was loaded and started.
+    pub time_enabled: u64,
+    /// Nanoseconds the thread ran while started.
+    pub time_running: u64,
+}
+
+/// The kind of a message read from a context.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MessageKind {
+    /// A PMD with `PFM_REGFL_OVFL_NOTIFY` overflowed.
+    Overflow,
+    /// The monitored thread exited.
+    End,
+    /// A type this library does not know.
+    Unknown(u32),
+}
+
+/// A message (`struct pfm_msg`) read from a context.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Message {
+    /// What happened.
+    pub kind: MessageKind,
+    /// The monitored thread.
+    pub tid: u32,
+    /// The CPU where it happened.
+    pub cpu: u16,
+    /// Overflow: the user instruction pointer when interrupted.
+    pub ip: u64,
+    /// Overflow: the PMDs that overflowed (bit n: PMD n).
+    pub ovfl_pmds: u64,
+    /// Timestamp in ns (`local_clock()`).
+    pub tstamp: u64,
+}
+
+impl Message {
+    /// Decodes the 64 bytes of a `struct pfm_msg`.
+    pub fn from_bytes(b: &[u8; 64]) -> Self {
+        let u32_at = |o: usize| u32::from_ne_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        let u64_at = |o: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[o..o + 8]);
+            u64::from_ne_bytes(a)
+        };
+        let kind = match u32_at(0) {
+            PFM_MSG_OVFL => MessageKind::Overflow,
+            PFM_MSG_END => MessageKind::End,
+            other => MessageKind::Unknown(other),
+        };
+        Message {
+            kind,
+            tid: u32_at(4),
+            cpu: u16::from_ne_bytes([b[8], b[9]]),
+            ip: u64_at(16),
+            ovfl_pmds: u64_at(24),
+            tstamp: u64_at(32),
+        }
+    }
+}
+
+/// Readiness of a context's fd, from `poll`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Readiness {
+    /// A message can be read.
+    pub readable: bool,
+    /// The monitored thread exited and every message was read.
+    pub hangup: bool,
+    /// POLLERR.
+    pub error: bool,
+}
+
+impl Readiness {
+    pub(crate) fn from_revents(r: i16) -> Self {
+        Readiness {
+            readable: r & libc::POLLIN != 0,
+            hangup: r & libc::POLLHUP != 0,
+            error: r & libc::POLLERR != 0,
+        }
+    }
+}
+
+/// A monitoring context: an open file of `/dev/perfmon`, closed on drop.
+///
+/// The usual flow is [`Context::open`], [`Context::program`],
+/// [`Context::load`], [`Context::start`], then [`Context::read`],
+/// [`Context::stop`], [`Context::unload`].
+#[derive(Debug)]
+pub struct Context {
+    file: File,
+    info: OnceLock<PmuInfo>,
+    /// PMD numbers programmed by [`Context::program`], in event order.
+    pmds: Vec<u16>,
+}
+
+/// How long [`Context::wait_active`] sleeps between two looks.
+const ACTIVE_POLL: Duration = Duration::from_millis(1);
+
+impl Context {
+    /// Opens a new context on `/dev/perfmon`.
+    pub fn open() -> Result<Self> {
+        Self::open_path(DEVICE)
+    }
+
+    /// Opens a new context on the device at `path`.
+    pub fn open_path(path: &str) -> Result<Self> {
+        match OpenOptions::new().read(true).write(true).open(path) {
+            Ok(file) => Ok(Context { file, info: OnceLock::new(), pmds: Vec::new() }),
+            Err(e) => {
+                let errno = e.raw_os_error().unwrap_or(libc::EIO);
+                Err(match errno {
+                    libc::ENOENT | libc::ENODEV | libc::ENXIO => {
+                        Error::NotLoaded { path: path.to_string(), errno }
+                    }
+                    _ => Error::os(Op::Open, errno),
+                })
+            }
+        }
+    }
+
+    /// The PMU model (`PFM_IOC_GET_INFO`, asked once and remembered).
+    /// Fails with [`Error::AbiMismatch`] if the module speaks another ABI.
+    pub fn info(&self) -> Result<&PmuInfo> {
+        if let Some(info) = self.info.get() {
+            return Ok(info);
+        }
+        let raw = self.raw_info()?;
+        if raw.abi_version != PFM_ABI_VERSION {
+            return Err(Error::AbiMismatch { kernel: raw.abi_version, library: PFM_ABI_VERSION });
+        }
+        Ok(self.info.get_or_init(|| PmuInfo::from_raw(&raw)))
+    }
+
+    /// The raw `struct pfm_info`, without any check.
+    pub fn raw_info(&self) -> Result<PfmInfo> {
+        let mut raw = PfmInfo::default();
+        sys::ioctl_arg(self.fd(), PFM_IOC_GET_INFO, &mut raw)
+            .map_err(|e| Error::os(Op::GetInfo, e))?;
+        Ok(raw)
+    }
+
+    /// Writes PMCs (`PFM_IOC_WRITE_PMCS`). All or nothing: on a bad element
+    /// the error is [`Error::BadRegister`] and each element's `reg_flags`
+    /// holds its `PFM_REG_RETFL_*` bits.
+    pub fn write_pmcs(&self, regs: &mut [PfmPmc]) -> Result<()> {
+        let mut arg = PfmRegsArg::default();
+        let res = sys::ioctl_regs(self.fd(), PFM_IOC_WRITE_PMCS, regs, &mut arg);
+        regs_result(Op::WritePmcs, res, &arg, |i| regs.get(i).map(|r| (r.reg_num, r.reg_flags)))
+    }
+
+    /// Writes PMDs (`PFM_IOC_WRITE_PMDS`), all or nothing.
+    pub fn write_pmds(&self, regs: &mut [PfmPmd]) -> Result<()> {
+        let mut arg = PfmRegsArg::default();
+        let res = sys::ioctl_regs(self.fd(), PFM_IOC_WRITE_PMDS, regs, &mut arg);
+        regs_result(Op::WritePmds, res, &arg, |i| regs.get(i).map(|r| (r.reg_num, r.reg_flags)))
+    }
+
+    /// Reads PMDs (`PFM_IOC_READ_PMDS`) into `regs` (their `reg_num` say
+    /// which); returns (time_enabled, time_running) in ns.
+    pub fn read_pmds(&self, regs: &mut [PfmPmd]) -> Result<(u64, u64)> {
+        let mut arg = PfmRegsArg::default();
+        let res = sys::ioctl_regs(self.fd(), PFM_IOC_READ_PMDS, regs, &mut arg);
+        regs_result(Op::ReadPmds, res, &arg, |i| regs.get(i).map(|r| (r.reg_num, r.reg_flags)))?;
+        Ok((arg.time_enabled, arg.time_running))
+    }
+
+    /// Programs `events` on the first counters of the model (event i on the
+    /// i-th counter: PMC n selects it, PMD n starts at 0) and remembers them
+    /// for [`Context::read`].
+    pub fn program(&mut self, events: &[Event]) -> Result<()> {
+        let counters = self.info()?.counters();
+        if events.is_empty() {
+            return Err(Error::Usage("no event to program".to_string()));
+        }
+        if events.len() > counters.len() {
+            return Err(Error::TooManyEvents { requested: events.len(), counters: counters.len() });
+        }
+        let nums = &counters[..events.len()];
+        let mut pmcs: Vec<PfmPmc> = nums
+            .iter()
+            .zip(events)
+            .map(|(&n, e)| PfmPmc { reg_num: n, reg_value: e.code, ..Default::default() })
+            .collect();
+        self.write_pmcs(&mut pmcs)?;
+        let mut pmds: Vec<PfmPmd> =
+            nums.iter().map(|&n| PfmPmd { reg_num: n, ..Default::default() }).collect();
+        self.write_pmds(&mut pmds)?;
+        self.pmds = nums.to_vec();
+        Ok(())
+    }
+
+    /// The PMD numbers programmed by [`Context::program`], in event order.
+    pub fn programmed(&self) -> &[u16] {
+        &self.pmds
+    }
+
+    /// Reads the programmed counters (see [`Context::program`]).
+    pub fn read(&self) -> Result<Counts> {
+        if self.pmds.is_empty() {
+            return Err(Error::Usage("no counter programmed".to_string()));
+        }
+        let mut regs: Vec<PfmPmd> =
+            self.pmds.iter().map(|&n| PfmPmd { reg_num: n, ..Default::default() }).collect();
+        let (time_enabled, time_running) = self.read_pmds(&mut regs)?;
+        Ok(Counts { values: regs.iter().map(|r| r.reg_value).collect(), time_enabled, time_running })
+    }
+
+    /// Attaches the context to thread `tid` (`PFM_IOC_LOAD`; 0 = the calling
+    /// thread). For another thread this returns at once: the thread
+    /// installs the context when it next returns to user mode (see
+    /// [`Context::wait_active`]).
+    pub fn load(&self, tid: u32) -> Result<()> {
+        let mut arg = PfmLoad { tid, ..Default::default() };
+        sys::ioctl_arg(self.fd(), PFM_IOC_LOAD, &mut arg)
+            .map_err(|e| Error::os_tid(Op::Load, e, tid))?;
+        Ok(())
+    }
+
+    /// Detaches the context (`PFM_IOC_UNLOAD`).
+    pub fn unload(&self) -> Result<()> {
+        self.simple(PFM_IOC_UNLOAD, Op::Unload)
+    }
+
+    /// Starts counting (`PFM_IOC_START`).
+    pub fn start(&self) -> Result<()> {
+        self.simple(PFM_IOC_START, Op::Start)
+    }
+
+    /// Stops counting (`PFM_IOC_STOP`).
+    pub fn stop(&self) -> Result<()> {
+        self.simple(PFM_IOC_STOP, Op::Stop)
+    }
+
+    /// Resumes after a notifying overflow (`PFM_IOC_RESTART`).
+    pub fn restart(&self) -> Result<()> {
+        self.simple(PFM_IOC_RESTART, Op::Restart)
+    }
+
+    fn simple(&self, request: u32, op: Op) -> Result<()> {
+        sys::ioctl_none(self.fd(), request).map_err(|e| Error::os(op, e))?;
+        Ok(())
+    }
+
+    /// Sets the context flags (`PFM_IOC_SET_FLAGS`, `PFM_CTXFL_*`).
+    pub fn set_flags(&self, flags: u32) -> Result<()> {
+        let mut arg = PfmCtxFlags { flags, ..Default::default() };
+        sys::ioctl_arg(self.fd(), PFM_IOC_SET_FLAGS, &mut arg)
+            .map_err(|e| Error::os(Op::SetFlags, e))?;
+        Ok(())
+    }
+
+    /// The context's state (`PFM_IOC_GET_STATE`).
+    pub fn state(&self) -> Result<State> {
+        let mut raw = PfmCtxInfo::default();
+        sys::ioctl_arg(self.fd(), PFM_IOC_GET_STATE, &mut raw)
+            .map_err(|e| Error::os(Op::GetState, e))?;
+        Ok(State {
+            state: CtxState::from_raw(raw.state),
+            tid: raw.tid,
+            flags: raw.flags,
+            status: raw.status,
+            used_pmds: raw.used_pmds,
+        })
+    }
+
+    /// Waits until the target thread has installed the context (or has
+    /// exited), looking every millisecond, for at most `timeout`.
+    pub fn wait_active(&self, timeout: Duration) -> Result<State> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let st = self.state()?;
+            if st.is_active() || st.has_exited() {
+                return Ok(st);
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout {
+                    op: Op::Load,
+                    what: format!(
+                        "thread {} to install the context ({} ms)",
+                        st.tid,
+                        timeout.as_millis()
+                    ),
+                });
+            }
+            std::thread::sleep(ACTIVE_POLL);
+        }
+    }
+
+    /// Sets or clears `O_NONBLOCK`, which [`Context::messages`] honours.
+    pub fn set_nonblocking(&self, on: bool) -> Result<()> {
+        sys::set_nonblocking(self.fd(), on).map_err(|e| Error::os(Op::Fcntl, e))
+    }
+
+    /// Waits up to `timeout` (`None`: forever) for a message or a hangup.
+    /// EINTR is reported as an error of kind `Interrupted`.
+    pub fn poll(&self, timeout: Option<Duration>) -> Result<Readiness> {
+        let revents =
+            sys::poll(&[(self.fd(), libc::POLLIN)], timeout).map_err(|e| Error::os(Op::Poll, e))?;
+        Ok(Readiness::from_revents(revents.first().copied().unwrap_or(0)))
+    }
+
+    /// Reads one message. `Ok(None)` at end of file (the thread exited and
+    /// every message was read) or, on a non-blocking context, when none is
+    /// queued. On a blocking context it waits for one.
+    pub fn read_message(&self) -> Result<Option<Message>> {
+        let mut buf = [0u8; 64];
+        loop {
+            match (&self.file).read(&mut buf) {
+                Ok(0) => return Ok(None),
+                Ok(64) => return Ok(Some(Message::from_bytes(&buf))),
+                Ok(n) => return Err(Error::ShortMessage { len: n }),
+                Err(e) => match e.raw_os_error() {
+                    Some(libc::EINTR) => continue,
+                    Some(libc::EAGAIN) => return Ok(None),
+                    Some(errno) => return Err(Error::os(Op::ReadMessage, errno)),
+                    None => return Err(Error::os(Op::ReadMessage, libc::EIO)),
+                },
+            }
+        }
+    }
+
+    /// Waits up to `timeout` for a message and reads it; `Ok(None)` on
+    /// timeout or end of file.
+    pub fn next_message(&self, timeout: Option<Duration>) -> Result<Option<Message>> {
+        let ready = self.poll(timeout)?;
+        if !ready.readable {
+            return Ok(None);
+        }
+        let was_nonblocking =
+            sys::is_nonblocking(self.fd()).map_err(|e| Error::os(Op::Fcntl, e))?;
+        self.set_nonblocking(true)?;
+        let msg = self.read_message();
+        self.set_nonblocking(was_nonblocking)?;
+        msg
+    }
+
+    /// An iterator over the messages of this context. On a blocking context
+    /// each step waits for the next message and the iteration ends at end of
+    /// file; on a non-blocking one it ends when the queue is empty.
+    pub fn messages(&self) -> Messages<'_> {
+        Messages { ctx: self, done: false }
+    }
+
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+}
+
+/// Maps the result of a register array call to this crate's errors.
+fn regs_result(
+    op: Op,
+    res: std::result::Result<i32, i32>,
+    arg: &PfmRegsArg,
+    elem: impl Fn(usize) -> Option<(u16, u32)>,
+) -> Result<()> {
+    match res {
+        Ok(_) => Ok(()),
+        Err(libc::EINVAL) => {
+            let index = arg.done as usize;
+            match elem(index) {
+                Some((reg_num, flags)) if flags & PFM_REG_RETFL_MASK != 0 => {
+                    Err(Error::BadRegister { op, index, reg_num, flags })
+                }
+                _ => Err(Error::os(op, libc::EINVAL)),
+            }
+        }
+        Err(e) => Err(Error::os(op, e)),
+    }
+}
+
+impl AsFd for Context {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+}
+
+impl AsRawFd for Context {
+    fn as_raw_fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+}
+
+/// Iterator over a context's messages; see [`Context::messages`].
+#[derive(Debug)]
+pub struct Messages<'a> {
+    ctx: &'a Context,
+    done: bool,
+}
+
+impl Iterator for Messages<'_> {
+    type Item = Result<Message>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        match self.ctx.read_message() {
+            Ok(Some(m)) => Some(Ok(m)),
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_messages() {
+        let mut b = [0u8; 64];
+        b[0..4].copy_from_slice(&PFM_MSG_END.to_ne_bytes());
+        b[4..8].copy_from_slice(&1234u32.to_ne_bytes());
+        b[8..10].copy_from_slice(&1u16.to_ne_bytes());
+        b[16..24].copy_from_slice(&0xdead_beefu64.to_ne_bytes());
+        b[24..32].copy_from_slice(&0b101u64.to_ne_bytes());
+        b[32..40].copy_from_slice(&99u64.to_ne_bytes());
+        let m = Message::from_bytes(&b);
+        assert_eq!(
+            m,
+            Message {
+                kind: MessageKind::End,
+                tid: 1234,
+                cpu: 1,
+                ip: 0xdead_beef,
+                ovfl_pmds: 0b101,
+                tstamp: 99
+            }
+        );
+        // The offsets used above are those of struct pfm_msg.
+        assert_eq!(std::mem::offset_of!(PfmMsg, tid), 4);
+        assert_eq!(std::mem::offset_of!(PfmMsg, cpu), 8);
+        assert_eq!(std::mem::offset_of!(PfmMsg, ip), 16);
+        assert_eq!(std::mem::offset_of!(PfmMsg, ovfl_pmds), 24);
+        assert_eq!(std::mem::offset_of!(PfmMsg, tstamp), 32);
+    }
+
+    #[test]
+    fn states_decode() {
+        assert_eq!(CtxState::from_raw(PFM_STATE_LOADED), CtxState::Loaded);
+        assert_eq!(CtxState::from_raw(77), CtxState::Unknown(77));
+        let st = State {
+            state: CtxState::Loaded,
+            tid: 1,
+            flags: 0,
+            status: PFM_CTXST_ACTIVE | PFM_CTXST_STARTED,
+            used_pmds: 0,
+        };
+        assert!(st.is_active() && st.is_started() && !st.has_exited());
+    }
+
+    #[test]
+    fn missing_device_says_module_not_loaded() {
+        let err = Context::open_path("/nonexistent/perfmon").unwrap_err();
+        assert!(matches!(err, Error::NotLoaded { .. }), "{err:?}");
+        assert!(err.to_string().starts_with("perfmon module not loaded"));
+    }
+
+    #[test]
+    fn bad_register_maps_retflags() {
+        let arg = PfmRegsArg { done: 1, ..Default::default() };
+        let elems = [(0u16, 0u32), (7, PFM_REG_RETFL_NOTAVAIL)];
+        let err = regs_result(Op::WritePmcs, Err(libc::EINVAL), &arg, |i| elems.get(i).copied())
+            .unwrap_err();
+        assert_eq!(
+            err,
+            Error::BadRegister {
+                op: Op::WritePmcs,
+                index: 1,
+                reg_num: 7,
+                flags: PFM_REG_RETFL_NOTAVAIL
+            }
+        );
+        // EINVAL without per-element flags (e.g. a reserved field of the
+        // argument itself) stays a plain EINVAL.
+        let err = regs_result(Op::WritePmcs, Err(libc::EINVAL), &PfmRegsArg::default(), |i| {
+            [(0u16, 0u32)].get(i).copied()
+        })
+        .unwrap_err();
+        assert_eq!(err, Error::os(Op::WritePmcs, libc::EINVAL));
+    }
+}

@@ -1,0 +1,267 @@
+//! A tiny perf_event_open(2) wrapper for the kernel's software events, per
+//! thread. perfmon's soft PMU model counts the same things, so perf is the
+//! oracle the guest tests and `pfm stat --perf` compare against.
+
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::{AsFd, BorrowedFd};
+
+use crate::error::{Error, Op, Result};
+use crate::sys::{self, PerfEventAttr};
+
+const PERF_TYPE_SOFTWARE: u32 = 1;
+const PERF_FORMAT_TOTAL_TIME_ENABLED: u64 = 1 << 0;
+const PERF_FORMAT_TOTAL_TIME_RUNNING: u64 = 1 << 1;
+const ATTR_DISABLED: u64 = 1 << 0;
+/// `_IO('$', 0)`, `_IO('$', 1)`, `_IO('$', 3)`.
+const PERF_EVENT_IOC_ENABLE: u64 = 0x2400;
+const PERF_EVENT_IOC_DISABLE: u64 = 0x2401;
+const PERF_EVENT_IOC_RESET: u64 = 0x2403;
+const PERF_IOC_FLAG_GROUP: u64 = 1;
+
+/// A software event of perf_events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SoftwareEvent {
+    /// `PERF_COUNT_SW_CPU_CLOCK` (ns).
+    CpuClock,
+    /// `PERF_COUNT_SW_TASK_CLOCK` (ns).
+    TaskClock,
+    /// `PERF_COUNT_SW_PAGE_FAULTS`.
+    PageFaults,
+    /// `PERF_COUNT_SW_CONTEXT_SWITCHES`.
+    ContextSwitches,
+    /// `PERF_COUNT_SW_CPU_MIGRATIONS`.
+    CpuMigrations,
+}
+
+impl SoftwareEvent {
+    fn config(self) -> u64 {
+        match self {
+            SoftwareEvent::CpuClock => 0,
+            SoftwareEvent::TaskClock => 1,
+            SoftwareEvent::PageFaults => 2,
+            SoftwareEvent::ContextSwitches => 3,
+            SoftwareEvent::CpuMigrations => 4,
+        }
+    }
+
+    /// perf's name for the event.
+    pub fn name(self) -> &'static str {
+        match self {
+            SoftwareEvent::CpuClock => "cpu-clock",
+            SoftwareEvent::TaskClock => "task-clock",
+            SoftwareEvent::PageFaults => "page-faults",
+            SoftwareEvent::ContextSwitches => "context-switches",
+            SoftwareEvent::CpuMigrations => "cpu-migrations",
+        }
+    }
+
+    /// The event called `name` by perf (the same names as perfmon's soft
+    /// model), if any.
+    pub fn from_name(name: &str) -> Option<Self> {
+        [
+            SoftwareEvent::CpuClock,
+            SoftwareEvent::TaskClock,
+            SoftwareEvent::PageFaults,
+            SoftwareEvent::ContextSwitches,
+            SoftwareEvent::CpuMigrations,
+        ]
+        .into_iter()
+        .find(|e| e.name() == name)
+    }
+}
+
+/// A value read from a perf counter.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PerfValue {
+    /// The count.
+    pub value: u64,
+    /// ns the event was enabled.
+    pub time_enabled: u64,
+    /// ns the event was counting.
+    pub time_running: u64,
+}
+
+/// One perf software counter for one thread, created disabled.
+#[derive(Debug)]
+pub struct PerfCounter {
+    file: File,
+    event: SoftwareEvent,
+    tid: u32,
+}
+
+fn attr(event: SoftwareEvent, disabled: bool) -> PerfEventAttr {
+    PerfEventAttr {
+        type_: PERF_TYPE_SOFTWARE,
+        size: std::mem::size_of::<PerfEventAttr>() as u32,
+        config: event.config(),
+        read_format: PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING,
+        flags: if disabled { ATTR_DISABLED } else { 0 },
+        ..Default::default()
+    }
+}
+
+impl PerfCounter {
+    /// Opens a disabled counter of `event` for thread `tid` (0 = the caller)
+    /// on any CPU, user and kernel (context switches happen in the kernel).
+    pub fn open(event: SoftwareEvent, tid: u32) -> Result<Self> {
+        Self::open_in(event, tid, None, true)
+    }
+
+    fn open_in(
+        event: SoftwareEvent,
+        tid: u32,
+        group: Option<BorrowedFd<'_>>,
+        disabled: bool,
+    ) -> Result<Self> {
+        let pid = i32::try_from(tid).map_err(|_| Error::os_tid(Op::PerfEventOpen, libc::ESRCH, tid))?;
+        let fd = sys::perf_event_open(&attr(event, disabled), pid, group)
+            .map_err(|e| Error::os_tid(Op::PerfEventOpen, e, tid))?;
+        Ok(PerfCounter { file: File::from(fd), event, tid })
+    }
+
+    /// The event counted.
+    pub fn event(&self) -> SoftwareEvent {
+        self.event
+    }
+
+    /// The thread counted (0 = the thread that opened it).
+    pub fn tid(&self) -> u32 {
+        self.tid
+    }
+
+    /// Starts counting.
+    pub fn enable(&self) -> Result<()> {
+        self.ioctl(PERF_EVENT_IOC_ENABLE, 0)
+    }
+
+    /// Stops counting.
+    pub fn disable(&self) -> Result<()> {
+        self.ioctl(PERF_EVENT_IOC_DISABLE, 0)
+    }
+
+    /// Sets the count to zero.
+    pub fn reset(&self) -> Result<()> {
+        self.ioctl(PERF_EVENT_IOC_RESET, 0)
+    }
+
+    fn ioctl(&self, request: u64, flag: u64) -> Result<()> {
+        sys::perf_ioctl(self.file.as_fd(), request, flag).map_err(|e| Error::os(Op::PerfIoctl, e))
+    }
+
+    /// Reads the count and its enabled/running times.
+    pub fn read(&self) -> Result<PerfValue> {
+        let mut buf = [0u8; 24];
+        let n = loop {
+            match (&self.file).read(&mut buf) {
+                Ok(n) => break n,
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(e) => return Err(Error::os(Op::PerfRead, e.raw_os_error().unwrap_or(libc::EIO))),
+            }
+        };
+        if n != buf.len() {
+            return Err(Error::os(Op::PerfRead, libc::EIO));
+        }
+        let word = |i: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&buf[i * 8..i * 8 + 8]);
+            u64::from_ne_bytes(a)
+        };
+        Ok(PerfValue { value: word(0), time_enabled: word(1), time_running: word(2) })
+    }
+}
+
+/// Several software counters of one thread in one perf group, so that they
+/// are enabled and disabled by a single ioctl, at the same instant.
+#[derive(Debug)]
+pub struct PerfGroup {
+    counters: Vec<PerfCounter>,
+}
+
+impl PerfGroup {
+    /// Opens `events` for thread `tid` (0 = the caller), disabled.
+    pub fn open(events: &[SoftwareEvent], tid: u32) -> Result<Self> {
+        let mut counters: Vec<PerfCounter> = Vec::with_capacity(events.len());
+        for (i, &ev) in events.iter().enumerate() {
+            let c = match counters.first() {
+                // The leader is created disabled; members follow it.
+                None => PerfCounter::open_in(ev, tid, None, true)?,
+                Some(leader) => PerfCounter::open_in(ev, tid, Some(leader.file.as_fd()), false)?,
+            };
+            debug_assert_eq!(counters.len(), i);
+            counters.push(c);
+        }
+        if counters.is_empty() {
+            return Err(Error::Usage("empty perf group".to_string()));
+        }
+        Ok(PerfGroup { counters })
+    }
+
+    fn leader(&self) -> &PerfCounter {
+        &self.counters[0]
+    }
+
+    /// Starts every counter of the group at once.
+    pub fn enable(&self) -> Result<()> {
+        self.leader().ioctl(PERF_EVENT_IOC_ENABLE, PERF_IOC_FLAG_GROUP)
+    }
+
+    /// Stops every counter of the group at once.
+    pub fn disable(&self) -> Result<()> {
+        self.leader().ioctl(PERF_EVENT_IOC_DISABLE, PERF_IOC_FLAG_GROUP)
+    }
+
+    /// Resets every counter of the group.
+    pub fn reset(&self) -> Result<()> {
+        self.leader().ioctl(PERF_EVENT_IOC_RESET, PERF_IOC_FLAG_GROUP)
+    }
+
+    /// Reads every counter, in the order of the events given to `open`.
+    pub fn read(&self) -> Result<Vec<PerfValue>> {
+        self.counters.iter().map(PerfCounter::read).collect()
+    }
+
+    /// The counters of the group.
+    pub fn counters(&self) -> &[PerfCounter] {
+        &self.counters
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn perf_ioctl_numbers() {
+        // _IO('$', n) = ('$' << 8) | n with no size and no direction.
+        assert_eq!(PERF_EVENT_IOC_ENABLE, (b'$' as u64) << 8);
+        assert_eq!(PERF_EVENT_IOC_DISABLE, ((b'$' as u64) << 8) | 1);
+        assert_eq!(PERF_EVENT_IOC_RESET, ((b'$' as u64) << 8) | 3);
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for name in ["task-clock", "context-switches", "cpu-migrations"] {
+            assert_eq!(SoftwareEvent::from_name(name).map(|e| e.name()), Some(name));
+        }
+        assert_eq!(SoftwareEvent::from_name("cycles"), None);
+    }
+
+    /// Uses perf on the build machine when it allows it; says so otherwise.
+    #[test]
+    fn counts_own_task_clock_when_perf_is_available() {
+        let group = match PerfGroup::open(&[SoftwareEvent::TaskClock], 0) {
+            Ok(g) => g,
+            Err(e) => {
+                eprintln!("perf_event_open unavailable here, not checked: {e}");
+                return;
+            }
+        };
+        group.enable().unwrap();
+        let t = std::time::Instant::now();
+        while t.elapsed() < std::time::Duration::from_millis(5) {}
+        group.disable().unwrap();
+        let v = group.read().unwrap();
+        assert!(v[0].value > 1_000_000, "{v:?}");
+    }
+}
