@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The kernel module's pure files, compiled on the host so that `cargo test`
+//! runs their `#[cfg(test)]` modules and the simulator tests in `tests/`.
+//!
+//! The module tree mirrors the kernel crate's: `abi`, `pfm_state` and
+//! `pfm_counter` at the root, the hardware models under `pfm_x86`, so the
+//! files' `crate::` and `super::` paths mean the same thing in both.
+
+// `core` only, as in the kernel; the tests link std.
+#![cfg_attr(not(test), no_std)]
+
+#[path = "../../include/uapi/linux/perfmon.rs"]
+pub mod abi;
+
+#[path = "../../pfm_state.rs"]
+pub mod pfm_state;
+
+#[path = "../../pfm_counter.rs"]
+pub mod pfm_counter;
+
+/// The x86 hardware PMU models (the kernel-free part of `pfm_x86.rs`).
+#[path = "../../pfm_x86"]
+pub mod pfm_x86 {
+    pub mod amd64;
+    pub mod intel_arch;
+    pub mod model;
+}
