@@ -8,7 +8,12 @@
  */
 #include <linux/build_bug.h>
 #include <linux/cred.h>
+#include <linux/irq.h>
 #include <linux/irq_work.h>
+#include <linux/irqdomain.h>
+#include <asm/apic.h>
+#include <asm/hw_irq.h>
+#include <asm/irqdomain.h>
 #include <linux/kobject.h>
 #include <linux/miscdevice.h>
 #include <linux/moduleparam.h>
@@ -102,3 +107,15 @@ void pfm_poll_wait(struct file *f, wait_queue_head_t *q, poll_table *p) { poll_w
 int pfm_this_cpu(void) { return raw_smp_processor_id(); }
 void pfm_put_cred(const struct cred *c) { put_cred(c); }
 void pfm_init_waitqueue_head(wait_queue_head_t *q) { init_waitqueue_head(q); }
+
+/*
+ * The overflow vector (pfm_intr.rs): struct irq_alloc_info, the x86 vector
+ * domain, irqd_cfg() and the apic driver are not reachable from bindings.
+ */
+int pfm_irq_alloc_on_cpu(unsigned int cpu) { struct irq_alloc_info info = { .mask = cpumask_of(cpu) }; return irq_domain_alloc_irqs(x86_vector_domain, 1, cpu_to_node(cpu), &info); }
+void pfm_irq_set_edge_handler(unsigned int irq) { irq_set_handler(irq, handle_edge_irq); }
+unsigned int pfm_irq_vector(unsigned int irq) { return irqd_cfg(irq_get_irq_data(irq))->vector; }
+void pfm_irq_dispose(unsigned int irq) { irq_dispose_mapping(irq); }
+u32 pfm_apic_read_lvtpc(void) { return apic->read(APIC_LVTPC); }
+void pfm_apic_write_lvtpc(u32 v) { apic->write(APIC_LVTPC, v); }
+void pfm_send_ipi_self(unsigned int vector) { __apic_send_IPI_self(vector); }

@@ -27,5 +27,12 @@ void pfm_poll_wait(struct file *f, wait_queue_head_t *q, poll_table *p);
 int pfm_this_cpu(void);
 void pfm_put_cred(const struct cred *c);
 void pfm_init_waitqueue_head(wait_queue_head_t *q);
+int pfm_irq_alloc_on_cpu(unsigned int cpu);
+void pfm_irq_set_edge_handler(unsigned int irq);
+unsigned int pfm_irq_vector(unsigned int irq);
+void pfm_irq_dispose(unsigned int irq);
+u32 pfm_apic_read_lvtpc(void);
+void pfm_apic_write_lvtpc(u32 v);
+void pfm_send_ipi_self(unsigned int vector);
 
 #endif /* PFM_SHIM_H */
