@@ -225,6 +225,41 @@ impl IntelArch {
         })
     }
 
+    /// What two CPUs have in common, `None` if their counter widths differ.
+    ///
+    /// Hybrid parts may report different counters per core type; a thread
+    /// migrates between CPUs, so the kernel side probes every CPU and folds
+    /// the results with this. Differing widths are refused rather than
+    /// narrowed: a counter wider than the armed width would wrap late.
+    pub const fn common(&self, other: &IntelArch) -> Option<IntelArch> {
+        let num_gp = if self.num_gp < other.num_gp {
+            self.num_gp
+        } else {
+            other.num_gp
+        };
+        let fixed_mask = self.fixed_mask & other.fixed_mask;
+        if (num_gp > 0 && self.gp_width != other.gp_width)
+            || (fixed_mask != 0 && self.fixed_width != other.fixed_width)
+            || (num_gp == 0 && fixed_mask == 0)
+        {
+            return None;
+        }
+        Some(IntelArch {
+            version: if self.version < other.version {
+                self.version
+            } else {
+                other.version
+            },
+            num_gp,
+            gp_width: if num_gp > 0 { self.gp_width } else { 0 },
+            fixed_mask,
+            fixed_width: if fixed_mask != 0 { self.fixed_width } else { 0 },
+            fw_write: self.fw_write && other.fw_write,
+            any_thread: self.any_thread && other.any_thread,
+            events_avail: self.events_avail & other.events_avail,
+        })
+    }
+
     /// The architectural perfmon version (CPUID.0AH:EAX[7:0]).
     pub const fn version(&self) -> u32 {
         self.version
@@ -598,22 +633,5 @@ mod tests {
             p.validate_pmc(0, 0x4300c0, Policy { allow_kernel: true }),
             Ok(0x0300c0)
         );
-    }
-
-    #[test]
-    fn widths() {
-        let v1 = IntelArch::probe(leaf(1, 2, 40, 7, 0, 0, 0), 0).unwrap();
-        assert_eq!(
-            v1.pmd_desc(0).map(|d| (d.width, d.hw_width)),
-            Some((31, 40))
-        );
-        let v1fw = IntelArch::probe(leaf(1, 2, 40, 7, 0, 0, 0), PERF_CAP_FW_WRITE).unwrap();
-        assert_eq!(
-            v1fw.pmd_desc(0).map(|d| (d.width, d.hw_width)),
-            Some((39, 40))
-        );
-        let v4 = IntelArch::probe(leaf(4, 8, 48, 7, 0, 0, 3 | 48 << 5), PERF_CAP_FW_WRITE).unwrap();
-        assert_eq!(v4.pmd_desc(7).map(|d| (d.width, d.msr)), Some((47, 0x4c8)));
-        assert_eq!(v4.counter_width(), 47);
     }
 }

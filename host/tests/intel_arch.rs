@@ -765,3 +765,54 @@ fn describe_fills_get_info() {
     assert_eq!(info.events[0].code, 0x100c0);
     assert_eq!(info.events[6].code, 0);
 }
+
+#[test]
+fn hybrid_cpus_fold_to_what_they_share() {
+    // A P-core-like and an E-core-like view of the same part.
+    let p = model(&IntelCfg {
+        fixed_bitmap: 0b1111,
+        ..IntelCfg::v(5, 8, 48, 4, 48, true)
+    });
+    let e = model(&IntelCfg {
+        unavailable: 0b1000_0000,
+        ..IntelCfg::v(5, 6, 48, 3, 48, true)
+    });
+    let c = p.common(&e).unwrap();
+    assert_eq!(c, e.common(&p).unwrap());
+    assert_eq!((c.num_gp(), c.fixed_mask(), c.version()), (6, 0b111, 5));
+    assert_eq!(c.events_available(), e.events_available());
+    assert_eq!(c.common(&c), Some(c));
+    // Full-width writes and any-thread only if both have them.
+    let old = model(&IntelCfg::v(3, 4, 48, 3, 48, false));
+    let c = p.common(&old).unwrap();
+    assert!(!c.full_width_writes() && c.has_any_thread() && c.version() == 3);
+    assert_eq!(c.pmd_desc(0).map(|d| (d.msr, d.width)), Some((0xc1, 31)));
+    // Different widths: no common model.
+    assert_eq!(p.common(&model(&IntelCfg::v(5, 8, 40, 4, 48, true))), None);
+    assert_eq!(p.common(&model(&IntelCfg::v(5, 8, 48, 4, 40, true))), None);
+    // Nothing shared: none.
+    let gp_only = model(&IntelCfg::v(2, 2, 48, 0, 0, false));
+    let fixed_only = model(&IntelCfg::v(2, 0, 0, 3, 48, false));
+    assert_eq!(gp_only.common(&fixed_only), None);
+}
+
+#[test]
+fn armed_widths() {
+    let w = |c: IntelCfg, pmd| model(&c).pmd_desc(pmd).map(|d| (d.width, d.hw_width));
+    assert_eq!(w(IntelCfg::v1(2, 40), 0), Some((31, 40)));
+    assert_eq!(
+        w(
+            IntelCfg {
+                fw_write: true,
+                ..IntelCfg::v1(2, 40)
+            },
+            0
+        ),
+        Some((39, 40))
+    );
+    assert_eq!(w(IntelCfg::v1(2, 32), 0), Some((31, 32)));
+    assert_eq!(w(IntelCfg::v(2, 2, 32, 1, 32, false), 16), Some((31, 32)));
+    assert_eq!(w(IntelCfg::v(4, 8, 48, 3, 48, false), 16), Some((31, 48)));
+    assert_eq!(w(IntelCfg::v(4, 8, 48, 3, 48, true), 7), Some((47, 48)));
+    assert_eq!(w(IntelCfg::v(4, 8, 64, 3, 64, true), 17), Some((63, 64)));
+}
