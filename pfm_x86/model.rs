@@ -24,14 +24,16 @@
 //!   `pmc_hw_value(pmc, v, true)`; each used PMD gets [`HwPmu::pmd_write`].
 //! - start: `GLOBAL_CTRL = global_ctrl_value(used_pmds)`.
 //! - stop: `GLOBAL_CTRL = 0`, then read the PMDs and fold
-//!   ([`HwPmu::pmd_delta`]).
+//!   ([`HwPmu::pmd_delta`]); re-arm them (`pmd_write`) before counting
+//!   again, since one that wrapped is no longer armed, and ack any status.
 //! - overflow interrupt: `GLOBAL_CTRL = 0`; read `GLOBAL_STATUS`;
 //!   `status_pmds(status)` are the wrapped PMDs; fold every used PMD, re-arm
 //!   the wrapped ones with `pmd_write(new value)`; write
 //!   `ack_value(wrapped)` to the ack MSR; restore `GLOBAL_CTRL` if started.
 //!
 //! Models without (Intel v1, AMD without PerfMonV2) start and stop each PMC:
-//! `pmc_hw_value(pmc, v, false)` at load and stop, `true` at start. On an
+//! `pmc_hw_value(pmc, v, false)` at load and stop, `true` at start (with the
+//! same fold and re-arm at stop). On an
 //! overflow interrupt they stop every used PMC, read every used PMD, and a
 //! PMD whose [`HwPmu::pmd_raw_overflowed`] is true wrapped; fold, re-arm,
 //! restart. Stopping first is what makes the counts exact: events counted
