@@ -1,0 +1,149 @@
+//! Shared pieces of the guest test programs (`src/bin/pfm_test_*.rs`):
+//! a TAP printer, module loading, child processes, raw ABI misuse,
+//! workloads, and the comparisons against perf_event.
+//!
+//! Every program: calls [`child::dispatch`] first, starts a [`watchdog`],
+//! loads perfmon.ko itself with the parameters it needs (bailing out with a
+//! clear reason when it cannot: no module, insmod failure), runs its cases,
+//! and unloads the module as its last case (rmmod must succeed).
+
+pub mod child;
+pub mod module;
+pub mod raw;
+pub mod tap;
+pub mod work;
+
+use std::time::Duration;
+
+use perfmon::perf::{PerfGroup, SoftwareEvent};
+use perfmon::{Context, Event};
+
+pub use tap::{ResultExt, Tap, TestResult};
+
+/// The soft model's events, in the order the tests program them.
+pub const SOFT_EVENTS: [&str; 3] = ["task-clock", "context-switches", "cpu-migrations"];
+
+/// perf's events for [`SOFT_EVENTS`], same order.
+pub const PERF_EVENTS: [SoftwareEvent; 3] =
+    [SoftwareEvent::TaskClock, SoftwareEvent::ContextSwitches, SoftwareEvent::CpuMigrations];
+
+/// Ends the program with `Bail out!` if it runs longer than `limit`
+/// (something waits forever); the guest's own timeout is the last resort.
+pub fn watchdog(limit: Duration) {
+    std::thread::spawn(move || {
+        std::thread::sleep(limit);
+        println!("Bail out! watchdog: still running after {} s", limit.as_secs());
+        std::process::exit(tap::KSFT_FAIL);
+    });
+}
+
+/// Opens a context and programs [`SOFT_EVENTS`] on counters 0, 1, 2.
+pub fn soft_context() -> Result<(Context, Vec<Event>), String> {
+    let mut ctx = Context::open().map_err(|e| e.to_string())?;
+    let events = {
+        let pmu = ctx.info().map_err(|e| e.to_string())?;
+        SOFT_EVENTS.iter().map(|n| pmu.event(n)).collect::<perfmon::Result<Vec<_>>>()
+    }
+    .map_err(|e| e.to_string())?;
+    ctx.program(&events).map_err(|e| e.to_string())?;
+    Ok((ctx, events))
+}
+
+/// Opens perf counters of [`PERF_EVENTS`] for `tid` (0 = the caller) as one
+/// group.
+pub fn perf_group(tid: u32) -> Result<PerfGroup, String> {
+    PerfGroup::open(&PERF_EVENTS, tid).map_err(|e| e.to_string())
+}
+
+/// Whether `ours` is within `rel` (fraction) plus `abs` of `theirs`.
+pub fn close(ours: u64, theirs: u64, rel: f64, abs: u64) -> bool {
+    let diff = ours.abs_diff(theirs) as f64;
+    diff <= theirs as f64 * rel + abs as f64
+}
+
+/// One measurement of the three soft events by perfmon and by perf.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Pair {
+    /// perfmon: task-clock, context-switches, cpu-migrations.
+    pub pfm: [u64; 3],
+    /// perf: the same.
+    pub perf: [u64; 3],
+    /// perfmon's time_enabled and time_running.
+    pub times: (u64, u64),
+}
+
+impl Pair {
+    /// Diagnostic text.
+    pub fn describe(&self) -> String {
+        format!(
+            "task-clock pfm={} perf={} | context-switches pfm={} perf={} | cpu-migrations pfm={} perf={} | time_enabled={} time_running={}",
+            self.pfm[0], self.perf[0], self.pfm[1], self.perf[1], self.pfm[2], self.perf[2],
+            self.times.0, self.times.1
+        )
+    }
+
+    /// context-switches equal.
+    pub fn cs_equal(&self) -> bool {
+        self.pfm[1] == self.perf[1]
+    }
+
+    /// cpu-migrations equal.
+    pub fn migrations_equal(&self) -> bool {
+        self.pfm[2] == self.perf[2]
+    }
+
+    /// task-clock within 1% plus `slack_ns`.
+    pub fn task_clock_close(&self, slack_ns: u64) -> bool {
+        close(self.pfm[0], self.perf[0], 0.01, slack_ns)
+    }
+}
+
+/// Slack for task-clock comparisons: the start/stop instants of perf and
+/// perfmon differ by an ioctl or two.
+pub const TASK_CLOCK_SLACK_NS: u64 = 200_000;
+
+/// Counts the calling thread's `work` with perfmon (a fresh context loaded
+/// on the thread, PMDs starting at `initial`) and perf at once: perf is
+/// enabled just before START and disabled just after STOP, so both see the
+/// same interval. Returns perfmon's values minus `initial`.
+pub fn measure_self(initial: [u64; 3], work: impl FnOnce()) -> Result<Pair, String> {
+    let (ctx, _events) = soft_context()?;
+    if initial != [0; 3] {
+        let mut pmds: Vec<perfmon::abi::PfmPmd> = ctx
+            .programmed()
+            .iter()
+            .zip(initial)
+            .map(|(&n, v)| perfmon::abi::PfmPmd { reg_num: n, reg_value: v, ..Default::default() })
+            .collect();
+        ctx.write_pmds(&mut pmds).ctx("write initial PMDs")?;
+    }
+    let group = perf_group(0)?;
+    ctx.load(0).ctx("load self")?;
+    group.enable().ctx("perf enable")?;
+    ctx.start().ctx("start")?;
+    work();
+    ctx.stop().ctx("stop")?;
+    group.disable().ctx("perf disable")?;
+    let counts = ctx.read().ctx("read")?;
+    let perf = group.read().ctx("perf read")?;
+    ctx.unload().ctx("unload")?;
+    let mut pair = Pair { times: (counts.time_enabled, counts.time_running), ..Default::default() };
+    for i in 0..3 {
+        pair.pfm[i] = counts.values[i].wrapping_sub(initial[i]);
+        pair.perf[i] = perf[i].value;
+    }
+    Ok(pair)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn closeness() {
+        assert!(close(1010, 1000, 0.01, 0));
+        assert!(!close(1011, 1000, 0.01, 0));
+        assert!(close(0, 150, 0.0, 200));
+        assert!(close(5, 5, 0.0, 0));
+    }
+}

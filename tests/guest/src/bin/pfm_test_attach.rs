@@ -1,0 +1,253 @@
+//! pfm_test_attach: attaching a context to another thread.
+//!
+//! - A running (busy-looping) child, a sleeping child (5 ms naps) and a
+//!   child in one long nanosleep: LOAD returns at once and the child
+//!   installs the context (ACTIVE) within 5 s — the long sleeper too,
+//!   since the attach kicks it like a signal; counts match perf's for the
+//!   child over the same interval (task-clock 5% + 2 ms, switches +-2).
+//! - A stopped (SIGSTOP) child: what happens is documented by the test's
+//!   diagnostics; the expectation is that LOAD succeeds, the context
+//!   becomes ACTIVE only after SIGCONT, and counting then works.
+//! - Another thread of this process.
+//! - Refusals: a second context on the same thread (EBUSY, and allowed
+//!   again after UNLOAD), a second self-attach (EBUSY), another user's
+//!   thread (EACCES or EPERM, from a child that dropped to uid 1000, which
+//!   can still monitor itself), kthreadd (EPERM), a thread that does not
+//!   exist (ESRCH).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use perfmon::{Context, Error};
+use pfm_guest::child::Child;
+use pfm_guest::tap::diag;
+use pfm_guest::{close, ensure, module, perf_group, raw, soft_context, work, ResultExt, Tap, TestResult};
+
+const PLAN: usize = 14;
+const ACTIVE: Duration = Duration::from_secs(5);
+
+fn errno_of(r: perfmon::Result<()>) -> Option<i32> {
+    r.err().and_then(|e: Error| e.errno())
+}
+
+fn name(e: Option<i32>) -> &'static str {
+    e.map_or("success", perfmon::errno_name)
+}
+
+/// Attaches to `tid`, waits for ACTIVE, counts `dur` with perfmon and perf
+/// (perf enabled around START..STOP); returns (pfm, perf) for the three
+/// soft events.
+fn count_remote(tid: u32, dur: Duration) -> Result<([u64; 3], [u64; 3]), String> {
+    let (ctx, _) = soft_context()?;
+    ctx.load(tid).ctx("LOAD")?;
+    let st = ctx.wait_active(ACTIVE).ctx("waiting for ACTIVE")?;
+    ensure!(st.tid == tid, "GET_STATE tid {} != {tid}", st.tid);
+    let group = perf_group(tid)?;
+    group.enable().ctx("perf enable")?;
+    ctx.start().ctx("START")?;
+    std::thread::sleep(dur);
+    ctx.stop().ctx("STOP")?;
+    group.disable().ctx("perf disable")?;
+    let c = ctx.read().ctx("READ_PMDS")?;
+    let p = group.read().ctx("perf read")?;
+    ctx.unload().ctx("UNLOAD")?;
+    let pfm = [c.values[0], c.values[1], c.values[2]];
+    let perf = [p[0].value, p[1].value, p[2].value];
+    diag(format!("tid {tid}: pfm {pfm:?} perf {perf:?} times {}/{}", c.time_enabled, c.time_running));
+    Ok((pfm, perf))
+}
+
+fn matches_perf(pfm: [u64; 3], perf: [u64; 3]) -> TestResult {
+    ensure!(close(pfm[0], perf[0], 0.05, 2_000_000), "task-clock {} vs perf {}", pfm[0], perf[0]);
+    ensure!(close(pfm[1], perf[1], 0.0, 2), "context-switches {} vs perf {}", pfm[1], perf[1]);
+    ensure!(close(pfm[2], perf[2], 0.0, 2), "cpu-migrations {} vs perf {}", pfm[2], perf[2]);
+    Ok(())
+}
+
+fn running_child() -> TestResult {
+    let child = Child::spawn("busy", &[])?;
+    std::thread::sleep(Duration::from_millis(20));
+    let (pfm, perf) = count_remote(child.pid(), Duration::from_millis(300))?;
+    ensure!(pfm[0] >= 30_000_000, "busy child ran only {} ns of 300 ms", pfm[0]);
+    matches_perf(pfm, perf)
+}
+
+fn sleeping_child() -> TestResult {
+    let child = Child::spawn("sleep", &["5"])?;
+    child.wait_state('S', Duration::from_secs(2))?;
+    let (pfm, perf) = count_remote(child.pid(), Duration::from_millis(300))?;
+    ensure!(pfm[1] >= 10, "{} context switches for 300 ms of 5 ms naps", pfm[1]);
+    matches_perf(pfm, perf)
+}
+
+fn long_sleeper() -> TestResult {
+    let child = Child::spawn("sleep", &["1000000"])?;
+    child.wait_state('S', Duration::from_secs(2))?;
+    let ctx = Context::open().ctx("open")?;
+    ctx.load(child.pid()).ctx("LOAD")?;
+    let st = ctx.wait_active(ACTIVE).ctx("ACTIVE (the attach must kick the sleeper)")?;
+    ensure!(st.is_active(), "{st:?}");
+    // The kick must not end the sleep with an error or kill the child.
+    child.wait_state('S', Duration::from_secs(2)).map_err(|e| format!("after the attach: {e}"))?;
+    ctx.unload().ctx("UNLOAD")
+}
+
+fn stopped_child() -> TestResult {
+    let child = Child::spawn("sleep", &["5"])?;
+    child.wait_state('S', Duration::from_secs(2))?;
+    child.signal(libc::SIGSTOP)?;
+    child.wait_state('T', Duration::from_secs(2))?;
+    let (ctx, _) = soft_context()?;
+    match ctx.load(child.pid()) {
+        Ok(()) => diag("LOAD on a stopped thread: succeeded"),
+        Err(e) => {
+            let _ = child.signal(libc::SIGCONT);
+            return Err(format!("LOAD on a stopped thread failed: {e} (documented errnos allow only success here)"));
+        }
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let st = ctx.state().ctx("GET_STATE")?;
+    diag(format!(
+        "while stopped, 200 ms after LOAD: state {} status {:#x} ({})",
+        st.state.name(),
+        st.status,
+        if st.is_active() { "ACTIVE" } else { "not ACTIVE yet" }
+    ));
+    child.signal(libc::SIGCONT)?;
+    ctx.wait_active(ACTIVE).ctx("ACTIVE after SIGCONT")?;
+    ctx.start().ctx("START")?;
+    std::thread::sleep(Duration::from_millis(100));
+    ctx.stop().ctx("STOP")?;
+    let c = ctx.read().ctx("READ")?;
+    diag(format!("after SIGCONT: {:?}", c.values));
+    ensure!(c.values[1] > 0, "no context switch counted after SIGCONT");
+    ctx.unload().ctx("UNLOAD")
+}
+
+fn other_thread() -> TestResult {
+    let stop = Arc::new(AtomicBool::new(false));
+    let s2 = stop.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let h = std::thread::spawn(move || {
+        let _ = tx.send(perfmon::process::gettid());
+        while !s2.load(Ordering::Relaxed) {
+            work::spin(Duration::from_millis(1));
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+    let tid = rx.recv_timeout(Duration::from_secs(2)).ctx("thread id")?;
+    let res = count_remote(tid, Duration::from_millis(200));
+    stop.store(true, Ordering::Relaxed);
+    let _ = h.join();
+    let (pfm, perf) = res?;
+    ensure!(pfm[0] > 0 && pfm[1] > 0, "no counts: {pfm:?}");
+    matches_perf(pfm, perf)
+}
+
+fn double_attach() -> TestResult {
+    let child = Child::spawn("sleep", &["5"])?;
+    let a = Context::open().ctx("open A")?;
+    let b = Context::open().ctx("open B")?;
+    a.load(child.pid()).ctx("LOAD A")?;
+    let e = errno_of(b.load(child.pid()));
+    ensure!(e == Some(libc::EBUSY), "second LOAD on the same thread: {} (EBUSY expected)", name(e));
+    a.wait_active(ACTIVE).ctx("A ACTIVE")?;
+    a.unload().ctx("UNLOAD A")?;
+    // The thread is free again once A is unloaded (possibly lazily).
+    let mut last = None;
+    let ok = module::wait_for(Duration::from_secs(2), || {
+        last = errno_of(b.load(child.pid()));
+        last.is_none()
+    });
+    ensure!(ok, "LOAD B after UNLOAD A: {}", name(last));
+    b.wait_active(ACTIVE).ctx("B ACTIVE")?;
+    b.unload().ctx("UNLOAD B")
+}
+
+fn double_self() -> TestResult {
+    let a = Context::open().ctx("open A")?;
+    let b = Context::open().ctx("open B")?;
+    a.load(0).ctx("LOAD A")?;
+    let e = errno_of(b.load(0));
+    a.unload().ctx("UNLOAD A")?;
+    ensure!(e == Some(libc::EBUSY), "second self LOAD: {} (EBUSY expected)", name(e));
+    Ok(())
+}
+
+/// Runs the uid-1000 child against a root-owned sleeping child; returns its
+/// report lines.
+fn as_other_user() -> Result<String, String> {
+    let target = Child::spawn("sleep", &["50"])?;
+    let target_pid = target.pid().to_string();
+    let probe = Child::spawn_with("attach-as-user", &["1000", &target_pid], true)?;
+    let out = probe.output(Duration::from_secs(10))?;
+    diag(format!("uid 1000 child: {}", out.split_whitespace().collect::<Vec<_>>().join(" ")));
+    Ok(out)
+}
+
+fn field<'a>(out: &'a str, key: &str) -> Option<&'a str> {
+    out.lines().find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+}
+
+fn main() {
+    pfm_guest::child::dispatch();
+    let mut t = Tap::new(PLAN);
+    pfm_guest::watchdog(Duration::from_secs(300));
+    t.require("insmod perfmon.ko", module::insmod(&[]));
+    t.run("running child: attach, ACTIVE, counts match perf", running_child);
+    t.run("sleeping child: attach, ACTIVE, counts match perf", sleeping_child);
+    t.run("child in a long nanosleep: ACTIVE within 5 s, still sleeping", long_sleeper);
+    t.run("stopped child: LOAD ok, ACTIVE after SIGCONT, counts", stopped_child);
+    t.run("another thread of this process: attach and counts match perf", other_thread);
+    t.run("second context on the same thread: EBUSY; free again after UNLOAD", double_attach);
+    t.run("second self-attach: EBUSY", double_self);
+    let other = if raw::geteuid() == 0 { Some(as_other_user()) } else { None };
+    match &other {
+        None => {
+            t.skip("another user's thread: EACCES or EPERM", "not root: cannot create the other user");
+            t.skip("unprivileged user can open /dev/perfmon and monitor itself", "not root");
+        }
+        Some(Err(e)) => {
+            t.fail("another user's thread: EACCES or EPERM", e);
+            t.fail("unprivileged user can open /dev/perfmon and monitor itself", e);
+        }
+        Some(Ok(out)) => {
+            let r = field(out, "load_other");
+            t.result(
+                "another user's thread: EACCES or EPERM",
+                if matches!(r, Some("EACCES" | "EPERM")) {
+                    Ok(())
+                } else {
+                    Err(format!("uid 1000 attaching to a root thread: {r:?}"))
+                },
+            );
+            let (o, s) = (field(out, "open"), field(out, "load_self"));
+            t.result(
+                "unprivileged user can open /dev/perfmon and monitor itself",
+                if o == Some("ok") && s == Some("ok") {
+                    Ok(())
+                } else {
+                    Err(format!("open={o:?} load_self={s:?}"))
+                },
+            );
+        }
+    }
+    t.run("kernel thread (kthreadd, pid 2): EPERM", || {
+        let ctx = Context::open().ctx("open")?;
+        let e = errno_of(ctx.load(2));
+        ensure!(e == Some(libc::EPERM), "LOAD 2: {}", name(e));
+        Ok(())
+    });
+    t.run("thread that does not exist: ESRCH", || {
+        let mut gone = Child::spawn("sleeps", &["0"])?;
+        gone.wait_timeout(Duration::from_secs(5))?;
+        let ctx = Context::open().ctx("open")?;
+        let e = errno_of(ctx.load(gone.pid()));
+        ensure!(e == Some(libc::ESRCH), "LOAD of reaped pid {}: {}", gone.pid(), name(e));
+        Ok(())
+    });
+    t.run("no context left behind", || module::wait_contexts(0, Duration::from_secs(5)));
+    t.run("rmmod perfmon", module::rmmod);
+    t.finish();
+}

@@ -1,0 +1,188 @@
+//! Child processes of the tests: the test binary itself, run again with
+//! `--pfm-child MODE ARGS`, so the workloads need nothing from the guest.
+//! Every test program calls [`dispatch`] first.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::raw;
+
+/// The first argument that selects child mode.
+pub const CHILD_FLAG: &str = "--pfm-child";
+
+/// If this process was started as a child, runs the mode and exits.
+pub fn dispatch() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) != Some(CHILD_FLAG) {
+        return;
+    }
+    raw::die_with_parent();
+    let mode = args.get(2).map(String::as_str).unwrap_or("");
+    let num = |i: usize| args.get(i).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
+    let code = match mode {
+        // Spin forever.
+        "busy" => loop {
+            std::hint::spin_loop();
+        },
+        // Sleep ARG ms at a time, forever.
+        "sleep" => loop {
+            std::thread::sleep(Duration::from_millis(num(3).max(1)));
+        },
+        // Do ARG sleeps of 1 ms, then exit 0.
+        "sleeps" => {
+            for _ in 0..num(3) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            0
+        }
+        // Sleep 5 ms at a time for ARG ms in total, then exit 0.
+        "exit-after" => {
+            let end = Instant::now() + Duration::from_millis(num(3));
+            while Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            0
+        }
+        // Become user ARG (uid = gid), then report on stdout what opening
+        // /dev/perfmon, attaching to thread ARG2, and attaching to itself do.
+        "attach-as-user" => attach_as_user(num(3) as u32, num(4) as u32),
+        _ => {
+            eprintln!("unknown child mode '{mode}'");
+            2
+        }
+    };
+    std::process::exit(code);
+}
+
+fn outcome(r: perfmon::Result<()>) -> String {
+    match r {
+        Ok(()) => "ok".to_string(),
+        Err(e) => perfmon::errno_name(e.errno().unwrap_or(0)).to_string(),
+    }
+}
+
+fn attach_as_user(uid: u32, target: u32) -> i32 {
+    if let Err(e) = raw::become_user(uid, uid) {
+        println!("setuid={}", perfmon::errno_name(e));
+        return 3;
+    }
+    println!("uid={}", raw::geteuid());
+    let ctx = match perfmon::Context::open() {
+        Ok(c) => c,
+        Err(e) => {
+            println!("open={}", perfmon::errno_name(e.errno().unwrap_or(0)));
+            return 0;
+        }
+    };
+    println!("open=ok");
+    println!("load_other={}", outcome(ctx.load(target)));
+    let own = perfmon::Context::open().and_then(|c| {
+        c.load(0)?;
+        c.unload()
+    });
+    println!("load_self={}", outcome(own));
+    0
+}
+
+/// A child process of a test; killed and reaped on drop.
+#[derive(Debug)]
+pub struct Child {
+    inner: std::process::Child,
+}
+
+impl Child {
+    /// Starts `MODE ARGS` in a child.
+    pub fn spawn(mode: &str, args: &[&str]) -> Result<Self, String> {
+        Self::spawn_with(mode, args, false)
+    }
+
+    /// Starts `MODE ARGS`, with its stdout captured if `capture`.
+    pub fn spawn_with(mode: &str, args: &[&str], capture: bool) -> Result<Self, String> {
+        let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+        let inner = Command::new(exe)
+            .arg(CHILD_FLAG)
+            .arg(mode)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(if capture { Stdio::piped() } else { Stdio::null() })
+            .spawn()
+            .map_err(|e| format!("spawn child {mode}: {e}"))?;
+        Ok(Child { inner })
+    }
+
+    /// Its pid (= tid of its main thread).
+    pub fn pid(&self) -> u32 {
+        self.inner.id()
+    }
+
+    /// Sends `sig`.
+    pub fn signal(&self, sig: i32) -> Result<(), String> {
+        perfmon::process::send_signal(self.pid(), sig).map_err(|e| e.to_string())
+    }
+
+    /// Waits up to `timeout` for it to exit; its exit code (None: killed).
+    pub fn wait_timeout(&mut self, timeout: Duration) -> Result<Option<i32>, String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.inner.try_wait() {
+                Ok(Some(st)) => return Ok(st.code()),
+                Ok(None) if Instant::now() >= deadline => {
+                    return Err(format!("child {} still running after {:?}", self.pid(), timeout))
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+                Err(e) => return Err(format!("wait: {e}")),
+            }
+        }
+    }
+
+    /// Waits for it and returns its captured stdout.
+    pub fn output(self, timeout: Duration) -> Result<String, String> {
+        let mut me = self;
+        me.wait_timeout(timeout)?;
+        let mut s = String::new();
+        if let Some(mut out) = me.inner.stdout.take() {
+            use std::io::Read;
+            out.read_to_string(&mut s).map_err(|e| format!("read child output: {e}"))?;
+        }
+        Ok(s)
+    }
+
+    /// Kills it (SIGKILL) and reaps it.
+    pub fn kill(&mut self) {
+        let _ = self.inner.kill();
+        let _ = self.inner.wait();
+    }
+
+    /// Its scheduler state letter from /proc/PID/stat (R, S, T, Z, ...).
+    pub fn proc_state(&self) -> Option<char> {
+        proc_state(self.pid())
+    }
+
+    /// Waits up to `timeout` for its state to be `state`.
+    pub fn wait_state(&self, state: char, timeout: Duration) -> Result<(), String> {
+        if crate::module::wait_for(timeout, || self.proc_state() == Some(state)) {
+            Ok(())
+        } else {
+            Err(format!(
+                "child {} not in state {state} within {:?} (state {:?})",
+                self.pid(),
+                timeout,
+                self.proc_state()
+            ))
+        }
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The state letter of task `tid` in /proc.
+pub fn proc_state(tid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{tid}/stat")).ok()?;
+    // "pid (comm) S ..." — comm may contain spaces and parentheses.
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.trim_start().chars().next()
+}
