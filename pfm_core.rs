@@ -27,6 +27,7 @@ pub mod abi;
 pub mod pfm_counter;
 mod pfm_ctx;
 mod pfm_ctxsw;
+mod pfm_intr;
 #[allow(dead_code)]
 pub mod pfm_state;
 mod pfm_x86;
@@ -95,6 +96,8 @@ pub(crate) struct Globals {
     pub(crate) registry: IrqSpinLock<KVec<Option<Arc<Attachment>>>>,
     /// Where attachments are finally freed.
     reap_queue: *mut bindings::workqueue_struct,
+    /// The overflow vectors.
+    pub(crate) intr: pfm_intr::Vectors,
 }
 
 // SAFETY: `reap_queue` is a workqueue, usable from any thread; the rest is
@@ -157,6 +160,7 @@ impl kernel::Module for PerfmonModule {
         };
         pr_info!("PMU model {} ({} bits): {}\n", pmu.name(), pmu.width, why);
 
+        let intr = pfm_intr::Vectors::new(!pfm_x86::cpu_has_pmu())?;
         let mut slots = KVec::with_capacity(MAX_ATTACHED, GFP_KERNEL)?;
         for _ in 0..MAX_ATTACHED {
             slots.push(None, GFP_KERNEL)?;
@@ -176,6 +180,7 @@ impl kernel::Module for PerfmonModule {
                 attached: AtomicUsize::new(0),
                 registry <- new_irq_spinlock!(slots, "perfmon_registry"),
                 reap_queue: wq,
+                intr,
             }),
             GFP_KERNEL,
         );
@@ -206,6 +211,10 @@ impl kernel::Module for PerfmonModule {
         let fops = KBox::pin(FileOps(fops), GFP_KERNEL)?;
 
         let this = PerfmonModule { globals, fops };
+        if let Err(e) = this.globals.intr.start() {
+            this.teardown(false);
+            return Err(e);
+        }
         // SAFETY: The sysfs show callbacks read `GLOBALS`, set above.
         let err = unsafe { rust::pfm_sysfs_register() };
         if err != 0 {
@@ -226,6 +235,7 @@ impl kernel::Module for PerfmonModule {
 impl PerfmonModule {
     /// Undoes `init` after the device is gone.
     fn teardown(&self, sysfs: bool) {
+        self.globals.intr.stop();
         if sysfs {
             // SAFETY: Registered in `init`.
             unsafe { rust::pfm_sysfs_unregister() };
@@ -355,6 +365,7 @@ fn ioctl(ctx: &Arc<Context>, cmd: u32, arg: usize) -> Result {
             info.abi_version = abi::PFM_ABI_VERSION;
             info.size = core::mem::size_of::<abi::PfmInfo>() as u32;
             globals().pmu.describe(&mut info);
+            info.vector = globals().intr.vector_of_cpu0();
             user.writer().write(&info)
         }
         abi::PFM_IOC_WRITE_PMCS | abi::PFM_IOC_WRITE_PMDS | abi::PFM_IOC_READ_PMDS => {
@@ -418,8 +429,9 @@ unsafe extern "C" fn pfm_sysfs_show(attr: c_uint, buf: *mut c_char) -> isize {
         2 => out.num(g.live_contexts.load(Ordering::Relaxed) as u64),
         3 => out.num(g.zombies.load(Ordering::Relaxed) as u64),
         4 => out.num(g.attached.load(Ordering::Relaxed) as u64),
-        5 => out.num(0),
+        5 => out.num(g.intr.vector_of_cpu0() as u64),
         6 => out.num(g.pmu.width as u64),
+        7 => out.num(g.intr.interrupts()),
         _ => return EINVAL.to_errno() as isize,
     }
     out.text(b"\n");

@@ -66,6 +66,13 @@ impl MsgQueue {
         true
     }
 
+    /// Adds overflowed PMDs to the newest message (the queue is full).
+    fn merge_into_newest(&mut self, ovfl: u64) {
+        if self.len != 0 {
+            self.msgs[(self.head + self.len - 1) % MSG_QUEUE_DEPTH].ovfl_pmds |= ovfl;
+        }
+    }
+
     fn pop(&mut self) -> Option<abi::PfmMsg> {
         if self.len == 0 {
             return None;
@@ -119,6 +126,12 @@ pub(crate) struct CtxInner {
     pub(crate) msgs: MsgQueue,
     /// A message was queued where the tool could not be woken at once.
     pub(crate) notify_pending: bool,
+    /// Overflowed PMDs not yet handled by the overflow interrupt.
+    pub(crate) pending_ovfl: u64,
+    /// User instruction pointer of the thread when they overflowed.
+    pub(crate) pending_ip: u64,
+    /// Overflow interrupts taken (sysfs and tests).
+    pub(crate) ovfl_interrupts: u64,
 }
 
 impl CtxInner {
@@ -170,29 +183,21 @@ impl CtxInner {
         }
     }
 
-    /// Queues the overflow message for the notifying PMDs in `ovfl`.
+    /// Records overflowed PMDs and raises the overflow interrupt, as a
+    /// hardware PMU would; the interrupt handler does the rest
+    /// ([`Context::overflow_interrupt`]). Runs on the thread's CPU, in the
+    /// thread's context, with the lock held.
     fn overflowed(&mut self, ovfl: u64) {
-        let mut notify = 0u64;
-        for (i, pmd) in self.pmds.iter().enumerate() {
-            if ovfl & (1 << i) != 0 && pmd.flags & abi::PFM_REGFL_OVFL_NOTIFY != 0 {
-                notify |= 1 << i;
+        if self.pending_ovfl == 0 {
+            // SAFETY: We run in the monitored thread (every caller of
+            // `count` does), whose user registers are on its stack.
+            self.pending_ip = unsafe { glue::user_ip(bindings::get_current()) };
+        }
+        self.pending_ovfl |= ovfl;
+        if let Some(att) = &self.attach {
+            if !crate::pfm_intr::raise(att) {
+                att.irq_work_queue();
             }
-        }
-        if notify == 0 || self.flags & abi::PFM_CTXFL_NO_MSG != 0 {
-            return;
-        }
-        let msg = abi::PfmMsg {
-            msg_type: abi::PFM_MSG_OVFL,
-            tid: self.tid,
-            cpu: self.on_cpu.unwrap_or(self.last_cpu) as u16,
-            ovfl_pmds: notify,
-            tstamp: glue::now_ns(),
-            ..abi::PfmMsg::default()
-        };
-        if self.msgs.push(msg) {
-            self.notify_pending = true;
-        } else {
-            self.msgs.lost += 1;
         }
     }
 
@@ -302,6 +307,9 @@ impl Context {
                         time_running: 0,
                         msgs: MsgQueue::new(),
                         notify_pending: false,
+                        pending_ovfl: 0,
+                        pending_ip: 0,
+                        ovfl_interrupts: 0,
                     },
                     "perfmon_ctx"
                 ),
@@ -319,17 +327,104 @@ impl Context {
         Ok(ctx)
     }
 
-    /// Wakes readers and pollers and signals SIGIO owners. Must not be
+    /// Wakes readers, pollers and a thread blocked on an overflow, and
+    /// signals SIGIO owners. Must not be
     /// called with the runqueue lock held (use the attachment's irq_work).
     pub(crate) fn wake(&self) {
         // SAFETY: `waitq` is initialised (type invariant).
         unsafe {
-            bindings::__wake_up(self.waitq.get(), bindings::TASK_NORMAL, 1, core::ptr::null_mut())
+            bindings::__wake_up(self.waitq.get(), bindings::TASK_NORMAL, 0, core::ptr::null_mut())
         };
         // SAFETY: `fasync` is a valid fasync list head (type invariant).
         unsafe {
             bindings::kill_fasync(self.fasync.get(), bindings::SIGIO as i32, bindings::POLL_IN as i32)
         };
+    }
+
+    /// The overflow interrupt for this context: acts on the overflowed PMDs
+    /// (message, masking, blocking). Hard-IRQ context; returns whether the
+    /// monitored thread must block until RESTART.
+    pub(crate) fn overflow_interrupt(&self) -> bool {
+        let mut block = false;
+        {
+            let mut inner = self.inner.lock();
+            let ovfl = core::mem::take(&mut inner.pending_ovfl);
+            if ovfl == 0 {
+                return false;
+            }
+            inner.ovfl_interrupts += 1;
+            match inner.state {
+                // Lazy cleanup: stop a zombie's counters, do not re-arm.
+                State::Zombie => {
+                    inner.started = false;
+                    return false;
+                }
+                State::Loaded | State::Masked => {}
+                State::Unloaded | State::Freed => return false,
+            }
+            let mut notify = 0u64;
+            for (i, pmd) in inner.pmds.iter().enumerate() {
+                if ovfl & (1 << i) != 0 && pmd.flags & abi::PFM_REGFL_OVFL_NOTIFY != 0 {
+                    notify |= 1 << i;
+                }
+            }
+            if notify == 0 {
+                return false;
+            }
+            if inner.flags & abi::PFM_CTXFL_NO_MSG == 0 {
+                let msg = abi::PfmMsg {
+                    msg_type: abi::PFM_MSG_OVFL,
+                    tid: inner.tid,
+                    cpu: inner.on_cpu.unwrap_or(inner.last_cpu) as u16,
+                    ip: inner.pending_ip,
+                    ovfl_pmds: notify,
+                    tstamp: glue::now_ns(),
+                    ..abi::PfmMsg::default()
+                };
+                if !inner.msgs.push(msg) {
+                    // A full queue masks the context instead of losing the
+                    // overflow: it stays in the newest message until RESTART.
+                    inner.msgs.merge_into_newest(notify);
+                    inner.msgs.lost += 1;
+                    if inner.state == State::Loaded {
+                        inner.state = State::Masked;
+                    }
+                }
+            }
+            if inner.flags & abi::PFM_CTXFL_NOTIFY_BLOCK != 0 {
+                if let Ok(next) = inner.state.next(Op::OverflowBlock) {
+                    inner.state = next;
+                    block = true;
+                }
+            }
+        }
+        self.wake();
+        block
+    }
+
+    /// Blocks the calling thread (the monitored one, on its way back to
+    /// user mode) while the context is MASKED and still wants it; a signal
+    /// releases it early (the counters stay stopped until RESTART).
+    pub(crate) fn block_until_restart(&self, still_wanted: impl Fn() -> bool) {
+        loop {
+            let entry = Opaque::<bindings::wait_queue_entry>::uninit();
+            // SAFETY: `entry` lives until `finish_wait` below.
+            unsafe {
+                bindings::init_wait(entry.get());
+                bindings::prepare_to_wait(self.waitq.get(), entry.get(), bindings::TASK_INTERRUPTIBLE as i32);
+            }
+            let masked = self.inner.lock().state == State::Masked;
+            let stop = !masked || !still_wanted() || kernel::current!().signal_pending();
+            if !stop {
+                // SAFETY: Plain sleep; RESTART, UNLOAD and close wake us.
+                unsafe { bindings::schedule() };
+            }
+            // SAFETY: Pairs with `prepare_to_wait`.
+            unsafe { bindings::finish_wait(self.waitq.get(), entry.get()) };
+            if stop {
+                return;
+            }
+        }
     }
 
     /// `fasync` file operation.
@@ -536,8 +631,11 @@ impl Context {
         }
         let implemented = globals().pmu.impl_mask();
         let mut first_bad = None;
+        // `reg_flags` is rewritten with the per-element result below.
+        let mut flags_in = [0u32; abi::PFM_MAX_REGS_PER_CALL];
         for (i, p) in pmds[..n].iter_mut().enumerate() {
-            let flags_in = p.reg_flags & abi::PFM_REGFL_IN_MASK;
+            flags_in[i] = p.reg_flags & abi::PFM_REGFL_IN_MASK;
+            let flags_in = flags_in[i];
             let ret = if p.reg_set != 0 {
                 abi::PFM_REG_RETFL_NOSET
             } else if (p.reg_num as usize) >= 64 || implemented & (1u64 << p.reg_num) == 0 {
@@ -565,12 +663,12 @@ impl Context {
         let width = globals().pmu.width;
         self.with_live(|inner, _| -> Result {
             inner.state.next(Op::WriteRegs).map_err(state_err)?;
-            for p in &pmds[..n] {
+            for (p, flags) in pmds[..n].iter().zip(flags_in.iter()) {
                 let pmd = &mut inner.pmds[p.reg_num as usize];
                 pmd.write(p.reg_value, width);
                 pmd.short_reset = p.reg_short_reset;
                 pmd.long_reset = p.reg_long_reset;
-                pmd.flags = p.reg_flags & abi::PFM_REGFL_IN_MASK;
+                pmd.flags = *flags;
                 pmd.reset_pmds = p.reg_reset_pmds;
                 inner.used_pmds |= 1 << p.reg_num;
             }
@@ -676,7 +774,10 @@ impl Context {
             inner.run_start = now;
             inner.state = next;
             Ok(())
-        })
+        })?;
+        // A thread blocked on the overflow resumes.
+        self.wake();
+        Ok(())
     }
 
     /// `PFM_IOC_LOAD`.

@@ -55,6 +55,8 @@ pub(crate) struct Attachment {
     #[pin]
     cleanup_work: Opaque<bindings::callback_head>,
     #[pin]
+    block_work: Opaque<bindings::callback_head>,
+    #[pin]
     irq_work: IrqWork,
     #[pin]
     reap_work: Work<Attachment>,
@@ -71,6 +73,8 @@ pub(crate) struct Attachment {
     dead: AtomicBool,
     /// The attachment was handed to the reap workqueue for its final cleanup.
     reaping: AtomicBool,
+    /// `block_work` is queued on the thread.
+    block_queued: AtomicBool,
 }
 
 impl_has_work! {
@@ -107,6 +111,10 @@ impl Attachment {
                     // SAFETY: `w` is valid for writes.
                     unsafe { w.write(bindings::callback_head { next: core::ptr::null_mut(), func: Some(cleanup_fn) }) }
                 }),
+                block_work <- Opaque::ffi_init(|w: *mut bindings::callback_head| {
+                    // SAFETY: `w` is valid for writes.
+                    unsafe { w.write(bindings::callback_head { next: core::ptr::null_mut(), func: Some(block_fn) }) }
+                }),
                 irq_work <- IrqWork::new(irq_work_fn),
                 reap_work <- new_work!("perfmon_reap"),
                 task,
@@ -115,9 +123,36 @@ impl Attachment {
                 registered: AtomicU8::new(REG_NONE),
                 dead: AtomicBool::new(false),
                 reaping: AtomicBool::new(false),
+                block_queued: AtomicBool::new(false),
             }),
             GFP_KERNEL,
         )
+    }
+
+    /// Queues the irq_work: the fallback of the overflow interrupt, and the
+    /// deferral out of `sched_out`.
+    pub(crate) fn irq_work_queue(&self) {
+        self.irq_work.queue();
+    }
+
+    /// The overflow interrupt of this attachment's context (hard IRQ).
+    pub(crate) fn overflow_interrupt(self: &Arc<Self>) {
+        if !self.ctx.overflow_interrupt() {
+            return;
+        }
+        // Block the thread on its way back to user mode, until RESTART.
+        if self.block_queued.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let work_ref = Arc::into_raw(self.clone());
+        // SAFETY: The leaked reference keeps `block_work` alive until it runs;
+        // `block_queued` keeps it from being queued twice.
+        let queued = unsafe { glue::task_work_add(self.task_ptr(), self.block_work.get(), glue::TWA_RESUME) };
+        if queued.is_err() {
+            self.block_queued.store(false, Ordering::Release);
+            // SAFETY: Not queued: take the leaked reference back.
+            release(unsafe { Arc::from_raw(work_ref) });
+        }
     }
 
     fn task_ptr(&self) -> *mut bindings::task_struct {
@@ -223,6 +258,8 @@ unsafe impl Sync for Attachment {}
 #[pinned_drop]
 impl PinnedDrop for Attachment {
     fn drop(self: Pin<&mut Self>) {
+        // An overflow fallback raised just before the last reference went.
+        self.irq_work.sync();
         globals().attached.fetch_sub(1, Ordering::Relaxed);
         // SAFETY: `attach` took this reference with `try_module_get`.
         unsafe { bindings::module_put(crate::this_module()) };
@@ -285,6 +322,12 @@ unsafe extern "C" fn sched_out(notifier: *mut bindings::preempt_notifier, _next:
 
 unsafe extern "C" fn irq_work_fn(work: *mut IrqWork) {
     let att = attachment_of!(work, irq_work);
+    // An overflow that could not use the vector (see `pfm_intr::raise`).
+    // The attachment is alive: whoever queued the work holds a reference
+    // (the notifier list, or the context's `attach`) until it has run.
+    // SAFETY: `att` came from `Arc::into_raw`-managed memory (see above).
+    let arc = core::mem::ManuallyDrop::new(unsafe { Arc::from_raw(att as *const Attachment) });
+    arc.overflow_interrupt();
     att.ctx.wake();
     if att.dead.load(Ordering::Relaxed) {
         // The notifier list's reference keeps `att` alive until the reaper
@@ -331,6 +374,15 @@ unsafe extern "C" fn install_fn(head: *mut bindings::callback_head) {
         // Unloaded or closed before it could install: nothing on the thread.
         att.retire();
     }
+    release(att);
+}
+
+unsafe extern "C" fn block_fn(head: *mut bindings::callback_head) {
+    let att = attachment_of!(head, block_work);
+    // SAFETY: `overflow_interrupt` leaked one reference for this task_work.
+    let att = unsafe { Arc::from_raw(att as *const Attachment) };
+    att.block_queued.store(false, Ordering::Release);
+    att.ctx.block_until_restart(|| att.live.load(Ordering::Relaxed));
     release(att);
 }
 
@@ -547,6 +599,8 @@ pub(crate) fn attach(ctx: &Arc<Context>, tid: u32) -> Result {
 /// or queues its removal on the thread (`mode`: TWA_RESUME, lazily).
 fn let_go(att: Arc<Attachment>) {
     att.live.store(false, Ordering::Relaxed);
+    // A thread blocked on an overflow of this context is released.
+    att.ctx.wake();
     let is_current = {
         let me = kernel::current!();
         core::ptr::eq(&*me as *const Task as *const bindings::task_struct, att.task_ptr())

@@ -82,6 +82,11 @@ pub(crate) enum ProbeError {
     BadParam,
 }
 
+/// Whether CPUID announces a hardware PMU of a supported kind.
+pub(crate) fn cpu_has_pmu() -> bool {
+    cpu_has_intel_arch() || cpu_has_amd64()
+}
+
 /// Whether CPUID announces Intel architectural perfmon (leaf 0xA version > 0
 /// with at least one GP counter).
 fn cpu_has_intel_arch() -> bool {

@@ -36,6 +36,14 @@ mod ffi {
         pub(crate) fn pfm_this_cpu() -> c_int;
         pub(crate) fn pfm_put_cred(cred: *const bindings::cred);
         pub(crate) fn pfm_init_waitqueue_head(q: *mut bindings::wait_queue_head);
+        pub(crate) fn pfm_user_ip(task: *mut bindings::task_struct) -> c_ulong;
+        pub(crate) fn pfm_irq_alloc_on_cpu(cpu: c_uint) -> c_int;
+        pub(crate) fn pfm_irq_set_edge_handler(irq: c_uint);
+        pub(crate) fn pfm_irq_vector(irq: c_uint) -> c_uint;
+        pub(crate) fn pfm_irq_dispose(irq: c_uint);
+        pub(crate) fn pfm_apic_read_lvtpc() -> u32;
+        pub(crate) fn pfm_apic_write_lvtpc(value: u32);
+        pub(crate) fn pfm_send_ipi_self(vector: c_uint);
 
         // Exported by the kernel, declared in headers 6.12's bindings do not include.
         pub(crate) fn task_work_add(
@@ -44,6 +52,7 @@ mod ffi {
             mode: c_int,
         ) -> c_int;
         pub(crate) fn irq_work_queue(work: *mut IrqWorkRaw) -> bool;
+        pub(crate) fn irq_work_sync(work: *mut IrqWorkRaw);
         pub(crate) fn local_clock() -> u64;
     }
 
@@ -90,6 +99,76 @@ pub(crate) fn this_cpu() -> i32 {
 pub(crate) fn now_ns() -> u64 {
     // SAFETY: `local_clock` has no preconditions.
     unsafe { ffi::local_clock() }
+}
+
+/// The user-mode instruction pointer saved on `task`'s kernel stack.
+///
+/// # Safety
+///
+/// `task` must be a live user thread (its stack is not freed).
+pub(crate) unsafe fn user_ip(task: *mut bindings::task_struct) -> u64 {
+    // SAFETY: The caller guarantees the task and its stack are live.
+    unsafe { ffi::pfm_user_ip(task) as u64 }
+}
+
+/// Allocates one IRQ of the x86 vector domain bound to `cpu`: the IRQ
+/// number, or a negative errno.
+///
+/// # Safety
+///
+/// `cpu` must be online; may sleep.
+pub(crate) unsafe fn irq_alloc_on_cpu(cpu: c_uint) -> c_int {
+    // SAFETY: Forwarded from the caller's guarantees.
+    unsafe { ffi::pfm_irq_alloc_on_cpu(cpu) }
+}
+
+/// Gives `irq` the edge flow handler (the vector domain sets none).
+///
+/// # Safety
+///
+/// `irq` must have been allocated by [`irq_alloc_on_cpu`].
+pub(crate) unsafe fn irq_set_edge_handler(irq: c_uint) {
+    // SAFETY: Forwarded from the caller's guarantees.
+    unsafe { ffi::pfm_irq_set_edge_handler(irq) }
+}
+
+/// The vector `irq` was assigned.
+///
+/// # Safety
+///
+/// `irq` must have been allocated by [`irq_alloc_on_cpu`].
+pub(crate) unsafe fn irq_vector(irq: c_uint) -> u32 {
+    // SAFETY: Forwarded from the caller's guarantees.
+    unsafe { ffi::pfm_irq_vector(irq) }
+}
+
+/// Frees an IRQ from [`irq_alloc_on_cpu`] (`irq_dispose_mapping`).
+///
+/// # Safety
+///
+/// `irq` must not be requested any more.
+pub(crate) unsafe fn irq_dispose(irq: c_uint) {
+    // SAFETY: Forwarded from the caller's guarantees.
+    unsafe { ffi::pfm_irq_dispose(irq) }
+}
+
+/// This CPU's LVTPC register.
+pub(crate) fn apic_read_lvtpc() -> u32 {
+    // SAFETY: Reads the local APIC of this CPU.
+    unsafe { ffi::pfm_apic_read_lvtpc() }
+}
+
+/// Writes this CPU's LVTPC register.
+pub(crate) fn apic_write_lvtpc(value: u32) {
+    // SAFETY: Writes the local APIC of this CPU; callers pass a vector of
+    // ours or the value saved before.
+    unsafe { ffi::pfm_apic_write_lvtpc(value) }
+}
+
+/// Sends `vector` to this CPU.
+pub(crate) fn send_ipi_self(vector: u32) {
+    // SAFETY: `vector` is one of ours, with a handler installed.
+    unsafe { ffi::pfm_send_ipi_self(vector) }
 }
 
 /// Registers a `poll_table` entry for `queue` (the static inline `poll_wait`).
@@ -225,5 +304,11 @@ impl IrqWork {
         // SAFETY: The work is initialised (type invariant); its owner keeps
         // it alive until `sync` has returned (see the users).
         unsafe { ffi::irq_work_queue(self.raw.get()) };
+    }
+
+    /// Waits until the work is neither pending nor running.
+    pub(crate) fn sync(&self) {
+        // SAFETY: The work is initialised (type invariant).
+        unsafe { ffi::irq_work_sync(self.raw.get()) }
     }
 }

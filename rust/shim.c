@@ -76,11 +76,12 @@ PFM_ATTR(zombie_contexts, 3);
 PFM_ATTR(attached_threads, 4);
 PFM_ATTR(vector, 5);
 PFM_ATTR(counter_width, 6);
+PFM_ATTR(overflow_interrupts, 7);
 static struct attribute *pfm_attrs[] = {
 	&pfm_attr_abi_version.attr, &pfm_attr_pmu_model.attr,
 	&pfm_attr_live_contexts.attr, &pfm_attr_zombie_contexts.attr,
 	&pfm_attr_attached_threads.attr, &pfm_attr_vector.attr,
-	&pfm_attr_counter_width.attr, NULL,
+	&pfm_attr_counter_width.attr, &pfm_attr_overflow_interrupts.attr, NULL,
 };
 static const struct attribute_group pfm_attr_group = { .attrs = pfm_attrs };
 static struct kobject *pfm_kobj;
@@ -107,6 +108,7 @@ void pfm_poll_wait(struct file *f, wait_queue_head_t *q, poll_table *p) { poll_w
 int pfm_this_cpu(void) { return raw_smp_processor_id(); }
 void pfm_put_cred(const struct cred *c) { put_cred(c); }
 void pfm_init_waitqueue_head(wait_queue_head_t *q) { init_waitqueue_head(q); }
+unsigned long pfm_user_ip(struct task_struct *t) { return instruction_pointer(task_pt_regs(t)); }
 
 /*
  * The overflow vector (pfm_intr.rs): struct irq_alloc_info, the x86 vector

@@ -27,6 +27,7 @@ void pfm_poll_wait(struct file *f, wait_queue_head_t *q, poll_table *p);
 int pfm_this_cpu(void);
 void pfm_put_cred(const struct cred *c);
 void pfm_init_waitqueue_head(wait_queue_head_t *q);
+unsigned long pfm_user_ip(struct task_struct *t);
 int pfm_irq_alloc_on_cpu(unsigned int cpu);
 void pfm_irq_set_edge_handler(unsigned int irq);
 unsigned int pfm_irq_vector(unsigned int irq);
