@@ -49,12 +49,13 @@ if [ -n "$host" ]; then
 			if [ "$hrc" != 0 ] && [ "$hf" = 0 ]; then
 				hf=1 hnote="$hnote; cargo test exited $hrc (build error?), see $host"
 			fi
-			grep -E '^test .* \.\.\. FAILED$' "$host" | sed 's/^/    /' || true
 		fi
 	fi
+	echo "$hnote"
+	grep -E '^test .* \.\.\. FAILED$' "$host" | sed 's/^/    /' || true
 fi
 
-tr -d '\r' <"$log" | awk -v quiet="$quiet" -v hp="$hp" -v hf="$hf" -v hs="$hs" -v hnote="$hnote" -v logname="$log" '
+tr -d '\r' <"$log" | awk -v quiet="$quiet" -v hp="$hp" -v hf="$hf" -v hs="$hs" -v logname="$log" '
 function problem(msg) { nprob++; probs[nprob] = msg }
 function iskernel(s) { return s ~ /\[ *[0-9]+\.[0-9]+\]/ }
 function field(s, key,   r) {   # value of key=VALUE in s
@@ -148,7 +149,6 @@ END {
 	if (!done) problem("the guest did not finish: no PFM-DONE (crash, panic, hang or timeout)" \
 		(hosttimeout != "" ? ": " hosttimeout : ""))
 	else if (!tainted) problem("no PFM-TAINT line")
-	if (!quiet && hnote != "") print hnote
 	for (i = 1; i <= nprob; i++) print "PROBLEM: " probs[i]
 	F += nprob
 	if (nprob && !quiet) print "full console log: " logname

@@ -121,10 +121,10 @@ shell)
 esac
 
 if [ -e $KMEMLEAK ]; then
-	# kmemleak only reports objects older than 5 s, and an object can look
-	# referenced in one scan and not the next: wait, scan twice, then read.
-	sleep 6
-	if echo scan >$KMEMLEAK && sleep 6 && echo scan >$KMEMLEAK; then
+	# kmemleak only reports objects that were 5 s old when the scan started,
+	# and a pointer in flight can hide or fake a leak for one scan: scan,
+	# pause, scan again (a scan takes ~12 s on the debug kernel), then read.
+	if echo scan >$KMEMLEAK && sleep 5 && echo scan >$KMEMLEAK; then
 		echo "PFM-KMEMLEAK-BEGIN"
 		cat $KMEMLEAK
 		echo "PFM-KMEMLEAK-END"
