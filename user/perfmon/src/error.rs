@@ -274,6 +274,17 @@ impl Error {
         }
     }
 
+    /// For a command that could not be run, the status a shell would exit
+    /// with: 127 (not found) or 126 (found but not executable).
+    pub fn shell_code(&self) -> Option<u8> {
+        match self {
+            Error::CommandNotFound { .. } => Some(127),
+            Error::Exec { errno: libc::ENOENT, .. } => Some(127),
+            Error::Exec { .. } => Some(126),
+            _ => None,
+        }
+    }
+
     /// The operation that failed, where one did.
     pub fn op(&self) -> Option<Op> {
         match self {

@@ -207,15 +207,17 @@ pub(crate) mod tests {
 
     /// A `struct pfm_info` as the soft model reports it.
     pub(crate) fn soft_info() -> PfmInfo {
-        let mut raw = PfmInfo::default();
-        raw.abi_version = 1;
-        raw.size = std::mem::size_of::<PfmInfo>() as u32;
+        let mut raw = PfmInfo {
+            abi_version: 1,
+            size: std::mem::size_of::<PfmInfo>() as u32,
+            num_pmcs: 4,
+            num_pmds: 4,
+            counter_width: 64,
+            impl_pmcs: 0xf,
+            impl_pmds: 0xf,
+            ..Default::default()
+        };
         raw.model[..4].copy_from_slice(b"soft");
-        raw.num_pmcs = 4;
-        raw.num_pmds = 4;
-        raw.counter_width = 64;
-        raw.impl_pmcs = 0xf;
-        raw.impl_pmds = 0xf;
         for (i, name) in ["task-clock", "context-switches", "cpu-migrations"].iter().enumerate() {
             let mut e = PfmEventInfo { code: i as u64 + 1, ..Default::default() };
             e.name[..name.len()].copy_from_slice(name.as_bytes());

@@ -60,9 +60,9 @@ fn side(
     let p = group.read().ctx("perf read")?;
     ctx.unload().ctx("unload")?;
     let mut pair = Pair { times: (c.time_enabled, c.time_running), ..Default::default() };
-    for i in 0..3 {
-        pair.pfm[i] = c.values[i];
-        pair.perf[i] = p[i].value;
+    for (i, (v, pv)) in c.values.iter().zip(&p).take(3).enumerate() {
+        pair.pfm[i] = *v;
+        pair.perf[i] = pv.value;
     }
     Ok(pair)
 }
