@@ -77,8 +77,9 @@ show() {
 	if [ "$job" = check ]; then
 		awk '{ sub(/\r$/, "") }
 		     /PFM-BOOTED/ { print "guest: booted (" $3 ", " $4 ")" > "/dev/stderr" }
-		     /PFM-TEST-BEGIN/ { sub(/.*PFM-TEST-BEGIN /, ""); printf "guest: %s ... ", $0 > "/dev/stderr"; fflush("/dev/stderr") }
-		     /PFM-TEST-END/ { print $NF > "/dev/stderr" }'
+		     /PFM-TEST-BEGIN/ { sub(/.*PFM-TEST-BEGIN /, ""); printf "guest: %s ... ", $0 > "/dev/stderr"; fflush("/dev/stderr"); open = 1 }
+		     /PFM-TEST-END/ { print $NF > "/dev/stderr"; open = 0 }
+		     END { if (open) print "did not finish" > "/dev/stderr" }'
 	else
 		awk '{ sub(/\r$/, "") } /PFM\| / { sub(/.*PFM\| /, ""); print; fflush() }'
 	fi
@@ -94,7 +95,6 @@ elapsed=$(( SECONDS - start ))
 
 if [ "${st[0]}" = 124 ] || [ "${st[0]}" = 137 ]; then
 	echo "PFM-HOST-TIMEOUT the guest was killed after ${GUEST_TIMEOUT}s (GUEST_TIMEOUT)" >>"$log"
-	[ "$job" != check ] || echo >&2   # end the "guest: test ... " progress line
 	echo "vm: FAIL: guest still running after ${GUEST_TIMEOUT}s, killed. Last 40 console lines:" >&2
 	tail -n 41 "$log" | head -n 40 | tr -d '\r' | sed 's/^/  | /' >&2
 	exit 1
