@@ -149,6 +149,7 @@ END {
 	if (!done) problem("the guest did not finish: no PFM-DONE (crash, panic, hang or timeout)" \
 		(hosttimeout != "" ? ": " hosttimeout : ""))
 	else if (!tainted) problem("no PFM-TAINT line")
+	if (!quiet && tainted) printf "guest taint: %d before the tests, %d after (4096 = O, out-of-tree module: expected)\n", before, after
 	for (i = 1; i <= nprob; i++) print "PROBLEM: " probs[i]
 	F += nprob
 	if (nprob && !quiet) print "full console log: " logname
