@@ -146,7 +146,7 @@ pub enum BadAddr<'a> {
     NoAccess(&'a Mapping),
     /// The start of a read-only mapping.
     ReadOnly(&'a Mapping),
-    /// An address that was unmapped (the page was mapped, then unmapped).
+    /// An address that was unmapped (see [`Hole`]).
     Unmapped(usize),
     /// A kernel address (the direct map on x86-64).
     Kernel,
@@ -164,11 +164,32 @@ impl BadAddr<'_> {
     }
 }
 
-/// Returns the address of a page that was mapped and then unmapped.
-pub fn unmapped_page() -> Result<usize, i32> {
-    let m = Mapping::new(1, libc::PROT_READ | libc::PROT_WRITE)?;
-    Ok(m.addr())
-    // `m` is unmapped here.
+/// A one-page hole in the middle of a three-page mapping: its address was
+/// mapped and is now unmapped, and stays so while the `Hole` lives (new
+/// mappings of more than one page cannot land in it, and the tests make no
+/// one-page mapping meanwhile).
+#[derive(Debug)]
+pub struct Hole {
+    map: Mapping,
+}
+
+impl Hole {
+    /// Maps three pages and unmaps the middle one.
+    pub fn new() -> Result<Self, i32> {
+        let map = Mapping::new(3, libc::PROT_READ | libc::PROT_WRITE)?;
+        // SAFETY: unmaps a page of our own mapping that nothing refers to;
+        // `Drop` of `Mapping` later unmaps the whole range, which is fine
+        // for a partly unmapped range.
+        if unsafe { libc::munmap((map.addr() + PAGE) as *mut libc::c_void, PAGE) } == -1 {
+            return Err(errno());
+        }
+        Ok(Hole { map })
+    }
+
+    /// The unmapped address.
+    pub fn addr(&self) -> usize {
+        self.map.addr() + PAGE
+    }
 }
 
 /// An ioctl without argument (0 is passed).

@@ -202,6 +202,21 @@ fn main() {
     t.run("another thread of this process: attach and counts match perf", other_thread);
     t.run("second context on the same thread: EBUSY; free again after UNLOAD", double_attach);
     t.run("second self-attach: EBUSY", double_self);
+    t.run("kernel thread (kthreadd, pid 2): EPERM", || {
+        let ctx = Context::open().ctx("open")?;
+        let e = errno_of(ctx.load(2));
+        ensure!(e == Some(libc::EPERM), "LOAD 2: {}", name(e));
+        Ok(())
+    });
+    t.run("thread that does not exist: ESRCH", || {
+        let mut gone = Child::spawn("sleeps", &["0"])?;
+        gone.wait_timeout(Duration::from_secs(5))?;
+        let ctx = Context::open().ctx("open")?;
+        let e = errno_of(ctx.load(gone.pid()));
+        ensure!(e == Some(libc::ESRCH), "LOAD of reaped pid {}: {}", gone.pid(), name(e));
+        Ok(())
+    });
+    // Last before the cleanup checks: the riskiest path (credentials).
     let other = if raw::geteuid() == 0 { Some(as_other_user()) } else { None };
     match &other {
         None => {
@@ -233,20 +248,6 @@ fn main() {
             );
         }
     }
-    t.run("kernel thread (kthreadd, pid 2): EPERM", || {
-        let ctx = Context::open().ctx("open")?;
-        let e = errno_of(ctx.load(2));
-        ensure!(e == Some(libc::EPERM), "LOAD 2: {}", name(e));
-        Ok(())
-    });
-    t.run("thread that does not exist: ESRCH", || {
-        let mut gone = Child::spawn("sleeps", &["0"])?;
-        gone.wait_timeout(Duration::from_secs(5))?;
-        let ctx = Context::open().ctx("open")?;
-        let e = errno_of(ctx.load(gone.pid()));
-        ensure!(e == Some(libc::ESRCH), "LOAD of reaped pid {}: {}", gone.pid(), name(e));
-        Ok(())
-    });
     t.run("no context left behind", || module::wait_contexts(0, Duration::from_secs(5)));
     t.run("rmmod perfmon", module::rmmod);
     t.finish();

@@ -380,8 +380,8 @@ fn cases() -> Vec<Case> {
     });
     case!("WRITE_PMDS regs at an unmapped address: EFAULT", || {
         let ctx = open()?;
-        let addr = raw::unmapped_page().map_err(errno_name)?;
-        let mut a = PfmRegsArg { regs: addr as u64, count: 1, ..Default::default() };
+        let hole = raw::Hole::new().map_err(errno_name)?;
+        let mut a = PfmRegsArg { regs: hole.addr() as u64, count: 1, ..Default::default() };
         expect(ioctl_in(fd(&ctx), PFM_IOC_WRITE_PMDS, &mut a), libc::EFAULT)
     });
     case!("WRITE_PMDS regs at a kernel address: EFAULT", || {
