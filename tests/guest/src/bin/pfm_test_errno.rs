@@ -8,7 +8,8 @@
 //! bad element and `done` its index); count 0 (EINVAL) and count too big
 //! (E2BIG); NULL, PROT_NONE, unmapped, read-only and kernel pointers
 //! (EFAULT, state and values unchanged); operations in the wrong state
-//! (EBADFD); LOAD targets (ESRCH, EPERM); read() misuse.
+//! (EBADFD; LOAD of a loaded context EBUSY, as documented); LOAD targets
+//! (ESRCH, EPERM); read() misuse.
 
 use std::os::fd::AsRawFd;
 use std::time::Duration;
@@ -171,6 +172,16 @@ fn cases() -> Vec<Case> {
     case!("LOAD with size 16: EINVAL", || wrong_size::<PfmLoad>(PFM_IOC_LOAD, 16));
     case!("GET_STATE with size 8: EINVAL", || wrong_size::<PfmCtxInfo>(PFM_IOC_GET_STATE, 8));
     case!("SET_FLAGS with size 64: EINVAL", || wrong_size::<PfmCtxFlags>(PFM_IOC_SET_FLAGS, 64));
+    case!("WRITE_PMCS with direction _IOW instead of _IOWR: EINVAL", || {
+        let ctx = open()?;
+        let mut a = PfmRegsArg::default();
+        expect(ioctl_in(fd(&ctx), raw::ioc(1, 0xB6, 0x01, 48), &mut a), libc::EINVAL)
+    });
+    case!("GET_STATE with direction _IOWR instead of _IOR: EINVAL", || {
+        let ctx = open()?;
+        let mut s = PfmCtxInfo::default();
+        expect(ioctl_in(fd(&ctx), raw::ioc(3, 0xB6, 0x09, 48), &mut s), libc::EINVAL)
+    });
     case!("START with a size (8): EINVAL", || {
         let ctx = open()?;
         ctx.load(0).ctx("LOAD")?;
@@ -445,13 +456,13 @@ fn cases() -> Vec<Case> {
         ctx.unload().ctx("UNLOAD")?;
         expect(r, libc::EBADFD)
     });
-    case!("LOAD while LOADED: EBADFD", || {
+    case!("LOAD while LOADED: EBUSY (Documentation/perfmon.rst)", || {
         let ctx = open()?;
         ctx.load(0).ctx("LOAD")?;
         let mut l = PfmLoad::default();
         let r = ioctl_in(fd(&ctx), PFM_IOC_LOAD, &mut l);
         ctx.unload().ctx("UNLOAD")?;
-        expect(r, libc::EBADFD)
+        expect(r, libc::EBUSY)
     });
     case!("SET_FLAGS while LOADED: EBADFD", || {
         let ctx = open()?;

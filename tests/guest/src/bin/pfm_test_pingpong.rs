@@ -1,7 +1,10 @@
 //! pfm_test_pingpong: two threads ping-pong a byte through a pair of pipes,
 //! each monitored by its own context (loaded on itself) and by its own perf
 //! counters. Each thread's context-switch count must equal its own perf
-//! count (not the sum of both threads'), task-clock within 1% + 200 us.
+//! count (not the sum of both threads'), task-clock as documented (1% +
+//! 200 us, less up to 25 us per switch: these threads run only a few
+//! microseconds per wake-up, the case Documentation/perfmon.rst's Accuracy
+//! section describes).
 //! Run with both threads pinned to CPU 0 (every switch goes from one
 //! monitored thread to the other: save/restore must keep them apart) and
 //! unpinned. Mismatches are retried up to 3 times.
@@ -91,8 +94,8 @@ fn mode(t: &mut Tap, label: &str, pin: Option<usize>) {
                 let sum = a.perf[1] + b.perf[1];
                 ok[0] |= a.cs_equal();
                 ok[1] |= b.cs_equal();
-                ok[2] |= a.task_clock_close(TASK_CLOCK_SLACK_NS);
-                ok[3] |= b.task_clock_close(TASK_CLOCK_SLACK_NS);
+                ok[2] |= a.task_clock_agrees(TASK_CLOCK_SLACK_NS);
+                ok[3] |= b.task_clock_agrees(TASK_CLOCK_SLACK_NS);
                 let half = ROUNDS as u64 / 2;
                 ok[4] |= a.pfm[1] >= half && b.pfm[1] >= half && a.pfm[1] < sum && b.pfm[1] < sum;
                 error = None;
@@ -106,8 +109,8 @@ fn mode(t: &mut Tap, label: &str, pin: Option<usize>) {
     let names = [
         "thread A: context-switches equal its own perf count",
         "thread B: context-switches equal its own perf count",
-        "thread A: task-clock within 1% + 200 us of its perf count",
-        "thread B: task-clock within 1% + 200 us of its perf count",
+        "thread A: task-clock agrees with its perf count",
+        "thread B: task-clock agrees with its perf count",
         "each thread counts only its own switches (>= rounds/2, < sum of both)",
     ];
     for (name, good) in names.iter().zip(ok) {

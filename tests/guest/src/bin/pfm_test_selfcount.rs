@@ -1,6 +1,9 @@
 //! pfm_test_selfcount: a thread monitoring itself sees exactly what
 //! perf_event sees for the same interval: context-switches and
-//! cpu-migrations equal, task-clock within 1% (+200 us), with the default
+//! cpu-migrations equal, task-clock as documented (Documentation/perfmon.rst,
+//! Accuracy: within 1% + 200 us, less up to 25 us per context switch that
+//! perf's earlier switch-in hook sees; within 1% + 200 us flat for a thread
+//! that mostly runs), with the default
 //! counter width and with soft_width=16 (where the counters wrap every
 //! 65536 events/ns and the module must fold every overflow into the 64-bit
 //! value). Values written to PMDs read back exactly; counting across the
@@ -18,7 +21,7 @@ use perfmon::abi::PfmPmd;
 use pfm_guest::tap::diag;
 use pfm_guest::{ensure, measure_self, module, soft_context, work, Pair, ResultExt, Tap, TestResult, TASK_CLOCK_SLACK_NS};
 
-const PLAN: usize = 17;
+const PLAN: usize = 19;
 const ROUNDS: usize = 200;
 const FLIP_EVERY: usize = 20;
 const ATTEMPTS: usize = 3;
@@ -36,7 +39,7 @@ fn compare_runs(label: &str) -> Result<[bool; 3], String> {
         diag(format!("{label} attempt {attempt}: {}", p.describe()));
         ok[0] |= p.cs_equal();
         ok[1] |= p.migrations_equal();
-        ok[2] |= p.task_clock_close(TASK_CLOCK_SLACK_NS);
+        ok[2] |= p.task_clock_agrees(TASK_CLOCK_SLACK_NS);
         if ok.iter().all(|&b| b) {
             break;
         }
@@ -50,7 +53,7 @@ fn report(t: &mut Tap, label: &str, res: Result<[bool; 3], String>) {
             let names = [
                 "context-switches equal perf's",
                 "cpu-migrations equal perf's",
-                "task-clock within 1% + 200 us of perf's",
+                "task-clock agrees with perf's (1% + 200 us, + <= 25 us per switch)",
             ];
             for (name, good) in names.iter().zip(ok) {
                 let name = format!("{label}: {name}");
@@ -67,6 +70,26 @@ fn report(t: &mut Tap, label: &str, res: Result<[bool; 3], String>) {
             }
         }
     }
+}
+
+/// A thread that mostly runs: 5 spins of 10 ms with a 1 ms sleep between;
+/// task-clock within 1% + 200 us of perf's (retried up to 3 times).
+fn mostly_running() -> TestResult {
+    let mut last = String::new();
+    for attempt in 1..=ATTEMPTS {
+        let p = measure_self([0; 3], || {
+            for _ in 0..5 {
+                work::spin(Duration::from_millis(10));
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })?;
+        last = format!("attempt {attempt}: {}", p.describe());
+        diag(&last);
+        if p.task_clock_close(TASK_CLOCK_SLACK_NS) && p.cs_equal() {
+            return Ok(());
+        }
+    }
+    Err(format!("task-clock not within 1% + 200 us of perf's; last {last}"))
 }
 
 fn times_sane() -> TestResult {
@@ -151,6 +174,7 @@ fn main() {
     t.run("default width: PMD values read back exactly", || pmd_values_read_back(width));
     let r = compare_runs("default width");
     report(&mut t, "default width", r);
+    t.run("default width: mostly running thread: task-clock within 1% + 200 us", mostly_running);
     t.run("default width: time_enabled >= time_running ~ task-clock", times_sane);
     t.run("default width: counting across the wrap point stays exact", || across_wrap(width));
     t.run("rmmod perfmon", module::rmmod);
@@ -160,6 +184,7 @@ fn main() {
     t.run("soft_width=16: PMD values read back exactly", || pmd_values_read_back(16));
     let r = compare_runs("soft_width=16");
     report(&mut t, "soft_width=16", r);
+    t.run("soft_width=16: mostly running thread: task-clock within 1% + 200 us", mostly_running);
     t.run("soft_width=16: time_enabled >= time_running ~ task-clock", times_sane);
     t.run("soft_width=16: counting across the wrap point stays exact", || across_wrap(16));
     t.run("rmmod perfmon (soft_width=16)", module::rmmod);
