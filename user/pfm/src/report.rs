@@ -210,12 +210,6 @@ impl Report {
                 out.push_str(&format!("\n {} was killed by signal {sig}\n", what));
             }
         }
-        if self.time_running < self.time_enabled && self.time_enabled > 0 {
-            let pct = self.time_running as f64 * 100.0 / self.time_enabled as f64;
-            out.push_str(&format!(
-                "\n thread ran {pct:.2}% of the time the counters were enabled\n"
-            ));
-        }
         if self.target_exited {
             out.push_str(&format!("\n {what} exited; these are its final counts\n"));
         }
