@@ -104,7 +104,11 @@ impl Child {
             .arg(mode)
             .args(args)
             .stdin(Stdio::null())
-            .stdout(if capture { Stdio::piped() } else { Stdio::null() })
+            .stdout(if capture {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .spawn()
             .map_err(|e| format!("spawn child {mode}: {e}"))?;
         Ok(Child { inner })
@@ -127,7 +131,11 @@ impl Child {
             match self.inner.try_wait() {
                 Ok(Some(st)) => return Ok(st.code()),
                 Ok(None) if Instant::now() >= deadline => {
-                    return Err(format!("child {} still running after {:?}", self.pid(), timeout))
+                    return Err(format!(
+                        "child {} still running after {:?}",
+                        self.pid(),
+                        timeout
+                    ))
                 }
                 Ok(None) => std::thread::sleep(Duration::from_millis(5)),
                 Err(e) => return Err(format!("wait: {e}")),
@@ -142,7 +150,8 @@ impl Child {
         let mut s = String::new();
         if let Some(mut out) = me.inner.stdout.take() {
             use std::io::Read;
-            out.read_to_string(&mut s).map_err(|e| format!("read child output: {e}"))?;
+            out.read_to_string(&mut s)
+                .map_err(|e| format!("read child output: {e}"))?;
         }
         Ok(s)
     }

@@ -24,15 +24,21 @@ pub use tap::{ResultExt, Tap, TestResult};
 pub const SOFT_EVENTS: [&str; 3] = ["task-clock", "context-switches", "cpu-migrations"];
 
 /// perf's events for [`SOFT_EVENTS`], same order.
-pub const PERF_EVENTS: [SoftwareEvent; 3] =
-    [SoftwareEvent::TaskClock, SoftwareEvent::ContextSwitches, SoftwareEvent::CpuMigrations];
+pub const PERF_EVENTS: [SoftwareEvent; 3] = [
+    SoftwareEvent::TaskClock,
+    SoftwareEvent::ContextSwitches,
+    SoftwareEvent::CpuMigrations,
+];
 
 /// Ends the program with `Bail out!` if it runs longer than `limit`
 /// (something waits forever); the guest's own timeout is the last resort.
 pub fn watchdog(limit: Duration) {
     std::thread::spawn(move || {
         std::thread::sleep(limit);
-        println!("Bail out! watchdog: still running after {} s", limit.as_secs());
+        println!(
+            "Bail out! watchdog: still running after {} s",
+            limit.as_secs()
+        );
         std::process::exit(tap::KSFT_FAIL);
     });
 }
@@ -42,7 +48,10 @@ pub fn soft_context() -> Result<(Context, Vec<Event>), String> {
     let mut ctx = Context::open().map_err(|e| e.to_string())?;
     let events = {
         let pmu = ctx.info().map_err(|e| e.to_string())?;
-        SOFT_EVENTS.iter().map(|n| pmu.event(n)).collect::<perfmon::Result<Vec<_>>>()
+        SOFT_EVENTS
+            .iter()
+            .map(|n| pmu.event(n))
+            .collect::<perfmon::Result<Vec<_>>>()
     }
     .map_err(|e| e.to_string())?;
     ctx.program(&events).map_err(|e| e.to_string())?;
@@ -135,7 +144,11 @@ pub fn measure_self(initial: [u64; 3], work: impl FnOnce()) -> Result<Pair, Stri
             .programmed()
             .iter()
             .zip(initial)
-            .map(|(&n, v)| perfmon::abi::PfmPmd { reg_num: n, reg_value: v, ..Default::default() })
+            .map(|(&n, v)| perfmon::abi::PfmPmd {
+                reg_num: n,
+                reg_value: v,
+                ..Default::default()
+            })
             .collect();
         ctx.write_pmds(&mut pmds).ctx("write initial PMDs")?;
     }
@@ -149,7 +162,10 @@ pub fn measure_self(initial: [u64; 3], work: impl FnOnce()) -> Result<Pair, Stri
     let counts = ctx.read().ctx("read")?;
     let perf = group.read().ctx("perf read")?;
     ctx.unload().ctx("unload")?;
-    let mut pair = Pair { times: (counts.time_enabled, counts.time_running), ..Default::default() };
+    let mut pair = Pair {
+        times: (counts.time_enabled, counts.time_running),
+        ..Default::default()
+    };
     for i in 0..3 {
         pair.pfm[i] = counts.values[i].wrapping_sub(initial[i]);
         pair.perf[i] = perf[i].value;

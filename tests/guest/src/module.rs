@@ -69,8 +69,13 @@ pub fn insmod(params: &[&str]) -> Result<(), String> {
     let mut args = vec![path.as_str()];
     args.extend_from_slice(params);
     run("insmod", &args)?;
-    if !wait_for(Duration::from_secs(2), || Path::new(perfmon::DEVICE).exists()) {
-        return Err(format!("insmod succeeded but {} did not appear", perfmon::DEVICE));
+    if !wait_for(Duration::from_secs(2), || {
+        Path::new(perfmon::DEVICE).exists()
+    }) {
+        return Err(format!(
+            "insmod succeeded but {} did not appear",
+            perfmon::DEVICE
+        ));
     }
     Ok(())
 }
@@ -100,7 +105,9 @@ pub fn rmmod() -> Result<(), String> {
     if is_loaded() {
         return Err("rmmod succeeded but perfmon is still in /proc/modules".into());
     }
-    if !wait_for(Duration::from_secs(2), || !Path::new(perfmon::DEVICE).exists()) {
+    if !wait_for(Duration::from_secs(2), || {
+        !Path::new(perfmon::DEVICE).exists()
+    }) {
         return Err(format!("{} still exists after rmmod", perfmon::DEVICE));
     }
     if Path::new(sysfs::SYSFS_DIR).exists() {

@@ -52,7 +52,9 @@ unsafe impl Plain for abi::PfmMsg {}
 unsafe impl Plain for u64 {}
 
 fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
 }
 
 /// An anonymous private mapping, unmapped on drop.
@@ -80,7 +82,10 @@ impl Mapping {
         if p == libc::MAP_FAILED {
             return Err(errno());
         }
-        Ok(Mapping { addr: p as usize, len })
+        Ok(Mapping {
+            addr: p as usize,
+            len,
+        })
     }
 
     /// Start address.
@@ -103,7 +108,13 @@ impl Mapping {
         assert!((first + count) * PAGE <= self.len);
         // SAFETY: the range lies inside our own mapping, which no Rust
         // reference points into.
-        let r = unsafe { libc::mprotect((self.addr + first * PAGE) as *mut libc::c_void, count * PAGE, prot) };
+        let r = unsafe {
+            libc::mprotect(
+                (self.addr + first * PAGE) as *mut libc::c_void,
+                count * PAGE,
+                prot,
+            )
+        };
         if r == -1 {
             Err(errno())
         } else {
@@ -224,7 +235,9 @@ struct ArgBuf {
 /// is copied into a 16 KiB buffer, the ioctl gets the buffer, and `val`
 /// gets the first `size_of::<T>()` bytes back.
 pub fn ioctl_in<T: Plain>(fd: RawFd, req: u32, val: &mut T) -> Result<i32, i32> {
-    let buf = ArgBuf { map: Mapping::new(4, libc::PROT_READ | libc::PROT_WRITE)? };
+    let buf = ArgBuf {
+        map: Mapping::new(4, libc::PROT_READ | libc::PROT_WRITE)?,
+    };
     buf.map.write(0, val);
     // SAFETY: the argument is our own 16 KiB mapping, larger than any size
     // encodable in `req`; user pointers inside `val` (register arrays)
@@ -253,7 +266,10 @@ impl RegsArea {
     pub fn new(pages: usize) -> Result<Self, i32> {
         let map = Mapping::new(pages + 1, libc::PROT_READ | libc::PROT_WRITE)?;
         map.protect(pages, 1, libc::PROT_NONE)?;
-        Ok(RegsArea { map, rw: pages * PAGE })
+        Ok(RegsArea {
+            map,
+            rw: pages * PAGE,
+        })
     }
 
     /// Bytes of the read-write part.
@@ -290,7 +306,11 @@ impl RegsArea {
 
     /// Makes the read-write part read-only (true) or read-write again.
     pub fn set_read_only(&self, ro: bool) -> Result<(), i32> {
-        let prot = if ro { libc::PROT_READ } else { libc::PROT_READ | libc::PROT_WRITE };
+        let prot = if ro {
+            libc::PROT_READ
+        } else {
+            libc::PROT_READ | libc::PROT_WRITE
+        };
         self.map.protect(0, self.rw / PAGE, prot)
     }
 }
@@ -368,7 +388,11 @@ pub fn sched_yield() {
 
 /// poll(2) on one fd for `events`; returns revents (0 on timeout).
 pub fn poll_one(fd: RawFd, events: i16, timeout_ms: i32) -> Result<i16, i32> {
-    let mut p = libc::pollfd { fd, events, revents: 0 };
+    let mut p = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
     // SAFETY: one valid pollfd.
     let r = unsafe { libc::poll(&mut p, 1, timeout_ms) };
     if r == -1 {
@@ -397,9 +421,15 @@ mod tests {
     #[test]
     fn regs_area_guard_faults_in_the_kernel() {
         let area = RegsArea::new(1).unwrap();
-        let pmd = abi::PfmPmd { reg_value: 7, ..Default::default() };
+        let pmd = abi::PfmPmd {
+            reg_value: 7,
+            ..Default::default()
+        };
         area.put(area.rw_len() - 64, &[pmd, pmd]);
-        assert_eq!(area.get::<abi::PfmPmd>(area.rw_len() - 64, 1)[0].reg_value, 7);
+        assert_eq!(
+            area.get::<abi::PfmPmd>(area.rw_len() - 64, 1)[0].reg_value,
+            7
+        );
         // The kernel cannot read the guard page: write(2) from it fails.
         let (_r, w) = pipe().unwrap();
         // SAFETY: reading from the guard page only; it must fault in the kernel.
@@ -412,8 +442,14 @@ mod tests {
     fn arg_buffer_round_trips() {
         // An ioctl the pipe does not know: ENOTTY, and the value comes back.
         let (r, _w) = pipe().unwrap();
-        let mut load = abi::PfmLoad { tid: 5, ..Default::default() };
-        assert_eq!(ioctl_in(r.as_raw_fd(), abi::PFM_IOC_LOAD, &mut load), Err(libc::ENOTTY));
+        let mut load = abi::PfmLoad {
+            tid: 5,
+            ..Default::default()
+        };
+        assert_eq!(
+            ioctl_in(r.as_raw_fd(), abi::PFM_IOC_LOAD, &mut load),
+            Err(libc::ENOTTY)
+        );
         assert_eq!(load.tid, 5);
     }
 }

@@ -52,7 +52,13 @@ impl Tap {
     pub fn new(plan: usize) -> Self {
         println!("TAP version 13");
         println!("1..{plan}");
-        Tap { plan, n: 0, passed: 0, failed: 0, skipped: 0 }
+        Tap {
+            plan,
+            n: 0,
+            passed: 0,
+            failed: 0,
+            skipped: 0,
+        }
     }
 
     /// Prints a diagnostic line (each line of `msg` prefixed with `# `).

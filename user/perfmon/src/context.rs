@@ -194,13 +194,18 @@ impl Context {
     /// Opens a new context on the device at `path`.
     pub fn open_path(path: &str) -> Result<Self> {
         match OpenOptions::new().read(true).write(true).open(path) {
-            Ok(file) => Ok(Context { file, info: OnceLock::new(), pmds: Vec::new() }),
+            Ok(file) => Ok(Context {
+                file,
+                info: OnceLock::new(),
+                pmds: Vec::new(),
+            }),
             Err(e) => {
                 let errno = e.raw_os_error().unwrap_or(libc::EIO);
                 Err(match errno {
-                    libc::ENOENT | libc::ENODEV | libc::ENXIO => {
-                        Error::NotLoaded { path: path.to_string(), errno }
-                    }
+                    libc::ENOENT | libc::ENODEV | libc::ENXIO => Error::NotLoaded {
+                        path: path.to_string(),
+                        errno,
+                    },
                     _ => Error::os(Op::Open, errno),
                 })
             }
@@ -215,7 +220,10 @@ impl Context {
         }
         let raw = self.raw_info()?;
         if raw.abi_version != PFM_ABI_VERSION {
-            return Err(Error::AbiMismatch { kernel: raw.abi_version, library: PFM_ABI_VERSION });
+            return Err(Error::AbiMismatch {
+                kernel: raw.abi_version,
+                library: PFM_ABI_VERSION,
+            });
         }
         Ok(self.info.get_or_init(|| PmuInfo::from_raw(&raw)))
     }
@@ -234,14 +242,18 @@ impl Context {
     pub fn write_pmcs(&self, regs: &mut [PfmPmc]) -> Result<()> {
         let mut arg = PfmRegsArg::default();
         let res = sys::ioctl_regs(self.fd(), PFM_IOC_WRITE_PMCS, regs, &mut arg);
-        regs_result(Op::WritePmcs, res, &arg, |i| regs.get(i).map(|r| (r.reg_num, r.reg_flags)))
+        regs_result(Op::WritePmcs, res, &arg, |i| {
+            regs.get(i).map(|r| (r.reg_num, r.reg_flags))
+        })
     }
 
     /// Writes PMDs (`PFM_IOC_WRITE_PMDS`), all or nothing.
     pub fn write_pmds(&self, regs: &mut [PfmPmd]) -> Result<()> {
         let mut arg = PfmRegsArg::default();
         let res = sys::ioctl_regs(self.fd(), PFM_IOC_WRITE_PMDS, regs, &mut arg);
-        regs_result(Op::WritePmds, res, &arg, |i| regs.get(i).map(|r| (r.reg_num, r.reg_flags)))
+        regs_result(Op::WritePmds, res, &arg, |i| {
+            regs.get(i).map(|r| (r.reg_num, r.reg_flags))
+        })
     }
 
     /// Reads PMDs (`PFM_IOC_READ_PMDS`) into `regs` (their `reg_num` say
@@ -249,7 +261,9 @@ impl Context {
     pub fn read_pmds(&self, regs: &mut [PfmPmd]) -> Result<(u64, u64)> {
         let mut arg = PfmRegsArg::default();
         let res = sys::ioctl_regs(self.fd(), PFM_IOC_READ_PMDS, regs, &mut arg);
-        regs_result(Op::ReadPmds, res, &arg, |i| regs.get(i).map(|r| (r.reg_num, r.reg_flags)))?;
+        regs_result(Op::ReadPmds, res, &arg, |i| {
+            regs.get(i).map(|r| (r.reg_num, r.reg_flags))
+        })?;
         Ok((arg.time_enabled, arg.time_running))
     }
 
@@ -262,17 +276,29 @@ impl Context {
             return Err(Error::Usage("no event to program".to_string()));
         }
         if events.len() > counters.len() {
-            return Err(Error::TooManyEvents { requested: events.len(), counters: counters.len() });
+            return Err(Error::TooManyEvents {
+                requested: events.len(),
+                counters: counters.len(),
+            });
         }
         let nums = &counters[..events.len()];
         let mut pmcs: Vec<PfmPmc> = nums
             .iter()
             .zip(events)
-            .map(|(&n, e)| PfmPmc { reg_num: n, reg_value: e.code, ..Default::default() })
+            .map(|(&n, e)| PfmPmc {
+                reg_num: n,
+                reg_value: e.code,
+                ..Default::default()
+            })
             .collect();
         self.write_pmcs(&mut pmcs)?;
-        let mut pmds: Vec<PfmPmd> =
-            nums.iter().map(|&n| PfmPmd { reg_num: n, ..Default::default() }).collect();
+        let mut pmds: Vec<PfmPmd> = nums
+            .iter()
+            .map(|&n| PfmPmd {
+                reg_num: n,
+                ..Default::default()
+            })
+            .collect();
         self.write_pmds(&mut pmds)?;
         self.pmds = nums.to_vec();
         Ok(())
@@ -288,10 +314,20 @@ impl Context {
         if self.pmds.is_empty() {
             return Err(Error::Usage("no counter programmed".to_string()));
         }
-        let mut regs: Vec<PfmPmd> =
-            self.pmds.iter().map(|&n| PfmPmd { reg_num: n, ..Default::default() }).collect();
+        let mut regs: Vec<PfmPmd> = self
+            .pmds
+            .iter()
+            .map(|&n| PfmPmd {
+                reg_num: n,
+                ..Default::default()
+            })
+            .collect();
         let (time_enabled, time_running) = self.read_pmds(&mut regs)?;
-        Ok(Counts { values: regs.iter().map(|r| r.reg_value).collect(), time_enabled, time_running })
+        Ok(Counts {
+            values: regs.iter().map(|r| r.reg_value).collect(),
+            time_enabled,
+            time_running,
+        })
     }
 
     /// Attaches the context to thread `tid` (`PFM_IOC_LOAD`; 0 = the calling
@@ -299,7 +335,10 @@ impl Context {
     /// installs the context when it next returns to user mode (see
     /// [`Context::wait_active`]).
     pub fn load(&self, tid: u32) -> Result<()> {
-        let mut arg = PfmLoad { tid, ..Default::default() };
+        let mut arg = PfmLoad {
+            tid,
+            ..Default::default()
+        };
         sys::ioctl_arg(self.fd(), PFM_IOC_LOAD, &mut arg)
             .map_err(|e| Error::os_tid(Op::Load, e, tid))?;
         Ok(())
@@ -332,7 +371,10 @@ impl Context {
 
     /// Sets the context flags (`PFM_IOC_SET_FLAGS`, `PFM_CTXFL_*`).
     pub fn set_flags(&self, flags: u32) -> Result<()> {
-        let mut arg = PfmCtxFlags { flags, ..Default::default() };
+        let mut arg = PfmCtxFlags {
+            flags,
+            ..Default::default()
+        };
         sys::ioctl_arg(self.fd(), PFM_IOC_SET_FLAGS, &mut arg)
             .map_err(|e| Error::os(Op::SetFlags, e))?;
         Ok(())
@@ -385,7 +427,9 @@ impl Context {
     pub fn poll(&self, timeout: Option<Duration>) -> Result<Readiness> {
         let revents =
             sys::poll(&[(self.fd(), libc::POLLIN)], timeout).map_err(|e| Error::os(Op::Poll, e))?;
-        Ok(Readiness::from_revents(revents.first().copied().unwrap_or(0)))
+        Ok(Readiness::from_revents(
+            revents.first().copied().unwrap_or(0),
+        ))
     }
 
     /// Reads one message. `Ok(None)` at end of file (the thread exited and
@@ -427,7 +471,10 @@ impl Context {
     /// each step waits for the next message and the iteration ends at end of
     /// file; on a non-blocking one it ends when the queue is empty.
     pub fn messages(&self) -> Messages<'_> {
-        Messages { ctx: self, done: false }
+        Messages {
+            ctx: self,
+            done: false,
+        }
     }
 
     fn fd(&self) -> BorrowedFd<'_> {
@@ -448,7 +495,12 @@ fn regs_result(
             let index = arg.done as usize;
             match elem(index) {
                 Some((reg_num, flags)) if flags & PFM_REG_RETFL_MASK != 0 => {
-                    Err(Error::BadRegister { op, index, reg_num, flags })
+                    Err(Error::BadRegister {
+                        op,
+                        index,
+                        reg_num,
+                        flags,
+                    })
                 }
                 _ => Err(Error::os(op, libc::EINVAL)),
             }
@@ -553,10 +605,15 @@ mod tests {
 
     #[test]
     fn bad_register_maps_retflags() {
-        let arg = PfmRegsArg { done: 1, ..Default::default() };
+        let arg = PfmRegsArg {
+            done: 1,
+            ..Default::default()
+        };
         let elems = [(0u16, 0u32), (7, PFM_REG_RETFL_NOTAVAIL)];
-        let err = regs_result(Op::WritePmcs, Err(libc::EINVAL), &arg, |i| elems.get(i).copied())
-            .unwrap_err();
+        let err = regs_result(Op::WritePmcs, Err(libc::EINVAL), &arg, |i| {
+            elems.get(i).copied()
+        })
+        .unwrap_err();
         assert_eq!(
             err,
             Error::BadRegister {
@@ -568,9 +625,12 @@ mod tests {
         );
         // EINVAL without per-element flags (e.g. a reserved field of the
         // argument itself) stays a plain EINVAL.
-        let err = regs_result(Op::WritePmcs, Err(libc::EINVAL), &PfmRegsArg::default(), |i| {
-            [(0u16, 0u32)].get(i).copied()
-        })
+        let err = regs_result(
+            Op::WritePmcs,
+            Err(libc::EINVAL),
+            &PfmRegsArg::default(),
+            |i| [(0u16, 0u32)].get(i).copied(),
+        )
         .unwrap_err();
         assert_eq!(err, Error::os(Op::WritePmcs, libc::EINVAL));
     }

@@ -244,20 +244,30 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl Error {
     /// A failed system call.
     pub fn os(op: Op, errno: i32) -> Self {
-        Error::Os { op, kind: ErrorKind::from_errno(errno), errno, tid: None }
+        Error::Os {
+            op,
+            kind: ErrorKind::from_errno(errno),
+            errno,
+            tid: None,
+        }
     }
 
     /// A failed system call concerning thread `tid`.
     pub fn os_tid(op: Op, errno: i32, tid: u32) -> Self {
-        Error::Os { op, kind: ErrorKind::from_errno(errno), errno, tid: Some(tid) }
+        Error::Os {
+            op,
+            kind: ErrorKind::from_errno(errno),
+            errno,
+            tid: Some(tid),
+        }
     }
 
     /// The errno behind this error, if it came from the kernel.
     pub fn errno(&self) -> Option<i32> {
         match self {
-            Error::NotLoaded { errno, .. } | Error::Os { errno, .. } | Error::Exec { errno, .. } => {
-                Some(*errno)
-            }
+            Error::NotLoaded { errno, .. }
+            | Error::Os { errno, .. }
+            | Error::Exec { errno, .. } => Some(*errno),
             Error::BadRegister { .. } => Some(libc::EINVAL),
             Error::ShortMessage { .. } => Some(libc::EIO),
             _ => None,
@@ -279,7 +289,10 @@ impl Error {
     pub fn shell_code(&self) -> Option<u8> {
         match self {
             Error::CommandNotFound { .. } => Some(127),
-            Error::Exec { errno: libc::ENOENT, .. } => Some(127),
+            Error::Exec {
+                errno: libc::ENOENT,
+                ..
+            } => Some(127),
             Error::Exec { .. } => Some(126),
             _ => None,
         }
@@ -371,7 +384,12 @@ impl fmt::Display for Error {
                 "perfmon module not loaded (insmod perfmon.ko): {path}: {}",
                 errno_text(*errno)
             ),
-            Error::Os { op, kind, errno, tid } => {
+            Error::Os {
+                op,
+                kind,
+                errno,
+                tid,
+            } => {
                 let who = thread_words(*tid);
                 let (name, text) = (errno_name(*errno), errno_text(*errno));
                 match (op, kind) {
@@ -405,7 +423,10 @@ impl fmt::Display for Error {
                         )
                     }
                     (Op::PerfEventOpen, ErrorKind::NoDevice) => {
-                        write!(f, "{op}: {text} ({name}): the kernel has no such perf event")
+                        write!(
+                            f,
+                            "{op}: {text} ({name}): the kernel has no such perf event"
+                        )
                     }
                     (_, ErrorKind::WrongState) => write!(
                         f,
@@ -422,12 +443,22 @@ impl fmt::Display for Error {
                     _ => write!(f, "{op}: {text} ({name})"),
                 }
             }
-            Error::BadRegister { op, index, reg_num, flags } => write!(
+            Error::BadRegister {
+                op,
+                index,
+                reg_num,
+                flags,
+            } => write!(
                 f,
                 "{op}: element {index} (register {reg_num}) rejected: {} (EINVAL)",
                 retflags_text(*flags)
             ),
-            Error::UnknownEvent { name, model, suggestions, available } => {
+            Error::UnknownEvent {
+                name,
+                model,
+                suggestions,
+                available,
+            } => {
                 write!(f, "unknown event '{name}' for PMU model '{model}'")?;
                 if suggestions.is_empty() {
                     write!(f, "; available: {} (see 'pfm list')", available.join(", "))
@@ -437,7 +468,10 @@ impl fmt::Display for Error {
                     write!(f, "; did you mean {}?", quoted.join(" or "))
                 }
             }
-            Error::TooManyEvents { requested, counters } => write!(
+            Error::TooManyEvents {
+                requested,
+                counters,
+            } => write!(
                 f,
                 "{requested} events requested but the PMU model has {counters} counters"
             ),
@@ -454,7 +488,12 @@ impl fmt::Display for Error {
                 write!(f, "cannot run '{program}': command not found")
             }
             Error::Exec { program, errno } => {
-                write!(f, "cannot run '{program}': {} ({})", errno_text(*errno), errno_name(*errno))
+                write!(
+                    f,
+                    "cannot run '{program}': {} ({})",
+                    errno_text(*errno),
+                    errno_name(*errno)
+                )
             }
             Error::Usage(msg) => f.write_str(msg),
         }
@@ -478,11 +517,19 @@ mod tests {
 
     #[test]
     fn messages_read_like_a_tool() {
-        let e = Error::NotLoaded { path: "/dev/perfmon".into(), errno: libc::ENOENT };
-        assert!(e.to_string().starts_with("perfmon module not loaded (insmod perfmon.ko)"));
+        let e = Error::NotLoaded {
+            path: "/dev/perfmon".into(),
+            errno: libc::ENOENT,
+        };
+        assert!(e
+            .to_string()
+            .starts_with("perfmon module not loaded (insmod perfmon.ko)"));
         let e = Error::os_tid(Op::Load, libc::EACCES, 42);
         let s = e.to_string();
-        assert!(s.starts_with("PFM_IOC_LOAD: not allowed to monitor thread 42 (EACCES)"), "{s}");
+        assert!(
+            s.starts_with("PFM_IOC_LOAD: not allowed to monitor thread 42 (EACCES)"),
+            "{s}"
+        );
         assert!(s.contains("CAP_PERFMON"));
         assert_eq!(e.errno(), Some(libc::EACCES));
         assert_eq!(e.op(), Some(Op::Load));

@@ -285,7 +285,11 @@ impl std::error::Error for ParseError {}
 
 /// Parses one JSON document (surrounding white space allowed).
 pub fn parse(text: &str) -> Result<Value, ParseError> {
-    let mut p = Parser { s: text.as_bytes(), i: 0, depth: 0 };
+    let mut p = Parser {
+        s: text.as_bytes(),
+        i: 0,
+        depth: 0,
+    };
     p.ws();
     let v = p.value()?;
     p.ws();
@@ -306,7 +310,10 @@ const MAX_DEPTH: usize = 128;
 
 impl Parser<'_> {
     fn err(&self, message: &'static str) -> ParseError {
-        ParseError { offset: self.i, message }
+        ParseError {
+            offset: self.i,
+            message,
+        }
     }
 
     fn ws(&mut self) {
@@ -413,7 +420,10 @@ impl Parser<'_> {
     }
 
     fn hex4(&mut self) -> Result<u32, ParseError> {
-        let h = self.s.get(self.i..self.i + 4).ok_or_else(|| self.err("short \\u escape"))?;
+        let h = self
+            .s
+            .get(self.i..self.i + 4)
+            .ok_or_else(|| self.err("short \\u escape"))?;
         let h = std::str::from_utf8(h).map_err(|_| self.err("bad \\u escape"))?;
         let v = u32::from_str_radix(h, 16).map_err(|_| self.err("bad \\u escape"))?;
         self.i += 4;
@@ -511,7 +521,8 @@ impl Parser<'_> {
             }
         }
         // The slice is ASCII by construction.
-        let text = std::str::from_utf8(&self.s[start..self.i]).map_err(|_| self.err("bad number"))?;
+        let text =
+            std::str::from_utf8(&self.s[start..self.i]).map_err(|_| self.err("bad number"))?;
         if !float {
             if let Ok(v) = text.parse::<u64>() {
                 return Ok(Value::UInt(v));
@@ -520,7 +531,9 @@ impl Parser<'_> {
                 return Ok(Value::from(v));
             }
         }
-        text.parse::<f64>().map(Value::Float).map_err(|_| self.err("bad number"))
+        text.parse::<f64>()
+            .map(Value::Float)
+            .map_err(|_| self.err("bad number"))
     }
 }
 
@@ -538,7 +551,10 @@ mod tests {
             ("whole", Value::from(2.0)),
             ("none", Value::Null),
             ("ok", Value::from(true)),
-            ("list", Value::from(vec![Value::from(1u32), Value::from("a\"b\\\n\u{1}")])),
+            (
+                "list",
+                Value::from(vec![Value::from(1u32), Value::from("a\"b\\\n\u{1}")]),
+            ),
             ("empty", Value::Array(vec![])),
         ]);
         assert_eq!(
@@ -559,7 +575,10 @@ mod tests {
             ("i", Value::from(-9_000_000_000i64)),
             ("f", Value::from(3.25)),
             ("small", Value::from(1.5e-9)),
-            ("nested", Value::object([("x", Value::from(vec![Value::Null, Value::from(false)]))])),
+            (
+                "nested",
+                Value::object([("x", Value::from(vec![Value::Null, Value::from(false)]))]),
+            ),
         ]);
         for text in [v.to_json(), v.to_json_pretty()] {
             assert_eq!(parse(&text), Ok(v.clone()), "{text}");
@@ -580,8 +599,20 @@ mod tests {
     #[test]
     fn rejects_bad_json() {
         for bad in [
-            "", "{", "[1,]", "{\"a\"}", "01", "1.", "-", "\"abc", "tru", "[1] x", "{'a':1}",
-            "\"\\x\"", "\"\\ud800\"", "\"a\nb\"",
+            "",
+            "{",
+            "[1,]",
+            "{\"a\"}",
+            "01",
+            "1.",
+            "-",
+            "\"abc",
+            "tru",
+            "[1] x",
+            "{'a':1}",
+            "\"\\x\"",
+            "\"\\ud800\"",
+            "\"a\nb\"",
         ] {
             assert!(parse(bad).is_err(), "accepted {bad:?}");
         }

@@ -39,10 +39,12 @@ pub mod json;
 pub mod perf;
 mod pmu;
 pub mod process;
-pub mod sysfs;
 mod sys;
+pub mod sysfs;
 
-pub use context::{Context, Counts, CtxState, Message, MessageKind, Messages, Readiness, State, DEVICE};
+pub use context::{
+    Context, Counts, CtxState, Message, MessageKind, Messages, Readiness, State, DEVICE,
+};
 pub use error::{errno_name, errno_text, Error, ErrorKind, Op, Result};
 pub use pmu::{aliases_of, describe, edit_distance, suggest, Event, PmuInfo};
 
@@ -128,15 +130,30 @@ mod abi_tests {
         assert_eq!(PFM_ABI_VERSION, 1);
         assert_eq!(PFM_IOC_MAGIC, 0xB6);
         assert_eq!(PFM_MAX_REGS_PER_CALL, 64);
-        assert_eq!((PFM_STATE_UNLOADED, PFM_STATE_LOADED, PFM_STATE_MASKED, PFM_STATE_ZOMBIE), (1, 2, 3, 4));
+        assert_eq!(
+            (
+                PFM_STATE_UNLOADED,
+                PFM_STATE_LOADED,
+                PFM_STATE_MASKED,
+                PFM_STATE_ZOMBIE
+            ),
+            (1, 2, 3, 4)
+        );
         assert_eq!(PFM_REG_RETFL_NOTAVAIL, 0x8000_0000);
         assert_eq!(PFM_REG_RETFL_EINVAL, 0x4000_0000);
         assert_eq!(PFM_REG_RETFL_NOSET, 0x2000_0000);
         assert_eq!(PFM_REG_RETFL_MASK & PFM_REGFL_IN_MASK, 0);
-        assert_eq!((PFM_CTXST_STARTED, PFM_CTXST_ACTIVE, PFM_CTXST_EXITED), (1, 2, 4));
+        assert_eq!(
+            (PFM_CTXST_STARTED, PFM_CTXST_ACTIVE, PFM_CTXST_EXITED),
+            (1, 2, 4)
+        );
         assert_eq!((PFM_MSG_OVFL, PFM_MSG_END), (1, 2));
         assert_eq!(
-            (PFM_SOFT_EV_TASK_CLOCK, PFM_SOFT_EV_CONTEXT_SWITCHES, PFM_SOFT_EV_CPU_MIGRATIONS),
+            (
+                PFM_SOFT_EV_TASK_CLOCK,
+                PFM_SOFT_EV_CONTEXT_SWITCHES,
+                PFM_SOFT_EV_CPU_MIGRATIONS
+            ),
             (1, 2, 3)
         );
     }

@@ -114,10 +114,15 @@ impl PerfCounter {
         group: Option<BorrowedFd<'_>>,
         disabled: bool,
     ) -> Result<Self> {
-        let pid = i32::try_from(tid).map_err(|_| Error::os_tid(Op::PerfEventOpen, libc::ESRCH, tid))?;
+        let pid =
+            i32::try_from(tid).map_err(|_| Error::os_tid(Op::PerfEventOpen, libc::ESRCH, tid))?;
         let fd = sys::perf_event_open(&attr(event, disabled), pid, group)
             .map_err(|e| Error::os_tid(Op::PerfEventOpen, e, tid))?;
-        Ok(PerfCounter { file: File::from(fd), event, tid })
+        Ok(PerfCounter {
+            file: File::from(fd),
+            event,
+            tid,
+        })
     }
 
     /// The event counted.
@@ -156,7 +161,12 @@ impl PerfCounter {
             match (&self.file).read(&mut buf) {
                 Ok(n) => break n,
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                Err(e) => return Err(Error::os(Op::PerfRead, e.raw_os_error().unwrap_or(libc::EIO))),
+                Err(e) => {
+                    return Err(Error::os(
+                        Op::PerfRead,
+                        e.raw_os_error().unwrap_or(libc::EIO),
+                    ))
+                }
             }
         };
         if n != buf.len() {
@@ -167,7 +177,11 @@ impl PerfCounter {
             a.copy_from_slice(&buf[i * 8..i * 8 + 8]);
             u64::from_ne_bytes(a)
         };
-        Ok(PerfValue { value: word(0), time_enabled: word(1), time_running: word(2) })
+        Ok(PerfValue {
+            value: word(0),
+            time_enabled: word(1),
+            time_running: word(2),
+        })
     }
 }
 
@@ -203,17 +217,20 @@ impl PerfGroup {
 
     /// Starts every counter of the group at once.
     pub fn enable(&self) -> Result<()> {
-        self.leader().ioctl(PERF_EVENT_IOC_ENABLE, PERF_IOC_FLAG_GROUP)
+        self.leader()
+            .ioctl(PERF_EVENT_IOC_ENABLE, PERF_IOC_FLAG_GROUP)
     }
 
     /// Stops every counter of the group at once.
     pub fn disable(&self) -> Result<()> {
-        self.leader().ioctl(PERF_EVENT_IOC_DISABLE, PERF_IOC_FLAG_GROUP)
+        self.leader()
+            .ioctl(PERF_EVENT_IOC_DISABLE, PERF_IOC_FLAG_GROUP)
     }
 
     /// Resets every counter of the group.
     pub fn reset(&self) -> Result<()> {
-        self.leader().ioctl(PERF_EVENT_IOC_RESET, PERF_IOC_FLAG_GROUP)
+        self.leader()
+            .ioctl(PERF_EVENT_IOC_RESET, PERF_IOC_FLAG_GROUP)
     }
 
     /// Reads every counter, in the order of the events given to `open`.

@@ -29,7 +29,11 @@ pub fn describe(event: &str) -> &'static str {
 
 /// The aliases of an event name (e.g. `cs` for `context-switches`).
 pub fn aliases_of(event: &str) -> Vec<&'static str> {
-    ALIASES.iter().filter(|(_, target)| *target == event).map(|(a, _)| *a).collect()
+    ALIASES
+        .iter()
+        .filter(|(_, target)| *target == event)
+        .map(|(a, _)| *a)
+        .collect()
 }
 
 /// The PMU model the module drives, from `PFM_IOC_GET_INFO`.
@@ -69,7 +73,10 @@ impl PmuInfo {
         let n = usize::from(raw.num_events).min(PFM_MAX_EVENTS);
         let events = raw.events[..n]
             .iter()
-            .map(|e| Event { name: c_string(&e.name), code: e.code })
+            .map(|e| Event {
+                name: c_string(&e.name),
+                code: e.code,
+            })
             .filter(|e| !e.name.is_empty())
             .collect();
         PmuInfo {
@@ -89,7 +96,9 @@ impl PmuInfo {
     /// The counters that can be programmed: n such that PMC n and PMD n
     /// both exist (PMC n selects what PMD n counts), in increasing order.
     pub fn counters(&self) -> Vec<u16> {
-        (0..64u16).filter(|&n| (self.impl_pmcs & self.impl_pmds) >> n & 1 == 1).collect()
+        (0..64u16)
+            .filter(|&n| (self.impl_pmcs & self.impl_pmds) >> n & 1 == 1)
+            .collect()
     }
 
     /// The event called `name` (an alias such as `cs`, or `r<hex>` for a
@@ -101,7 +110,11 @@ impl PmuInfo {
             return Ok(e.clone());
         }
         let lower = name.to_ascii_lowercase();
-        if let Some(e) = self.events.iter().find(|e| e.name.to_ascii_lowercase() == lower) {
+        if let Some(e) = self
+            .events
+            .iter()
+            .find(|e| e.name.to_ascii_lowercase() == lower)
+        {
             return Ok(e.clone());
         }
         if let Some((_, target)) = ALIASES.iter().find(|(alias, _)| *alias == lower) {
@@ -112,7 +125,10 @@ impl PmuInfo {
         if let Some(hex) = lower.strip_prefix('r') {
             if !hex.is_empty() && hex.len() <= 16 {
                 if let Ok(code) = u64::from_str_radix(hex, 16) {
-                    return Ok(Event { name: format!("r{hex}"), code });
+                    return Ok(Event {
+                        name: format!("r{hex}"),
+                        code,
+                    });
                 }
             }
         }
@@ -127,15 +143,26 @@ impl PmuInfo {
     /// Parses a comma-separated event list (`-e task-clock,cs`). An empty
     /// list means every event of the model, as many as there are counters.
     pub fn parse_events(&self, list: &str) -> Result<Vec<Event>> {
-        let names: Vec<&str> = list.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+        let names: Vec<&str> = list
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect();
         let events: Vec<Event> = if names.is_empty() {
-            self.events.iter().take(self.counters().len()).cloned().collect()
+            self.events
+                .iter()
+                .take(self.counters().len())
+                .cloned()
+                .collect()
         } else {
             names.iter().map(|n| self.event(n)).collect::<Result<_>>()?
         };
         let counters = self.counters().len();
         if events.len() > counters {
-            return Err(Error::TooManyEvents { requested: events.len(), counters });
+            return Err(Error::TooManyEvents {
+                requested: events.len(),
+                counters,
+            });
         }
         Ok(events)
     }
@@ -152,7 +179,11 @@ impl PmuInfo {
             .into_iter()
             .map(|s| {
                 // Suggest the real name rather than an alias.
-                ALIASES.iter().find(|(a, _)| *a == s).map_or(s, |(_, t)| t).to_string()
+                ALIASES
+                    .iter()
+                    .find(|(a, _)| *a == s)
+                    .map_or(s, |(_, t)| t)
+                    .to_string()
             })
             .fold(Vec::new(), |mut acc, s| {
                 if !acc.contains(&s) {
@@ -218,8 +249,14 @@ pub(crate) mod tests {
             ..Default::default()
         };
         raw.model[..4].copy_from_slice(b"soft");
-        for (i, name) in ["task-clock", "context-switches", "cpu-migrations"].iter().enumerate() {
-            let mut e = PfmEventInfo { code: i as u64 + 1, ..Default::default() };
+        for (i, name) in ["task-clock", "context-switches", "cpu-migrations"]
+            .iter()
+            .enumerate()
+        {
+            let mut e = PfmEventInfo {
+                code: i as u64 + 1,
+                ..Default::default()
+            };
             e.name[..name.len()].copy_from_slice(name.as_bytes());
             raw.events[i] = e;
         }
@@ -236,7 +273,13 @@ pub(crate) mod tests {
         assert_eq!(pmu.model, "soft");
         assert_eq!(pmu.counters(), vec![0, 1, 2, 3]);
         assert_eq!(pmu.events.len(), 3);
-        assert_eq!(pmu.events[1], Event { name: "context-switches".into(), code: 2 });
+        assert_eq!(
+            pmu.events[1],
+            Event {
+                name: "context-switches".into(),
+                code: 2
+            }
+        );
     }
 
     #[test]
@@ -244,7 +287,11 @@ pub(crate) mod tests {
         let mut raw = soft_info();
         raw.num_events = 999;
         let pmu = PmuInfo::from_raw(&raw);
-        assert_eq!(pmu.events.len(), 3, "empty slots are dropped, no out-of-bounds");
+        assert_eq!(
+            pmu.events.len(),
+            3,
+            "empty slots are dropped, no out-of-bounds"
+        );
     }
 
     #[test]
@@ -252,7 +299,10 @@ pub(crate) mod tests {
         let pmu = PmuInfo::from_raw(&soft_info());
         assert_eq!(pmu.event("task-clock").map(|e| e.code), Ok(1));
         assert_eq!(pmu.event("Context-Switches").map(|e| e.code), Ok(2));
-        assert_eq!(pmu.event("cs").map(|e| e.name), Ok("context-switches".to_string()));
+        assert_eq!(
+            pmu.event("cs").map(|e| e.name),
+            Ok("context-switches".to_string())
+        );
         assert_eq!(pmu.event("migrations").map(|e| e.code), Ok(3));
         assert_eq!(pmu.event("r3").map(|e| e.code), Ok(3));
         assert_eq!(pmu.event("r1f").map(|e| e.code), Ok(0x1f));
@@ -311,9 +361,15 @@ pub(crate) mod tests {
         assert_eq!(two.iter().map(|e| e.code).collect::<Vec<_>>(), vec![2, 1]);
         assert!(matches!(
             pmu.parse_events("cs,cs,cs,cs,cs"),
-            Err(Error::TooManyEvents { requested: 5, counters: 4 })
+            Err(Error::TooManyEvents {
+                requested: 5,
+                counters: 4
+            })
         ));
-        assert!(matches!(pmu.parse_events("cs,bogus"), Err(Error::UnknownEvent { .. })));
+        assert!(matches!(
+            pmu.parse_events("cs,bogus"),
+            Err(Error::UnknownEvent { .. })
+        ));
     }
 
     #[test]

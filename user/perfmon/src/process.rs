@@ -83,11 +83,14 @@ pub fn find_program(program: &OsStr) -> Option<PathBuf> {
     }
     let path = std::env::var_os("PATH")
         .unwrap_or_else(|| OsString::from("/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"));
-    std::env::split_paths(&path).map(|dir| dir.join(program)).find(|p| is_executable(p))
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|p| is_executable(p))
 }
 
 fn is_executable(p: &Path) -> bool {
-    p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    p.metadata()
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 fn cstring(s: &OsStr) -> Result<CString> {
@@ -113,12 +116,18 @@ impl PausedChild {
     /// Forks `argv[0]` (looked up in `PATH`) with arguments `argv[1..]` and
     /// the current environment; the child waits for [`PausedChild::release`].
     pub fn spawn<S: AsRef<OsStr>>(argv: &[S]) -> Result<Self> {
-        let first = argv.first().ok_or_else(|| Error::Usage("no command given".to_string()))?;
+        let first = argv
+            .first()
+            .ok_or_else(|| Error::Usage("no command given".to_string()))?;
         let program = first.as_ref().to_string_lossy().into_owned();
-        let path = find_program(first.as_ref())
-            .ok_or_else(|| Error::CommandNotFound { program: program.clone() })?;
+        let path = find_program(first.as_ref()).ok_or_else(|| Error::CommandNotFound {
+            program: program.clone(),
+        })?;
         let c_path = cstring(path.as_os_str())?;
-        let c_argv = argv.iter().map(|a| cstring(a.as_ref())).collect::<Result<Vec<_>>>()?;
+        let c_argv = argv
+            .iter()
+            .map(|a| cstring(a.as_ref()))
+            .collect::<Result<Vec<_>>>()?;
         let c_envp = std::env::vars_os()
             .map(|(k, v)| {
                 let mut kv = k;
@@ -129,8 +138,14 @@ impl PausedChild {
             .collect::<Result<Vec<_>>>()?;
         let go = sys::pipe().map_err(|e| Error::os(Op::Spawn, e))?;
         let report = sys::pipe().map_err(|e| Error::os(Op::Spawn, e))?;
-        let pid = sys::fork_exec_paused(&c_path, &c_argv, &c_envp, (&go.0, &go.1), (&report.0, &report.1))
-            .map_err(|e| Error::os(Op::Spawn, e))?;
+        let pid = sys::fork_exec_paused(
+            &c_path,
+            &c_argv,
+            &c_envp,
+            (&go.0, &go.1),
+            (&report.0, &report.1),
+        )
+        .map_err(|e| Error::os(Op::Spawn, e))?;
         // The child's ends close here, in the parent.
         drop(go.0);
         drop(report.1);
@@ -153,7 +168,8 @@ impl PausedChild {
     pub fn release(&mut self) -> Result<()> {
         if let Some(go) = self.go.take() {
             let mut f = File::from(go);
-            f.write_all(&[1]).map_err(|e| Error::os(Op::Spawn, e.raw_os_error().unwrap_or(libc::EIO)))?;
+            f.write_all(&[1])
+                .map_err(|e| Error::os(Op::Spawn, e.raw_os_error().unwrap_or(libc::EIO)))?;
         }
         let Some(report) = self.report.take() else {
             return Ok(());
@@ -170,7 +186,10 @@ impl PausedChild {
         }
         if buf.len() >= 4 {
             let errno = i32::from_ne_bytes([buf[0], buf[1], buf[2], buf[3]]);
-            return Err(Error::Exec { program: self.program.clone(), errno });
+            return Err(Error::Exec {
+                program: self.program.clone(),
+                errno,
+            });
         }
         Ok(())
     }
@@ -182,7 +201,12 @@ impl PausedChild {
             .ok_or_else(|| Error::os(Op::Wait, libc::ECHILD))?;
         self.reaped = true;
         let (code, signal) = sys::decode_status(r.status);
-        Ok(ExitStatus { code, signal, user: r.user, system: r.system })
+        Ok(ExitStatus {
+            code,
+            signal,
+            user: r.user,
+            system: r.system,
+        })
     }
 
     /// Kills the child (SIGKILL) if it has not been reaped.
@@ -246,7 +270,10 @@ impl AsFd for Interrupts {
 pub fn wait_readable(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> Result<Vec<bool>> {
     let set: Vec<(BorrowedFd<'_>, i16)> = fds.iter().map(|fd| (*fd, libc::POLLIN)).collect();
     match sys::poll(&set, timeout) {
-        Ok(revents) => Ok(revents.iter().map(|r| r & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0).collect()),
+        Ok(revents) => Ok(revents
+            .iter()
+            .map(|r| r & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0)
+            .collect()),
         Err(libc::EINTR) => Ok(vec![false; fds.len()]),
         Err(e) => Err(Error::os(Op::Poll, e)),
     }
@@ -281,7 +308,16 @@ mod tests {
         // A directory in PATH-less form: exists, but execve fails (EACCES).
         let mut child = PausedChild::spawn(&["/"]).unwrap();
         let err = child.release().unwrap_err();
-        assert!(matches!(err, Error::Exec { errno: libc::EACCES, .. }), "{err:?}");
+        assert!(
+            matches!(
+                err,
+                Error::Exec {
+                    errno: libc::EACCES,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
         assert_eq!(child.wait().unwrap().code, Some(127));
         assert!(matches!(
             PausedChild::spawn(&["no-such-program-pfm-test"]),

@@ -14,7 +14,9 @@ use crate::abi::{PfmCtxFlags, PfmCtxInfo, PfmInfo, PfmLoad, PfmPmc, PfmPmd, PfmR
 
 /// The calling thread's errno.
 fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
 }
 
 /// Turns the `-1`-and-errno convention into a `Result`.
@@ -58,7 +60,10 @@ pub(crate) fn ioctl_arg<T: IoctlArg>(
     request: u32,
     arg: &mut T,
 ) -> Result<i32, i32> {
-    debug_assert_eq!(((request >> 16) & 0x3fff) as usize, std::mem::size_of::<T>());
+    debug_assert_eq!(
+        ((request >> 16) & 0x3fff) as usize,
+        std::mem::size_of::<T>()
+    );
     // SAFETY: `arg` is a valid, exclusively borrowed `repr(C)` structure of
     // exactly the size encoded in `request` (checked above in debug builds
     // and by construction of the request constants), so the kernel reads and
@@ -97,7 +102,11 @@ pub(crate) fn ioctl_regs<R: Reg>(
 pub(crate) fn set_nonblocking(fd: BorrowedFd<'_>, on: bool) -> Result<(), i32> {
     // SAFETY: F_GETFL/F_SETFL take no pointer; the fd is valid.
     let flags = check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })?;
-    let new = if on { flags | libc::O_NONBLOCK } else { flags & !libc::O_NONBLOCK };
+    let new = if on {
+        flags | libc::O_NONBLOCK
+    } else {
+        flags & !libc::O_NONBLOCK
+    };
     if new != flags {
         // SAFETY: as above.
         check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, new) })?;
@@ -132,12 +141,20 @@ pub(crate) fn poll(
 ) -> Result<Vec<i16>, i32> {
     let mut pfds: Vec<libc::pollfd> = fds
         .iter()
-        .map(|(fd, events)| libc::pollfd { fd: fd.as_raw_fd(), events: *events, revents: 0 })
+        .map(|(fd, events)| libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: *events,
+            revents: 0,
+        })
         .collect();
     // SAFETY: `pfds` is a valid array of `pfds.len()` pollfd structures that
     // the kernel may write (revents) for the duration of the call.
     check(unsafe {
-        libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, poll_timeout_ms(timeout))
+        libc::poll(
+            pfds.as_mut_ptr(),
+            pfds.len() as libc::nfds_t,
+            poll_timeout_ms(timeout),
+        )
     })?;
     Ok(pfds.iter().map(|p| p.revents).collect())
 }
@@ -244,7 +261,11 @@ pub(crate) fn set_affinity(tid: u32, cpus: &[usize]) -> Result<(), i32> {
     }
     // SAFETY: `set` is a valid cpu_set_t of the size passed.
     check(unsafe {
-        libc::sched_setaffinity(tid as libc::pid_t, std::mem::size_of::<libc::cpu_set_t>(), &set)
+        libc::sched_setaffinity(
+            tid as libc::pid_t,
+            std::mem::size_of::<libc::cpu_set_t>(),
+            &set,
+        )
     })?;
     Ok(())
 }
@@ -264,7 +285,10 @@ pub(crate) struct WaitResult {
 }
 
 fn timeval(tv: libc::timeval) -> Duration {
-    Duration::new(tv.tv_sec.max(0) as u64, (tv.tv_usec.clamp(0, 999_999) as u32) * 1000)
+    Duration::new(
+        tv.tv_sec.max(0) as u64,
+        (tv.tv_usec.clamp(0, 999_999) as u32) * 1000,
+    )
 }
 
 /// wait4(2) for `pid`, retried on EINTR. With `nohang`, `Ok(None)` means it
@@ -418,7 +442,11 @@ pub(crate) fn read_signalfd(fd: BorrowedFd<'_>) -> Result<Option<i32>, i32> {
     let size = std::mem::size_of::<libc::signalfd_siginfo>();
     // SAFETY: `info` is valid for `size` bytes of writes.
     let n = unsafe {
-        libc::read(fd.as_raw_fd(), &mut info as *mut libc::signalfd_siginfo as *mut libc::c_void, size)
+        libc::read(
+            fd.as_raw_fd(),
+            &mut info as *mut libc::signalfd_siginfo as *mut libc::c_void,
+            size,
+        )
     };
     if n == -1 {
         let e = errno();

@@ -30,7 +30,9 @@ pub struct SysInfo {
 
 /// Reads a sysfs attribute as a trimmed string.
 pub fn read_attr(path: &Path) -> Option<String> {
-    std::fs::read_to_string(path).ok().map(|s| s.trim().to_string())
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
 }
 
 /// Parses a number as sysfs prints it: decimal, or hex with `0x`.

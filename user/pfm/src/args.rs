@@ -118,7 +118,8 @@ impl Args {
 
     fn peek_str(&self) -> Option<Result<&str, UsageError>> {
         self.items.get(self.pos).map(|a| {
-            a.to_str().ok_or_else(|| UsageError(format!("invalid UTF-8 in option {a:?}")))
+            a.to_str()
+                .ok_or_else(|| UsageError(format!("invalid UTF-8 in option {a:?}")))
         })
     }
 
@@ -148,7 +149,10 @@ fn common_option(
         "-j" | "--json" => c.json = true,
         "-o" | "--output" => c.output = Some(PathBuf::from(args.value(opt, attached)?)),
         _ => {
-            if let Some(v) = opt.strip_prefix("-o").filter(|v| !v.is_empty() && !opt.starts_with("--")) {
+            if let Some(v) = opt
+                .strip_prefix("-o")
+                .filter(|v| !v.is_empty() && !opt.starts_with("--"))
+            {
                 c.output = Some(PathBuf::from(v));
             } else {
                 return Ok(false);
@@ -208,16 +212,24 @@ fn parse_stat(args: &mut Args, mut common: Common) -> Result<Command, UsageError
         }
         match opt {
             "-e" | "--event" | "--events" => events.push(args.value(opt, attached)?),
-            "-t" | "--tid" | "-p" | "--pid" => tid = Some(parse_tid(opt, &args.value(opt, attached)?)?),
+            "-t" | "--tid" | "-p" | "--pid" => {
+                tid = Some(parse_tid(opt, &args.value(opt, attached)?)?)
+            }
             "-I" | "--interval" | "--interval-ms" => {
                 interval = Some(parse_ms(opt, &args.value(opt, attached)?)?)
             }
             "--duration" => duration = Some(parse_secs(opt, &args.value(opt, attached)?)?),
             "--perf" => perf = true,
             "-h" | "--help" => return Ok(Command::Help(Some("stat".into()))),
-            _ if opt.starts_with("-e") && !opt.starts_with("--") => events.push(opt[2..].to_string()),
-            _ if opt.starts_with("-t") && !opt.starts_with("--") => tid = Some(parse_tid("-t", &opt[2..])?),
-            _ if opt.starts_with("-I") && !opt.starts_with("--") => interval = Some(parse_ms("-I", &opt[2..])?),
+            _ if opt.starts_with("-e") && !opt.starts_with("--") => {
+                events.push(opt[2..].to_string())
+            }
+            _ if opt.starts_with("-t") && !opt.starts_with("--") => {
+                tid = Some(parse_tid("-t", &opt[2..])?)
+            }
+            _ if opt.starts_with("-I") && !opt.starts_with("--") => {
+                interval = Some(parse_ms("-I", &opt[2..])?)
+            }
             _ => return err(format!("pfm stat: unknown option '{arg}'")),
         }
     }
@@ -229,18 +241,30 @@ fn parse_stat(args: &mut Args, mut common: Common) -> Result<Command, UsageError
         (Some(t), true) => Target::Thread(t),
         (None, false) => Target::Command(command),
         (None, true) => {
-            return err("pfm stat: nothing to count: give a command (pfm stat -- CMD ARGS) or -t TID")
+            return err(
+                "pfm stat: nothing to count: give a command (pfm stat -- CMD ARGS) or -t TID",
+            )
         }
     };
     if matches!(target, Target::Command(_)) && (interval.is_some() || duration.is_some()) {
         return err("pfm stat: --interval and --duration go with -t TID");
     }
-    Ok(Command::Stat(StatArgs { common, events, target, interval, duration, perf }))
+    Ok(Command::Stat(StatArgs {
+        common,
+        events,
+        target,
+        interval,
+        duration,
+        perf,
+    }))
 }
 
 /// Parses the arguments after the program name.
 pub fn parse(argv: Vec<OsString>) -> Result<Command, UsageError> {
-    let mut args = Args { items: argv, pos: 0 };
+    let mut args = Args {
+        items: argv,
+        pos: 0,
+    };
     let mut common = Common::default();
     // Options before the command.
     let name = loop {
@@ -275,15 +299,23 @@ pub fn parse(argv: Vec<OsString>) -> Result<Command, UsageError> {
                 }
                 return err(format!("pfm {name}: unexpected argument '{arg}'"));
             }
-            Ok(if name == "list" { Command::List(common) } else { Command::Info(common) })
+            Ok(if name == "list" {
+                Command::List(common)
+            } else {
+                Command::Info(common)
+            })
         }
-        "help" => Ok(Command::Help(args.peek_str().and_then(Result::ok).map(str::to_string))),
+        "help" => Ok(Command::Help(
+            args.peek_str().and_then(Result::ok).map(str::to_string),
+        )),
         other => {
             let known = ["stat", "list", "info", "help"];
             let close = perfmon::suggest(other, &known);
             match close.first() {
                 Some(c) => err(format!("unknown command '{other}'; did you mean '{c}'?")),
-                None => err(format!("unknown command '{other}' (commands: stat, list, info)")),
+                None => err(format!(
+                    "unknown command '{other}' (commands: stat, list, info)"
+                )),
             }
         }
     }
@@ -306,7 +338,18 @@ mod tests {
 
     #[test]
     fn stat_command() {
-        let s = stat(&["stat", "-e", "cs,task-clock", "--json", "-o", "out.json", "--", "sh", "-c", "x"]);
+        let s = stat(&[
+            "stat",
+            "-e",
+            "cs,task-clock",
+            "--json",
+            "-o",
+            "out.json",
+            "--",
+            "sh",
+            "-c",
+            "x",
+        ]);
         assert_eq!(s.events, vec!["cs,task-clock"]);
         assert!(s.common.json);
         assert_eq!(s.common.output, Some(PathBuf::from("out.json")));
@@ -319,9 +362,20 @@ mod tests {
         let s = stat(&["stat", "-ecs", "ls", "-l", "--json"]);
         assert_eq!(s.events, vec!["cs"]);
         assert!(!s.common.json);
-        assert_eq!(s.target, Target::Command(vec!["ls".into(), "-l".into(), "--json".into()]));
+        assert_eq!(
+            s.target,
+            Target::Command(vec!["ls".into(), "-l".into(), "--json".into()])
+        );
         // Global options before the command name.
-        let s = stat(&["--json", "-ox", "stat", "--event=task-clock", "-e", "cs", "true"]);
+        let s = stat(&[
+            "--json",
+            "-ox",
+            "stat",
+            "--event=task-clock",
+            "-e",
+            "cs",
+            "true",
+        ]);
         assert!(s.common.json);
         assert_eq!(s.events, vec!["task-clock", "cs"]);
     }
@@ -371,11 +425,17 @@ mod tests {
         assert_eq!(p(&["list"]), Ok(Command::List(Common::default())));
         assert_eq!(
             p(&["info", "--json"]),
-            Ok(Command::Info(Common { json: true, output: None }))
+            Ok(Command::Info(Common {
+                json: true,
+                output: None
+            }))
         );
         assert_eq!(
             p(&["list", "-o", "f"]),
-            Ok(Command::List(Common { json: false, output: Some("f".into()) }))
+            Ok(Command::List(Common {
+                json: false,
+                output: Some("f".into())
+            }))
         );
     }
 }

@@ -18,7 +18,11 @@ fn ranges(mask: u64) -> String {
             while n + 1 < 64 && mask >> (n + 1) & 1 == 1 {
                 n += 1;
             }
-            parts.push(if start == n { format!("{start}") } else { format!("{start}-{n}") });
+            parts.push(if start == n {
+                format!("{start}")
+            } else {
+                format!("{start}-{n}")
+            });
         }
         n += 1;
     }
@@ -53,7 +57,10 @@ fn list_json(pmu: &PmuInfo) -> Value {
                 (
                     "aliases",
                     Value::from(
-                        perfmon::aliases_of(&e.name).into_iter().map(Value::from).collect::<Vec<_>>(),
+                        perfmon::aliases_of(&e.name)
+                            .into_iter()
+                            .map(Value::from)
+                            .collect::<Vec<_>>(),
                     ),
                 ),
                 ("description", Value::from(perfmon::describe(&e.name))),
@@ -121,7 +128,10 @@ pub fn info(common: &Common) -> Result<(), Failure> {
 fn info_json(pmu: &PmuInfo, sys: &SysInfo) -> Value {
     Value::object([
         ("abi_version", Value::from(pmu.abi_version)),
-        ("tool_abi_version", Value::from(perfmon::abi::PFM_ABI_VERSION)),
+        (
+            "tool_abi_version",
+            Value::from(perfmon::abi::PFM_ABI_VERSION),
+        ),
         ("model", Value::from(pmu.model.as_str())),
         ("num_pmcs", Value::from(pmu.num_pmcs)),
         ("num_pmds", Value::from(pmu.num_pmds)),
@@ -152,7 +162,8 @@ fn info_json(pmu: &PmuInfo, sys: &SysInfo) -> Value {
 }
 
 fn opt<T: ToString>(v: &Option<T>) -> String {
-    v.as_ref().map_or_else(|| "-".to_string(), ToString::to_string)
+    v.as_ref()
+        .map_or_else(|| "-".to_string(), ToString::to_string)
 }
 
 fn info_table(pmu: &PmuInfo, sys: &SysInfo) -> String {
@@ -161,7 +172,11 @@ fn info_table(pmu: &PmuInfo, sys: &SysInfo) -> String {
     let abi = if pmu.abi_version == perfmon::abi::PFM_ABI_VERSION {
         format!("{}", pmu.abi_version)
     } else {
-        format!("{} (pfm speaks {}: mismatch)", pmu.abi_version, perfmon::abi::PFM_ABI_VERSION)
+        format!(
+            "{} (pfm speaks {}: mismatch)",
+            pmu.abi_version,
+            perfmon::abi::PFM_ABI_VERSION
+        )
     };
     line("perfmon ABI version", abi);
     line("PMU model", pmu.model.clone());
@@ -177,7 +192,11 @@ fn info_table(pmu: &PmuInfo, sys: &SysInfo) -> String {
     line("counter width", format!("{} bits", pmu.counter_width));
     line(
         "overflow vector",
-        if pmu.vector == 0 { "none".to_string() } else { format!("{:#x} ({})", pmu.vector, pmu.vector) },
+        if pmu.vector == 0 {
+            "none".to_string()
+        } else {
+            format!("{:#x} ({})", pmu.vector, pmu.vector)
+        },
     );
     line("events", format!("{} (see 'pfm list')", pmu.events.len()));
     line("live contexts", opt(&sys.live_contexts));
@@ -185,7 +204,11 @@ fn info_table(pmu: &PmuInfo, sys: &SysInfo) -> String {
     if sys.param_pmu.is_some() || sys.param_soft_width.is_some() {
         line(
             "module parameters",
-            format!("pmu={} soft_width={}", opt(&sys.param_pmu), opt(&sys.param_soft_width)),
+            format!(
+                "pmu={} soft_width={}",
+                opt(&sys.param_pmu),
+                opt(&sys.param_soft_width)
+            ),
         );
     }
     s.push('\n');
@@ -208,9 +231,18 @@ mod tests {
             impl_pmds: 0xf,
             pmc_rsvd_mask: [0; 32],
             events: vec![
-                perfmon::Event { name: "task-clock".into(), code: 1 },
-                perfmon::Event { name: "context-switches".into(), code: 2 },
-                perfmon::Event { name: "cpu-migrations".into(), code: 3 },
+                perfmon::Event {
+                    name: "task-clock".into(),
+                    code: 1,
+                },
+                perfmon::Event {
+                    name: "context-switches".into(),
+                    code: 2,
+                },
+                perfmon::Event {
+                    name: "cpu-migrations".into(),
+                    code: 3,
+                },
             ],
         }
     }
@@ -243,7 +275,11 @@ mod tests {
     #[test]
     fn info_outputs_agree() {
         let pmu = soft();
-        let sys = SysInfo { live_contexts: Some(2), zombie_contexts: Some(0), ..Default::default() };
+        let sys = SysInfo {
+            live_contexts: Some(2),
+            zombie_contexts: Some(0),
+            ..Default::default()
+        };
         let table = info_table(&pmu, &sys);
         assert!(table.contains("PMU model              soft"), "{table}");
         assert!(table.contains("4 (PMC 0-3, PMD 0-3)"), "{table}");
@@ -252,7 +288,10 @@ mod tests {
         let v = perfmon::json::parse(&info_json(&pmu, &sys).to_json()).unwrap();
         assert_eq!(v.get("model").and_then(|m| m.as_str()), Some("soft"));
         assert_eq!(v.get("vector").and_then(|m| m.as_u64()), Some(0xec));
-        let live = v.get("sysfs").and_then(|s| s.get("live_contexts")).and_then(|l| l.as_u64());
+        let live = v
+            .get("sysfs")
+            .and_then(|s| s.get("live_contexts"))
+            .and_then(|l| l.as_u64());
         assert_eq!(live, Some(2));
     }
 }

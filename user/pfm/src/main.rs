@@ -25,13 +25,19 @@ pub struct Failure {
 impl Failure {
     /// A failure with exit status 1.
     pub fn new(message: impl Into<String>) -> Self {
-        Failure { message: message.into(), code: 1 }
+        Failure {
+            message: message.into(),
+            code: 1,
+        }
     }
 }
 
 impl From<perfmon::Error> for Failure {
     fn from(e: perfmon::Error) -> Self {
-        Failure { code: e.shell_code().unwrap_or(1), message: e.to_string() }
+        Failure {
+            code: e.shell_code().unwrap_or(1),
+            message: e.to_string(),
+        }
     }
 }
 

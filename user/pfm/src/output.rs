@@ -22,9 +22,15 @@ impl Output {
     pub fn open(path: Option<&Path>, default: Output) -> Result<Output, Failure> {
         match path {
             None => Ok(default),
-            Some(p) => File::create(p).map(|f| Output::File(f, p.display().to_string())).map_err(|e| {
-                Failure::new(format!("cannot create {}: {}", p.display(), perfmon::errno_text(e.raw_os_error().unwrap_or(0))))
-            }),
+            Some(p) => File::create(p)
+                .map(|f| Output::File(f, p.display().to_string()))
+                .map_err(|e| {
+                    Failure::new(format!(
+                        "cannot create {}: {}",
+                        p.display(),
+                        perfmon::errno_text(e.raw_os_error().unwrap_or(0))
+                    ))
+                }),
         }
     }
 

@@ -87,7 +87,10 @@ pub fn group_thousands(v: u64) -> String {
 pub fn group_float(v: f64, decimals: usize) -> String {
     let text = format!("{:.*}", decimals, v.max(0.0));
     let (int, frac) = text.split_once('.').unwrap_or((&text, ""));
-    let grouped = int.parse::<u64>().map(group_thousands).unwrap_or_else(|_| int.to_string());
+    let grouped = int
+        .parse::<u64>()
+        .map(group_thousands)
+        .unwrap_or_else(|_| int.to_string());
     if frac.is_empty() {
         grouped
     } else {
@@ -102,7 +105,9 @@ fn is_time(event: &str) -> bool {
 
 /// A raw event (`r<hex>`): a count without a known meaning.
 fn is_raw(event: &str) -> bool {
-    event.strip_prefix('r').is_some_and(|h| !h.is_empty() && h.chars().all(|c| c.is_ascii_hexdigit()))
+    event
+        .strip_prefix('r')
+        .is_some_and(|h| !h.is_empty() && h.chars().all(|c| c.is_ascii_hexdigit()))
 }
 
 /// A rate as perf prints it: `/sec`, `K/sec`, `M/sec`, `G/sec`.
@@ -129,8 +134,11 @@ pub fn metric(row: &Row, report: &Report) -> Option<(f64, &'static str)> {
     if is_raw(&row.event) {
         return None;
     }
-    let task_ns =
-        report.rows.iter().find(|r| r.event == "task-clock").map(|r| r.value as f64);
+    let task_ns = report
+        .rows
+        .iter()
+        .find(|r| r.event == "task-clock")
+        .map(|r| r.value as f64);
     let base_ns = match task_ns {
         Some(t) if t > 0.0 => t,
         _ => elapsed_ns,
@@ -196,13 +204,19 @@ impl Report {
             self.model
         ));
         if self.has_perf() {
-            out.push_str(&format!("{:>18} {:<4} {:>18} {:<4} event\n", "perfmon", "", "perf_event", ""));
+            out.push_str(&format!(
+                "{:>18} {:<4} {:>18} {:<4} event\n",
+                "perfmon", "", "perf_event", ""
+            ));
         }
         for row in &self.rows {
             out.push_str(&self.row_line(row));
             out.push('\n');
         }
-        out.push_str(&format!("\n{:>18.9} seconds time elapsed\n", secs(self.elapsed)));
+        out.push_str(&format!(
+            "\n{:>18.9} seconds time elapsed\n",
+            secs(self.elapsed)
+        ));
         if let Some(exit) = &self.exit {
             out.push_str(&format!("\n{:>18.9} seconds user\n", secs(exit.user)));
             out.push_str(&format!("{:>18.9} seconds sys\n", secs(exit.system)));
@@ -223,7 +237,10 @@ impl Report {
     /// The header of interval output.
     pub fn interval_header(has_perf: bool) -> String {
         if has_perf {
-            format!("#{:>15} {:>18} {:<4} {:>18} {:<4} events\n", "time", "counts", "unit", "perf", "unit")
+            format!(
+                "#{:>15} {:>18} {:<4} {:>18} {:<4} events\n",
+                "time", "counts", "unit", "perf", "unit"
+            )
         } else {
             format!("#{:>15} {:>18} {:<4} events\n", "time", "counts", "unit")
         }
@@ -265,14 +282,25 @@ impl Report {
             })
             .collect::<Vec<_>>();
         let mut v = Value::object([
-            ("type", Value::from(if self.interval_end.is_some() { "interval" } else { "summary" })),
+            (
+                "type",
+                Value::from(if self.interval_end.is_some() {
+                    "interval"
+                } else {
+                    "summary"
+                }),
+            ),
             ("model", Value::from(self.model.as_str())),
         ]);
         match &self.subject {
             Subject::Command(argv) => {
                 v.set(
                     "command",
-                    Value::from(argv.iter().map(|a| Value::from(a.as_str())).collect::<Vec<_>>()),
+                    Value::from(
+                        argv.iter()
+                            .map(|a| Value::from(a.as_str()))
+                            .collect::<Vec<_>>(),
+                    ),
                 );
                 v.set("pid", Value::from(self.tid));
             }
@@ -310,9 +338,27 @@ mod tests {
             tid: 1234,
             model: "soft".into(),
             rows: vec![
-                Row { event: "task-clock".into(), code: 1, pmd: 0, value: 620_000, perf: None },
-                Row { event: "context-switches".into(), code: 2, pmd: 1, value: 1, perf: None },
-                Row { event: "cpu-migrations".into(), code: 3, pmd: 2, value: 0, perf: None },
+                Row {
+                    event: "task-clock".into(),
+                    code: 1,
+                    pmd: 0,
+                    value: 620_000,
+                    perf: None,
+                },
+                Row {
+                    event: "context-switches".into(),
+                    code: 2,
+                    pmd: 1,
+                    value: 1,
+                    perf: None,
+                },
+                Row {
+                    event: "cpu-migrations".into(),
+                    code: 3,
+                    pmd: 2,
+                    value: 0,
+                    perf: None,
+                },
             ],
             time_enabled: 1_001_000_000,
             time_running: 1_001_000_000,
@@ -371,16 +417,25 @@ mod tests {
         let counters = v.get("counters").and_then(|c| c.as_array()).unwrap();
         let table = r.table();
         for (c, row) in counters.iter().zip(&r.rows) {
-            assert_eq!(c.get("event").and_then(|e| e.as_str()), Some(row.event.as_str()));
+            assert_eq!(
+                c.get("event").and_then(|e| e.as_str()),
+                Some(row.event.as_str())
+            );
             assert_eq!(c.get("value").and_then(|e| e.as_u64()), Some(row.value));
             // The table line of that event shows the same value.
             let (text, _) = value_text(&row.event, row.value);
-            let line = table.lines().find(|l| l.contains(row.event.as_str())).unwrap();
+            let line = table
+                .lines()
+                .find(|l| l.contains(row.event.as_str()))
+                .unwrap();
             assert!(line.trim_start().starts_with(&text), "{line}");
         }
         let tc = &counters[0];
         assert_eq!(tc.get("msec").and_then(|m| m.as_f64()), Some(0.62));
-        assert_eq!(tc.get("metric_unit").and_then(|m| m.as_str()), Some("CPUs utilized"));
+        assert_eq!(
+            tc.get("metric_unit").and_then(|m| m.as_str()),
+            Some("CPUs utilized")
+        );
         let cs = &counters[1];
         let rate = cs.get("metric_value").and_then(|m| m.as_f64()).unwrap();
         assert!((rate - 1612.9).abs() < 0.1, "{rate}");
@@ -393,7 +448,10 @@ mod tests {
         r.rows[0].perf = Some(630_000);
         let t = r.table();
         assert!(t.contains("perf_event"), "{t}");
-        assert!(t.contains("              0.62 msec               0.63 msec task-clock"), "{t}");
+        assert!(
+            t.contains("              0.62 msec               0.63 msec task-clock"),
+            "{t}"
+        );
         r.interval_end = Some(Duration::from_millis(200));
         r.subject = Subject::Thread(77);
         r.exit = None;
@@ -409,7 +467,13 @@ mod tests {
     #[test]
     fn raw_events_have_no_metric() {
         let mut r = sample();
-        r.rows.push(Row { event: "r1f".into(), code: 0x1f, pmd: 3, value: 5, perf: None });
+        r.rows.push(Row {
+            event: "r1f".into(),
+            code: 0x1f,
+            pmd: 3,
+            value: 5,
+            perf: None,
+        });
         assert_eq!(metric(&r.rows[3], &r), None);
     }
 }

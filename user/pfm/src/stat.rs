@@ -39,7 +39,11 @@ pub fn stat(args: &StatArgs) -> Result<u8, Failure> {
 
 /// Opens perf_event counters of the same events for `tid`, when asked and
 /// possible; says why not otherwise.
-fn perf_for(args: &StatArgs, events: &[Event], tid: u32) -> Option<(PerfGroup, Vec<Option<usize>>)> {
+fn perf_for(
+    args: &StatArgs,
+    events: &[Event],
+    tid: u32,
+) -> Option<(PerfGroup, Vec<Option<usize>>)> {
     if !args.perf {
         return None;
     }
@@ -88,7 +92,10 @@ fn perf_values(perf: &Option<(PerfGroup, Vec<Option<usize>>)>) -> Option<Vec<Opt
     let (group, index) = perf.as_ref()?;
     match group.read() {
         Ok(values) => Some(
-            index.iter().map(|i| i.and_then(|i| values.get(i)).map(|v| v.value)).collect(),
+            index
+                .iter()
+                .map(|i| i.and_then(|i| values.get(i)).map(|v| v.value))
+                .collect(),
         ),
         Err(e) => {
             eprintln!("pfm: warning: --perf: {e}");
@@ -137,7 +144,11 @@ fn stat_command(
     let perf_vals = perf_values(&perf);
     let _ = ctx.unload();
     let report = Report {
-        subject: Subject::Command(argv.iter().map(|a| a.to_string_lossy().into_owned()).collect()),
+        subject: Subject::Command(
+            argv.iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect(),
+        ),
         tid: pid,
         model: model.to_string(),
         rows: rows(events, ctx.programmed(), &counts, perf_vals.as_deref()),
@@ -162,7 +173,12 @@ fn stat_command(
 /// virtual counters).
 fn delta(now: &Counts, prev: &Counts) -> Counts {
     Counts {
-        values: now.values.iter().zip(&prev.values).map(|(a, b)| a.wrapping_sub(*b)).collect(),
+        values: now
+            .values
+            .iter()
+            .zip(&prev.values)
+            .map(|(a, b)| a.wrapping_sub(*b))
+            .collect(),
         time_enabled: now.time_enabled.wrapping_sub(prev.time_enabled),
         time_running: now.time_running.wrapping_sub(prev.time_running),
     }
@@ -220,7 +236,10 @@ fn stat_thread(
     }
     let deadline = args.duration.map(|d| t0 + d);
     let mut next_tick = args.interval.map(|i| t0 + i);
-    let mut prev = Counts { values: vec![0; events.len()], ..Default::default() };
+    let mut prev = Counts {
+        values: vec![0; events.len()],
+        ..Default::default()
+    };
     let mut prev_perf: Option<Vec<Option<u64>>> = None;
     let mut prev_time = t0;
     let mut ending = Ending::default();

@@ -22,7 +22,9 @@ use std::time::Duration;
 use perfmon::{Context, Error};
 use pfm_guest::child::Child;
 use pfm_guest::tap::diag;
-use pfm_guest::{close, ensure, module, perf_group, raw, soft_context, work, ResultExt, Tap, TestResult};
+use pfm_guest::{
+    close, ensure, module, perf_group, raw, soft_context, work, ResultExt, Tap, TestResult,
+};
 
 const PLAN: usize = 14;
 const ACTIVE: Duration = Duration::from_secs(5);
@@ -54,14 +56,32 @@ fn count_remote(tid: u32, dur: Duration) -> Result<([u64; 3], [u64; 3]), String>
     ctx.unload().ctx("UNLOAD")?;
     let pfm = [c.values[0], c.values[1], c.values[2]];
     let perf = [p[0].value, p[1].value, p[2].value];
-    diag(format!("tid {tid}: pfm {pfm:?} perf {perf:?} times {}/{}", c.time_enabled, c.time_running));
+    diag(format!(
+        "tid {tid}: pfm {pfm:?} perf {perf:?} times {}/{}",
+        c.time_enabled, c.time_running
+    ));
     Ok((pfm, perf))
 }
 
 fn matches_perf(pfm: [u64; 3], perf: [u64; 3]) -> TestResult {
-    ensure!(close(pfm[0], perf[0], 0.05, 2_000_000), "task-clock {} vs perf {}", pfm[0], perf[0]);
-    ensure!(close(pfm[1], perf[1], 0.0, 2), "context-switches {} vs perf {}", pfm[1], perf[1]);
-    ensure!(close(pfm[2], perf[2], 0.0, 2), "cpu-migrations {} vs perf {}", pfm[2], perf[2]);
+    ensure!(
+        close(pfm[0], perf[0], 0.05, 2_000_000),
+        "task-clock {} vs perf {}",
+        pfm[0],
+        perf[0]
+    );
+    ensure!(
+        close(pfm[1], perf[1], 0.0, 2),
+        "context-switches {} vs perf {}",
+        pfm[1],
+        perf[1]
+    );
+    ensure!(
+        close(pfm[2], perf[2], 0.0, 2),
+        "cpu-migrations {} vs perf {}",
+        pfm[2],
+        perf[2]
+    );
     Ok(())
 }
 
@@ -69,7 +89,11 @@ fn running_child() -> TestResult {
     let child = Child::spawn("busy", &[])?;
     std::thread::sleep(Duration::from_millis(20));
     let (pfm, perf) = count_remote(child.pid(), Duration::from_millis(300))?;
-    ensure!(pfm[0] >= 30_000_000, "busy child ran only {} ns of 300 ms", pfm[0]);
+    ensure!(
+        pfm[0] >= 30_000_000,
+        "busy child ran only {} ns of 300 ms",
+        pfm[0]
+    );
     matches_perf(pfm, perf)
 }
 
@@ -77,7 +101,11 @@ fn sleeping_child() -> TestResult {
     let child = Child::spawn("sleep", &["5"])?;
     child.wait_state('S', Duration::from_secs(2))?;
     let (pfm, perf) = count_remote(child.pid(), Duration::from_millis(300))?;
-    ensure!(pfm[1] >= 10, "{} context switches for 300 ms of 5 ms naps", pfm[1]);
+    ensure!(
+        pfm[1] >= 10,
+        "{} context switches for 300 ms of 5 ms naps",
+        pfm[1]
+    );
     matches_perf(pfm, perf)
 }
 
@@ -86,10 +114,14 @@ fn long_sleeper() -> TestResult {
     child.wait_state('S', Duration::from_secs(2))?;
     let ctx = Context::open().ctx("open")?;
     ctx.load(child.pid()).ctx("LOAD")?;
-    let st = ctx.wait_active(ACTIVE).ctx("ACTIVE (the attach must kick the sleeper)")?;
+    let st = ctx
+        .wait_active(ACTIVE)
+        .ctx("ACTIVE (the attach must kick the sleeper)")?;
     ensure!(st.is_active(), "{st:?}");
     // The kick must not end the sleep with an error or kill the child.
-    child.wait_state('S', Duration::from_secs(2)).map_err(|e| format!("after the attach: {e}"))?;
+    child
+        .wait_state('S', Duration::from_secs(2))
+        .map_err(|e| format!("after the attach: {e}"))?;
     ctx.unload().ctx("UNLOAD")
 }
 
@@ -103,7 +135,9 @@ fn stopped_child() -> TestResult {
         Ok(()) => diag("LOAD on a stopped thread: succeeded"),
         Err(e) => {
             let _ = child.signal(libc::SIGCONT);
-            return Err(format!("LOAD on a stopped thread failed: {e} (documented errnos allow only success here)"));
+            return Err(format!(
+                "LOAD on a stopped thread failed: {e} (documented errnos allow only success here)"
+            ));
         }
     }
     std::thread::sleep(Duration::from_millis(200));
@@ -112,7 +146,11 @@ fn stopped_child() -> TestResult {
         "while stopped, 200 ms after LOAD: state {} status {:#x} ({})",
         st.state.name(),
         st.status,
-        if st.is_active() { "ACTIVE" } else { "not ACTIVE yet" }
+        if st.is_active() {
+            "ACTIVE"
+        } else {
+            "not ACTIVE yet"
+        }
     ));
     child.signal(libc::SIGCONT)?;
     ctx.wait_active(ACTIVE).ctx("ACTIVE after SIGCONT")?;
@@ -151,7 +189,11 @@ fn double_attach() -> TestResult {
     let b = Context::open().ctx("open B")?;
     a.load(child.pid()).ctx("LOAD A")?;
     let e = errno_of(b.load(child.pid()));
-    ensure!(e == Some(libc::EBUSY), "second LOAD on the same thread: {} (EBUSY expected)", name(e));
+    ensure!(
+        e == Some(libc::EBUSY),
+        "second LOAD on the same thread: {} (EBUSY expected)",
+        name(e)
+    );
     a.wait_active(ACTIVE).ctx("A ACTIVE")?;
     a.unload().ctx("UNLOAD A")?;
     // The thread is free again once A is unloaded (possibly lazily).
@@ -171,7 +213,11 @@ fn double_self() -> TestResult {
     a.load(0).ctx("LOAD A")?;
     let e = errno_of(b.load(0));
     a.unload().ctx("UNLOAD A")?;
-    ensure!(e == Some(libc::EBUSY), "second self LOAD: {} (EBUSY expected)", name(e));
+    ensure!(
+        e == Some(libc::EBUSY),
+        "second self LOAD: {} (EBUSY expected)",
+        name(e)
+    );
     Ok(())
 }
 
@@ -182,12 +228,16 @@ fn as_other_user() -> Result<String, String> {
     let target_pid = target.pid().to_string();
     let probe = Child::spawn_with("attach-as-user", &["1000", &target_pid], true)?;
     let out = probe.output(Duration::from_secs(10))?;
-    diag(format!("uid 1000 child: {}", out.split_whitespace().collect::<Vec<_>>().join(" ")));
+    diag(format!(
+        "uid 1000 child: {}",
+        out.split_whitespace().collect::<Vec<_>>().join(" ")
+    ));
     Ok(out)
 }
 
 fn field<'a>(out: &'a str, key: &str) -> Option<&'a str> {
-    out.lines().find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+    out.lines()
+        .find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
 }
 
 fn main() {
@@ -195,12 +245,30 @@ fn main() {
     let mut t = Tap::new(PLAN);
     pfm_guest::watchdog(Duration::from_secs(300));
     t.require("insmod perfmon.ko", module::insmod(&[]));
-    t.run("running child: attach, ACTIVE, counts match perf", running_child);
-    t.run("sleeping child: attach, ACTIVE, counts match perf", sleeping_child);
-    t.run("child in a long nanosleep: ACTIVE within 5 s, still sleeping", long_sleeper);
-    t.run("stopped child: LOAD ok, ACTIVE after SIGCONT, counts", stopped_child);
-    t.run("another thread of this process: attach and counts match perf", other_thread);
-    t.run("second context on the same thread: EBUSY; free again after UNLOAD", double_attach);
+    t.run(
+        "running child: attach, ACTIVE, counts match perf",
+        running_child,
+    );
+    t.run(
+        "sleeping child: attach, ACTIVE, counts match perf",
+        sleeping_child,
+    );
+    t.run(
+        "child in a long nanosleep: ACTIVE within 5 s, still sleeping",
+        long_sleeper,
+    );
+    t.run(
+        "stopped child: LOAD ok, ACTIVE after SIGCONT, counts",
+        stopped_child,
+    );
+    t.run(
+        "another thread of this process: attach and counts match perf",
+        other_thread,
+    );
+    t.run(
+        "second context on the same thread: EBUSY; free again after UNLOAD",
+        double_attach,
+    );
     t.run("second self-attach: EBUSY", double_self);
     t.run("kernel thread (kthreadd, pid 2): EPERM", || {
         let ctx = Context::open().ctx("open")?;
@@ -213,19 +281,37 @@ fn main() {
         gone.wait_timeout(Duration::from_secs(5))?;
         let ctx = Context::open().ctx("open")?;
         let e = errno_of(ctx.load(gone.pid()));
-        ensure!(e == Some(libc::ESRCH), "LOAD of reaped pid {}: {}", gone.pid(), name(e));
+        ensure!(
+            e == Some(libc::ESRCH),
+            "LOAD of reaped pid {}: {}",
+            gone.pid(),
+            name(e)
+        );
         Ok(())
     });
     // Last before the cleanup checks: the riskiest path (credentials).
-    let other = if raw::geteuid() == 0 { Some(as_other_user()) } else { None };
+    let other = if raw::geteuid() == 0 {
+        Some(as_other_user())
+    } else {
+        None
+    };
     match &other {
         None => {
-            t.skip("another user's thread: EACCES or EPERM", "not root: cannot create the other user");
-            t.skip("unprivileged user can open /dev/perfmon and monitor itself", "not root");
+            t.skip(
+                "another user's thread: EACCES or EPERM",
+                "not root: cannot create the other user",
+            );
+            t.skip(
+                "unprivileged user can open /dev/perfmon and monitor itself",
+                "not root",
+            );
         }
         Some(Err(e)) => {
             t.fail("another user's thread: EACCES or EPERM", e);
-            t.fail("unprivileged user can open /dev/perfmon and monitor itself", e);
+            t.fail(
+                "unprivileged user can open /dev/perfmon and monitor itself",
+                e,
+            );
         }
         Some(Ok(out)) => {
             let r = field(out, "load_other");
@@ -248,7 +334,9 @@ fn main() {
             );
         }
     }
-    t.run("no context left behind", || module::wait_contexts(0, Duration::from_secs(5)));
+    t.run("no context left behind", || {
+        module::wait_contexts(0, Duration::from_secs(5))
+    });
     t.run("rmmod perfmon", module::rmmod);
     t.finish();
 }

@@ -28,8 +28,12 @@ fn find_pfm() -> Option<PathBuf> {
     if let Ok(p) = std::env::var("PFM_BIN") {
         return Some(PathBuf::from(p));
     }
-    let beside = std::env::current_exe().ok().and_then(|e| e.parent().map(|d| d.join("pfm")));
-    let candidates = beside.into_iter().chain(["/bin/pfm".into(), "/usr/bin/pfm".into()]);
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(|d| d.join("pfm")));
+    let candidates = beside
+        .into_iter()
+        .chain(["/bin/pfm".into(), "/usr/bin/pfm".into()]);
     for c in candidates {
         if c.is_file() {
             return Some(c);
@@ -85,7 +89,10 @@ fn parse_json(s: &str) -> Result<Value, String> {
 }
 
 fn counter<'a>(v: &'a Value, event: &str) -> Option<&'a Value> {
-    v.get("counters")?.as_array()?.iter().find(|c| c.get("event").and_then(Value::as_str) == Some(event))
+    v.get("counters")?
+        .as_array()?
+        .iter()
+        .find(|c| c.get("event").and_then(Value::as_str) == Some(event))
 }
 
 fn counter_value(v: &Value, event: &str) -> Result<u64, String> {
@@ -102,17 +109,42 @@ fn info(pfm: &Pfm) -> TestResult {
     let table = text(&t.stdout);
     ensure!(table.contains("soft"), "no model in:\n{table}");
     let j = pfm.run(&["info", "--json"])?;
-    ensure!(j.status.success(), "pfm info --json failed: {}", text(&j.stderr));
+    ensure!(
+        j.status.success(),
+        "pfm info --json failed: {}",
+        text(&j.stderr)
+    );
     let v = parse_json(&text(&j.stdout))?;
-    let raw = perfmon::Context::open().ctx("open")?.raw_info().ctx("GET_INFO")?;
-    ensure!(v.get("abi_version").and_then(Value::as_u64) == Some(u64::from(raw.abi_version)), "abi_version");
-    ensure!(v.get("model").and_then(Value::as_str) == Some("soft"), "model");
-    ensure!(v.get("counter_width").and_then(Value::as_u64) == Some(u64::from(raw.counter_width)), "counter_width");
-    ensure!(v.get("vector").and_then(Value::as_u64) == Some(u64::from(raw.vector)), "vector");
+    let raw = perfmon::Context::open()
+        .ctx("open")?
+        .raw_info()
+        .ctx("GET_INFO")?;
+    ensure!(
+        v.get("abi_version").and_then(Value::as_u64) == Some(u64::from(raw.abi_version)),
+        "abi_version"
+    );
+    ensure!(
+        v.get("model").and_then(Value::as_str) == Some("soft"),
+        "model"
+    );
+    ensure!(
+        v.get("counter_width").and_then(Value::as_u64) == Some(u64::from(raw.counter_width)),
+        "counter_width"
+    );
+    ensure!(
+        v.get("vector").and_then(Value::as_u64) == Some(u64::from(raw.vector)),
+        "vector"
+    );
     let counters = v.get("counters").and_then(Value::as_u64).unwrap_or(0);
     ensure!(counters >= 4, "counters {counters}");
-    ensure!(table.contains(&format!("{} bits", raw.counter_width)), "table lacks the width");
-    let live = v.get("sysfs").and_then(|s| s.get("live_contexts")).and_then(Value::as_u64);
+    ensure!(
+        table.contains(&format!("{} bits", raw.counter_width)),
+        "table lacks the width"
+    );
+    let live = v
+        .get("sysfs")
+        .and_then(|s| s.get("live_contexts"))
+        .and_then(Value::as_u64);
     ensure!(live.is_some(), "no live_contexts in JSON");
     Ok(())
 }
@@ -125,17 +157,32 @@ fn list(pfm: &Pfm) -> TestResult {
     let j = pfm.run(&["list", "--json"])?;
     ensure!(j.status.success(), "pfm list --json failed");
     let v = parse_json(&text(&j.stdout))?;
-    let events = v.get("events").and_then(Value::as_array).ok_or("no events array")?;
+    let events = v
+        .get("events")
+        .and_then(Value::as_array)
+        .ok_or("no events array")?;
     let mut names = Vec::new();
     for e in events {
-        let name = e.get("name").and_then(Value::as_str).ok_or("event without name")?;
-        let code = e.get("code").and_then(Value::as_u64).ok_or("event without code")?;
+        let name = e
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or("event without name")?;
+        let code = e
+            .get("code")
+            .and_then(Value::as_u64)
+            .ok_or("event without code")?;
         ensure!(table.contains(name), "table lacks {name}");
-        ensure!(table.contains(&format!("{code:#x}")), "table lacks code {code:#x} of {name}");
+        ensure!(
+            table.contains(&format!("{code:#x}")),
+            "table lacks code {code:#x} of {name}"
+        );
         names.push(name.to_string());
     }
     for want in pfm_guest::SOFT_EVENTS {
-        ensure!(names.iter().any(|n| n == want), "{want} not listed: {names:?}");
+        ensure!(
+            names.iter().any(|n| n == want),
+            "{want} not listed: {names:?}"
+        );
     }
     Ok(())
 }
@@ -144,52 +191,132 @@ fn stat_json_sleep(pfm: &Pfm, dir: &Path) -> TestResult {
     let file = dir.join("stat.json");
     let f = file.to_string_lossy().into_owned();
     let out = pfm.run(&["stat", "--json", "-o", &f, "--", "sh", "-c", "sleep 0.1"])?;
-    ensure!(out.status.code() == Some(0), "exit {:?}: {}", out.status, text(&out.stderr));
+    ensure!(
+        out.status.code() == Some(0),
+        "exit {:?}: {}",
+        out.status,
+        text(&out.stderr)
+    );
     let s = std::fs::read_to_string(&file).ctx("read -o file")?;
     show("json", &s);
     let v = parse_json(&s)?;
-    ensure!(v.get("type").and_then(Value::as_str) == Some("summary"), "type");
-    ensure!(v.get("model").and_then(Value::as_str) == Some("soft"), "model");
-    ensure!(v.get("exit_code").and_then(Value::as_i64) == Some(0), "exit_code");
-    let elapsed = v.get("elapsed_s").and_then(Value::as_f64).ok_or("no elapsed_s")?;
-    ensure!((0.1..5.0).contains(&elapsed), "elapsed {elapsed} s for sleep 0.1");
+    ensure!(
+        v.get("type").and_then(Value::as_str) == Some("summary"),
+        "type"
+    );
+    ensure!(
+        v.get("model").and_then(Value::as_str) == Some("soft"),
+        "model"
+    );
+    ensure!(
+        v.get("exit_code").and_then(Value::as_i64) == Some(0),
+        "exit_code"
+    );
+    let elapsed = v
+        .get("elapsed_s")
+        .and_then(Value::as_f64)
+        .ok_or("no elapsed_s")?;
+    ensure!(
+        (0.1..5.0).contains(&elapsed),
+        "elapsed {elapsed} s for sleep 0.1"
+    );
     let tc = counter_value(&v, "task-clock")?;
     let cs = counter_value(&v, "context-switches")?;
     let _ = counter_value(&v, "cpu-migrations")?;
-    ensure!(tc > 0 && (tc as f64) < elapsed * 1e9 * 2.0, "task-clock {tc} ns for {elapsed} s");
+    ensure!(
+        tc > 0 && (tc as f64) < elapsed * 1e9 * 2.0,
+        "task-clock {tc} ns for {elapsed} s"
+    );
     ensure!(cs >= 1, "no context switch for a command that sleeps");
-    let msec = counter(&v, "task-clock").and_then(|c| c.get("msec")).and_then(Value::as_f64);
-    ensure!(msec.is_some_and(|m| (m - tc as f64 / 1e6).abs() < 1e-6), "msec {msec:?} != value/1e6");
+    let msec = counter(&v, "task-clock")
+        .and_then(|c| c.get("msec"))
+        .and_then(Value::as_f64);
+    ensure!(
+        msec.is_some_and(|m| (m - tc as f64 / 1e6).abs() < 1e-6),
+        "msec {msec:?} != value/1e6"
+    );
     // The same run on stderr (pfm stat's default output) parses too.
     let out = pfm.run(&["stat", "--json", "--", "sh", "-c", "sleep 0.1"])?;
     let err = text(&out.stderr);
-    let last = err.lines().rev().find(|l| l.trim_start().starts_with('{')).ok_or("no JSON on stderr")?;
+    let last = err
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'))
+        .ok_or("no JSON on stderr")?;
     parse_json(last).map(|_| ())
 }
 
 fn exact_sleeps(pfm: &Pfm) -> TestResult {
     let me = std::env::current_exe().ctx("current_exe")?;
     let me = me.to_string_lossy().into_owned();
-    let out = pfm.run(&["stat", "--json", "-e", "context-switches,task-clock", "--", &me, pfm_guest::child::CHILD_FLAG, "sleeps", "50"])?;
-    ensure!(out.status.success(), "exit {:?}: {}", out.status, text(&out.stderr));
+    let out = pfm.run(&[
+        "stat",
+        "--json",
+        "-e",
+        "context-switches,task-clock",
+        "--",
+        &me,
+        pfm_guest::child::CHILD_FLAG,
+        "sleeps",
+        "50",
+    ])?;
+    ensure!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status,
+        text(&out.stderr)
+    );
     let err = text(&out.stderr);
-    let v = parse_json(err.lines().rev().find(|l| l.starts_with('{')).ok_or("no JSON")?)?;
-    let events: Vec<&str> = v.get("counters").and_then(Value::as_array).ok_or("no counters")?
-        .iter().filter_map(|c| c.get("event").and_then(Value::as_str)).collect();
-    ensure!(events == ["context-switches", "task-clock"], "events {events:?} (-e order expected)");
+    let v = parse_json(
+        err.lines()
+            .rev()
+            .find(|l| l.starts_with('{'))
+            .ok_or("no JSON")?,
+    )?;
+    let events: Vec<&str> = v
+        .get("counters")
+        .and_then(Value::as_array)
+        .ok_or("no counters")?
+        .iter()
+        .filter_map(|c| c.get("event").and_then(Value::as_str))
+        .collect();
+    ensure!(
+        events == ["context-switches", "task-clock"],
+        "events {events:?} (-e order expected)"
+    );
     let cs = counter_value(&v, "context-switches")?;
-    ensure!((50..=60).contains(&cs), "{cs} context switches for exactly 50 sleeps");
+    ensure!(
+        (50..=60).contains(&cs),
+        "{cs} context switches for exactly 50 sleeps"
+    );
     Ok(())
 }
 
 fn table_matches(pfm: &Pfm) -> TestResult {
-    let out = pfm.run(&["stat", "-e", "cs,task-clock", "--", "sh", "-c", "sleep 0.05"])?;
+    let out = pfm.run(&[
+        "stat",
+        "-e",
+        "cs,task-clock",
+        "--",
+        "sh",
+        "-c",
+        "sleep 0.05",
+    ])?;
     let t = text(&out.stderr);
     show("table", &t);
     ensure!(out.status.success(), "exit {:?}", out.status);
-    ensure!(t.contains("Performance counter stats for 'sh -c sleep 0.05'"), "no header");
-    ensure!(t.contains("msec task-clock") && t.contains("CPUs utilized"), "no task-clock line");
-    ensure!(t.contains("context-switches") && t.contains("/sec"), "no context-switches rate");
+    ensure!(
+        t.contains("Performance counter stats for 'sh -c sleep 0.05'"),
+        "no header"
+    );
+    ensure!(
+        t.contains("msec task-clock") && t.contains("CPUs utilized"),
+        "no task-clock line"
+    );
+    ensure!(
+        t.contains("context-switches") && t.contains("/sec"),
+        "no context-switches rate"
+    );
     ensure!(t.contains("seconds time elapsed"), "no elapsed time");
     ensure!(!t.contains("cpu-migrations"), "-e not honoured");
     Ok(())
@@ -199,13 +326,27 @@ fn exit_statuses(pfm: &Pfm) -> TestResult {
     let out = pfm.run(&["stat", "--", "sh", "-c", "exit 3"])?;
     ensure!(out.status.code() == Some(3), "exit 3 gave {:?}", out.status);
     let out = pfm.run(&["stat", "--", "sh", "-c", "kill -9 $$"])?;
-    ensure!(out.status.code() == Some(137), "SIGKILL gave {:?}", out.status);
-    ensure!(text(&out.stderr).contains("killed by signal 9"), "no signal note");
+    ensure!(
+        out.status.code() == Some(137),
+        "SIGKILL gave {:?}",
+        out.status
+    );
+    ensure!(
+        text(&out.stderr).contains("killed by signal 9"),
+        "no signal note"
+    );
     let out = pfm.run(&["stat", "--", "/nonexistent/cmd"])?;
     let err = text(&out.stderr);
     show("stderr", &err);
-    ensure!(out.status.code() == Some(127), "missing command gave {:?}", out.status);
-    ensure!(err.contains("cannot run '/nonexistent/cmd'"), "message: {err}");
+    ensure!(
+        out.status.code() == Some(127),
+        "missing command gave {:?}",
+        out.status
+    );
+    ensure!(
+        err.contains("cannot run '/nonexistent/cmd'"),
+        "message: {err}"
+    );
     Ok(())
 }
 
@@ -214,7 +355,11 @@ fn bad_event(pfm: &Pfm) -> TestResult {
     let err = text(&out.stderr);
     show("stderr", &err);
     ensure!(!out.status.success(), "typo accepted");
-    ensure!(err.contains("unknown event 'context-switchs'") && err.contains("did you mean 'context-switches'"), "message: {err}");
+    ensure!(
+        err.contains("unknown event 'context-switchs'")
+            && err.contains("did you mean 'context-switches'"),
+        "message: {err}"
+    );
     ensure!(!err.contains("panicked"), "pfm panicked");
     Ok(())
 }
@@ -222,19 +367,47 @@ fn bad_event(pfm: &Pfm) -> TestResult {
 fn thread_interval(pfm: &Pfm) -> TestResult {
     let child = Child::spawn("sleep", &["5"])?;
     let tid = child.pid().to_string();
-    let out = pfm.run(&["stat", "-t", &tid, "--interval", "100", "--duration", "0.5", "--json"])?;
+    let out = pfm.run(&[
+        "stat",
+        "-t",
+        &tid,
+        "--interval",
+        "100",
+        "--duration",
+        "0.5",
+        "--json",
+    ])?;
     let err = text(&out.stderr);
     show("stderr", &err);
     ensure!(out.status.success(), "exit {:?}", out.status);
-    let docs: Vec<Value> = err.lines().filter(|l| l.starts_with('{')).map(parse_json).collect::<Result<_, _>>()?;
-    let intervals = docs.iter().filter(|d| d.get("type").and_then(Value::as_str) == Some("interval")).count();
-    ensure!((3..=6).contains(&intervals), "{intervals} interval records for 0.5 s at 100 ms");
+    let docs: Vec<Value> = err
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(parse_json)
+        .collect::<Result<_, _>>()?;
+    let intervals = docs
+        .iter()
+        .filter(|d| d.get("type").and_then(Value::as_str) == Some("interval"))
+        .count();
+    ensure!(
+        (3..=6).contains(&intervals),
+        "{intervals} interval records for 0.5 s at 100 ms"
+    );
     let last = docs.last().ok_or("no JSON")?;
-    ensure!(last.get("type").and_then(Value::as_str) == Some("summary"), "last record is not the summary");
-    ensure!(last.get("tid").and_then(Value::as_u64) == Some(u64::from(child.pid())), "tid");
+    ensure!(
+        last.get("type").and_then(Value::as_str) == Some("summary"),
+        "last record is not the summary"
+    );
+    ensure!(
+        last.get("tid").and_then(Value::as_u64) == Some(u64::from(child.pid())),
+        "tid"
+    );
     let cs = counter_value(last, "context-switches")?;
     ensure!(cs >= 20, "{cs} switches in 0.5 s of 5 ms naps");
-    let sum: u64 = docs[..docs.len() - 1].iter().map(|d| counter_value(d, "context-switches").unwrap_or(0)).sum();
+    let sum: u64 = docs[..docs.len() - 1]
+        .iter()
+        .map(|d| counter_value(d, "context-switches").unwrap_or(0))
+        .sum();
     ensure!(sum <= cs, "interval deltas sum {sum} > total {cs}");
     Ok(())
 }
@@ -275,7 +448,10 @@ fn not_loaded(pfm: &Pfm) -> TestResult {
         let err = text(&out.stderr);
         show("stderr", &err);
         ensure!(out.status.code() == Some(1), "exit {:?}", out.status);
-        ensure!(err.starts_with("pfm: perfmon module not loaded (insmod perfmon.ko)"), "message: {err}");
+        ensure!(
+            err.starts_with("pfm: perfmon module not loaded (insmod perfmon.ko)"),
+            "message: {err}"
+        );
     }
     Ok(())
 }
@@ -295,19 +471,47 @@ fn main() {
     }
     t.require("insmod perfmon.ko", module::insmod(&[]));
     t.run("pfm info and --json agree with GET_INFO", || info(&pfm));
-    t.run("pfm list and --json list the soft events with their codes", || list(&pfm));
-    t.run("pfm stat --json -o FILE -- sh -c 'sleep 0.1' parses and is sane", || stat_json_sleep(&pfm, &dir));
-    t.run("pfm stat counts 50 sleeps from the first instruction (50..=60 switches)", || exact_sleeps(&pfm));
-    t.run("pfm stat table: header, msec, CPUs utilized, /sec, elapsed; -e honoured", || table_matches(&pfm));
-    t.run("pfm stat passes exit status, signal (128+N), missing command (127)", || exit_statuses(&pfm));
-    t.run("pfm stat -e with a typo suggests the closest event", || bad_event(&pfm));
-    t.run("pfm stat -t TID --interval 100 --duration 0.5 --json", || thread_interval(&pfm));
-    t.run("pfm stat -t TID: SIGINT prints the totals so far", || thread_ctrl_c(&pfm));
+    t.run(
+        "pfm list and --json list the soft events with their codes",
+        || list(&pfm),
+    );
+    t.run(
+        "pfm stat --json -o FILE -- sh -c 'sleep 0.1' parses and is sane",
+        || stat_json_sleep(&pfm, &dir),
+    );
+    t.run(
+        "pfm stat counts 50 sleeps from the first instruction (50..=60 switches)",
+        || exact_sleeps(&pfm),
+    );
+    t.run(
+        "pfm stat table: header, msec, CPUs utilized, /sec, elapsed; -e honoured",
+        || table_matches(&pfm),
+    );
+    t.run(
+        "pfm stat passes exit status, signal (128+N), missing command (127)",
+        || exit_statuses(&pfm),
+    );
+    t.run("pfm stat -e with a typo suggests the closest event", || {
+        bad_event(&pfm)
+    });
+    t.run(
+        "pfm stat -t TID --interval 100 --duration 0.5 --json",
+        || thread_interval(&pfm),
+    );
+    t.run("pfm stat -t TID: SIGINT prints the totals so far", || {
+        thread_ctrl_c(&pfm)
+    });
     t.run("pfm --help and unknown commands", || {
         let h = pfm.run(&["--help"])?;
-        ensure!(h.status.success() && text(&h.stdout).contains("usage: pfm"), "help");
+        ensure!(
+            h.status.success() && text(&h.stdout).contains("usage: pfm"),
+            "help"
+        );
         let u = pfm.run(&["stats"])?;
-        ensure!(u.status.code() == Some(2) && text(&u.stderr).contains("did you mean 'stat'"), "usage error");
+        ensure!(
+            u.status.code() == Some(2) && text(&u.stderr).contains("did you mean 'stat'"),
+            "usage error"
+        );
         Ok(())
     });
     t.run("pfm stat -t of a missing thread: tool-like error", || {
@@ -318,9 +522,14 @@ fn main() {
         ensure!(err.contains("no such thread"), "message: {err}");
         Ok(())
     });
-    t.run("no live context left by pfm", || module::wait_contexts(0, Duration::from_secs(5)));
+    t.run("no live context left by pfm", || {
+        module::wait_contexts(0, Duration::from_secs(5))
+    });
     t.run("rmmod perfmon", module::rmmod);
-    t.run("without the module: 'perfmon module not loaded (insmod perfmon.ko)'", || not_loaded(&pfm));
+    t.run(
+        "without the module: 'perfmon module not loaded (insmod perfmon.ko)'",
+        || not_loaded(&pfm),
+    );
     let _ = std::fs::remove_dir_all(&dir);
     t.finish();
 }

@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use perfmon::abi::*;
 use perfmon::{errno_name, Context, CtxState};
-use pfm_guest::raw::{self, ioctl_bad, ioctl_in, ioctl_none, with_size, BadAddr, Mapping, RegsArea};
+use pfm_guest::raw::{
+    self, ioctl_bad, ioctl_in, ioctl_none, with_size, BadAddr, Mapping, RegsArea,
+};
 use pfm_guest::tap::diag;
 use pfm_guest::{ensure, module, work, ResultExt, Tap, TestResult};
 
@@ -33,7 +35,12 @@ fn name(r: Result<i32, i32>) -> String {
 }
 
 fn expect(r: Result<i32, i32>, errno: i32) -> TestResult {
-    ensure!(r == Err(errno), "got {}, expected {}", name(r), errno_name(errno));
+    ensure!(
+        r == Err(errno),
+        "got {}, expected {}",
+        name(r),
+        errno_name(errno)
+    );
     Ok(())
 }
 
@@ -77,32 +84,59 @@ fn pmcs_rejected(pmcs: &[PfmPmc], bad: usize, want: u32) -> TestResult {
     let ctx = open()?;
     let (r, done, back) = regs_call(&ctx, PFM_IOC_WRITE_PMCS, pmcs, None, |_| {})?;
     expect(r, libc::EINVAL)?;
-    element_flags(done, bad, want, &back.iter().map(|p| p.reg_flags).collect::<Vec<_>>())
+    element_flags(
+        done,
+        bad,
+        want,
+        &back.iter().map(|p| p.reg_flags).collect::<Vec<_>>(),
+    )
 }
 
 fn pmds_rejected(req: u32, pmds: &[PfmPmd], bad: usize, want: u32) -> TestResult {
     let ctx = open()?;
     let (r, done, back) = regs_call(&ctx, req, pmds, None, |_| {})?;
     expect(r, libc::EINVAL)?;
-    element_flags(done, bad, want, &back.iter().map(|p| p.reg_flags).collect::<Vec<_>>())
+    element_flags(
+        done,
+        bad,
+        want,
+        &back.iter().map(|p| p.reg_flags).collect::<Vec<_>>(),
+    )
 }
 
 fn element_flags(done: u32, bad: usize, want: u32, flags: &[u32]) -> TestResult {
-    ensure!(done as usize == bad, "done = {done}, expected {bad} (index of the first bad element)");
+    ensure!(
+        done as usize == bad,
+        "done = {done}, expected {bad} (index of the first bad element)"
+    );
     for (i, f) in flags.iter().enumerate().take(bad) {
-        ensure!(f & PFM_REG_RETFL_MASK == 0, "good element {i} has reg_flags {f:#x}");
+        ensure!(
+            f & PFM_REG_RETFL_MASK == 0,
+            "good element {i} has reg_flags {f:#x}"
+        );
     }
     let f = flags[bad];
-    ensure!(f & want != 0, "bad element {bad} has reg_flags {f:#x}, expected one of {want:#x}");
+    ensure!(
+        f & want != 0,
+        "bad element {bad} has reg_flags {f:#x}, expected one of {want:#x}"
+    );
     Ok(())
 }
 
 fn pmc(n: u16, v: u64) -> PfmPmc {
-    PfmPmc { reg_num: n, reg_value: v, ..Default::default() }
+    PfmPmc {
+        reg_num: n,
+        reg_value: v,
+        ..Default::default()
+    }
 }
 
 fn pmd(n: u16, v: u64) -> PfmPmd {
-    PfmPmd { reg_num: n, reg_value: v, ..Default::default() }
+    PfmPmd {
+        reg_num: n,
+        reg_value: v,
+        ..Default::default()
+    }
 }
 
 fn read_pmd(ctx: &Context, n: u16) -> Result<u64, String> {
@@ -132,7 +166,10 @@ fn pmc0_counts(ctx: &Context) -> Result<u64, String> {
 fn wrong_size<T: raw::Plain>(req: u32, size: u32) -> TestResult {
     let ctx = open()?;
     let mut v = T::default();
-    expect(ioctl_in(fd(&ctx), with_size(req, size), &mut v), libc::EINVAL)?;
+    expect(
+        ioctl_in(fd(&ctx), with_size(req, size), &mut v),
+        libc::EINVAL,
+    )?;
     ensure!(state(&ctx)? == CtxState::Unloaded, "state changed");
     Ok(())
 }
@@ -148,16 +185,28 @@ fn cases() -> Vec<Case> {
     // --- unknown ioctls: ENOTTY
     case!("unknown nr _IO(0xB6, 0x3f): ENOTTY", || {
         let ctx = open()?;
-        expect(ioctl_none(fd(&ctx), raw::ioc(0, 0xB6, 0x3f, 0)), libc::ENOTTY)
+        expect(
+            ioctl_none(fd(&ctx), raw::ioc(0, 0xB6, 0x3f, 0)),
+            libc::ENOTTY,
+        )
     });
-    case!("unknown nr with a size _IOWR(0xB6, 0x20, 48): ENOTTY", || {
-        let ctx = open()?;
-        let mut a = PfmRegsArg::default();
-        expect(ioctl_in(fd(&ctx), raw::ioc(3, 0xB6, 0x20, 48), &mut a), libc::ENOTTY)
-    });
+    case!(
+        "unknown nr with a size _IOWR(0xB6, 0x20, 48): ENOTTY",
+        || {
+            let ctx = open()?;
+            let mut a = PfmRegsArg::default();
+            expect(
+                ioctl_in(fd(&ctx), raw::ioc(3, 0xB6, 0x20, 48), &mut a),
+                libc::ENOTTY,
+            )
+        }
+    );
     case!("foreign type _IO('x', 1): ENOTTY", || {
         let ctx = open()?;
-        expect(ioctl_none(fd(&ctx), raw::ioc(0, b'x' as u32, 1, 0)), libc::ENOTTY)
+        expect(
+            ioctl_none(fd(&ctx), raw::ioc(0, b'x' as u32, 1, 0)),
+            libc::ENOTTY,
+        )
     });
     case!("perf's PERF_EVENT_IOC_ENABLE on perfmon: ENOTTY", || {
         let ctx = open()?;
@@ -165,23 +214,56 @@ fn cases() -> Vec<Case> {
     });
 
     // --- known numbers, wrong size: EINVAL
-    case!("GET_INFO with size 871: EINVAL", || wrong_size::<PfmInfo>(PFM_IOC_GET_INFO, 871));
-    case!("GET_INFO with size 880: EINVAL", || wrong_size::<PfmInfo>(PFM_IOC_GET_INFO, 880));
-    case!("WRITE_PMCS with size 40: EINVAL", || wrong_size::<PfmRegsArg>(PFM_IOC_WRITE_PMCS, 40));
-    case!("READ_PMDS with size 56: EINVAL", || wrong_size::<PfmRegsArg>(PFM_IOC_READ_PMDS, 56));
-    case!("LOAD with size 16: EINVAL", || wrong_size::<PfmLoad>(PFM_IOC_LOAD, 16));
-    case!("GET_STATE with size 8: EINVAL", || wrong_size::<PfmCtxInfo>(PFM_IOC_GET_STATE, 8));
-    case!("SET_FLAGS with size 64: EINVAL", || wrong_size::<PfmCtxFlags>(PFM_IOC_SET_FLAGS, 64));
-    case!("WRITE_PMCS with direction _IOW instead of _IOWR: EINVAL", || {
-        let ctx = open()?;
-        let mut a = PfmRegsArg::default();
-        expect(ioctl_in(fd(&ctx), raw::ioc(1, 0xB6, 0x01, 48), &mut a), libc::EINVAL)
-    });
-    case!("GET_STATE with direction _IOWR instead of _IOR: EINVAL", || {
-        let ctx = open()?;
-        let mut s = PfmCtxInfo::default();
-        expect(ioctl_in(fd(&ctx), raw::ioc(3, 0xB6, 0x09, 48), &mut s), libc::EINVAL)
-    });
+    case!("GET_INFO with size 871: EINVAL", || wrong_size::<PfmInfo>(
+        PFM_IOC_GET_INFO,
+        871
+    ));
+    case!("GET_INFO with size 880: EINVAL", || wrong_size::<PfmInfo>(
+        PFM_IOC_GET_INFO,
+        880
+    ));
+    case!(
+        "WRITE_PMCS with size 40: EINVAL",
+        || wrong_size::<PfmRegsArg>(PFM_IOC_WRITE_PMCS, 40)
+    );
+    case!(
+        "READ_PMDS with size 56: EINVAL",
+        || wrong_size::<PfmRegsArg>(PFM_IOC_READ_PMDS, 56)
+    );
+    case!("LOAD with size 16: EINVAL", || wrong_size::<PfmLoad>(
+        PFM_IOC_LOAD,
+        16
+    ));
+    case!(
+        "GET_STATE with size 8: EINVAL",
+        || wrong_size::<PfmCtxInfo>(PFM_IOC_GET_STATE, 8)
+    );
+    case!(
+        "SET_FLAGS with size 64: EINVAL",
+        || wrong_size::<PfmCtxFlags>(PFM_IOC_SET_FLAGS, 64)
+    );
+    case!(
+        "WRITE_PMCS with direction _IOW instead of _IOWR: EINVAL",
+        || {
+            let ctx = open()?;
+            let mut a = PfmRegsArg::default();
+            expect(
+                ioctl_in(fd(&ctx), raw::ioc(1, 0xB6, 0x01, 48), &mut a),
+                libc::EINVAL,
+            )
+        }
+    );
+    case!(
+        "GET_STATE with direction _IOWR instead of _IOR: EINVAL",
+        || {
+            let ctx = open()?;
+            let mut s = PfmCtxInfo::default();
+            expect(
+                ioctl_in(fd(&ctx), raw::ioc(3, 0xB6, 0x09, 48), &mut s),
+                libc::EINVAL,
+            )
+        }
+    );
     case!("START with a size (8): EINVAL", || {
         let ctx = open()?;
         ctx.load(0).ctx("LOAD")?;
@@ -193,113 +275,250 @@ fn cases() -> Vec<Case> {
     });
 
     // --- PMC values with reserved bits: EINVAL + RETFL_EINVAL
-    case!("PMC value with the lowest reserved bit of GET_INFO's mask: EINVAL", || {
-        let mask = open()?.raw_info().ctx("GET_INFO")?.pmc_rsvd_mask[0];
-        ensure!(mask != 0, "PMC0 reserved mask is 0");
-        let bit = mask & mask.wrapping_neg();
-        pmcs_rejected(&[pmc(0, bit | 1)], 0, PFM_REG_RETFL_EINVAL)
-    });
-    case!("PMC value with bit 63 set: EINVAL", || pmcs_rejected(&[pmc(1, 1 << 63 | 2)], 0, PFM_REG_RETFL_EINVAL));
-    case!("PMC value 4 (no such soft event): EINVAL", || pmcs_rejected(&[pmc(0, 4)], 0, PFM_REG_RETFL_EINVAL));
+    case!(
+        "PMC value with the lowest reserved bit of GET_INFO's mask: EINVAL",
+        || {
+            let mask = open()?.raw_info().ctx("GET_INFO")?.pmc_rsvd_mask[0];
+            ensure!(mask != 0, "PMC0 reserved mask is 0");
+            let bit = mask & mask.wrapping_neg();
+            pmcs_rejected(&[pmc(0, bit | 1)], 0, PFM_REG_RETFL_EINVAL)
+        }
+    );
+    case!("PMC value with bit 63 set: EINVAL", || pmcs_rejected(
+        &[pmc(1, 1 << 63 | 2)],
+        0,
+        PFM_REG_RETFL_EINVAL
+    ));
+    case!(
+        "PMC value 4 (no such soft event): EINVAL",
+        || pmcs_rejected(&[pmc(0, 4)], 0, PFM_REG_RETFL_EINVAL)
+    );
 
     // --- bad register numbers
     case!("PMC 4 (not implemented): EINVAL + NOTAVAIL", || {
         pmcs_rejected(&[pmc(0, 1), pmc(4, 1)], 1, PFM_REG_RETFL_NOTAVAIL)
     });
     case!("PMC 32 (beyond PFM_MAX_PMCS): EINVAL", || {
-        pmcs_rejected(&[pmc(32, 1)], 0, PFM_REG_RETFL_NOTAVAIL | PFM_REG_RETFL_EINVAL)
+        pmcs_rejected(
+            &[pmc(32, 1)],
+            0,
+            PFM_REG_RETFL_NOTAVAIL | PFM_REG_RETFL_EINVAL,
+        )
     });
-    case!("PMC 0xffff: EINVAL", || pmcs_rejected(&[pmc(0xffff, 1)], 0, PFM_REG_RETFL_NOTAVAIL | PFM_REG_RETFL_EINVAL));
-    case!("WRITE_PMDS PMD 4 (not implemented): EINVAL + NOTAVAIL", || {
-        pmds_rejected(PFM_IOC_WRITE_PMDS, &[pmd(0, 0), pmd(1, 0), pmd(4, 0)], 2, PFM_REG_RETFL_NOTAVAIL)
-    });
+    case!("PMC 0xffff: EINVAL", || pmcs_rejected(
+        &[pmc(0xffff, 1)],
+        0,
+        PFM_REG_RETFL_NOTAVAIL | PFM_REG_RETFL_EINVAL
+    ));
+    case!(
+        "WRITE_PMDS PMD 4 (not implemented): EINVAL + NOTAVAIL",
+        || {
+            pmds_rejected(
+                PFM_IOC_WRITE_PMDS,
+                &[pmd(0, 0), pmd(1, 0), pmd(4, 0)],
+                2,
+                PFM_REG_RETFL_NOTAVAIL,
+            )
+        }
+    );
     case!("READ_PMDS PMD 0xffff: EINVAL", || {
-        pmds_rejected(PFM_IOC_READ_PMDS, &[pmd(0xffff, 0)], 0, PFM_REG_RETFL_NOTAVAIL | PFM_REG_RETFL_EINVAL)
+        pmds_rejected(
+            PFM_IOC_READ_PMDS,
+            &[pmd(0xffff, 0)],
+            0,
+            PFM_REG_RETFL_NOTAVAIL | PFM_REG_RETFL_EINVAL,
+        )
     });
 
     // --- reserved fields and flags
     case!("PMC reg_set 1: EINVAL", || {
-        pmcs_rejected(&[PfmPmc { reg_set: 1, ..pmc(0, 1) }], 0, PFM_REG_RETFL_MASK)
+        pmcs_rejected(
+            &[PfmPmc {
+                reg_set: 1,
+                ..pmc(0, 1)
+            }],
+            0,
+            PFM_REG_RETFL_MASK,
+        )
     });
     case!("PMC reserved[1] != 0: EINVAL", || {
-        pmcs_rejected(&[PfmPmc { reserved: [0, 1], ..pmc(0, 1) }], 0, PFM_REG_RETFL_MASK)
+        pmcs_rejected(
+            &[PfmPmc {
+                reserved: [0, 1],
+                ..pmc(0, 1)
+            }],
+            0,
+            PFM_REG_RETFL_MASK,
+        )
     });
     case!("PMC input reg_flags != 0: EINVAL", || {
-        pmcs_rejected(&[PfmPmc { reg_flags: 1, ..pmc(0, 1) }], 0, PFM_REG_RETFL_MASK)
+        pmcs_rejected(
+            &[PfmPmc {
+                reg_flags: 1,
+                ..pmc(0, 1)
+            }],
+            0,
+            PFM_REG_RETFL_MASK,
+        )
     });
     case!("PMD undefined input flag (bit 7): EINVAL", || {
-        pmds_rejected(PFM_IOC_WRITE_PMDS, &[PfmPmd { reg_flags: 1 << 7, ..pmd(0, 0) }], 0, PFM_REG_RETFL_MASK)
+        pmds_rejected(
+            PFM_IOC_WRITE_PMDS,
+            &[PfmPmd {
+                reg_flags: 1 << 7,
+                ..pmd(0, 0)
+            }],
+            0,
+            PFM_REG_RETFL_MASK,
+        )
     });
     case!("PMD reserved[0] != 0: EINVAL", || {
-        pmds_rejected(PFM_IOC_WRITE_PMDS, &[PfmPmd { reserved: [1, 0], ..pmd(0, 0) }], 0, PFM_REG_RETFL_MASK)
+        pmds_rejected(
+            PFM_IOC_WRITE_PMDS,
+            &[PfmPmd {
+                reserved: [1, 0],
+                ..pmd(0, 0)
+            }],
+            0,
+            PFM_REG_RETFL_MASK,
+        )
     });
     case!("PMD reg_set 1: EINVAL", || {
-        pmds_rejected(PFM_IOC_WRITE_PMDS, &[PfmPmd { reg_set: 1, ..pmd(0, 0) }], 0, PFM_REG_RETFL_MASK)
+        pmds_rejected(
+            PFM_IOC_WRITE_PMDS,
+            &[PfmPmd {
+                reg_set: 1,
+                ..pmd(0, 0)
+            }],
+            0,
+            PFM_REG_RETFL_MASK,
+        )
     });
     case!("regs_arg reserved[0] != 0: EINVAL", || {
         let ctx = open()?;
-        let (r, _, _) = regs_call(&ctx, PFM_IOC_WRITE_PMCS, &[pmc(0, 1)], None, |a| a.reserved[0] = 1)?;
+        let (r, _, _) = regs_call(&ctx, PFM_IOC_WRITE_PMCS, &[pmc(0, 1)], None, |a| {
+            a.reserved[0] = 1
+        })?;
         expect(r, libc::EINVAL)
     });
     case!("LOAD flags != 0: EINVAL", || {
         let ctx = open()?;
-        let mut l = PfmLoad { flags: 1, ..Default::default() };
+        let mut l = PfmLoad {
+            flags: 1,
+            ..Default::default()
+        };
         expect(ioctl_in(fd(&ctx), PFM_IOC_LOAD, &mut l), libc::EINVAL)?;
         ensure!(state(&ctx)? == CtxState::Unloaded, "loaded anyway");
         Ok(())
     });
     case!("LOAD reserved[2] != 0: EINVAL", || {
         let ctx = open()?;
-        let mut l = PfmLoad { reserved: [0, 0, 1], ..Default::default() };
+        let mut l = PfmLoad {
+            reserved: [0, 0, 1],
+            ..Default::default()
+        };
         expect(ioctl_in(fd(&ctx), PFM_IOC_LOAD, &mut l), libc::EINVAL)?;
         ensure!(state(&ctx)? == CtxState::Unloaded, "loaded anyway");
         Ok(())
     });
     case!("SET_FLAGS unknown flag (bit 4): EINVAL", || {
         let ctx = open()?;
-        let mut f = PfmCtxFlags { flags: 1 << 4, ..Default::default() };
+        let mut f = PfmCtxFlags {
+            flags: 1 << 4,
+            ..Default::default()
+        };
         expect(ioctl_in(fd(&ctx), PFM_IOC_SET_FLAGS, &mut f), libc::EINVAL)
     });
     case!("SET_FLAGS pad != 0: EINVAL", || {
         let ctx = open()?;
-        let mut f = PfmCtxFlags { pad: 1, ..Default::default() };
+        let mut f = PfmCtxFlags {
+            pad: 1,
+            ..Default::default()
+        };
         expect(ioctl_in(fd(&ctx), PFM_IOC_SET_FLAGS, &mut f), libc::EINVAL)
     });
     case!("SET_FLAGS reserved[0] != 0: EINVAL", || {
         let ctx = open()?;
-        let mut f = PfmCtxFlags { reserved: [1, 0, 0], ..Default::default() };
+        let mut f = PfmCtxFlags {
+            reserved: [1, 0, 0],
+            ..Default::default()
+        };
         expect(ioctl_in(fd(&ctx), PFM_IOC_SET_FLAGS, &mut f), libc::EINVAL)
     });
-    case!("RETFL output bits are ignored on input and cleared on success", || {
-        let ctx = open()?;
-        let elems = [PfmPmc { reg_flags: PFM_REG_RETFL_EINVAL | PFM_REG_RETFL_NOTAVAIL, ..pmc(0, 1) }];
-        let (r, _, back) = regs_call(&ctx, PFM_IOC_WRITE_PMCS, &elems, None, |_| {})?;
-        ensure!(r.is_ok(), "valid PMC with output bits preset: {}", name(r));
-        ensure!(back[0].reg_flags & PFM_REG_RETFL_MASK == 0, "reg_flags {:#x} after success", back[0].reg_flags);
-        Ok(())
-    });
+    case!(
+        "RETFL output bits are ignored on input and cleared on success",
+        || {
+            let ctx = open()?;
+            let elems = [PfmPmc {
+                reg_flags: PFM_REG_RETFL_EINVAL | PFM_REG_RETFL_NOTAVAIL,
+                ..pmc(0, 1)
+            }];
+            let (r, _, back) = regs_call(&ctx, PFM_IOC_WRITE_PMCS, &elems, None, |_| {})?;
+            ensure!(r.is_ok(), "valid PMC with output bits preset: {}", name(r));
+            ensure!(
+                back[0].reg_flags & PFM_REG_RETFL_MASK == 0,
+                "reg_flags {:#x} after success",
+                back[0].reg_flags
+            );
+            Ok(())
+        }
+    );
 
     // --- all or nothing
-    case!("WRITE_PMDS with a bad 3rd element: EINVAL, done 2, nothing applied", || {
-        let ctx = open()?;
-        ctx.write_pmds(&mut [pmd(0, 111), pmd(1, 0)]).ctx("initial WRITE_PMDS")?;
-        let (r, done, back) =
-            regs_call(&ctx, PFM_IOC_WRITE_PMDS, &[pmd(0, 222), pmd(1, 333), pmd(9, 0)], None, |_| {})?;
-        expect(r, libc::EINVAL)?;
-        element_flags(done, 2, PFM_REG_RETFL_NOTAVAIL, &back.iter().map(|p| p.reg_flags).collect::<Vec<_>>())?;
-        let (a, b) = (read_pmd(&ctx, 0)?, read_pmd(&ctx, 1)?);
-        ensure!(a == 111 && b == 0, "PMD0={a} PMD1={b} after a rejected call (111, 0 expected)");
-        Ok(())
-    });
-    case!("WRITE_PMCS with a bad 2nd element: EINVAL, done 1, PMC0 not applied", || {
-        let ctx = open()?;
-        let (r, done, back) = regs_call(&ctx, PFM_IOC_WRITE_PMCS, &[pmc(0, 2), pmc(1, 1 << 40)], None, |_| {})?;
-        expect(r, libc::EINVAL)?;
-        element_flags(done, 1, PFM_REG_RETFL_EINVAL, &back.iter().map(|p| p.reg_flags).collect::<Vec<_>>())?;
-        let v = pmc0_counts(&ctx)?;
-        ensure!(v == 0, "PMD0 counted {v}: PMC0 of the rejected call was applied");
-        Ok(())
-    });
+    case!(
+        "WRITE_PMDS with a bad 3rd element: EINVAL, done 2, nothing applied",
+        || {
+            let ctx = open()?;
+            ctx.write_pmds(&mut [pmd(0, 111), pmd(1, 0)])
+                .ctx("initial WRITE_PMDS")?;
+            let (r, done, back) = regs_call(
+                &ctx,
+                PFM_IOC_WRITE_PMDS,
+                &[pmd(0, 222), pmd(1, 333), pmd(9, 0)],
+                None,
+                |_| {},
+            )?;
+            expect(r, libc::EINVAL)?;
+            element_flags(
+                done,
+                2,
+                PFM_REG_RETFL_NOTAVAIL,
+                &back.iter().map(|p| p.reg_flags).collect::<Vec<_>>(),
+            )?;
+            let (a, b) = (read_pmd(&ctx, 0)?, read_pmd(&ctx, 1)?);
+            ensure!(
+                a == 111 && b == 0,
+                "PMD0={a} PMD1={b} after a rejected call (111, 0 expected)"
+            );
+            Ok(())
+        }
+    );
+    case!(
+        "WRITE_PMCS with a bad 2nd element: EINVAL, done 1, PMC0 not applied",
+        || {
+            let ctx = open()?;
+            let (r, done, back) = regs_call(
+                &ctx,
+                PFM_IOC_WRITE_PMCS,
+                &[pmc(0, 2), pmc(1, 1 << 40)],
+                None,
+                |_| {},
+            )?;
+            expect(r, libc::EINVAL)?;
+            element_flags(
+                done,
+                1,
+                PFM_REG_RETFL_EINVAL,
+                &back.iter().map(|p| p.reg_flags).collect::<Vec<_>>(),
+            )?;
+            let v = pmc0_counts(&ctx)?;
+            ensure!(
+                v == 0,
+                "PMD0 counted {v}: PMC0 of the rejected call was applied"
+            );
+            Ok(())
+        }
+    );
 
     // --- counts
     for (label, req) in [
@@ -320,23 +539,35 @@ fn cases() -> Vec<Case> {
             }),
         ));
     }
-    case!("WRITE_PMCS count 65 (> PFM_MAX_REGS_PER_CALL): E2BIG", || {
-        let ctx = open()?;
-        let elems: Vec<PfmPmc> = (0..65).map(|i| pmc(i % 4, 0)).collect();
-        let (r, _, _) = regs_call(&ctx, PFM_IOC_WRITE_PMCS, &elems, None, |_| {})?;
-        expect(r, libc::E2BIG)
-    });
+    case!(
+        "WRITE_PMCS count 65 (> PFM_MAX_REGS_PER_CALL): E2BIG",
+        || {
+            let ctx = open()?;
+            let elems: Vec<PfmPmc> = (0..65).map(|i| pmc(i % 4, 0)).collect();
+            let (r, _, _) = regs_call(&ctx, PFM_IOC_WRITE_PMCS, &elems, None, |_| {})?;
+            expect(r, libc::E2BIG)
+        }
+    );
     case!("READ_PMDS count 65: E2BIG", || {
         let ctx = open()?;
         let elems: Vec<PfmPmd> = (0..65).map(|i| pmd(i % 4, 0)).collect();
         let (r, _, _) = regs_call(&ctx, PFM_IOC_READ_PMDS, &elems, None, |_| {})?;
         expect(r, libc::E2BIG)
     });
-    case!("WRITE_PMDS count 0xffffffff: E2BIG (no overflow, no huge read)", || {
-        let ctx = open()?;
-        let (r, _, _) = regs_call(&ctx, PFM_IOC_WRITE_PMDS, &[pmd(0, 0)], Some(u32::MAX), |_| {})?;
-        expect(r, libc::E2BIG)
-    });
+    case!(
+        "WRITE_PMDS count 0xffffffff: E2BIG (no overflow, no huge read)",
+        || {
+            let ctx = open()?;
+            let (r, _, _) = regs_call(
+                &ctx,
+                PFM_IOC_WRITE_PMDS,
+                &[pmd(0, 0)],
+                Some(u32::MAX),
+                |_| {},
+            )?;
+            expect(r, libc::E2BIG)
+        }
+    );
     case!("WRITE_PMCS count 64 of valid elements: accepted", || {
         let ctx = open()?;
         let elems: Vec<PfmPmc> = (0..64).map(|i| pmc(i % 4, u64::from(i % 4))).collect();
@@ -348,87 +579,149 @@ fn cases() -> Vec<Case> {
     // --- bad pointers: EFAULT
     case!("GET_INFO to NULL: EFAULT", || {
         let ctx = open()?;
-        expect(ioctl_bad(fd(&ctx), PFM_IOC_GET_INFO, &BadAddr::Null), libc::EFAULT)
+        expect(
+            ioctl_bad(fd(&ctx), PFM_IOC_GET_INFO, &BadAddr::Null),
+            libc::EFAULT,
+        )
     });
     case!("GET_INFO to a read-only page: EFAULT", || {
         let ctx = open()?;
         let m = Mapping::new(1, libc::PROT_READ).map_err(errno_name)?;
-        expect(ioctl_bad(fd(&ctx), PFM_IOC_GET_INFO, &BadAddr::ReadOnly(&m)), libc::EFAULT)
+        expect(
+            ioctl_bad(fd(&ctx), PFM_IOC_GET_INFO, &BadAddr::ReadOnly(&m)),
+            libc::EFAULT,
+        )
     });
     case!("GET_STATE to NULL: EFAULT", || {
         let ctx = open()?;
-        expect(ioctl_bad(fd(&ctx), PFM_IOC_GET_STATE, &BadAddr::Null), libc::EFAULT)
+        expect(
+            ioctl_bad(fd(&ctx), PFM_IOC_GET_STATE, &BadAddr::Null),
+            libc::EFAULT,
+        )
     });
     case!("GET_STATE to a kernel address: EFAULT", || {
         let ctx = open()?;
-        expect(ioctl_bad(fd(&ctx), PFM_IOC_GET_STATE, &BadAddr::Kernel), libc::EFAULT)
+        expect(
+            ioctl_bad(fd(&ctx), PFM_IOC_GET_STATE, &BadAddr::Kernel),
+            libc::EFAULT,
+        )
     });
     case!("LOAD from NULL: EFAULT, still UNLOADED", || {
         let ctx = open()?;
-        expect(ioctl_bad(fd(&ctx), PFM_IOC_LOAD, &BadAddr::Null), libc::EFAULT)?;
+        expect(
+            ioctl_bad(fd(&ctx), PFM_IOC_LOAD, &BadAddr::Null),
+            libc::EFAULT,
+        )?;
         ensure!(state(&ctx)? == CtxState::Unloaded, "state changed");
         Ok(())
     });
     case!("SET_FLAGS from a PROT_NONE page: EFAULT", || {
         let ctx = open()?;
         let m = Mapping::new(1, libc::PROT_NONE).map_err(errno_name)?;
-        expect(ioctl_bad(fd(&ctx), PFM_IOC_SET_FLAGS, &BadAddr::NoAccess(&m)), libc::EFAULT)
+        expect(
+            ioctl_bad(fd(&ctx), PFM_IOC_SET_FLAGS, &BadAddr::NoAccess(&m)),
+            libc::EFAULT,
+        )
     });
     case!("WRITE_PMCS argument NULL: EFAULT", || {
         let ctx = open()?;
-        expect(ioctl_bad(fd(&ctx), PFM_IOC_WRITE_PMCS, &BadAddr::Null), libc::EFAULT)
+        expect(
+            ioctl_bad(fd(&ctx), PFM_IOC_WRITE_PMCS, &BadAddr::Null),
+            libc::EFAULT,
+        )
     });
     case!("WRITE_PMCS regs NULL: EFAULT", || {
         let ctx = open()?;
-        let mut a = PfmRegsArg { regs: 0, count: 1, ..Default::default() };
+        let mut a = PfmRegsArg {
+            regs: 0,
+            count: 1,
+            ..Default::default()
+        };
         expect(ioctl_in(fd(&ctx), PFM_IOC_WRITE_PMCS, &mut a), libc::EFAULT)
     });
     case!("WRITE_PMDS regs in a PROT_NONE page: EFAULT", || {
         let ctx = open()?;
         let area = RegsArea::new(1).map_err(errno_name)?;
-        let mut a = PfmRegsArg { regs: area.guard(), count: 1, ..Default::default() };
+        let mut a = PfmRegsArg {
+            regs: area.guard(),
+            count: 1,
+            ..Default::default()
+        };
         expect(ioctl_in(fd(&ctx), PFM_IOC_WRITE_PMDS, &mut a), libc::EFAULT)
     });
     case!("WRITE_PMDS regs at an unmapped address: EFAULT", || {
         let ctx = open()?;
         let hole = raw::Hole::new().map_err(errno_name)?;
-        let mut a = PfmRegsArg { regs: hole.addr() as u64, count: 1, ..Default::default() };
+        let mut a = PfmRegsArg {
+            regs: hole.addr() as u64,
+            count: 1,
+            ..Default::default()
+        };
         expect(ioctl_in(fd(&ctx), PFM_IOC_WRITE_PMDS, &mut a), libc::EFAULT)
     });
     case!("WRITE_PMDS regs at a kernel address: EFAULT", || {
         let ctx = open()?;
-        let mut a = PfmRegsArg { regs: BadAddr::Kernel.addr() as u64, count: 1, ..Default::default() };
+        let mut a = PfmRegsArg {
+            regs: BadAddr::Kernel.addr() as u64,
+            count: 1,
+            ..Default::default()
+        };
         expect(ioctl_in(fd(&ctx), PFM_IOC_WRITE_PMDS, &mut a), libc::EFAULT)
     });
-    case!("WRITE_PMDS array running into a PROT_NONE page: EFAULT, nothing applied", || {
-        let ctx = open()?;
-        ctx.write_pmds(&mut [pmd(0, 111)]).ctx("initial WRITE_PMDS")?;
-        let area = RegsArea::new(1).map_err(errno_name)?;
-        let off = area.rw_len() - std::mem::size_of::<PfmPmd>();
-        area.put(off, &[pmd(0, 222)]);
-        let mut a = PfmRegsArg { regs: area.addr(off), count: 2, ..Default::default() };
-        expect(ioctl_in(fd(&ctx), PFM_IOC_WRITE_PMDS, &mut a), libc::EFAULT)?;
-        let v = read_pmd(&ctx, 0)?;
-        ensure!(v == 111, "PMD0 = {v} after the faulting call (111 expected: half-applied)");
-        Ok(())
-    });
-    case!("WRITE_PMCS array running into a PROT_NONE page: EFAULT, PMC0 not applied", || {
-        let ctx = open()?;
-        let area = RegsArea::new(1).map_err(errno_name)?;
-        let off = area.rw_len() - std::mem::size_of::<PfmPmc>();
-        area.put(off, &[pmc(0, PFM_SOFT_EV_CONTEXT_SWITCHES)]);
-        let mut a = PfmRegsArg { regs: area.addr(off), count: 2, ..Default::default() };
-        expect(ioctl_in(fd(&ctx), PFM_IOC_WRITE_PMCS, &mut a), libc::EFAULT)?;
-        let v = pmc0_counts(&ctx)?;
-        ensure!(v == 0, "PMD0 counted {v}: PMC0 of the faulting call was applied");
-        Ok(())
-    });
+    case!(
+        "WRITE_PMDS array running into a PROT_NONE page: EFAULT, nothing applied",
+        || {
+            let ctx = open()?;
+            ctx.write_pmds(&mut [pmd(0, 111)])
+                .ctx("initial WRITE_PMDS")?;
+            let area = RegsArea::new(1).map_err(errno_name)?;
+            let off = area.rw_len() - std::mem::size_of::<PfmPmd>();
+            area.put(off, &[pmd(0, 222)]);
+            let mut a = PfmRegsArg {
+                regs: area.addr(off),
+                count: 2,
+                ..Default::default()
+            };
+            expect(ioctl_in(fd(&ctx), PFM_IOC_WRITE_PMDS, &mut a), libc::EFAULT)?;
+            let v = read_pmd(&ctx, 0)?;
+            ensure!(
+                v == 111,
+                "PMD0 = {v} after the faulting call (111 expected: half-applied)"
+            );
+            Ok(())
+        }
+    );
+    case!(
+        "WRITE_PMCS array running into a PROT_NONE page: EFAULT, PMC0 not applied",
+        || {
+            let ctx = open()?;
+            let area = RegsArea::new(1).map_err(errno_name)?;
+            let off = area.rw_len() - std::mem::size_of::<PfmPmc>();
+            area.put(off, &[pmc(0, PFM_SOFT_EV_CONTEXT_SWITCHES)]);
+            let mut a = PfmRegsArg {
+                regs: area.addr(off),
+                count: 2,
+                ..Default::default()
+            };
+            expect(ioctl_in(fd(&ctx), PFM_IOC_WRITE_PMCS, &mut a), libc::EFAULT)?;
+            let v = pmc0_counts(&ctx)?;
+            ensure!(
+                v == 0,
+                "PMD0 counted {v}: PMC0 of the faulting call was applied"
+            );
+            Ok(())
+        }
+    );
     case!("READ_PMDS into a read-only array: EFAULT", || {
         let ctx = open()?;
         let area = RegsArea::new(1).map_err(errno_name)?;
         area.put(0, &[pmd(0, 0)]);
         area.set_read_only(true).map_err(errno_name)?;
-        let mut a = PfmRegsArg { regs: area.addr(0), count: 1, ..Default::default() };
+        let mut a = PfmRegsArg {
+            regs: area.addr(0),
+            count: 1,
+            ..Default::default()
+        };
         expect(ioctl_in(fd(&ctx), PFM_IOC_READ_PMDS, &mut a), libc::EFAULT)
     });
 
@@ -456,14 +749,17 @@ fn cases() -> Vec<Case> {
         ctx.unload().ctx("UNLOAD")?;
         expect(r, libc::EBADFD)
     });
-    case!("LOAD while LOADED: EBUSY (Documentation/perfmon.rst)", || {
-        let ctx = open()?;
-        ctx.load(0).ctx("LOAD")?;
-        let mut l = PfmLoad::default();
-        let r = ioctl_in(fd(&ctx), PFM_IOC_LOAD, &mut l);
-        ctx.unload().ctx("UNLOAD")?;
-        expect(r, libc::EBUSY)
-    });
+    case!(
+        "LOAD while LOADED: EBUSY (Documentation/perfmon.rst)",
+        || {
+            let ctx = open()?;
+            ctx.load(0).ctx("LOAD")?;
+            let mut l = PfmLoad::default();
+            let r = ioctl_in(fd(&ctx), PFM_IOC_LOAD, &mut l);
+            ctx.unload().ctx("UNLOAD")?;
+            expect(r, libc::EBUSY)
+        }
+    );
     case!("SET_FLAGS while LOADED: EBADFD", || {
         let ctx = open()?;
         ctx.load(0).ctx("LOAD")?;
@@ -477,19 +773,32 @@ fn cases() -> Vec<Case> {
     case!("LOAD of a pid that does not exist: ESRCH", || {
         // pid_max is at most 4194304 (2^22); this one cannot exist.
         let ctx = open()?;
-        let mut l = PfmLoad { tid: 4_194_305, ..Default::default() };
+        let mut l = PfmLoad {
+            tid: 4_194_305,
+            ..Default::default()
+        };
         expect(ioctl_in(fd(&ctx), PFM_IOC_LOAD, &mut l), libc::ESRCH)
     });
     case!("LOAD of tid 0x80000000: ESRCH or EINVAL", || {
         let ctx = open()?;
-        let mut l = PfmLoad { tid: 0x8000_0000, ..Default::default() };
+        let mut l = PfmLoad {
+            tid: 0x8000_0000,
+            ..Default::default()
+        };
         let r = ioctl_in(fd(&ctx), PFM_IOC_LOAD, &mut l);
-        ensure!(r == Err(libc::ESRCH) || r == Err(libc::EINVAL), "got {}", name(r));
+        ensure!(
+            r == Err(libc::ESRCH) || r == Err(libc::EINVAL),
+            "got {}",
+            name(r)
+        );
         Ok(())
     });
     case!("LOAD of kthreadd (pid 2): EPERM", || {
         let ctx = open()?;
-        let mut l = PfmLoad { tid: 2, ..Default::default() };
+        let mut l = PfmLoad {
+            tid: 2,
+            ..Default::default()
+        };
         expect(ioctl_in(fd(&ctx), PFM_IOC_LOAD, &mut l), libc::EPERM)
     });
 
@@ -519,12 +828,18 @@ fn cases() -> Vec<Case> {
     // --- after all that, a context still works
     case!("a context that took every bad input still counts", || {
         let ctx = open()?;
-        for req in [PFM_IOC_START, PFM_IOC_STOP, PFM_IOC_UNLOAD, raw::ioc(0, 0xB6, 0x3f, 0)] {
+        for req in [
+            PFM_IOC_START,
+            PFM_IOC_STOP,
+            PFM_IOC_UNLOAD,
+            raw::ioc(0, 0xB6, 0x3f, 0),
+        ] {
             let _ = ioctl_none(fd(&ctx), req);
         }
         let _ = ioctl_bad(fd(&ctx), PFM_IOC_LOAD, &BadAddr::Null);
         let _ = regs_call(&ctx, PFM_IOC_WRITE_PMCS, &[pmc(0, 1 << 40)], None, |_| {})?;
-        ctx.write_pmcs(&mut [pmc(0, PFM_SOFT_EV_TASK_CLOCK)]).ctx("WRITE_PMCS")?;
+        ctx.write_pmcs(&mut [pmc(0, PFM_SOFT_EV_TASK_CLOCK)])
+            .ctx("WRITE_PMCS")?;
         ctx.write_pmds(&mut [pmd(0, 0)]).ctx("WRITE_PMDS")?;
         ctx.load(0).ctx("LOAD")?;
         ctx.start().ctx("START")?;
@@ -535,7 +850,10 @@ fn cases() -> Vec<Case> {
         ensure!(v >= 2_000_000, "task-clock {v} after a 5 ms spin");
         Ok(())
     });
-    case!("no live context left (sysfs)", || module::wait_contexts(0, Duration::from_secs(2)));
+    case!("no live context left (sysfs)", || module::wait_contexts(
+        0,
+        Duration::from_secs(2)
+    ));
     c
 }
 

@@ -35,7 +35,11 @@ fn end_message(ctx: &Context, tid: u32) -> TestResult {
     let msg = ctx.next_message(Some(WAIT)).ctx("waiting for a message")?;
     let msg = msg.ok_or_else(|| format!("no message within {} s", WAIT.as_secs()))?;
     diag(format!("message: {msg:?}"));
-    ensure!(msg.kind == MessageKind::End, "message kind {:?}, END expected", msg.kind);
+    ensure!(
+        msg.kind == MessageKind::End,
+        "message kind {:?}, END expected",
+        msg.kind
+    );
     ensure!(msg.tid == tid, "END for tid {}, expected {tid}", msg.tid);
     Ok(())
 }
@@ -54,51 +58,74 @@ fn exit_sequence() -> Vec<(&'static str, TestResult)> {
     let pid = child.pid();
     out.push((NAMES_EXIT[0], end_message(&ctx, pid)));
     let _ = child.wait_timeout(WAIT);
-    out.push((NAMES_EXIT[1], (|| {
-        let st = ctx.state().ctx("GET_STATE")?;
-        diag(format!("state after exit: {st:?}"));
-        ensure!(st.has_exited(), "status {:#x} lacks EXITED", st.status);
-        Ok(())
-    })()));
-    out.push((NAMES_EXIT[2], (|| {
-        let fd = ctx.as_raw_fd();
-        let rev = raw::poll_one(fd, libc::POLLIN, 2000).map_err(perfmon::errno_name)?;
-        ensure!(rev & libc::POLLHUP != 0, "poll revents {rev:#x} after draining: POLLHUP expected");
-        ctx.set_nonblocking(true).ctx("O_NONBLOCK")?;
-        match raw::read_fd(fd, 64) {
-            Ok(b) if b.is_empty() => Ok(()),
-            Ok(b) => Err(format!("read after draining returned {} bytes", b.len())),
-            Err(libc::EAGAIN) => {
-                diag("read after exit and drain: EAGAIN (EOF expected)");
-                Err("read after drain: EAGAIN, not end of file".into())
+    out.push((
+        NAMES_EXIT[1],
+        (|| {
+            let st = ctx.state().ctx("GET_STATE")?;
+            diag(format!("state after exit: {st:?}"));
+            ensure!(st.has_exited(), "status {:#x} lacks EXITED", st.status);
+            Ok(())
+        })(),
+    ));
+    out.push((
+        NAMES_EXIT[2],
+        (|| {
+            let fd = ctx.as_raw_fd();
+            let rev = raw::poll_one(fd, libc::POLLIN, 2000).map_err(perfmon::errno_name)?;
+            ensure!(
+                rev & libc::POLLHUP != 0,
+                "poll revents {rev:#x} after draining: POLLHUP expected"
+            );
+            ctx.set_nonblocking(true).ctx("O_NONBLOCK")?;
+            match raw::read_fd(fd, 64) {
+                Ok(b) if b.is_empty() => Ok(()),
+                Ok(b) => Err(format!("read after draining returned {} bytes", b.len())),
+                Err(libc::EAGAIN) => {
+                    diag("read after exit and drain: EAGAIN (EOF expected)");
+                    Err("read after drain: EAGAIN, not end of file".into())
+                }
+                Err(e) => Err(format!("read after drain: {}", perfmon::errno_name(e))),
             }
-            Err(e) => Err(format!("read after drain: {}", perfmon::errno_name(e))),
-        }
-    })()));
-    out.push((NAMES_EXIT[3], (|| {
-        let a = ctx.read().ctx("READ_PMDS after exit")?;
-        std::thread::sleep(Duration::from_millis(50));
-        let b = ctx.read().ctx("READ_PMDS again")?;
-        diag(format!("final counts: {a:?}"));
-        ensure!(a == b, "final counts changed: {a:?} -> {b:?}");
-        ensure!(a.values[0] > 0, "task-clock 0");
-        ensure!(a.values[1] >= 20, "{} context switches for 300 ms of 5 ms naps", a.values[1]);
-        Ok(())
-    })()));
-    out.push((NAMES_EXIT[4], (|| {
-        let st = ctx.state().ctx("GET_STATE")?;
-        let r = ctx.unload();
-        diag(format!("UNLOAD after exit in state {}: {:?}", st.state.name(), r.as_ref().err().map(|e| e.to_string())));
-        match (st.state, r) {
-            (CtxState::Loaded, Ok(())) => {
-                let s2 = ctx.state().ctx("GET_STATE")?;
-                ensure!(s2.state == CtxState::Unloaded, "after UNLOAD: {s2:?}");
-                Ok(())
+        })(),
+    ));
+    out.push((
+        NAMES_EXIT[3],
+        (|| {
+            let a = ctx.read().ctx("READ_PMDS after exit")?;
+            std::thread::sleep(Duration::from_millis(50));
+            let b = ctx.read().ctx("READ_PMDS again")?;
+            diag(format!("final counts: {a:?}"));
+            ensure!(a == b, "final counts changed: {a:?} -> {b:?}");
+            ensure!(a.values[0] > 0, "task-clock 0");
+            ensure!(
+                a.values[1] >= 20,
+                "{} context switches for 300 ms of 5 ms naps",
+                a.values[1]
+            );
+            Ok(())
+        })(),
+    ));
+    out.push((
+        NAMES_EXIT[4],
+        (|| {
+            let st = ctx.state().ctx("GET_STATE")?;
+            let r = ctx.unload();
+            diag(format!(
+                "UNLOAD after exit in state {}: {:?}",
+                st.state.name(),
+                r.as_ref().err().map(|e| e.to_string())
+            ));
+            match (st.state, r) {
+                (CtxState::Loaded, Ok(())) => {
+                    let s2 = ctx.state().ctx("GET_STATE")?;
+                    ensure!(s2.state == CtxState::Unloaded, "after UNLOAD: {s2:?}");
+                    Ok(())
+                }
+                (CtxState::Unloaded, Err(e)) if e.errno() == Some(libc::EBADFD) => Ok(()),
+                (s, r) => Err(format!("UNLOAD in state {}: {r:?}", s.name())),
             }
-            (CtxState::Unloaded, Err(e)) if e.errno() == Some(libc::EBADFD) => Ok(()),
-            (s, r) => Err(format!("UNLOAD in state {}: {r:?}", s.name())),
-        }
-    })()));
+        })(),
+    ));
     out
 }
 
@@ -118,7 +145,10 @@ fn messages_iterator() -> TestResult {
     ensure!(rev & libc::POLLIN != 0, "no POLLIN after exit: {rev:#x}");
     ctx.set_nonblocking(true).ctx("O_NONBLOCK")?;
     let msgs: Vec<_> = ctx.messages().collect::<Result<_, _>>().ctx("messages")?;
-    ensure!(msgs.len() == 1 && msgs[0].kind == MessageKind::End, "messages: {msgs:?}");
+    ensure!(
+        msgs.len() == 1 && msgs[0].kind == MessageKind::End,
+        "messages: {msgs:?}"
+    );
     Ok(())
 }
 
@@ -135,7 +165,11 @@ fn self_thread_exit() -> TestResult {
     end_message(&ctx, tid)?;
     let c = ctx.read().ctx("READ_PMDS")?;
     diag(format!("thread {tid} final counts {c:?}"));
-    ensure!(c.values[0] >= 5_000_000, "task-clock {} after a 10 ms spin", c.values[0]);
+    ensure!(
+        c.values[0] >= 5_000_000,
+        "task-clock {} after a 10 ms spin",
+        c.values[0]
+    );
     Ok(())
 }
 
@@ -159,7 +193,10 @@ fn zombie_cleanup() -> TestResult {
     }
     std::thread::sleep(Duration::from_millis(50));
     let s = perfmon::sysfs::SysInfo::read();
-    diag(format!("after close while attached: live={:?} zombie={:?}", s.live_contexts, s.zombie_contexts));
+    diag(format!(
+        "after close while attached: live={:?} zombie={:?}",
+        s.live_contexts, s.zombie_contexts
+    ));
     child.kill();
     module::wait_contexts(0, WAIT)
 }
@@ -172,11 +209,22 @@ fn main() {
     for (name, r) in exit_sequence() {
         t.result(name, r);
     }
-    t.run("messages() on a non-blocking fd yields END and stops", messages_iterator);
-    t.run("thread monitoring itself exits: END, counts readable", self_thread_exit);
+    t.run(
+        "messages() on a non-blocking fd yields END and stops",
+        messages_iterator,
+    );
+    t.run(
+        "thread monitoring itself exits: END, counts readable",
+        self_thread_exit,
+    );
     t.run("SIGKILLed child: END message", killed_child);
-    t.run("fd closed while attached: no zombie left once the child exits", zombie_cleanup);
-    t.run("no live context after all were closed", || module::wait_contexts(0, WAIT));
+    t.run(
+        "fd closed while attached: no zombie left once the child exits",
+        zombie_cleanup,
+    );
+    t.run("no live context after all were closed", || {
+        module::wait_contexts(0, WAIT)
+    });
     t.run("rmmod perfmon", module::rmmod);
     t.finish();
 }

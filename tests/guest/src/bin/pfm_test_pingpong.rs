@@ -62,7 +62,10 @@ fn side(
     let c = ctx.read().ctx("read")?;
     let p = group.read().ctx("perf read")?;
     ctx.unload().ctx("unload")?;
-    let mut pair = Pair { times: (c.time_enabled, c.time_running), ..Default::default() };
+    let mut pair = Pair {
+        times: (c.time_enabled, c.time_running),
+        ..Default::default()
+    };
     for (i, (v, pv)) in c.values.iter().zip(&p).take(3).enumerate() {
         pair.pfm[i] = *v;
         pair.perf[i] = pv.value;
@@ -118,7 +121,10 @@ fn mode(t: &mut Tap, label: &str, pin: Option<usize>) {
         match (&error, good) {
             (_, true) => t.pass(&name),
             (Some(e), false) => t.fail(&name, e),
-            (None, false) => t.fail(&name, format!("no match in {ATTEMPTS} attempts (values above)")),
+            (None, false) => t.fail(
+                &name,
+                format!("no match in {ATTEMPTS} attempts (values above)"),
+            ),
         }
     }
 }
@@ -127,7 +133,10 @@ fn main() {
     pfm_guest::child::dispatch();
     let mut t = Tap::new(PLAN);
     pfm_guest::watchdog(Duration::from_secs(300));
-    diag(format!("{ROUNDS} round trips per run, {} CPUs", perfmon::process::online_cpus()));
+    diag(format!(
+        "{ROUNDS} round trips per run, {} CPUs",
+        perfmon::process::online_cpus()
+    ));
     t.require("insmod perfmon.ko", module::insmod(&[]));
     mode(&mut t, "both on CPU 0", Some(0));
     mode(&mut t, "unpinned", None);

@@ -19,7 +19,10 @@ use std::time::Duration;
 
 use perfmon::abi::PfmPmd;
 use pfm_guest::tap::diag;
-use pfm_guest::{ensure, measure_self, module, soft_context, work, Pair, ResultExt, Tap, TestResult, TASK_CLOCK_SLACK_NS};
+use pfm_guest::{
+    ensure, measure_self, module, soft_context, work, Pair, ResultExt, Tap, TestResult,
+    TASK_CLOCK_SLACK_NS,
+};
 
 const PLAN: usize = 19;
 const ROUNDS: usize = 200;
@@ -60,7 +63,10 @@ fn report(t: &mut Tap, label: &str, res: Result<[bool; 3], String>) {
                 if good {
                     t.pass(&name);
                 } else {
-                    t.fail(&name, format!("no match in {ATTEMPTS} attempts (values above)"));
+                    t.fail(
+                        &name,
+                        format!("no match in {ATTEMPTS} attempts (values above)"),
+                    );
                 }
             }
         }
@@ -89,14 +95,19 @@ fn mostly_running() -> TestResult {
             return Ok(());
         }
     }
-    Err(format!("task-clock not within 1% + 200 us of perf's; last {last}"))
+    Err(format!(
+        "task-clock not within 1% + 200 us of perf's; last {last}"
+    ))
 }
 
 fn times_sane() -> TestResult {
     let p = measure_self([0; 3], || work::spin(Duration::from_millis(20)))?;
     diag(p.describe());
     let (enabled, running) = p.times;
-    ensure!(running > 0 && enabled >= running, "time_enabled {enabled} time_running {running}");
+    ensure!(
+        running > 0 && enabled >= running,
+        "time_enabled {enabled} time_running {running}"
+    );
     ensure!(
         pfm_guest::close(running, p.pfm[0], 0.05, TASK_CLOCK_SLACK_NS),
         "time_running {running} far from task-clock {}",
@@ -117,11 +128,19 @@ fn pmd_values_read_back(width: u16) -> TestResult {
     let mut pmds: Vec<PfmPmd> = values
         .iter()
         .enumerate()
-        .map(|(i, &v)| PfmPmd { reg_num: i as u16, reg_value: v, ..Default::default() })
+        .map(|(i, &v)| PfmPmd {
+            reg_num: i as u16,
+            reg_value: v,
+            ..Default::default()
+        })
         .collect();
     ctx.write_pmds(&mut pmds).ctx("WRITE_PMDS")?;
-    let mut back: Vec<PfmPmd> =
-        (0..4).map(|i| PfmPmd { reg_num: i, ..Default::default() }).collect();
+    let mut back: Vec<PfmPmd> = (0..4)
+        .map(|i| PfmPmd {
+            reg_num: i,
+            ..Default::default()
+        })
+        .collect();
     ctx.read_pmds(&mut back).ctx("READ_PMDS")?;
     let got: Vec<u64> = back.iter().map(|p| p.reg_value).collect();
     ensure!(got == values, "wrote {values:?}, read {got:?}");
@@ -133,7 +152,11 @@ fn pmd_values_read_back(width: u16) -> TestResult {
 /// task-clock starting below the wrap point must advance by the context's
 /// time_running.
 fn across_wrap(width: u16) -> TestResult {
-    let base: u64 = if width < 64 { 1u64 << width } else { 1u64 << 32 };
+    let base: u64 = if width < 64 {
+        1u64 << width
+    } else {
+        1u64 << 32
+    };
     let initial = [base - 100_000.min(base / 2), base - 6, 0];
     let mut last = String::new();
     for attempt in 1..=ATTEMPTS {
@@ -148,7 +171,9 @@ fn across_wrap(width: u16) -> TestResult {
             return Ok(());
         }
     }
-    Err(format!("no exact match across the wrap in {ATTEMPTS} attempts; last: {last}"))
+    Err(format!(
+        "no exact match across the wrap in {ATTEMPTS} attempts; last: {last}"
+    ))
 }
 
 fn width_is(width: u16) -> TestResult {
@@ -163,30 +188,61 @@ fn main() {
     let mut t = Tap::new(PLAN);
     pfm_guest::watchdog(Duration::from_secs(480));
     let cpus = perfmon::process::online_cpus();
-    diag(format!("{cpus} CPUs online; {ROUNDS} rounds, affinity flipped every {FLIP_EVERY}"));
+    diag(format!(
+        "{cpus} CPUs online; {ROUNDS} rounds, affinity flipped every {FLIP_EVERY}"
+    ));
     if cpus < 2 {
         diag("one CPU: no migrations can happen, both counts should be 0");
     }
 
     t.require("insmod perfmon.ko", module::insmod(&[]));
-    let width = perfmon::Context::open().and_then(|c| c.info().map(|i| i.counter_width)).unwrap_or(64);
+    let width = perfmon::Context::open()
+        .and_then(|c| c.info().map(|i| i.counter_width))
+        .unwrap_or(64);
     diag(format!("default counter width {width}"));
-    t.run("default width: PMD values read back exactly", || pmd_values_read_back(width));
+    t.run("default width: PMD values read back exactly", || {
+        pmd_values_read_back(width)
+    });
     let r = compare_runs("default width");
     report(&mut t, "default width", r);
-    t.run("default width: mostly running thread: task-clock within 1% + 200 us", mostly_running);
-    t.run("default width: time_enabled >= time_running ~ task-clock", times_sane);
-    t.run("default width: counting across the wrap point stays exact", || across_wrap(width));
+    t.run(
+        "default width: mostly running thread: task-clock within 1% + 200 us",
+        mostly_running,
+    );
+    t.run(
+        "default width: time_enabled >= time_running ~ task-clock",
+        times_sane,
+    );
+    t.run(
+        "default width: counting across the wrap point stays exact",
+        || across_wrap(width),
+    );
     t.run("rmmod perfmon", module::rmmod);
 
-    t.require("insmod perfmon.ko soft_width=16", module::insmod(&["soft_width=16"]));
-    t.run("soft_width=16: GET_INFO counter_width is 16", || width_is(16));
-    t.run("soft_width=16: PMD values read back exactly", || pmd_values_read_back(16));
+    t.require(
+        "insmod perfmon.ko soft_width=16",
+        module::insmod(&["soft_width=16"]),
+    );
+    t.run("soft_width=16: GET_INFO counter_width is 16", || {
+        width_is(16)
+    });
+    t.run("soft_width=16: PMD values read back exactly", || {
+        pmd_values_read_back(16)
+    });
     let r = compare_runs("soft_width=16");
     report(&mut t, "soft_width=16", r);
-    t.run("soft_width=16: mostly running thread: task-clock within 1% + 200 us", mostly_running);
-    t.run("soft_width=16: time_enabled >= time_running ~ task-clock", times_sane);
-    t.run("soft_width=16: counting across the wrap point stays exact", || across_wrap(16));
+    t.run(
+        "soft_width=16: mostly running thread: task-clock within 1% + 200 us",
+        mostly_running,
+    );
+    t.run(
+        "soft_width=16: time_enabled >= time_running ~ task-clock",
+        times_sane,
+    );
+    t.run(
+        "soft_width=16: counting across the wrap point stays exact",
+        || across_wrap(16),
+    );
     t.run("rmmod perfmon (soft_width=16)", module::rmmod);
     t.finish();
 }
