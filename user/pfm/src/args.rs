@@ -64,7 +64,9 @@ Per-thread performance counters through /dev/perfmon (the perfmon module).
 Commands:
   stat [-e EVENT,...] [--perf] [--] CMD [ARGS...]
                  run CMD and count it from its first instruction; prints a
-                 table like perf stat on stderr and exits with CMD's status
+                 table like perf stat on stderr and exits with CMD's status;
+                 perfmon counts one thread: CMD's initial thread, not the
+                 processes or threads it creates
   stat [-e EVENT,...] -t TID [--interval MS] [--duration S]
                  attach to a running thread; Ctrl-C prints the totals so far
   list           events of the loaded PMU model
