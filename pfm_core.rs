@@ -8,6 +8,9 @@
 //! the thread side (attach, context switch, cleanup) in `pfm_ctxsw`, the PMU
 //! models in `pfm_x86`. `Documentation/perfmon.rst` is the user's manual.
 
+// `pin_init!` of the attachment (many fields) expands deeper than the default.
+#![recursion_limit = "256"]
+
 use kernel::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void};
 use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 

@@ -114,8 +114,10 @@ pub(crate) struct CtxInner {
     pub(crate) on_cpu: Option<i32>,
     /// The CPU the target last ran on while attached.
     pub(crate) last_cpu: i32,
-    /// `local_clock` on `on_cpu` when the counters were last advanced.
-    pub(crate) run_start: u64,
+    /// The thread's scheduler runtime (`se.sum_exec_runtime`, made live)
+    /// when the counters were last advanced: task-clock is this runtime, the
+    /// thread CPU time `CLOCK_THREAD_CPUTIME_ID` reports.
+    pub(crate) run_base: u64,
     /// When the context was last started (caller's clock).
     pub(crate) enabled_start: u64,
     /// ns loaded and started, up to the last stop.
@@ -124,8 +126,6 @@ pub(crate) struct CtxInner {
     pub(crate) time_running: u64,
     /// Messages for the tool.
     pub(crate) msgs: MsgQueue,
-    /// A message was queued where the tool could not be woken at once.
-    pub(crate) notify_pending: bool,
     /// Overflowed PMDs not yet handled by the overflow interrupt.
     pub(crate) pending_ovfl: u64,
     /// User instruction pointer of the thread when they overflowed.
@@ -140,32 +140,45 @@ impl CtxInner {
         self.state == State::Loaded && self.started && self.active
     }
 
-    /// Advances the counters to `now` if the target runs on `cpu`.
-    pub(crate) fn fold_running(&mut self, now: u64, cpu: i32) {
-        if self.on_cpu != Some(cpu) {
-            return;
+    /// Advances the counters if the target runs on `cpu`, which must be
+    /// this CPU: the target is then the current thread, and its live
+    /// scheduler runtime is what task-clock reads.
+    pub(crate) fn fold_running(&mut self, cpu: i32) {
+        if self.on_cpu == Some(cpu) {
+            self.fold_to(glue::current_runtime_ns());
         }
-        let ran = now.saturating_sub(self.run_start);
-        self.run_start = now;
+    }
+
+    /// Advances the counters to the thread's scheduler runtime `runtime`.
+    fn fold_to(&mut self, runtime: u64) {
+        let ran = runtime.saturating_sub(self.run_base);
+        self.run_base = runtime;
         if self.counting() {
             self.time_running += ran;
             self.count(&SoftDeltas { task_clock: ran, ..SoftDeltas::default() });
         }
     }
 
-    /// The thread is switched in on `cpu` at `now`.
-    pub(crate) fn sched_in(&mut self, now: u64, cpu: i32) {
+    /// The thread (current) runs on `cpu` from now on; `runtime` is its
+    /// scheduler runtime where counting resumes: the start of its time slice
+    /// at a switch-in (the slice began when the scheduler picked it), the
+    /// live runtime when installed mid-slice.
+    pub(crate) fn sched_in(&mut self, cpu: i32, runtime: u64) {
         if self.counting() && cpu != self.last_cpu {
             self.count(&SoftDeltas { migrations: 1, ..SoftDeltas::default() });
         }
         self.last_cpu = cpu;
         self.on_cpu = Some(cpu);
-        self.run_start = now;
+        self.run_base = runtime;
     }
 
-    /// The thread is switched out of `cpu` at `now`; `dead` for its final switch.
-    pub(crate) fn sched_out(&mut self, now: u64, cpu: i32, dead: bool) {
-        self.fold_running(now, cpu);
+    /// The thread is switched out of `cpu`; `dead` for its final switch.
+    /// The scheduler has just accounted its time slice, so the slice ends
+    /// exactly at its `sum_exec_runtime`.
+    pub(crate) fn sched_out(&mut self, cpu: i32, dead: bool) {
+        if self.on_cpu == Some(cpu) {
+            self.fold_to(glue::current_sum_exec_runtime());
+        }
         // perf_events stops counting a thread before its final switch
         // (perf_event_exit_task): so does this, so the two agree.
         if self.counting() && !dead {
@@ -229,6 +242,31 @@ impl CtxInner {
         }
         self.active = false;
         self.on_cpu = None;
+    }
+
+    /// The thread gained privileges the tool lacks: stop monitoring it,
+    /// keep the counts, tell the tool. Runs in the thread, lock held.
+    pub(crate) fn revoke(&mut self, now: u64) {
+        if !matches!(self.state, State::Loaded | State::Masked) {
+            return;
+        }
+        self.stop_clock(now);
+        self.started = false;
+        self.state = State::Unloaded;
+        self.active = false;
+        self.on_cpu = None;
+        let msg = abi::PfmMsg {
+            msg_type: abi::PFM_MSG_REVOKED,
+            tid: self.tid,
+            cpu: self.last_cpu as u16,
+            tstamp: now,
+            ..abi::PfmMsg::default()
+        };
+        if !self.msgs.push(msg) {
+            self.msgs.pop();
+            self.msgs.lost += 1;
+            self.msgs.push(msg);
+        }
     }
 
     /// Closes the enabled-time window at `now`.
@@ -301,12 +339,11 @@ impl Context {
                         exited: false,
                         on_cpu: None,
                         last_cpu: -1,
-                        run_start: 0,
+                        run_base: 0,
                         enabled_start: 0,
                         time_enabled: 0,
                         time_running: 0,
                         msgs: MsgQueue::new(),
-                        notify_pending: false,
                         pending_ovfl: 0,
                         pending_ip: 0,
                         ovfl_interrupts: 0,
@@ -528,7 +565,7 @@ impl Context {
                     Some(c) if c != cpu => c,
                     _ => {
                         let now = glue::now_ns();
-                        inner.fold_running(now, cpu);
+                        inner.fold_running(cpu);
                         return op(&mut inner, now);
                     }
                 }
@@ -741,7 +778,9 @@ impl Context {
                 inner.started = true;
                 inner.enabled_start = now;
                 // The thread's time on CPU counts from now, not from its switch-in.
-                inner.run_start = now;
+                if inner.on_cpu == Some(glue::this_cpu()) {
+                    inner.run_base = glue::current_runtime_ns();
+                }
             }
             inner.state = next;
             Ok(())
@@ -762,7 +801,7 @@ impl Context {
     /// `PFM_IOC_RESTART`: leave MASKED, apply the long reset.
     pub(crate) fn restart(&self) -> Result {
         let width = globals().pmu.width;
-        self.with_live(|inner, now| -> Result {
+        self.with_live(|inner, _| -> Result {
             let next = inner.state.next(Op::Restart).map_err(state_err)?;
             for pmd in inner.pmds.iter_mut() {
                 if pmd.flags & abi::PFM_REGFL_OVFL_NOTIFY != 0 {
@@ -771,7 +810,9 @@ impl Context {
                     pmd.last_reset = reset;
                 }
             }
-            inner.run_start = now;
+            if inner.on_cpu == Some(glue::this_cpu()) {
+                inner.run_base = glue::current_runtime_ns();
+            }
             inner.state = next;
             Ok(())
         })?;

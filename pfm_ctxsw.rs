@@ -16,7 +16,7 @@
 //! pending reap work. The last one is always dropped on the reap workqueue,
 //! never under a lock or in a scheduler callback ([`release`]).
 
-use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
 
 use kernel::bindings;
 use kernel::prelude::*;
@@ -75,6 +75,14 @@ pub(crate) struct Attachment {
     reaping: AtomicBool,
     /// `block_work` is queued on the thread.
     block_queued: AtomicBool,
+    /// The tool's real uid and gid, if it is allowed to monitor the thread
+    /// only as the same user (`None`: privileged, or self-monitoring).
+    tool_ids: Option<(u32, u32)>,
+    /// The thread's credentials when last checked against `tool_ids`.
+    cred_seen: AtomicPtr<bindings::cred>,
+    /// Monitoring was revoked in a scheduler callback; the irq_work queues
+    /// the thread's cleanup.
+    revoked: AtomicBool,
 }
 
 impl_has_work! {
@@ -87,7 +95,10 @@ static PREEMPT_OPS: bindings::preempt_ops = bindings::preempt_ops {
 };
 
 impl Attachment {
-    fn new(task: ARef<Task>, ctx: Arc<Context>) -> Result<Arc<Self>> {
+    fn new(task: ARef<Task>, ctx: Arc<Context>, tool_ids: Option<(u32, u32)>) -> Result<Arc<Self>> {
+        let tptr: *const bindings::task_struct = &*task as *const Task as *const bindings::task_struct;
+        // SAFETY: `task` is referenced; `cred` is only compared, never dereferenced here.
+        let cred = unsafe { (*tptr).cred } as *mut bindings::cred;
         Arc::pin_init(
             pin_init!(Self {
                 // INVARIANT: `ops` is set; the link is unused until registration.
@@ -124,6 +135,9 @@ impl Attachment {
                 dead: AtomicBool::new(false),
                 reaping: AtomicBool::new(false),
                 block_queued: AtomicBool::new(false),
+                tool_ids,
+                cred_seen: AtomicPtr::new(cred),
+                revoked: AtomicBool::new(false),
             }),
             GFP_KERNEL,
         )
@@ -153,6 +167,68 @@ impl Attachment {
             // SAFETY: Not queued: take the leaked reference back.
             release(unsafe { Arc::from_raw(work_ref) });
         }
+    }
+
+    /// Whether the thread, running now in a scheduler callback, changed
+    /// credentials to ones its same-user tool may not monitor (a setuid
+    /// exec, or a setuid() to another user). Cheap when nothing changed:
+    /// one pointer comparison.
+    ///
+    /// # Safety
+    ///
+    /// Must run in a scheduler callback of `task` (its `cred` and `mm`
+    /// cannot change under us: only the thread itself changes them).
+    unsafe fn lost_access(&self) -> bool {
+        let task = self.task_ptr();
+        // SAFETY: The caller's guarantee: `task` is current or being switched.
+        let cred = unsafe { (*task).cred } as *mut bindings::cred;
+        if cred == self.cred_seen.load(Ordering::Relaxed) {
+            return false;
+        }
+        self.cred_seen.store(cred, Ordering::Relaxed);
+        let Some((uid, gid)) = self.tool_ids else {
+            return false;
+        };
+        // SAFETY: `cred` is the thread's live credentials (see above).
+        let c = unsafe { &*cred };
+        let same_ids = uid == c.euid.val
+            && uid == c.suid.val
+            && uid == c.uid.val
+            && gid == c.egid.val
+            && gid == c.sgid.val
+            && gid == c.gid.val;
+        // SAFETY: As above; `mm` is NULL only for exiting threads.
+        let mm = unsafe { (*task).mm };
+        let dumpable = !mm.is_null()
+            // SAFETY: `mm` is the thread's own, live while it runs.
+            && unsafe { (*mm).__bindgen_anon_1.flags } & bindings::MMF_DUMPABLE_MASK as usize
+                == bindings::SUID_DUMP_USER as usize;
+        !(same_ids && dumpable)
+    }
+
+    /// Ends monitoring in a scheduler callback when the thread gained
+    /// privileges (see [`Attachment::lost_access`]); returns whether it did.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Attachment::lost_access`].
+    unsafe fn check_access(&self) -> bool {
+        // SAFETY: Forwarded.
+        if !unsafe { self.lost_access() } {
+            return false;
+        }
+        {
+            let mut inner = self.ctx.inner.lock();
+            if matches!(&inner.attach, Some(a) if core::ptr::eq(&**a, self)) {
+                let (now, cpu) = (glue::now_ns(), glue::this_cpu());
+                inner.fold_running(cpu);
+                inner.revoke(now);
+            }
+        }
+        self.live.store(false, Ordering::Relaxed);
+        self.revoked.store(true, Ordering::Release);
+        self.irq_work.queue();
+        true
     }
 
     fn task_ptr(&self) -> *mut bindings::task_struct {
@@ -285,8 +361,12 @@ unsafe extern "C" fn sched_in(notifier: *mut bindings::preempt_notifier, cpu: ke
         // A zombie or a detached context: nothing to restore.
         return;
     }
+    // SAFETY: A scheduler callback of the attachment's thread.
+    if unsafe { att.check_access() } {
+        return;
+    }
     let mut inner = att.ctx.inner.lock();
-    inner.sched_in(glue::now_ns(), cpu);
+    inner.sched_in(cpu, glue::current_sum_exec_runtime());
 }
 
 unsafe extern "C" fn sched_out(notifier: *mut bindings::preempt_notifier, _next: *mut bindings::task_struct) {
@@ -297,13 +377,17 @@ unsafe extern "C" fn sched_out(notifier: *mut bindings::preempt_notifier, _next:
     if !dead && !att.live.load(Ordering::Relaxed) {
         return;
     }
+    // SAFETY: A scheduler callback of the attachment's thread.
+    if !dead && unsafe { att.check_access() } {
+        return;
+    }
     let wake;
     {
         let mut inner = att.ctx.inner.lock();
         let wanted = matches!(&inner.attach, Some(a) if core::ptr::eq(&**a, att));
         let cpu = glue::this_cpu();
         if wanted && att.live.load(Ordering::Relaxed) {
-            inner.sched_out(glue::now_ns(), cpu, dead);
+            inner.sched_out(cpu, dead);
         }
         if dead {
             if wanted && inner.state.is_attached() {
@@ -312,7 +396,7 @@ unsafe extern "C" fn sched_out(notifier: *mut bindings::preempt_notifier, _next:
             att.live.store(false, Ordering::Relaxed);
             att.dead.store(true, Ordering::Relaxed);
         }
-        wake = dead || core::mem::take(&mut inner.notify_pending);
+        wake = dead;
     }
     if wake {
         // Runqueue lock held: defer the wake-up (and, for the dead, the cleanup).
@@ -329,6 +413,17 @@ unsafe extern "C" fn irq_work_fn(work: *mut IrqWork) {
     let arc = core::mem::ManuallyDrop::new(unsafe { Arc::from_raw(att as *const Attachment) });
     arc.overflow_interrupt();
     att.ctx.wake();
+    if att.revoked.swap(false, Ordering::AcqRel) {
+        // Remove the notifier from the thread at its next return to user.
+        let work_ref = Arc::into_raw((*arc).clone());
+        // SAFETY: The leaked reference keeps `cleanup_work` alive until it runs.
+        let queued = unsafe { glue::task_work_add(att.task_ptr(), att.cleanup_work.get(), glue::TWA_RESUME) };
+        if queued.is_err() {
+            // Exiting: the final switch marks it dead and the reaper cleans up.
+            // SAFETY: Not queued: take the leaked reference back.
+            release(unsafe { Arc::from_raw(work_ref) });
+        }
+    }
     if att.dead.load(Ordering::Relaxed) {
         // The notifier list's reference keeps `att` alive until the reaper
         // unregisters it, so taking one more here is sound.
@@ -361,7 +456,7 @@ unsafe extern "C" fn install_fn(head: *mut bindings::callback_head) {
             } else {
                 let cpu = glue::this_cpu();
                 inner.active = true;
-                inner.sched_in(now, cpu);
+                inner.sched_in(cpu, glue::current_runtime_ns());
                 // SAFETY: We are `task`, with the context lock held.
                 unsafe { att.register() };
             }
@@ -428,10 +523,14 @@ fn find_task(tid: u32) -> Result<ARef<Task>> {
 /// Whether the caller may monitor `task`: perf_events' rule for another
 /// thread (`ptrace_may_access(task, PTRACE_MODE_READ_REALCREDS)`, or
 /// CAP_PERFMON / CAP_SYS_ADMIN). `ptrace_may_access` is not exported to
-/// modules, so its credential test is done here: same thread group, or the
-/// caller's real uid/gid equal to all of the target's uids/gids and the
-/// target dumpable, or CAP_SYS_PTRACE.
-fn may_monitor(task: *mut bindings::task_struct) -> bool {
+/// modules, so its credential test is done here: CAP_SYS_PTRACE, or the
+/// same thread group, or the caller's real uid/gid equal to all of the
+/// target's uids/gids and the target dumpable.
+///
+/// `Ok(None)`: a privileged caller. `Ok(Some((uid, gid)))`: allowed as that
+/// user, and only while the thread keeps matching credentials (see
+/// [`Attachment::lost_access`]). `Err(EACCES)`: refused.
+fn may_monitor(task: *mut bindings::task_struct) -> Result<Option<(u32, u32)>> {
     // SAFETY: `capable` has no preconditions.
     let privileged = unsafe {
         bindings::capable(bindings::CAP_PERFMON as i32)
@@ -439,49 +538,56 @@ fn may_monitor(task: *mut bindings::task_struct) -> bool {
             || bindings::capable(bindings::CAP_SYS_PTRACE as i32)
     };
     if privileged {
-        return true;
+        return Ok(None);
     }
     let me = kernel::current!();
-    let me_ptr: *mut bindings::task_struct = me.group_leader() as *const Task as *mut _;
-    // SAFETY: `task` is referenced by the caller.
-    if unsafe { (*task).group_leader } == me_ptr {
-        return true;
-    }
-    // SAFETY: `get_task_cred` returns a referenced cred for a live task.
-    let tcred = unsafe { bindings::get_task_cred(task) };
-    // SAFETY: And for the current one.
+    let me_ptr: *mut bindings::task_struct = &*me as *const Task as *mut _;
+    // SAFETY: `get_task_cred` returns a referenced cred of a live task.
     let mycred = unsafe { bindings::get_task_cred(me_ptr) };
+    // SAFETY: `mycred` is referenced.
+    let ids = unsafe { ((*mycred).uid.val, (*mycred).gid.val) };
+    let leader: *mut bindings::task_struct = me.group_leader() as *const Task as *mut _;
+    // SAFETY: `task` is referenced by the caller.
+    let same_process = unsafe { (*task).group_leader } == leader;
+    // SAFETY: As above, for the target.
+    let tcred = unsafe { bindings::get_task_cred(task) };
     // SAFETY: Both are valid, referenced creds.
-    let same = unsafe {
-        let (c, t) = (&*mycred, &*tcred);
-        c.uid.val == t.euid.val
-            && c.uid.val == t.suid.val
-            && c.uid.val == t.uid.val
-            && c.gid.val == t.egid.val
-            && c.gid.val == t.sgid.val
-            && c.gid.val == t.gid.val
+    let same_ids = unsafe {
+        let t = &*tcred;
+        ids.0 == t.euid.val
+            && ids.0 == t.suid.val
+            && ids.0 == t.uid.val
+            && ids.1 == t.egid.val
+            && ids.1 == t.sgid.val
+            && ids.1 == t.gid.val
     };
-    // SAFETY: Drop the references taken above (`put_cred` is an inline
-    // around this).
+    // SAFETY: Drop the references taken above.
     unsafe {
         glue::put_cred(tcred);
         glue::put_cred(mycred);
     }
-    if !same {
-        return false;
+    if same_process {
+        return Ok(Some(ids));
+    }
+    if !same_ids {
+        return Err(EACCES);
     }
     // A setuid program that dropped to the caller's ids is still not
     // dumpable: refuse it, as ptrace does.
     // SAFETY: `get_task_mm` returns a referenced mm or NULL (kernel thread, exiting).
     let mm = unsafe { bindings::get_task_mm(task) };
     if mm.is_null() {
-        return false;
+        return Err(EACCES);
     }
     // SAFETY: `mm` is referenced; `flags` low bits are the dumpable mode.
     let dumpable = unsafe { (*mm).__bindgen_anon_1.flags } & bindings::MMF_DUMPABLE_MASK as usize;
     // SAFETY: Drops the `get_task_mm` reference.
     unsafe { bindings::mmput(mm) };
-    dumpable == bindings::SUID_DUMP_USER as usize
+    if dumpable == bindings::SUID_DUMP_USER as usize {
+        Ok(Some(ids))
+    } else {
+        Err(EACCES)
+    }
 }
 
 /// `PFM_IOC_LOAD`: attach `ctx` to thread `tid` (0: the caller).
@@ -499,16 +605,14 @@ pub(crate) fn attach(ctx: &Arc<Context>, tid: u32) -> Result {
     if flags & bindings::PF_EXITING != 0 {
         return Err(ESRCH);
     }
-    if !is_self && !may_monitor(tptr) {
-        return Err(EACCES);
-    }
+    let tool_ids = if is_self { None } else { may_monitor(tptr)? };
     let shown_tid = if is_self { my_tid } else { tid };
 
     // SAFETY: `this_module` is this module, which is live (we run its code).
     if !unsafe { bindings::try_module_get(crate::this_module()) } {
         return Err(ENODEV);
     }
-    let att = match Attachment::new(task, ctx.clone()) {
+    let att = match Attachment::new(task, ctx.clone(), tool_ids) {
         Ok(att) => att,
         Err(e) => {
             // SAFETY: Returns the reference taken above.
@@ -554,9 +658,8 @@ pub(crate) fn attach(ctx: &Arc<Context>, tid: u32) -> Result {
         inner.state = State::Loaded;
         let old = inner.attach.replace(att.clone());
         if is_self {
-            let now = glue::now_ns();
             inner.active = true;
-            inner.sched_in(now, glue::this_cpu());
+            inner.sched_in(glue::this_cpu(), glue::current_runtime_ns());
             // SAFETY: We are the task, with the context lock held.
             unsafe { att.register() };
         }
@@ -698,7 +801,7 @@ pub(crate) fn run_on_cpu<R>(
         let mut inner = call.ctx.inner.lock();
         if inner.on_cpu == Some(cpu) {
             let now = glue::now_ns();
-            inner.fold_running(now, cpu);
+            inner.fold_running(cpu);
             call.result = Some((call.op)(&mut inner, now));
         }
     }

@@ -101,6 +101,28 @@ pub(crate) fn now_ns() -> u64 {
     unsafe { ffi::local_clock() }
 }
 
+/// The current thread's scheduler runtime in ns, live: its
+/// `se.sum_exec_runtime` plus what it ran since the scheduler last updated
+/// it (`exec_start` is on the `local_clock` time base, as `rq->clock` is).
+/// Call with IRQs off (the fields are updated by this CPU's scheduler).
+pub(crate) fn current_runtime_ns() -> u64 {
+    // SAFETY: `current` is a valid task; its `se` is written only by this
+    // CPU's scheduler, which IRQs-off callers exclude.
+    let (sum, start) = unsafe {
+        let t = bindings::get_current();
+        ((*t).se.sum_exec_runtime, (*t).se.exec_start)
+    };
+    sum + now_ns().saturating_sub(start)
+}
+
+/// The current thread's `se.sum_exec_runtime`: exact at a switch-in (the
+/// start of its time slice) and at a switch-out (the scheduler has just
+/// accounted the slice); stale by up to a tick in between.
+pub(crate) fn current_sum_exec_runtime() -> u64 {
+    // SAFETY: As for `current_runtime_ns`.
+    unsafe { (*bindings::get_current()).se.sum_exec_runtime }
+}
+
 /// The user-mode instruction pointer saved on `task`'s kernel stack.
 ///
 /// # Safety

@@ -117,9 +117,13 @@ int main(int argc, char **argv)
 	}
 	for (int i = 0; i < 3; i++)
 		ioctl(pfd[i], PERF_EVENT_IOC_ENABLE, 0);
+	struct timespec c0, c1;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
 	ok = ioctl(fd, PFM_IOC_START, 0) == 0;
 	workload();
 	ok = ok && ioctl(fd, PFM_IOC_STOP, 0) == 0;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+	printf("# thread cpu time %lld ns\n", (long long)((c1.tv_sec - c0.tv_sec) * 1000000000LL + c1.tv_nsec - c0.tv_nsec));
 	for (int i = 0; i < 3; i++)
 		ioctl(pfd[i], PERF_EVENT_IOC_DISABLE, 0);
 	tap(ok, "start, workload, stop");

@@ -138,6 +138,7 @@ struct pfm_info {
 /* Messages read(2) from the fd: one struct per message. */
 #define PFM_MSG_OVFL		1	/* a PMD with OVFL_NOTIFY overflowed */
 #define PFM_MSG_END		2	/* the monitored thread exited */
+#define PFM_MSG_REVOKED		3	/* the thread gained privileges the tool lacks (setuid exec): unloaded */
 
 struct pfm_msg {
 	__u32 type;		/* PFM_MSG_* */

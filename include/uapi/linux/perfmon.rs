@@ -63,6 +63,9 @@ pub const PFM_CTXST_EXITED: u32 = 1 << 2;
 pub const PFM_MSG_OVFL: u32 = 1;
 /// Message: the monitored thread exited.
 pub const PFM_MSG_END: u32 = 2;
+/// Message: the thread gained privileges the tool lacks (a setuid exec):
+/// monitoring ended and the context is UNLOADED.
+pub const PFM_MSG_REVOKED: u32 = 3;
 
 /// Soft PMU event: none (the counter is off).
 pub const PFM_SOFT_EV_NONE: u64 = 0;
