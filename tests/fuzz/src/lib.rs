@@ -1,0 +1,9 @@
+//! perfmon's fuzzer and reliability tests (issue 8, and the teardown
+//! matrix of issue 4): the engine of `pfm_fuzz` and `pfm_test_fuzz`, and the
+//! helpers of `pfm_test_hostile` and `pfm_test_teardown`.
+
+pub mod fuzz;
+pub mod guest;
+pub mod rng;
+pub mod sys;
+pub mod tap;

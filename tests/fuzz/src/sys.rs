@@ -1,0 +1,532 @@
+//! The raw system calls of the fuzzer and of the reliability tests. Every
+//! `unsafe` of the crate is here.
+//!
+//! Memory the kernel reads or writes on our behalf is never memory Rust
+//! owns: arguments live in an [`Arena`], a private mapping at a fixed
+//! address far below where the kernel places mappings by itself, laid out
+//! with read-write, PROT_NONE, read-only and unmapped pages so that the
+//! fuzzer can hand the kernel every kind of bad pointer without ever
+//! pointing it at the fuzzer's own data.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub use perfmon::abi;
+
+/// Page size (x86-64).
+pub const PAGE: usize = 4096;
+
+/// The calling thread's errno.
+pub fn errno() -> i32 {
+    // SAFETY: `__errno_location` returns the calling thread's errno slot.
+    unsafe { *libc::__errno_location() }
+}
+
+/// Turns a raw syscall result into `Ok(value)` or `Err(errno)`.
+pub fn check(r: i64) -> Result<i64, i32> {
+    if r == -1 {
+        Err(errno())
+    } else {
+        Ok(r)
+    }
+}
+
+/// `gettid()`.
+pub fn gettid() -> u32 {
+    // SAFETY: no preconditions.
+    unsafe { libc::gettid() as u32 }
+}
+
+/// `getpid()`.
+pub fn getpid() -> u32 {
+    // SAFETY: no preconditions.
+    unsafe { libc::getpid() as u32 }
+}
+
+/// `getuid()`.
+pub fn getuid() -> u32 {
+    // SAFETY: no preconditions.
+    unsafe { libc::getuid() }
+}
+
+/// `open(path, flags)`.
+pub fn open(path: &std::ffi::CStr, flags: i32) -> Result<i32, i32> {
+    // SAFETY: `path` is NUL-terminated.
+    check(unsafe { libc::open(path.as_ptr(), flags, 0o600) } as i64).map(|r| r as i32)
+}
+
+/// `/dev/perfmon` as a C string.
+pub const DEV: &std::ffi::CStr = c"/dev/perfmon";
+
+/// Opens `/dev/perfmon` read-write.
+pub fn open_pfm() -> Result<i32, i32> {
+    open(DEV, libc::O_RDWR | libc::O_CLOEXEC)
+}
+
+/// `close(fd)`.
+pub fn close(fd: i32) -> Result<(), i32> {
+    // SAFETY: closing a descriptor number; the callers only close numbers
+    // they own (see the fd pool of the fuzzer).
+    check(unsafe { libc::close(fd) } as i64).map(|_| ())
+}
+
+/// `dup(fd)`.
+pub fn dup(fd: i32) -> Result<i32, i32> {
+    // SAFETY: no memory is involved.
+    check(unsafe { libc::dup(fd) } as i64).map(|r| r as i32)
+}
+
+/// `ioctl(fd, req, arg)` with `arg` passed as a plain number (an address in
+/// an [`Arena`], a bad address, or a garbage value).
+pub fn ioctl(fd: i32, req: u32, arg: usize) -> Result<i64, i32> {
+    // SAFETY: `arg` never points into Rust-owned memory (arena, bad address
+    // or a number); the kernel may write only to arena pages.
+    check(unsafe { libc::ioctl(fd, req as _, arg) } as i64)
+}
+
+/// `read(fd, addr, len)` into arena memory or a bad address.
+pub fn read_raw(fd: i32, addr: usize, len: usize) -> Result<i64, i32> {
+    // SAFETY: as for `ioctl`: `addr` is arena memory or a bad address.
+    check(unsafe { libc::read(fd, addr as *mut libc::c_void, len) } as i64)
+}
+
+/// `write(fd, addr, len)` from arena memory or a bad address.
+pub fn write_raw(fd: i32, addr: usize, len: usize) -> Result<i64, i32> {
+    // SAFETY: the kernel only reads from `addr`.
+    check(unsafe { libc::write(fd, addr as *const libc::c_void, len) } as i64)
+}
+
+/// `write(fd, data)` of a byte slice (logs, pipes).
+pub fn write_all(fd: i32, data: &[u8]) {
+    let mut off = 0;
+    while off < data.len() {
+        // SAFETY: `data[off..]` is valid for reads.
+        let n = unsafe { libc::write(fd, data[off..].as_ptr() as *const libc::c_void, data.len() - off) };
+        if n <= 0 {
+            if n == -1 && errno() == libc::EINTR {
+                continue;
+            }
+            return;
+        }
+        off += n as usize;
+    }
+}
+
+/// `read(fd, buf)` into a Rust buffer (pipes, /proc).
+pub fn read_buf(fd: i32, buf: &mut [u8]) -> Result<usize, i32> {
+    // SAFETY: `buf` is valid for writes of its length.
+    check(unsafe { libc::read(fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len()) } as i64).map(|n| n as usize)
+}
+
+/// `poll` on `fds` (fd, events) for `timeout_ms`; the revents of each.
+pub fn poll(fds: &[(i32, i16)], timeout_ms: i32) -> Result<Vec<i16>, i32> {
+    let mut p: Vec<libc::pollfd> = fds.iter().map(|&(fd, events)| libc::pollfd { fd, events, revents: 0 }).collect();
+    // SAFETY: `p` holds `p.len()` pollfds.
+    let r = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, timeout_ms) };
+    check(r as i64)?;
+    Ok(p.iter().map(|x| x.revents).collect())
+}
+
+/// `fcntl(fd, cmd, arg)` with an integer argument.
+pub fn fcntl(fd: i32, cmd: i32, arg: i64) -> Result<i64, i32> {
+    // SAFETY: only integer-argument commands are used.
+    check(unsafe { libc::fcntl(fd, cmd, arg) } as i64)
+}
+
+/// `F_SETOWN_EX` with `F_OWNER_TID` or `F_OWNER_PID`.
+pub fn set_owner_ex(fd: i32, tid: bool, id: u32) -> Result<i64, i32> {
+    #[repr(C)]
+    struct FOwnerEx {
+        kind: i32,
+        pid: i32,
+    }
+    const F_SETOWN_EX: i32 = 15;
+    let owner = FOwnerEx { kind: if tid { 0 } else { 1 }, pid: id as i32 };
+    // SAFETY: `owner` is a valid struct f_owner_ex for the call's duration.
+    check(unsafe { libc::fcntl(fd, F_SETOWN_EX, &owner as *const FOwnerEx) } as i64)
+}
+
+/// `F_SETSIG` (Linux).
+pub const F_SETSIG: i32 = 10;
+
+/// `lseek(fd, off, whence)`.
+pub fn lseek(fd: i32, off: i64, whence: i32) -> Result<i64, i32> {
+    // SAFETY: no memory is involved.
+    check(unsafe { libc::lseek(fd, off, whence) })
+}
+
+/// `mmap` of `fd` (perfmon has no mmap: it must fail); unmapped again if it succeeds.
+pub fn mmap_fd(fd: i32, len: usize, prot: i32) -> Result<i64, i32> {
+    // SAFETY: a new shared mapping of the file; nothing existing is replaced.
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd, 0) };
+    if p == libc::MAP_FAILED {
+        return Err(errno());
+    }
+    // SAFETY: the mapping we just made.
+    unsafe { libc::munmap(p, len) };
+    Ok(0)
+}
+
+/// `fstat(fd)`: whether it succeeded.
+pub fn fstat_ok(fd: i32) -> Result<i64, i32> {
+    // SAFETY: `st` is a valid out-parameter.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    check(unsafe { libc::fstat(fd, &mut st) } as i64)
+}
+
+/// `sched_yield()`.
+pub fn sched_yield() {
+    // SAFETY: no preconditions.
+    unsafe { libc::sched_yield() };
+}
+
+/// Sleeps `us` microseconds (returns early on a signal).
+pub fn usleep(us: u64) {
+    let ts = libc::timespec { tv_sec: (us / 1_000_000) as i64, tv_nsec: ((us % 1_000_000) * 1000) as i64 };
+    // SAFETY: `ts` is valid; the remainder is not wanted.
+    unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+}
+
+/// Pins thread `tid` (0: the caller) to the CPUs in `mask` (bit n: CPU n).
+pub fn set_affinity(tid: u32, mask: u64) -> Result<i64, i32> {
+    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET only writes inside it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for cpu in 0..64 {
+        if mask & (1 << cpu) != 0 {
+            // SAFETY: `cpu` < 64 fits in the set.
+            unsafe { libc::CPU_SET(cpu, &mut set) };
+        }
+    }
+    // SAFETY: `set` is a valid cpu_set_t of the size passed.
+    check(unsafe { libc::sched_setaffinity(tid as i32, std::mem::size_of::<libc::cpu_set_t>(), &set) } as i64)
+}
+
+/// Number of online CPUs.
+pub fn online_cpus() -> usize {
+    // SAFETY: no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    if n < 1 {
+        1
+    } else {
+        n as usize
+    }
+}
+
+/// `kill(pid, sig)`.
+pub fn kill(pid: i32, sig: i32) -> Result<i64, i32> {
+    // SAFETY: no memory is involved.
+    check(unsafe { libc::kill(pid, sig) } as i64)
+}
+
+/// `tgkill(tgid, tid, sig)`.
+pub fn tgkill(tgid: u32, tid: u32, sig: i32) -> Result<i64, i32> {
+    // SAFETY: no memory is involved.
+    check(unsafe { libc::syscall(libc::SYS_tgkill, tgid as i64, tid as i64, sig as i64) })
+}
+
+/// `waitpid(pid, WNOHANG or 0)`: `Ok(Some((pid, status)))` when one was reaped.
+pub fn waitpid(pid: i32, nohang: bool) -> Result<Option<(i32, i32)>, i32> {
+    let mut status = 0;
+    // SAFETY: `status` is a valid out-parameter.
+    let r = unsafe { libc::waitpid(pid, &mut status, if nohang { libc::WNOHANG } else { 0 } | libc::__WALL) };
+    match r {
+        -1 => Err(errno()),
+        0 => Ok(None),
+        p => Ok(Some((p, status))),
+    }
+}
+
+/// Describes a wait status ("exit 3", "signal 9").
+pub fn describe_status(status: i32) -> String {
+    if libc::WIFEXITED(status) {
+        format!("exit {}", libc::WEXITSTATUS(status))
+    } else if libc::WIFSIGNALED(status) {
+        format!("signal {}", libc::WTERMSIG(status))
+    } else {
+        format!("status {status:#x}")
+    }
+}
+
+/// `fork()`: `Ok(0)` in the child, the child's pid in the parent.
+///
+/// The child of a multi-threaded process must only use what survives a
+/// fork: glibc's allocator does (it is fork-aware), the fuzzer's own state
+/// is lock-free, and nothing takes the stdout lock there.
+pub fn fork() -> Result<i32, i32> {
+    // SAFETY: see above.
+    check(unsafe { libc::fork() } as i64).map(|r| r as i32)
+}
+
+/// `_exit(code)`: leaves without running destructors or atexit handlers
+/// (the state of a forked child's copy of the parent is not its own).
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: terminates the process.
+    unsafe { libc::_exit(code) }
+}
+
+/// `execv(path, argv)`; returns the errno if it fails.
+pub fn execv(path: &std::ffi::CStr, argv: &[&std::ffi::CStr]) -> i32 {
+    let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    // SAFETY: NUL-terminated strings and a NULL-terminated array.
+    unsafe { libc::execv(path.as_ptr(), ptrs.as_ptr()) };
+    errno()
+}
+
+/// Asks for `sig` when the parent (the thread that forked us) dies.
+pub fn die_with_parent(sig: i32) {
+    // SAFETY: PR_SET_PDEATHSIG takes a signal number.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, sig as libc::c_ulong) };
+}
+
+/// Makes this process the reaper of its orphaned descendants.
+pub fn set_child_subreaper() {
+    // SAFETY: no memory is involved.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong) };
+}
+
+/// Marks the process dumpable again (a uid change clears it; a user's
+/// processes started normally are dumpable).
+pub fn set_dumpable() {
+    // SAFETY: no memory is involved.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1 as libc::c_ulong) };
+}
+
+/// `setpgid(pid, pgid)`.
+pub fn setpgid(pid: i32, pgid: i32) -> Result<i64, i32> {
+    // SAFETY: no memory is involved.
+    check(unsafe { libc::setpgid(pid, pgid) } as i64)
+}
+
+/// Drops to user `uid` and group `gid` (real, effective and saved).
+pub fn become_user(uid: u32, gid: u32) -> Result<(), i32> {
+    // SAFETY: no pointers beyond NULL with a zero count.
+    unsafe {
+        if libc::setgroups(0, std::ptr::null()) == -1
+            || libc::setresgid(gid, gid, gid) == -1
+            || libc::setresuid(uid, uid, uid) == -1
+        {
+            return Err(errno());
+        }
+    }
+    Ok(())
+}
+
+/// `getrlimit(RLIMIT_NOFILE)`: (soft, hard).
+pub fn nofile_limit() -> (u64, u64) {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `r` is a valid out-parameter.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
+    (r.rlim_cur, r.rlim_max)
+}
+
+/// `setrlimit(RLIMIT_NOFILE, soft, hard)`.
+pub fn set_nofile_limit(soft: u64, hard: u64) -> Result<i64, i32> {
+    let r = libc::rlimit { rlim_cur: soft, rlim_max: hard };
+    // SAFETY: `r` is valid.
+    check(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) } as i64)
+}
+
+/// A no-op handler: the signal only interrupts what the thread is doing.
+extern "C" fn on_signal(_sig: i32) {}
+
+/// Installs the no-op handler for `sig`, without SA_RESTART (so blocking
+/// calls return EINTR).
+pub fn catch_signal(sig: i32) {
+    // SAFETY: a zeroed sigaction with a valid handler; no old action wanted.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_signal as extern "C" fn(i32) as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        sa.sa_flags = 0;
+        libc::sigaction(sig, &sa, std::ptr::null_mut());
+    }
+}
+
+/// Ignores `sig`.
+pub fn ignore_signal(sig: i32) {
+    // SAFETY: SIG_IGN is a valid disposition.
+    unsafe { libc::signal(sig, libc::SIG_IGN) };
+}
+
+/// Restores the default action of `sig`.
+pub fn default_signal(sig: i32) {
+    // SAFETY: SIG_DFL is a valid disposition.
+    unsafe { libc::signal(sig, libc::SIG_DFL) };
+}
+
+/// A POSIX timer that sends `sig` to the calling thread every `period_us`:
+/// the fuzzer's guarantee that no thread stays blocked (a blocking read,
+/// a notify-block overflow waiting for RESTART) for longer than that.
+pub struct ThreadTimer(libc::timer_t);
+
+impl ThreadTimer {
+    /// Arms a periodic timer for the calling thread.
+    pub fn new(sig: i32, period_us: u64) -> Option<Self> {
+        // SAFETY: zeroed sigevent/itimerspec are valid; the timer id is an
+        // out-parameter.
+        unsafe {
+            let mut sev: libc::sigevent = std::mem::zeroed();
+            sev.sigev_notify = libc::SIGEV_THREAD_ID;
+            sev.sigev_signo = sig;
+            sev.sigev_notify_thread_id = libc::gettid();
+            let mut id: libc::timer_t = std::mem::zeroed();
+            if libc::timer_create(libc::CLOCK_MONOTONIC, &mut sev, &mut id) == -1 {
+                return None;
+            }
+            let ts = libc::timespec { tv_sec: (period_us / 1_000_000) as i64, tv_nsec: ((period_us % 1_000_000) * 1000) as i64 };
+            let spec = libc::itimerspec { it_interval: ts, it_value: ts };
+            libc::timer_settime(id, 0, &spec, std::ptr::null_mut());
+            Some(ThreadTimer(id))
+        }
+    }
+}
+
+impl Drop for ThreadTimer {
+    fn drop(&mut self) {
+        // SAFETY: the timer we created.
+        unsafe { libc::timer_delete(self.0) };
+    }
+}
+
+/// A MAP_SHARED anonymous mapping (shared with forked children), never unmapped.
+pub fn shared_mapping(len: usize) -> usize {
+    // SAFETY: a fresh anonymous mapping.
+    let p = unsafe {
+        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1, 0)
+    };
+    assert!(p != libc::MAP_FAILED, "mmap shared: errno {}", errno());
+    p as usize
+}
+
+/// Pages of an [`Arena`]: 0..4 read-write, 4 PROT_NONE, 5 read-only
+/// (random bytes), 6 read-write, 7 (and beyond) unmapped.
+pub const ARENA_RW: usize = 4 * PAGE;
+/// Offset of the PROT_NONE page.
+pub const ARENA_NONE: usize = 4 * PAGE;
+/// Offset of the read-only page.
+pub const ARENA_RO: usize = 5 * PAGE;
+/// Offset of the second read-write page.
+pub const ARENA_RW2: usize = 6 * PAGE;
+/// Offset of the unmapped page (a hole that was mapped and unmapped).
+pub const ARENA_HOLE: usize = 7 * PAGE;
+const ARENA_PAGES: usize = 8;
+/// Where arenas go: far below the kernel's top-down mmap area, so nothing
+/// the process maps by itself lands in an arena's hole.
+const ARENA_BASE: usize = 0x5000_0000_0000;
+const ARENA_STRIDE: usize = 0x10_0000;
+static ARENA_NEXT: AtomicU64 = AtomicU64::new(0);
+
+/// A thread's argument memory (see the page constants).
+pub struct Arena {
+    base: usize,
+}
+
+impl Arena {
+    /// Maps a new arena at the next free fixed address; the read-only page
+    /// is filled with bytes from `fill`.
+    pub fn new(mut fill: impl FnMut() -> u64) -> Arena {
+        loop {
+            let slot = ARENA_NEXT.fetch_add(1, Ordering::Relaxed) as usize % 4096;
+            let want = ARENA_BASE + slot * ARENA_STRIDE;
+            // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping.
+            let p = unsafe {
+                libc::mmap(
+                    want as *mut libc::c_void,
+                    ARENA_PAGES * PAGE,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                    -1,
+                    0,
+                )
+            };
+            if p == libc::MAP_FAILED || p as usize != want {
+                if p != libc::MAP_FAILED {
+                    // SAFETY: an old kernel placed it elsewhere: ours to unmap.
+                    unsafe { libc::munmap(p, ARENA_PAGES * PAGE) };
+                }
+                continue;
+            }
+            let a = Arena { base: want };
+            for off in (ARENA_RO..ARENA_RO + PAGE).step_by(8) {
+                // SAFETY: still read-write: our fresh mapping, no Rust reference into it.
+                unsafe { std::ptr::write((want + off) as *mut u64, fill()) };
+            }
+            // SAFETY: pages of our own fresh mapping, which no Rust reference points into.
+            unsafe {
+                libc::mprotect((want + ARENA_NONE) as *mut libc::c_void, PAGE, libc::PROT_NONE);
+                libc::mprotect((want + ARENA_RO) as *mut libc::c_void, PAGE, libc::PROT_READ);
+                libc::munmap((want + ARENA_HOLE) as *mut libc::c_void, PAGE);
+            }
+            return a;
+        }
+    }
+
+    /// Address of byte `off` of the arena.
+    pub fn at(&self, off: usize) -> usize {
+        self.base + off
+    }
+
+    /// Whether `[addr, addr+len)` is writable arena memory (read-write pages).
+    pub fn writable(&self, addr: usize, len: usize) -> bool {
+        let rw1 = self.base..self.base + ARENA_RW;
+        let rw2 = self.base + ARENA_RW2..self.base + ARENA_HOLE;
+        len == 0 || (rw1.contains(&addr) && rw1.contains(&(addr + len - 1))) || (rw2.contains(&addr) && rw2.contains(&(addr + len - 1)))
+    }
+
+    /// Stores `v` at `addr` where the arena is writable; bytes that fall on
+    /// other pages are skipped.
+    pub fn put<T: Copy>(&self, addr: usize, v: T) {
+        let n = std::mem::size_of::<T>();
+        if self.writable(addr, n) {
+            // SAFETY: inside a read-write page of our mapping (checked);
+            // unaligned plain-data store.
+            unsafe { std::ptr::write_unaligned(addr as *mut T, v) };
+            return;
+        }
+        // SAFETY: `v` is plain data; viewed as bytes for a partial store.
+        let bytes = unsafe { std::slice::from_raw_parts(&v as *const T as *const u8, n) };
+        for (i, b) in bytes.iter().enumerate() {
+            if self.writable(addr + i, 1) {
+                // SAFETY: one writable byte (checked).
+                unsafe { std::ptr::write((addr + i) as *mut u8, *b) };
+            }
+        }
+    }
+
+    /// Loads a `T` from `addr`, which must be readable arena memory.
+    pub fn get<T: Copy + Default>(&self, addr: usize) -> T {
+        let n = std::mem::size_of::<T>();
+        let ro = self.base + ARENA_RO..self.base + ARENA_RW2;
+        if self.writable(addr, n) || (ro.contains(&addr) && ro.contains(&(addr + n - 1))) {
+            // SAFETY: readable arena memory (checked); any bit pattern is a `T`
+            // for the plain ABI structures this is used with.
+            unsafe { std::ptr::read_unaligned(addr as *const T) }
+        } else {
+            T::default()
+        }
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        // SAFETY: our mapping (the hole page is already unmapped; munmap of
+        // an unmapped range is harmless).
+        unsafe { libc::munmap(self.base as *mut libc::c_void, ARENA_PAGES * PAGE) };
+    }
+}
+
+/// A kernel address (the x86-64 direct map): access_ok refuses it.
+pub const KERNEL_ADDR: usize = 0xffff_8880_0000_0000;
+
+/// Reads a whole small file (sysfs, /proc) as text.
+pub fn read_text(path: &str) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+/// The state letter of task `tid` in /proc (R, S, D, T, Z, ...).
+pub fn proc_state(pid: u32) -> Option<char> {
+    let stat = read_text(&format!("/proc/{pid}/stat"))?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.trim_start().chars().next()
+}
