@@ -79,3 +79,17 @@ run: deps kernel module guest initramfs
 vm: deps kernel module guest initramfs
 	@if [ -n "$$PFM_VM_CMD" ]; then scripts/vm.sh $(VARIANT) cmd "$$PFM_VM_CMD"; \
 	 else scripts/vm.sh $(VARIANT) shell; fi
+
+# ---- benchmarks: perfmon against perf_event (scripts/bench.sh, tests/bench) ----
+#
+#   make bench    boots the fast kernel under QEMU -icount shift=1,sleep=off,
+#                 runs pfm_bench, prints its tables, saves build/bench/bench-*.json
+#
+# BENCH_ICOUNT=0 for plain TCG (or another -icount setting), BENCH_ARGS for
+# pfm_bench (e.g. "--quick", "--rounds 3 --only ctxsw,read").
+# Documentation/benchmarks.rst says what the figures mean.
+
+.PHONY: bench
+bench: VARIANT = fast
+bench: deps kernel module guest initramfs
+	@scripts/bench.sh $(VARIANT)

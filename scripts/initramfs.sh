@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the guest image build/initramfs-VARIANT.cpio.gz and prints its path:
 #   /bin/busybox + applet symlinks, /init (scripts/guest-init.sh),
-#   /lib/perfmon.ko, /bin/pfm, /bin/pfm-demo.sh (tests/guest/demo.sh),
+#   /lib/perfmon.ko, /bin/pfm, /bin/pfm_bench, /bin/pfm-demo.sh (tests/guest/demo.sh),
 #   /tests/*: the workspace's pfm_test_* binaries and EXTRA_TESTS' executables,
 #   /etc/passwd with root, pfmuser (1000) and nobody (65534).
 #
@@ -46,6 +46,8 @@ if [ -d "$guestbin" ]; then
 		install -m 755 "$f" "$root/tests/"; ntests=$((ntests + 1))
 	done
 	[ ! -x "$guestbin/pfm" ] || install -m 755 "$guestbin/pfm" "$root/bin/pfm"
+	# The benchmark (tests/bench, `make bench`): a tool, not a test.
+	[ ! -x "$guestbin/pfm_bench" ] || install -m 755 "$guestbin/pfm_bench" "$root/bin/pfm_bench"
 fi
 if [ -n "$extra" ]; then
 	[ -d "$extra" ] || { echo "initramfs: EXTRA_TESTS=$extra is not a directory" >&2; exit 1; }

@@ -1,0 +1,1172 @@
+//! pfm_bench: perfmon against perf_event, side by side in one boot.
+//!
+//! 1. `ctxsw`: context-switch overhead. Two threads pinned to one CPU
+//!    ping-pong a byte through two pipes (every round trip is two context
+//!    switches); unmonitored, each thread monitoring itself with perfmon (1
+//!    and 4 soft counters) and with perf_event (1, 3 and 4 software events
+//!    in one group).
+//! 2. `read`: read latency of the own thread's counters. PFM_IOC_READ_PMDS
+//!    of 1 and 4 counters against read(2) of a 1-event perf fd and of a 3-
+//!    and 4-event group (PERF_FORMAT_GROUP); every read timed with
+//!    CLOCK_MONOTONIC, the timer's own cost measured and reported.
+//! 3. `attach`: monitoring another (sleeping) thread. open, program, LOAD,
+//!    START, STOP, UNLOAD and close, and LOAD..UNLOAD alone on a prepared
+//!    context, against perf_event_open, ENABLE, DISABLE and close.
+//! 4. `many`: memory per context (/proc/meminfo Slab deltas over N
+//!    contexts) and the ping-pong again while N other, sleeping threads each
+//!    have an attached context (perfmon, then perf): the pair's cost per
+//!    switch must not grow with N.
+//!
+//! Each comparison runs interleaved in the same boot, `--rounds` times (the
+//! order rotates every round); the figures are medians over rounds. Before
+//! every ping-pong run the program sleeps `--settle-ms` so that perf's
+//! scheduler hooks, which stay enabled for a second after the last perf
+//! event is closed (perf_sched_work, HZ delay), are off again.
+//!
+//! Output: tables on stdout, then the JSON document between the lines
+//! `PFM-BENCH-JSON-BEGIN` and `PFM-BENCH-JSON-END` (scripts/bench.sh saves it
+//! under build/bench/). Documentation/benchmarks.rst explains the figures.
+
+#[path = "../../../include/uapi/linux/perfmon.rs"]
+mod abi;
+mod report;
+mod sys;
+
+use std::io;
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use report::{f, median_f, pct, sorted, spread_pct, Table, J};
+use sys::{Fd, PerfGroup, Pfm};
+
+const TC: u64 = abi::PFM_SOFT_EV_TASK_CLOCK;
+const CS: u64 = abi::PFM_SOFT_EV_CONTEXT_SWITCHES;
+const MIG: u64 = abi::PFM_SOFT_EV_CPU_MIGRATIONS;
+const PTC: u64 = sys::PERF_COUNT_SW_TASK_CLOCK;
+const PCS: u64 = sys::PERF_COUNT_SW_CONTEXT_SWITCHES;
+const PMIG: u64 = sys::PERF_COUNT_SW_CPU_MIGRATIONS;
+
+/// How a thread is monitored.
+#[derive(Clone, Copy, Debug)]
+enum Mon {
+    None,
+    /// perfmon, PMC i = event i.
+    Pfm(&'static [u64]),
+    /// perf_event, one group, event i = config i.
+    Perf(&'static [u64]),
+}
+
+const PFM1: &[u64] = &[TC];
+const PFM4: &[u64] = &[TC, CS, MIG, CS];
+const PERF1: &[u64] = &[PTC];
+const PERF3: &[u64] = &[PTC, PCS, PMIG];
+const PERF4: &[u64] = &[PTC, PCS, PMIG, PCS];
+
+/// The switch benchmark's variants (name, monitoring).
+const CTXSW_VARIANTS: [(&str, Mon); 6] = [
+    ("none", Mon::None),
+    ("perfmon-1", Mon::Pfm(PFM1)),
+    ("perfmon-4", Mon::Pfm(PFM4)),
+    ("perf-1", Mon::Perf(PERF1)),
+    ("perf-3", Mon::Perf(PERF3)),
+    ("perf-4", Mon::Perf(PERF4)),
+];
+
+fn describe(mon: Mon) -> String {
+    let pfm_name = |e: u64| match e {
+        TC => "task-clock",
+        CS => "context-switches",
+        MIG => "cpu-migrations",
+        _ => "?",
+    };
+    match mon {
+        Mon::None => "unmonitored".into(),
+        Mon::Pfm(evs) => format!("perfmon: {}", evs.iter().map(|&e| pfm_name(e)).collect::<Vec<_>>().join(",")),
+        // perf's config numbers differ, the names are the same.
+        Mon::Perf(evs) => format!(
+            "perf_event group: {}",
+            evs.iter()
+                .map(|&e| match e {
+                    PTC => "task-clock",
+                    PCS => "context-switches",
+                    PMIG => "cpu-migrations",
+                    _ => "?",
+                })
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+    }
+}
+
+/// Monitoring set up on a thread; dropping it tears it down.
+enum Guard {
+    None,
+    Pfm(Pfm, usize),
+    Perf(PerfGroup),
+}
+
+impl Guard {
+    /// Monitors `tid` (0: the caller) and starts counting.
+    fn new(mon: Mon, tid: u32) -> io::Result<Guard> {
+        Ok(match mon {
+            Mon::None => Guard::None,
+            Mon::Pfm(evs) => {
+                let p = Pfm::open()?;
+                p.program(evs)?;
+                p.load(tid)?;
+                p.start()?;
+                Guard::Pfm(p, evs.len())
+            }
+            Mon::Perf(evs) => {
+                let g = PerfGroup::open(evs, tid)?;
+                g.enable()?;
+                Guard::Perf(g)
+            }
+        })
+    }
+
+    /// The counts, in event order.
+    fn counts(&self) -> io::Result<Vec<u64>> {
+        match self {
+            Guard::None => Ok(Vec::new()),
+            Guard::Pfm(p, n) => {
+                let mut regs = sys::pmd_array(*n);
+                let mut arg = abi::PfmRegsArg::default();
+                p.read_pmds(&mut regs, &mut arg)?;
+                Ok(regs.iter().map(|r| r.reg_value).collect())
+            }
+            Guard::Perf(g) => g.values(),
+        }
+    }
+
+    /// Stops and releases explicitly, reporting errors.
+    fn finish(self) -> io::Result<()> {
+        match self {
+            Guard::None => Ok(()),
+            Guard::Pfm(p, _) => {
+                p.stop()?;
+                p.unload()?;
+                p.fd.close()
+            }
+            Guard::Perf(g) => {
+                g.disable()?;
+                g.close()
+            }
+        }
+    }
+}
+
+/// Command-line settings.
+#[derive(Clone, Debug)]
+struct Opts {
+    rounds: usize,
+    trips: u64,
+    reads: usize,
+    attach_iters: usize,
+    threads: usize,
+    many_trips: u64,
+    settle_ms: u64,
+    only: Vec<String>,
+    qemu: String,
+    commit: String,
+    cpu: usize,
+    other_cpu: usize,
+}
+
+fn usage(code: i32) -> ! {
+    eprintln!(
+        "usage: pfm_bench [--quick] [--rounds N] [--trips N] [--reads N] [--attach-iters N]\n\
+         \x20                [--threads N] [--many-trips N] [--settle-ms N]\n\
+         \x20                [--only ctxsw,read,attach,many] [--qemu TEXT] [--commit TEXT]"
+    );
+    std::process::exit(code)
+}
+
+fn parse_opts() -> Opts {
+    let cpus = sys::online_cpus();
+    let mut o = Opts {
+        rounds: 5,
+        trips: 100_000,
+        reads: 100_000,
+        attach_iters: 2_000,
+        threads: 1_000,
+        many_trips: 50_000,
+        settle_ms: 1_200,
+        only: vec!["ctxsw".into(), "read".into(), "attach".into(), "many".into()],
+        qemu: String::new(),
+        commit: String::new(),
+        cpu: 0,
+        other_cpu: if cpus > 1 { 1 } else { 0 },
+    };
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut i = 0;
+    let num = |i: usize| -> u64 { args.get(i).and_then(|s| s.replace('_', "").parse().ok()).unwrap_or_else(|| usage(2)) };
+    while i < args.len() {
+        match args[i].as_str() {
+            "-h" | "--help" => usage(0),
+            "--quick" => {
+                o.rounds = 2;
+                o.trips = 5_000;
+                o.reads = 5_000;
+                o.attach_iters = 200;
+                o.threads = 100;
+                o.many_trips = 2_000;
+                o.settle_ms = 1_200;
+                i += 1;
+                continue;
+            }
+            "--rounds" => o.rounds = num(i + 1).max(1) as usize,
+            "--trips" => o.trips = num(i + 1).max(1),
+            "--reads" => o.reads = num(i + 1).max(1) as usize,
+            "--attach-iters" => o.attach_iters = num(i + 1).max(1) as usize,
+            "--threads" => o.threads = num(i + 1) as usize,
+            "--many-trips" => o.many_trips = num(i + 1).max(1),
+            "--settle-ms" => o.settle_ms = num(i + 1),
+            "--only" => o.only = args.get(i + 1).unwrap_or_else(|| usage(2)).split(',').map(String::from).collect(),
+            "--qemu" => o.qemu = args.get(i + 1).cloned().unwrap_or_else(|| usage(2)),
+            "--commit" => o.commit = args.get(i + 1).cloned().unwrap_or_else(|| usage(2)),
+            _ => usage(2),
+        }
+        i += 2;
+    }
+    o
+}
+
+fn settle(o: &Opts) {
+    if o.settle_ms > 0 {
+        std::thread::sleep(Duration::from_millis(o.settle_ms));
+    }
+}
+
+// ---- 1. ping-pong ---------------------------------------------------------
+
+/// One ping-pong run.
+struct PingPong {
+    /// Wall (guest) time of the timed loop, ns.
+    ns: u64,
+    /// Thread A's counts after the loop.
+    counts: Vec<u64>,
+}
+
+impl PingPong {
+    fn ns_per_switch(&self, trips: u64) -> f64 {
+        self.ns as f64 / (2 * trips) as f64
+    }
+}
+
+/// `trips` round trips between two threads pinned to `cpu`, each monitored
+/// as `mon` says (itself).
+fn pingpong(mon: Mon, trips: u64, cpu: usize) -> io::Result<PingPong> {
+    let (ab_r, ab_w) = sys::pipe()?;
+    let (ba_r, ba_w) = sys::pipe()?;
+    let go = Arc::new(Barrier::new(2));
+    let go_b = go.clone();
+    let a = std::thread::spawn(move || -> io::Result<PingPong> {
+        let prepared = sys::pin(cpu).and_then(|_| Guard::new(mon, 0));
+        go.wait();
+        let guard = prepared?;
+        let t0 = sys::now_ns();
+        for _ in 0..trips {
+            sys::write1(&ab_w)?;
+            if !sys::read1(&ba_r)? {
+                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "ping-pong: peer gone"));
+            }
+        }
+        let t1 = sys::now_ns();
+        let counts = guard.counts()?;
+        guard.finish()?;
+        drop(ab_w);
+        Ok(PingPong { ns: t1 - t0, counts })
+    });
+    let b = std::thread::spawn(move || -> io::Result<()> {
+        let prepared = sys::pin(cpu).and_then(|_| Guard::new(mon, 0));
+        go_b.wait();
+        let guard = prepared?;
+        while sys::read1(&ab_r)? {
+            sys::write1(&ba_w)?;
+        }
+        guard.finish()
+    });
+    let ra = a.join().map_err(|_| io::Error::other("ping-pong thread A panicked"))?;
+    let rb = b.join().map_err(|_| io::Error::other("ping-pong thread B panicked"))?;
+    let r = ra?;
+    rb?;
+    Ok(r)
+}
+
+/// Per-variant results of interleaved ping-pong rounds.
+struct SwitchSeries {
+    name: String,
+    mon: Mon,
+    /// ns per switch, one per round.
+    per_round: Vec<f64>,
+    /// Thread A's counts in the last round.
+    counts: Vec<u64>,
+}
+
+/// Runs `variants` interleaved, `rounds` times, rotating the order.
+fn switch_rounds(o: &Opts, variants: &[(String, Mon)], trips: u64, tag: &str) -> io::Result<Vec<SwitchSeries>> {
+    let mut series: Vec<SwitchSeries> = variants
+        .iter()
+        .map(|(n, m)| SwitchSeries { name: n.clone(), mon: *m, per_round: Vec::new(), counts: Vec::new() })
+        .collect();
+    for r in 0..o.rounds {
+        for k in 0..series.len() {
+            let idx = (k + r) % series.len();
+            settle(o);
+            let pp = pingpong(series[idx].mon, trips, o.cpu)
+                .map_err(|e| io::Error::new(e.kind(), format!("{tag} {}: {e}", series[idx].name)))?;
+            let v = pp.ns_per_switch(trips);
+            eprintln!("# {tag} round {}: {:<12} {:>9.1} ns/switch", r + 1, series[idx].name, v);
+            series[idx].per_round.push(v);
+            series[idx].counts = pp.counts;
+        }
+    }
+    Ok(series)
+}
+
+/// Median over rounds of (variant - baseline) in the same round.
+fn added(s: &SwitchSeries, base: &SwitchSeries) -> f64 {
+    let d: Vec<f64> = s.per_round.iter().zip(&base.per_round).map(|(a, b)| a - b).collect();
+    median_f(&d)
+}
+
+fn series_json(s: &SwitchSeries, base: Option<&SwitchSeries>) -> J {
+    let mut j = J::obj()
+        .with("name", s.name.as_str())
+        .with("monitoring", describe(s.mon))
+        .with("ns_per_switch_median", median_f(&s.per_round))
+        .with("ns_per_switch_rounds", s.per_round.clone())
+        .with("spread_pct", spread_pct(&s.per_round));
+    if let Some(b) = base {
+        j.set("added_ns_per_switch", added(s, b));
+    }
+    if !s.counts.is_empty() {
+        j.set("thread_a_counts", s.counts.clone());
+    }
+    j
+}
+
+fn bench_ctxsw(o: &Opts, unloaded_baseline: &[f64], out: &mut J) -> io::Result<()> {
+    println!("== 1. context-switch overhead: pipe ping-pong, 2 threads pinned to CPU {} ==", o.cpu);
+    println!(
+        "   {} round trips (2 switches each) per run, {} rounds interleaved, medians",
+        o.trips, o.rounds
+    );
+    let variants: Vec<(String, Mon)> = CTXSW_VARIANTS.iter().map(|(n, m)| (n.to_string(), *m)).collect();
+    let series = switch_rounds(o, &variants, o.trips, "ctxsw")?;
+    let base = &series[0];
+    let base_med = median_f(&base.per_round);
+    let mut t = Table::new(&["variant", "ns/switch", "added ns", "added %", "spread %", "A's counts"]);
+    if !unloaded_baseline.is_empty() {
+        let m = median_f(unloaded_baseline);
+        t.row(vec![
+            "none, perfmon.ko not loaded".into(),
+            f(m, 1),
+            f(m - base_med, 1),
+            f((m - base_med) / base_med * 100.0, 2),
+            f(spread_pct(unloaded_baseline), 2),
+            String::new(),
+        ]);
+    }
+    for s in &series {
+        let a = added(s, base);
+        t.row(vec![
+            s.name.clone(),
+            f(median_f(&s.per_round), 1),
+            if s.name == "none" { "-".into() } else { f(a, 1) },
+            if s.name == "none" { "-".into() } else { f(a / base_med * 100.0, 1) },
+            f(spread_pct(&s.per_round), 2),
+            s.counts.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(","),
+        ]);
+    }
+    t.print();
+    let get = |n: &str| series.iter().find(|s| s.name == n).map(|s| added(s, base)).unwrap_or(f64::NAN);
+    let r4 = get("perfmon-4") / get("perf-4");
+    let r1 = get("perfmon-1") / get("perf-1");
+    let r43 = get("perfmon-4") / get("perf-3");
+    println!("   ratio of added overhead perfmon/perf: 1 vs 1 event: {}, 4 vs 4: {} (target <= 0.50: {}), 4 vs 3: {}",
+        f(r1, 3), f(r4, 3), if r4 <= 0.5 { "met" } else { "NOT met" }, f(r43, 3));
+    println!();
+    let mut arr = J::Arr(Vec::new());
+    for s in &series {
+        arr.push(series_json(s, Some(base)));
+    }
+    let mut j = J::obj()
+        .with("method", "pipe ping-pong, 1-byte write+read per direction, both threads pinned to one CPU, each thread monitoring itself")
+        .with("cpu", o.cpu)
+        .with("round_trips", o.trips)
+        .with("switches_per_run", 2 * o.trips)
+        .with("rounds", o.rounds)
+        .with("settle_ms", o.settle_ms)
+        .with("variants", arr)
+        .with("ratio_added_perfmon1_perf1", r1)
+        .with("ratio_added_perfmon4_perf4", r4)
+        .with("ratio_added_perfmon4_perf3", r43)
+        .with("target_ratio_max", 0.5)
+        .with("target_met", r4 <= 0.5);
+    if !unloaded_baseline.is_empty() {
+        j.set(
+            "none_module_not_loaded",
+            J::obj()
+                .with("ns_per_switch_median", median_f(unloaded_baseline))
+                .with("ns_per_switch_rounds", unloaded_baseline.to_vec())
+                .with("note", "before insmod: no preempt-notifier static key; the difference to 'none' is what every switch in the system pays once perfmon.ko is loaded"),
+        );
+    }
+    out.set("ctxsw", j);
+    Ok(())
+}
+
+// ---- 2. read latency --------------------------------------------------------
+
+/// Latency samples of one read variant, one round.
+struct ReadRun {
+    median: u64,
+    p99: u64,
+    p999: u64,
+    min: u64,
+    /// Mean of an untimed batch of the same reads (no per-read clock).
+    batch_mean: f64,
+    values: Vec<u64>,
+}
+
+fn summarize(samples: Vec<u64>, batch_mean: f64, values: Vec<u64>) -> ReadRun {
+    let s = sorted(samples);
+    ReadRun { median: pct(&s, 50.0), p99: pct(&s, 99.0), p999: pct(&s, 99.9), min: s[0], batch_mean, values }
+}
+
+/// The clock's own cost: back-to-back CLOCK_MONOTONIC reads.
+fn timer_overhead(n: usize) -> ReadRun {
+    let mut samples = vec![0u64; n];
+    for s in samples.iter_mut() {
+        let t0 = sys::now_ns();
+        let t1 = sys::now_ns();
+        *s = t1 - t0;
+    }
+    let b0 = sys::now_ns();
+    for _ in 0..n {
+        std::hint::black_box(sys::now_ns());
+    }
+    let b1 = sys::now_ns();
+    summarize(samples, (b1 - b0) as f64 / n as f64, Vec::new())
+}
+
+/// `n` timed reads of the caller's own counters, monitored as `mon`.
+fn read_latency(mon: Mon, n: usize) -> io::Result<ReadRun> {
+    let guard = Guard::new(mon, 0)?;
+    let mut samples = vec![0u64; n];
+    let batch_mean;
+    match &guard {
+        Guard::None => return Err(io::Error::other("nothing to read")),
+        Guard::Pfm(p, k) => {
+            let mut regs = sys::pmd_array(*k);
+            let mut arg = abi::PfmRegsArg::default();
+            // Warm up (first-touch faults, caches).
+            for _ in 0..100 {
+                p.read_pmds(&mut regs, &mut arg)?;
+            }
+            for s in samples.iter_mut() {
+                let t0 = sys::now_ns();
+                p.read_pmds(&mut regs, &mut arg)?;
+                let t1 = sys::now_ns();
+                *s = t1 - t0;
+            }
+            let b0 = sys::now_ns();
+            for _ in 0..n {
+                p.read_pmds(&mut regs, &mut arg)?;
+            }
+            batch_mean = (sys::now_ns() - b0) as f64 / n as f64;
+        }
+        Guard::Perf(g) => {
+            let mut buf = vec![0u64; 3 + g.fds.len()];
+            for _ in 0..100 {
+                g.read_into(&mut buf)?;
+            }
+            for s in samples.iter_mut() {
+                let t0 = sys::now_ns();
+                g.read_into(&mut buf)?;
+                let t1 = sys::now_ns();
+                *s = t1 - t0;
+            }
+            let b0 = sys::now_ns();
+            for _ in 0..n {
+                g.read_into(&mut buf)?;
+            }
+            batch_mean = (sys::now_ns() - b0) as f64 / n as f64;
+        }
+    }
+    let values = guard.counts()?;
+    guard.finish()?;
+    Ok(summarize(samples, batch_mean, values))
+}
+
+fn bench_read(o: &Opts, out: &mut J) -> io::Result<()> {
+    println!("== 2. counter read latency, own thread (pinned to CPU {}) ==", o.cpu);
+    println!("   {} timed reads per run, {} rounds interleaved; medians over rounds of each run's statistic", o.reads, o.rounds);
+    sys::pin(o.cpu)?;
+    let variants: [(&str, Mon, &str); 5] = [
+        ("perfmon-1", Mon::Pfm(PFM1), "ioctl(PFM_IOC_READ_PMDS), 1 PMD (+ time_enabled/running)"),
+        ("perfmon-4", Mon::Pfm(PFM4), "ioctl(PFM_IOC_READ_PMDS), 4 PMDs (+ time_enabled/running)"),
+        ("perf-1", Mon::Perf(PERF1), "read(2) of a 1-event fd, TOTAL_TIME_ENABLED|RUNNING"),
+        ("perf-3", Mon::Perf(PERF3), "read(2) of a 3-event group leader, PERF_FORMAT_GROUP|TOTAL_TIME_*"),
+        ("perf-4", Mon::Perf(PERF4), "read(2) of a 4-event group leader, PERF_FORMAT_GROUP|TOTAL_TIME_*"),
+    ];
+    let mut runs: Vec<Vec<ReadRun>> = variants.iter().map(|_| Vec::new()).collect();
+    let mut timer_runs = Vec::new();
+    for r in 0..o.rounds {
+        timer_runs.push(timer_overhead(o.reads));
+        for k in 0..variants.len() {
+            let idx = (k + r) % variants.len();
+            let run = read_latency(variants[idx].1, o.reads)
+                .map_err(|e| io::Error::new(e.kind(), format!("read {}: {e}", variants[idx].0)))?;
+            eprintln!("# read round {}: {:<10} median {} p99 {} ns", r + 1, variants[idx].0, run.median, run.p99);
+            runs[idx].push(run);
+        }
+    }
+    let med = |rs: &[ReadRun], g: &dyn Fn(&ReadRun) -> f64| median_f(&rs.iter().map(g).collect::<Vec<_>>());
+    let tmed = med(&timer_runs, &|r| r.median as f64);
+    let tbatch = med(&timer_runs, &|r| r.batch_mean);
+    let mut t = Table::new(&["variant", "median ns", "p99 ns", "p99.9 ns", "min ns", "median-timer", "batch mean ns"]);
+    t.row(vec![
+        "clock_gettime pair (timer)".into(),
+        f(tmed, 0),
+        f(med(&timer_runs, &|r| r.p99 as f64), 0),
+        f(med(&timer_runs, &|r| r.p999 as f64), 0),
+        f(med(&timer_runs, &|r| r.min as f64), 0),
+        "-".into(),
+        f(tbatch, 1),
+    ]);
+    let mut arr = J::Arr(Vec::new());
+    for (i, (name, mon, how)) in variants.iter().enumerate() {
+        let rs = &runs[i];
+        let m = med(rs, &|r| r.median as f64);
+        t.row(vec![
+            name.to_string(),
+            f(m, 0),
+            f(med(rs, &|r| r.p99 as f64), 0),
+            f(med(rs, &|r| r.p999 as f64), 0),
+            f(med(rs, &|r| r.min as f64), 0),
+            f(m - tmed, 0),
+            f(med(rs, &|r| r.batch_mean), 1),
+        ]);
+        arr.push(
+            J::obj()
+                .with("name", *name)
+                .with("monitoring", describe(*mon))
+                .with("call", *how)
+                .with("median_ns", m)
+                .with("p99_ns", med(rs, &|r| r.p99 as f64))
+                .with("p999_ns", med(rs, &|r| r.p999 as f64))
+                .with("min_ns", med(rs, &|r| r.min as f64))
+                .with("median_minus_timer_ns", m - tmed)
+                .with("batch_mean_ns", med(rs, &|r| r.batch_mean))
+                .with("median_ns_rounds", rs.iter().map(|r| r.median).collect::<Vec<_>>())
+                .with("p99_ns_rounds", rs.iter().map(|r| r.p99).collect::<Vec<_>>())
+                .with("last_values", rs.last().map(|r| r.values.clone()).unwrap_or_default()),
+        );
+    }
+    t.print();
+    let g = |n: &str| -> f64 {
+        let i = variants.iter().position(|v| v.0 == n).unwrap();
+        med(&runs[i], &|r| r.median as f64) - tmed
+    };
+    let ratio4 = g("perfmon-4") / g("perf-4");
+    let ratio43 = g("perfmon-4") / g("perf-3");
+    let ratio1 = g("perfmon-1") / g("perf-1");
+    println!(
+        "   ratio perfmon/perf of median read latency (timer subtracted): 1 vs 1: {}, 4 vs 4-group: {} (target <= 1.00: {}), 4 vs 3-group: {}",
+        f(ratio1, 3),
+        f(ratio4, 3),
+        if ratio4 <= 1.0 { "met" } else { "NOT met" },
+        f(ratio43, 3)
+    );
+    println!();
+    out.set(
+        "read",
+        J::obj()
+            .with("method", "each read bracketed by clock_gettime(CLOCK_MONOTONIC); batch_mean: untimed loop of the same reads / count")
+            .with("clocksource", sys::read_line("/sys/devices/system/clocksource/clocksource0/current_clocksource"))
+            .with("reads_per_run", o.reads)
+            .with("rounds", o.rounds)
+            .with(
+                "timer",
+                J::obj()
+                    .with("median_ns", tmed)
+                    .with("p99_ns", med(&timer_runs, &|r| r.p99 as f64))
+                    .with("batch_mean_ns", tbatch),
+            )
+            .with("variants", arr)
+            .with("ratio_perfmon1_perf1", ratio1)
+            .with("ratio_perfmon4_perf4_group", ratio4)
+            .with("ratio_perfmon4_perf3_group", ratio43)
+            .with("target_ratio_max", 1.0)
+            .with("target_met", ratio4 <= 1.0),
+    );
+    Ok(())
+}
+
+// ---- 3. attach cost -----------------------------------------------------------
+
+/// Threads that sleep in read(2) on one shared pipe until it is closed.
+struct Sleepers {
+    tids: Vec<u32>,
+    wake: Option<Fd>,
+    joins: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Sleepers {
+    fn spawn(n: usize, cpu: usize) -> io::Result<Sleepers> {
+        let (r, w) = sys::pipe()?;
+        let r = Arc::new(r);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut s = Sleepers { tids: Vec::with_capacity(n), wake: Some(w), joins: Vec::with_capacity(n) };
+        for _ in 0..n {
+            let (r, tx) = (r.clone(), tx.clone());
+            let join = std::thread::Builder::new().stack_size(64 << 10).spawn(move || {
+                let _ = sys::pin(cpu);
+                let _ = tx.send(sys::gettid());
+                // EOF ends it; a task_work kick restarts the read.
+                while let Ok(true) = sys::read1(&r) {}
+            })?;
+            s.joins.push(join);
+            s.tids.push(rx.recv().map_err(|_| io::Error::other("sleeper died"))?);
+        }
+        Ok(s)
+    }
+}
+
+impl Drop for Sleepers {
+    fn drop(&mut self) {
+        drop(self.wake.take());
+        for j in self.joins.drain(..) {
+            let _ = j.join();
+        }
+    }
+}
+
+/// Raises RLIMIT_NOFILE: the many-threads section holds several fds per thread.
+fn raise_fd_limit(want: u64) {
+    let lim = libc::rlimit { rlim_cur: want, rlim_max: want };
+    // SAFETY: `lim` is a valid rlimit.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
+        eprintln!("# setrlimit(RLIMIT_NOFILE, {want}): {}", io::Error::last_os_error());
+    }
+}
+
+#[derive(Clone, Copy)]
+enum AttachKind {
+    /// open + WRITE_PMCS + LOAD + START + STOP + UNLOAD + close.
+    PfmFull(&'static [u64]),
+    /// LOAD + START + STOP + UNLOAD on an open, programmed context.
+    PfmLoad(&'static [u64]),
+    /// perf_event_open (group) + ENABLE + DISABLE + close.
+    PerfFull(&'static [u64]),
+}
+
+fn attach_samples(kind: AttachKind, tid: u32, n: usize) -> io::Result<Vec<u64>> {
+    let mut samples = Vec::with_capacity(n);
+    match kind {
+        AttachKind::PfmFull(evs) => {
+            for _ in 0..n {
+                let t0 = sys::now_ns();
+                let p = Pfm::open()?;
+                p.program(evs)?;
+                p.load(tid)?;
+                p.start()?;
+                p.stop()?;
+                p.unload()?;
+                p.fd.close()?;
+                samples.push(sys::now_ns() - t0);
+            }
+        }
+        AttachKind::PfmLoad(evs) => {
+            let p = Pfm::open()?;
+            p.program(evs)?;
+            for _ in 0..n {
+                let t0 = sys::now_ns();
+                p.load(tid)?;
+                p.start()?;
+                p.stop()?;
+                p.unload()?;
+                samples.push(sys::now_ns() - t0);
+            }
+            p.fd.close()?;
+        }
+        AttachKind::PerfFull(evs) => {
+            for _ in 0..n {
+                let t0 = sys::now_ns();
+                let g = PerfGroup::open(evs, tid)?;
+                g.enable()?;
+                g.disable()?;
+                g.close()?;
+                samples.push(sys::now_ns() - t0);
+            }
+        }
+    }
+    Ok(samples)
+}
+
+fn bench_attach(o: &Opts, out: &mut J) -> io::Result<()> {
+    println!(
+        "== 3. monitoring another thread: caller on CPU {}, target asleep in read(2) on CPU {} ==",
+        o.cpu, o.other_cpu
+    );
+    println!("   {} iterations per run, {} rounds interleaved", o.attach_iters, o.rounds);
+    sys::pin(o.cpu)?;
+    let target = Sleepers::spawn(1, o.other_cpu)?;
+    let tid = target.tids[0];
+    let variants: [(&str, AttachKind, &str); 6] = [
+        ("perfmon-1 full", AttachKind::PfmFull(PFM1), "open+WRITE_PMCS+LOAD(tid)+START+STOP+UNLOAD+close, 1 counter"),
+        ("perfmon-4 full", AttachKind::PfmFull(PFM4), "open+WRITE_PMCS+LOAD(tid)+START+STOP+UNLOAD+close, 4 counters"),
+        ("perfmon-4 load", AttachKind::PfmLoad(PFM4), "LOAD(tid)+START+STOP+UNLOAD on an open, programmed context"),
+        ("perf-1", AttachKind::PerfFull(PERF1), "perf_event_open(tid)+ENABLE+DISABLE+close, 1 event"),
+        ("perf-3", AttachKind::PerfFull(PERF3), "3 x perf_event_open(tid, group)+ENABLE(GROUP)+DISABLE(GROUP)+3 x close"),
+        ("perf-4", AttachKind::PerfFull(PERF4), "4 x perf_event_open(tid, group)+ENABLE(GROUP)+DISABLE(GROUP)+4 x close"),
+    ];
+    let mut runs: Vec<Vec<(u64, u64)>> = variants.iter().map(|_| Vec::new()).collect();
+    for r in 0..o.rounds {
+        for k in 0..variants.len() {
+            let idx = (k + r) % variants.len();
+            let s = sorted(
+                attach_samples(variants[idx].1, tid, o.attach_iters)
+                    .map_err(|e| io::Error::new(e.kind(), format!("attach {}: {e}", variants[idx].0)))?,
+            );
+            let (m, p) = (pct(&s, 50.0), pct(&s, 99.0));
+            eprintln!("# attach round {}: {:<15} median {m} p99 {p} ns", r + 1, variants[idx].0);
+            runs[idx].push((m, p));
+        }
+    }
+    let mut t = Table::new(&["variant", "median ns", "p99 ns"]);
+    let mut arr = J::Arr(Vec::new());
+    let mut medians = Vec::new();
+    for (i, (name, _, how)) in variants.iter().enumerate() {
+        let m = median_f(&runs[i].iter().map(|x| x.0 as f64).collect::<Vec<_>>());
+        let p = median_f(&runs[i].iter().map(|x| x.1 as f64).collect::<Vec<_>>());
+        medians.push(m);
+        t.row(vec![name.to_string(), f(m, 0), f(p, 0)]);
+        arr.push(
+            J::obj()
+                .with("name", *name)
+                .with("calls", *how)
+                .with("median_ns", m)
+                .with("p99_ns", p)
+                .with("median_ns_rounds", runs[i].iter().map(|x| x.0).collect::<Vec<_>>())
+                .with("p99_ns_rounds", runs[i].iter().map(|x| x.1).collect::<Vec<_>>()),
+        );
+    }
+    t.print();
+    let r4 = medians[1] / medians[5];
+    let r1 = medians[0] / medians[3];
+    println!("   ratio perfmon/perf of the median: 1 vs 1: {}, 4 vs 4: {}", f(r1, 3), f(r4, 3));
+    println!();
+    drop(target);
+    out.set(
+        "attach",
+        J::obj()
+            .with("method", "each iteration timed with CLOCK_MONOTONIC in the caller; the target's own work (task_work install/cleanup on its CPU) is asynchronous")
+            .with("caller_cpu", o.cpu)
+            .with("target_cpu", o.other_cpu)
+            .with("iterations_per_run", o.attach_iters)
+            .with("rounds", o.rounds)
+            .with("variants", arr)
+            .with("ratio_perfmon1_perf1", r1)
+            .with("ratio_perfmon4_perf4", r4),
+    );
+    Ok(())
+}
+
+// ---- 4. memory, and switches with many monitored threads ------------------------
+
+const MEM_FIELDS: [&str; 6] = ["Slab", "SUnreclaim", "MemAvailable", "MemFree", "KernelStack", "PageTables"];
+
+/// /proc/meminfo after a pause that lets RCU-deferred frees (exited
+/// threads, closed files) and the module's reap workqueue finish.
+fn meminfo() -> Vec<u64> {
+    std::thread::sleep(Duration::from_millis(300));
+    sys::meminfo(&MEM_FIELDS)
+}
+
+/// Bytes per object of a meminfo delta (kB) over `n` objects, per field.
+fn per_object(before: &[u64], after: &[u64], n: usize) -> Vec<f64> {
+    before
+        .iter()
+        .zip(after)
+        .enumerate()
+        .map(|(i, (b, a))| {
+            // MemAvailable/MemFree shrink when memory is used.
+            let d = if i == 2 || i == 3 { *b as f64 - *a as f64 } else { *a as f64 - *b as f64 };
+            d * 1024.0 / n.max(1) as f64
+        })
+        .collect()
+}
+
+fn mem_json(v: &[f64]) -> J {
+    let mut j = J::obj();
+    for (name, x) in MEM_FIELDS.iter().zip(v) {
+        j.set(name, *x);
+    }
+    j
+}
+
+fn sysfs_counts() -> J {
+    let rd = |n: &str| sys::read_line(&format!("/sys/kernel/perfmon/{n}")).and_then(|s| s.parse::<u64>().ok());
+    J::obj()
+        .with("live_contexts", rd("live_contexts"))
+        .with("attached_threads", rd("attached_threads"))
+        .with("zombie_contexts", rd("zombie_contexts"))
+}
+
+/// Waits until every context reports ACTIVE (the targets installed them).
+fn wait_active(ctxs: &[Pfm]) -> io::Result<()> {
+    let t0 = std::time::Instant::now();
+    for c in ctxs {
+        loop {
+            if c.state()?.status & abi::PFM_CTXST_ACTIVE != 0 {
+                break;
+            }
+            if t0.elapsed() > Duration::from_secs(60) {
+                return Err(io::Error::other("attached contexts did not become ACTIVE within 60 s"));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    Ok(())
+}
+
+fn bench_many(o: &Opts, out: &mut J) -> io::Result<()> {
+    let k = o.threads;
+    println!(
+        "== 4. memory per context, and switches with {k} other monitored threads (asleep in read(2), CPU {}) ==",
+        o.other_cpu
+    );
+    sys::pin(o.cpu)?;
+    raise_fd_limit(8 * k as u64 + 1024);
+
+    let mut mem_open = Vec::new();
+    let mut mem_attach = Vec::new();
+    let mut mem_after_close = Vec::new();
+    let mut mem_perf4 = Vec::new();
+    let mut mem_perf1 = Vec::new();
+    let mut mem_control = Vec::new();
+    let mut sysfs_attached = J::Null;
+    let mut sysfs_closed = J::Null;
+
+    let base_vars: Vec<(String, Mon)> = vec![
+        ("none".into(), Mon::None),
+        ("perfmon-4".into(), Mon::Pfm(PFM4)),
+        ("perf-4".into(), Mon::Perf(PERF4)),
+    ];
+    let one = Opts { rounds: 1, ..o.clone() };
+    let mut s_base: Vec<SwitchSeries> = Vec::new();
+    let mut s_pfm: Vec<SwitchSeries> = Vec::new();
+    let mut s_perf: Vec<SwitchSeries> = Vec::new();
+    let merge = |acc: &mut Vec<SwitchSeries>, new: Vec<SwitchSeries>| {
+        if acc.is_empty() {
+            *acc = new;
+        } else {
+            for (a, n) in acc.iter_mut().zip(new) {
+                a.per_round.extend(n.per_round);
+                a.counts = n.counts;
+            }
+        }
+    };
+    let mut sysfs_end = J::Null;
+    for r in 0..o.rounds {
+        // Fresh sleepers every round: what a round leaves behind on them
+        // (cleanup task_work that only runs when they wake) goes with them.
+        let sleepers = Sleepers::spawn(k, o.other_cpu)?;
+        let tids = sleepers.tids.clone();
+
+        // (a) nobody else monitored.
+        let mut vars = base_vars.clone();
+        let n = vars.len();
+        vars.rotate_left(r % n);
+        let mut got = switch_rounds(&one, &vars, o.many_trips, &format!("many/0 r{}", r + 1))?;
+        got.sort_by_key(|s| base_vars.iter().position(|b| b.0 == s.name));
+        merge(&mut s_base, got);
+
+        // (b) every sleeper has a perfmon context with 4 counters, started.
+        // First the noise of the measurement itself: two snapshots, nothing between.
+        let c0 = meminfo();
+        let m0 = meminfo();
+        mem_control.push(per_object(&c0, &m0, k));
+        let mut ctxs = Vec::with_capacity(k);
+        for _ in 0..k {
+            let p = Pfm::open()?;
+            p.program(PFM4)?;
+            ctxs.push(p);
+        }
+        let m1 = meminfo();
+        for (c, &tid) in ctxs.iter().zip(&tids) {
+            c.load(tid)?;
+            c.start()?;
+        }
+        wait_active(&ctxs)?;
+        let m2 = meminfo();
+        mem_open.push(per_object(&m0, &m1, k));
+        mem_attach.push(per_object(&m1, &m2, k));
+        sysfs_attached = sysfs_counts();
+        let vars: Vec<(String, Mon)> = if r % 2 == 0 {
+            vec![base_vars[0].clone(), base_vars[1].clone()]
+        } else {
+            vec![base_vars[1].clone(), base_vars[0].clone()]
+        };
+        let mut got = switch_rounds(&one, &vars, o.many_trips, &format!("many/pfm r{}", r + 1))?;
+        got.sort_by_key(|s| base_vars.iter().position(|b| b.0 == s.name));
+        merge(&mut s_pfm, got);
+        for c in ctxs {
+            c.stop()?;
+            c.unload()?;
+            c.fd.close()?;
+        }
+        // The threads sleep on: their cleanup task_work is still pending.
+        std::thread::sleep(Duration::from_millis(50));
+        let m3 = meminfo();
+        mem_after_close.push(per_object(&m0, &m3, k));
+        sysfs_closed = sysfs_counts();
+
+        // (c) every sleeper has a perf group of 4 events, enabled.
+        settle(o);
+        let p0 = meminfo();
+        let mut groups = Vec::with_capacity(k);
+        for &tid in &tids {
+            let g = PerfGroup::open(PERF4, tid)?;
+            g.enable()?;
+            groups.push(g);
+        }
+        let p1 = meminfo();
+        mem_perf4.push(per_object(&p0, &p1, k));
+        let vars: Vec<(String, Mon)> = if r % 2 == 0 {
+            vec![base_vars[0].clone(), base_vars[2].clone()]
+        } else {
+            vec![base_vars[2].clone(), base_vars[0].clone()]
+        };
+        // No settle inside: perf events on the sleepers stay open during the runs.
+        let keep = Opts { settle_ms: 0, ..one.clone() };
+        let mut got = switch_rounds(&keep, &vars, o.many_trips, &format!("many/perf r{}", r + 1))?;
+        got.sort_by_key(|s| base_vars.iter().position(|b| b.0 == s.name));
+        merge(&mut s_perf, got);
+        for g in groups {
+            g.close()?;
+        }
+        // One perf event per sleeper (memory only).
+        let q0 = meminfo();
+        let mut singles = Vec::with_capacity(k);
+        for &tid in &tids {
+            singles.push(PerfGroup::open(PERF1, tid)?);
+        }
+        let q1 = meminfo();
+        mem_perf1.push(per_object(&q0, &q1, k));
+        drop(singles);
+        // Every sleeper wakes up (EOF), runs its pending cleanup and exits.
+        drop(sleepers);
+        std::thread::sleep(Duration::from_millis(300));
+        sysfs_end = sysfs_counts();
+    }
+
+    let med_field = |v: &Vec<Vec<f64>>, i: usize| median_f(&v.iter().map(|x| x[i]).collect::<Vec<_>>());
+    let med_vec = |v: &Vec<Vec<f64>>| (0..MEM_FIELDS.len()).map(|i| med_field(v, i)).collect::<Vec<f64>>();
+    println!("   memory per thread's monitoring, bytes ({k} objects, median of {} rounds, /proc/meminfo deltas)", o.rounds);
+    let mut t = Table::new(&["what", "Slab B", "SUnreclaim B", "MemAvailable B"]);
+    let rows: [(&str, &Vec<Vec<f64>>); 6] = [
+        ("control: nothing done (noise of the method)", &mem_control),
+        ("perfmon: open + program 4 (unattached)", &mem_open),
+        ("perfmon: + LOAD + START (attachment)", &mem_attach),
+        ("perfmon: still held after UNLOAD+close, thread asleep", &mem_after_close),
+        ("perf: group of 4 events, enabled", &mem_perf4),
+        ("perf: 1 event", &mem_perf1),
+    ];
+    let mut mem_j = J::obj();
+    for (name, v) in rows.iter() {
+        let m = med_vec(v);
+        t.row(vec![name.to_string(), f(m[0], 0), f(m[1], 0), f(m[2], 0)]);
+    }
+    t.print();
+    mem_j.set("objects", k);
+    mem_j.set("method", "/proc/meminfo deltas over `objects` objects, each snapshot after a 300 ms pause; fresh sleeping threads every round");
+    mem_j.set("perfmon_attach_start_slab_rounds", mem_attach.iter().map(|v| v[0]).collect::<Vec<f64>>());
+    mem_j.set("perfmon_open_program4_slab_rounds", mem_open.iter().map(|v| v[0]).collect::<Vec<f64>>());
+    mem_j.set("perfmon_open_program4", mem_json(&med_vec(&mem_open)));
+    mem_j.set("perfmon_attach_start", mem_json(&med_vec(&mem_attach)));
+    mem_j.set("perfmon_after_unload_close_thread_asleep", mem_json(&med_vec(&mem_after_close)));
+    mem_j.set("perf_group4", mem_json(&med_vec(&mem_perf4)));
+    mem_j.set("perf_single", mem_json(&med_vec(&mem_perf1)));
+    mem_j.set("control_nothing_done", mem_json(&med_vec(&mem_control)));
+    mem_j.set("sysfs_while_attached", sysfs_attached);
+    mem_j.set("sysfs_after_close", sysfs_closed);
+    mem_j.set("sysfs_after_threads_exit", sysfs_end);
+
+    println!();
+    println!(
+        "   ping-pong pair (CPU {}), {} round trips per run, ns/switch, median of {} rounds",
+        o.cpu, o.many_trips, o.rounds
+    );
+    let mut t = Table::new(&["pair monitored as", "0 others", &format!("{k} perfmon others"), &format!("{k} perf others"), "growth pfm %", "growth perf %"]);
+    let get = |v: &Vec<SwitchSeries>, n: &str| v.iter().find(|s| s.name == n).map(|s| median_f(&s.per_round)).unwrap_or(f64::NAN);
+    let mut rows_j = J::Arr(Vec::new());
+    for n in ["none", "perfmon-4", "perf-4"] {
+        let a = get(&s_base, n);
+        let b = get(&s_pfm, n);
+        let c = get(&s_perf, n);
+        let gb = (b - a) / a * 100.0;
+        let gc = (c - a) / a * 100.0;
+        t.row(vec![
+            n.to_string(),
+            f(a, 1),
+            if b.is_finite() { f(b, 1) } else { "-".into() },
+            if c.is_finite() { f(c, 1) } else { "-".into() },
+            if b.is_finite() { f(gb, 2) } else { "-".into() },
+            if c.is_finite() { f(gc, 2) } else { "-".into() },
+        ]);
+        let rounds = |v: &Vec<SwitchSeries>| v.iter().find(|s| s.name == n).map(|s| s.per_round.clone());
+        rows_j.push(
+            J::obj()
+                .with("pair", n)
+                .with("zero_others_ns_per_switch", a)
+                .with("perfmon_others_ns_per_switch", if b.is_finite() { J::Num(b) } else { J::Null })
+                .with("perf_others_ns_per_switch", if c.is_finite() { J::Num(c) } else { J::Null })
+                .with("growth_perfmon_others_pct", if b.is_finite() { J::Num(gb) } else { J::Null })
+                .with("growth_perf_others_pct", if c.is_finite() { J::Num(gc) } else { J::Null })
+                .with("rounds_zero_others", rounds(&s_base))
+                .with("rounds_perfmon_others", rounds(&s_pfm))
+                .with("rounds_perf_others", rounds(&s_perf)),
+        );
+    }
+    t.print();
+    let g = (get(&s_pfm, "perfmon-4") - get(&s_base, "perfmon-4")) / get(&s_base, "perfmon-4") * 100.0;
+    println!(
+        "   perfmon-4 pair with {k} other monitored threads: {}% vs none (flat within 1%: {})",
+        f(g, 2),
+        if g.abs() <= 1.0 { "yes" } else { "NO" }
+    );
+    println!();
+    out.set(
+        "many",
+        J::obj()
+            .with("threads", k)
+            .with("round_trips", o.many_trips)
+            .with("rounds", o.rounds)
+            .with("memory_bytes_per_object", mem_j)
+            .with("switch", rows_j)
+            .with("perfmon4_growth_pct", g)
+            .with("flat_within_1pct", g.abs() <= 1.0),
+    );
+    Ok(())
+}
+
+// ---- main -----------------------------------------------------------------------
+
+fn module_loaded() -> bool {
+    std::fs::read_to_string("/proc/modules").map(|m| m.lines().any(|l| l.starts_with("perfmon "))).unwrap_or(false)
+}
+
+fn run_cmd(cmd: &str, args: &[&str]) -> io::Result<()> {
+    let st = std::process::Command::new(cmd).args(args).status()?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!("{cmd} {}: {st}", args.join(" "))))
+    }
+}
+
+fn main() {
+    let o = parse_opts();
+    let want = |s: &str| o.only.iter().any(|x| x == s);
+    let mut out = J::obj()
+        .with("benchmark", "pfm_bench")
+        .with("version", 1u64)
+        .with("qemu", o.qemu.as_str())
+        .with("commit", o.commit.as_str())
+        .with("kernel", sys::read_line("/proc/sys/kernel/osrelease"))
+        .with("cpus", sys::online_cpus())
+        .with("clocksource", sys::read_line("/sys/devices/system/clocksource/clocksource0/current_clocksource"));
+    println!("pfm_bench: {} CPUs, kernel {}, clocksource {}, qemu {}",
+        sys::online_cpus(),
+        sys::read_line("/proc/sys/kernel/osrelease").unwrap_or_default(),
+        sys::read_line("/sys/devices/system/clocksource/clocksource0/current_clocksource").unwrap_or_default(),
+        if o.qemu.is_empty() { "?" } else { &o.qemu });
+    println!(
+        "   rounds {}, trips {}, reads {}, attach iterations {}, threads {}, many-trips {}, settle {} ms",
+        o.rounds, o.trips, o.reads, o.attach_iters, o.threads, o.many_trips, o.settle_ms
+    );
+    println!();
+
+    let result = (|| -> io::Result<()> {
+        // Baseline before the module exists: what loading it costs every switch.
+        let mut unloaded = Vec::new();
+        let mut loaded_here = false;
+        if !module_loaded() {
+            if want("ctxsw") {
+                for r in 0..o.rounds {
+                    settle(&o);
+                    let pp = pingpong(Mon::None, o.trips, o.cpu)?;
+                    let v = pp.ns_per_switch(o.trips);
+                    eprintln!("# ctxsw round {}: none, module not loaded {v:.1} ns/switch", r + 1);
+                    unloaded.push(v);
+                }
+            }
+            let path = std::env::var("PFM_MODULE").unwrap_or_else(|_| "/lib/perfmon.ko".into());
+            run_cmd("insmod", &[&path])?;
+            loaded_here = true;
+            for _ in 0..200 {
+                if std::path::Path::new("/dev/perfmon").exists() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        out.set("pmu_model", sys::read_line("/sys/kernel/perfmon/pmu_model"));
+        if want("ctxsw") {
+            bench_ctxsw(&o, &unloaded, &mut out)?;
+        }
+        if want("read") {
+            bench_read(&o, &mut out)?;
+        }
+        if want("attach") {
+            bench_attach(&o, &mut out)?;
+        }
+        if want("many") && o.threads > 0 {
+            bench_many(&o, &mut out)?;
+        }
+        if loaded_here {
+            // Give the reaper a moment, then unload: a module that cannot be
+            // removed after the benchmark is a bug worth seeing.
+            std::thread::sleep(Duration::from_millis(200));
+            run_cmd("rmmod", &["perfmon"])?;
+        }
+        Ok(())
+    })();
+    let ok = result.is_ok();
+    if let Err(e) = &result {
+        println!("pfm_bench: FAILED: {e}");
+        out.set("error", e.to_string());
+    }
+    out.set("ok", ok);
+    println!("PFM-BENCH-JSON-BEGIN");
+    println!("{}", out.pretty());
+    println!("PFM-BENCH-JSON-END");
+    std::process::exit(if ok { 0 } else { 1 });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::report::*;
+
+    #[test]
+    fn percentiles() {
+        let s: Vec<u64> = (1..=100).collect();
+        assert_eq!(pct(&s, 50.0), 50);
+        assert_eq!(pct(&s, 99.0), 99);
+        assert_eq!(pct(&s, 100.0), 100);
+        assert_eq!(pct(&[7], 99.0), 7);
+        assert_eq!(median_f(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median_f(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+    }
+
+    #[test]
+    fn json_shape() {
+        let j = J::obj().with("a", 1u64).with("b", vec![1.5f64, 2.0]).with("s", "x\"y");
+        assert_eq!(j.pretty(), "{\n  \"a\": 1,\n  \"b\": [1.5, 2],\n  \"s\": \"x\\\"y\"\n}");
+    }
+}

@@ -1,0 +1,389 @@
+//! Thin, allocation-free wrappers over the system calls the benchmarks time:
+//! perfmon's ioctls, perf_event_open(2) and read(2) of perf fds, pipes,
+//! CPU affinity and the clocks. Everything `unsafe` of the crate is here.
+//!
+//! The benchmarks deliberately bypass the `perfmon` library: what is timed
+//! is one system call and nothing around it.
+
+use std::io;
+
+use crate::abi::{self, PfmCtxInfo, PfmLoad, PfmPmc, PfmPmd, PfmRegsArg};
+
+fn last_err(what: &str) -> io::Error {
+    let e = io::Error::last_os_error();
+    io::Error::new(e.kind(), format!("{what}: {e}"))
+}
+
+fn check(ret: libc::c_long, what: &str) -> io::Result<libc::c_long> {
+    if ret < 0 {
+        Err(last_err(what))
+    } else {
+        Ok(ret)
+    }
+}
+
+// ---- clocks -------------------------------------------------------------
+
+/// CLOCK_MONOTONIC in ns (vDSO when the clocksource allows it).
+#[inline(always)]
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+// ---- threads, CPUs ------------------------------------------------------
+
+/// The calling thread's id.
+pub fn gettid() -> u32 {
+    // SAFETY: no arguments.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
+/// Pins the calling thread to `cpu`.
+pub fn pin(cpu: usize) -> io::Result<()> {
+    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes within it.
+    let ret = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    check(ret as libc::c_long, "sched_setaffinity").map(|_| ())
+}
+
+/// Online CPUs.
+pub fn online_cpus() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    if n < 1 {
+        1
+    } else {
+        n as usize
+    }
+}
+
+// ---- raw fds ------------------------------------------------------------
+
+/// An owned file descriptor, closed on drop.
+#[derive(Debug)]
+pub struct Fd(pub libc::c_int);
+
+impl Drop for Fd {
+    fn drop(&mut self) {
+        if self.0 >= 0 {
+            // SAFETY: we own the fd.
+            unsafe { libc::close(self.0) };
+        }
+    }
+}
+
+impl Fd {
+    /// Closes now and reports the error (drop ignores it).
+    pub fn close(mut self) -> io::Result<()> {
+        let fd = std::mem::replace(&mut self.0, -1);
+        // SAFETY: we own the fd; it is not used again.
+        check(unsafe { libc::close(fd) } as libc::c_long, "close").map(|_| ())
+    }
+}
+
+/// A pipe: (read end, write end).
+pub fn pipe() -> io::Result<(Fd, Fd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: `fds` has room for the two descriptors.
+    check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } as libc::c_long, "pipe2")?;
+    Ok((Fd(fds[0]), Fd(fds[1])))
+}
+
+/// Writes one byte.
+#[inline(always)]
+pub fn write1(fd: &Fd) -> io::Result<()> {
+    let b = 0u8;
+    // SAFETY: one readable byte at `&b`.
+    let n = unsafe { libc::write(fd.0, &b as *const u8 as *const libc::c_void, 1) };
+    if n == 1 {
+        Ok(())
+    } else {
+        Err(last_err("write"))
+    }
+}
+
+/// Reads one byte; `Ok(false)` at end of file. Restarts on EINTR.
+#[inline(always)]
+pub fn read1(fd: &Fd) -> io::Result<bool> {
+    let mut b = 0u8;
+    loop {
+        // SAFETY: one writable byte at `&mut b`.
+        let n = unsafe { libc::read(fd.0, &mut b as *mut u8 as *mut libc::c_void, 1) };
+        match n {
+            1 => return Ok(true),
+            0 => return Ok(false),
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::EINTR) {
+                    continue;
+                }
+                return Err(io::Error::new(e.kind(), format!("read: {e}")));
+            }
+        }
+    }
+}
+
+// ---- perfmon --------------------------------------------------------------
+
+/// Where the device is.
+pub const DEVICE: &[u8] = b"/dev/perfmon\0";
+
+/// One perfmon context (one open of /dev/perfmon).
+#[derive(Debug)]
+pub struct Pfm {
+    pub fd: Fd,
+}
+
+impl Pfm {
+    /// Opens a context.
+    #[inline(always)]
+    pub fn open() -> io::Result<Self> {
+        // SAFETY: a NUL-terminated path.
+        let fd = unsafe { libc::open(DEVICE.as_ptr() as *const libc::c_char, libc::O_RDWR | libc::O_CLOEXEC) };
+        check(fd as libc::c_long, "open /dev/perfmon")?;
+        Ok(Pfm { fd: Fd(fd) })
+    }
+
+    #[inline(always)]
+    fn ioctl_none(&self, req: u32, what: &str) -> io::Result<()> {
+        // SAFETY: an _IO request reads and writes no user memory.
+        check(unsafe { libc::ioctl(self.fd.0, req as _, 0usize) } as libc::c_long, what).map(|_| ())
+    }
+
+    /// PFM_IOC_WRITE_PMCS: PMC i selects `events[i]`.
+    #[inline(always)]
+    pub fn program(&self, events: &[u64]) -> io::Result<()> {
+        let mut pmcs = [PfmPmc::default(); 8];
+        let n = events.len().min(pmcs.len());
+        for (i, (p, &ev)) in pmcs.iter_mut().zip(events).enumerate() {
+            p.reg_num = i as u16;
+            p.reg_value = ev;
+        }
+        let mut arg = PfmRegsArg { regs: pmcs.as_mut_ptr() as u64, count: n as u32, ..Default::default() };
+        // SAFETY: `arg` is a PfmRegsArg (the size the request encodes) pointing
+        // at `n` writable PfmPmc elements that outlive the call.
+        let ret = unsafe { libc::ioctl(self.fd.0, abi::PFM_IOC_WRITE_PMCS as _, &mut arg as *mut PfmRegsArg) };
+        check(ret as libc::c_long, "PFM_IOC_WRITE_PMCS").map(|_| ())
+    }
+
+    /// PFM_IOC_LOAD on `tid` (0: the caller).
+    #[inline(always)]
+    pub fn load(&self, tid: u32) -> io::Result<()> {
+        let mut l = PfmLoad { tid, ..Default::default() };
+        // SAFETY: `l` is a PfmLoad, the size the request encodes.
+        let ret = unsafe { libc::ioctl(self.fd.0, abi::PFM_IOC_LOAD as _, &mut l as *mut PfmLoad) };
+        check(ret as libc::c_long, "PFM_IOC_LOAD").map(|_| ())
+    }
+
+    #[inline(always)]
+    pub fn unload(&self) -> io::Result<()> {
+        self.ioctl_none(abi::PFM_IOC_UNLOAD, "PFM_IOC_UNLOAD")
+    }
+
+    #[inline(always)]
+    pub fn start(&self) -> io::Result<()> {
+        self.ioctl_none(abi::PFM_IOC_START, "PFM_IOC_START")
+    }
+
+    #[inline(always)]
+    pub fn stop(&self) -> io::Result<()> {
+        self.ioctl_none(abi::PFM_IOC_STOP, "PFM_IOC_STOP")
+    }
+
+    /// PFM_IOC_READ_PMDS of `regs` (reg_num set by the caller); returns
+    /// (time_enabled, time_running).
+    #[inline(always)]
+    pub fn read_pmds(&self, regs: &mut [PfmPmd], arg: &mut PfmRegsArg) -> io::Result<(u64, u64)> {
+        arg.regs = regs.as_mut_ptr() as u64;
+        arg.count = regs.len() as u32;
+        // SAFETY: `arg` is a PfmRegsArg pointing at `regs.len()` writable
+        // PfmPmd elements that outlive the call.
+        let ret = unsafe { libc::ioctl(self.fd.0, abi::PFM_IOC_READ_PMDS as _, arg as *mut PfmRegsArg) };
+        check(ret as libc::c_long, "PFM_IOC_READ_PMDS")?;
+        Ok((arg.time_enabled, arg.time_running))
+    }
+
+    /// PFM_IOC_GET_STATE.
+    pub fn state(&self) -> io::Result<PfmCtxInfo> {
+        let mut s = PfmCtxInfo::default();
+        // SAFETY: `s` is a PfmCtxInfo, the size the request encodes.
+        let ret = unsafe { libc::ioctl(self.fd.0, abi::PFM_IOC_GET_STATE as _, &mut s as *mut PfmCtxInfo) };
+        check(ret as libc::c_long, "PFM_IOC_GET_STATE")?;
+        Ok(s)
+    }
+}
+
+/// PMD array for reading counters 0..n.
+pub fn pmd_array(n: usize) -> Vec<PfmPmd> {
+    (0..n).map(|i| PfmPmd { reg_num: i as u16, ..Default::default() }).collect()
+}
+
+// ---- perf_event ---------------------------------------------------------
+
+pub const PERF_TYPE_SOFTWARE: u32 = 1;
+pub const PERF_COUNT_SW_TASK_CLOCK: u64 = 1;
+pub const PERF_COUNT_SW_CONTEXT_SWITCHES: u64 = 3;
+pub const PERF_COUNT_SW_CPU_MIGRATIONS: u64 = 4;
+pub const PERF_FORMAT_TOTAL_TIME_ENABLED: u64 = 1 << 0;
+pub const PERF_FORMAT_TOTAL_TIME_RUNNING: u64 = 1 << 1;
+pub const PERF_FORMAT_GROUP: u64 = 1 << 3;
+const PERF_EVENT_IOC_ENABLE: u64 = 0x2400;
+const PERF_EVENT_IOC_DISABLE: u64 = 0x2401;
+const PERF_IOC_FLAG_GROUP: u64 = 1;
+const PERF_FLAG_FD_CLOEXEC: u64 = 1 << 3;
+const ATTR_DISABLED: u64 = 1 << 0;
+
+/// `struct perf_event_attr`, PERF_ATTR_SIZE_VER8 (136 bytes): only the
+/// leading fields are named; the rest is zero.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct PerfEventAttr {
+    type_: u32,
+    size: u32,
+    config: u64,
+    sample_period: u64,
+    sample_type: u64,
+    read_format: u64,
+    flags: u64,
+    rest: [u64; 11],
+}
+const _: () = assert!(std::mem::size_of::<PerfEventAttr>() == 136);
+
+/// One perf fd per event, the first the group leader (created disabled,
+/// members follow it). `read_format` of every event: TOTAL_TIME_ENABLED |
+/// TOTAL_TIME_RUNNING, plus GROUP when there is more than one event.
+#[derive(Debug)]
+pub struct PerfGroup {
+    pub fds: Vec<Fd>,
+    pub group_format: bool,
+}
+
+impl PerfGroup {
+    /// Opens software events `configs` on thread `tid` (0: the caller), any CPU.
+    #[inline(always)]
+    pub fn open(configs: &[u64], tid: u32) -> io::Result<Self> {
+        let group_format = configs.len() > 1;
+        let mut fds: Vec<Fd> = Vec::with_capacity(configs.len());
+        for &c in configs {
+            let mut rf = PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING;
+            if group_format {
+                rf |= PERF_FORMAT_GROUP;
+            }
+            let attr = PerfEventAttr {
+                type_: PERF_TYPE_SOFTWARE,
+                size: std::mem::size_of::<PerfEventAttr>() as u32,
+                config: c,
+                sample_period: 0,
+                sample_type: 0,
+                read_format: rf,
+                flags: if fds.is_empty() { ATTR_DISABLED } else { 0 },
+                rest: [0; 11],
+            };
+            let group_fd = fds.first().map(|f| f.0).unwrap_or(-1);
+            // SAFETY: `attr` is a valid perf_event_attr of the size it states.
+            let fd = unsafe {
+                libc::syscall(
+                    libc::SYS_perf_event_open,
+                    &attr as *const PerfEventAttr,
+                    tid as libc::pid_t,
+                    -1 as libc::c_int,
+                    group_fd,
+                    PERF_FLAG_FD_CLOEXEC,
+                )
+            };
+            check(fd, "perf_event_open")?;
+            fds.push(Fd(fd as libc::c_int));
+        }
+        Ok(PerfGroup { fds, group_format })
+    }
+
+    #[inline(always)]
+    fn leader_ioctl(&self, req: u64, what: &str) -> io::Result<()> {
+        // SAFETY: ENABLE/DISABLE take an integer flag, no pointer.
+        check(unsafe { libc::ioctl(self.fds[0].0, req as _, PERF_IOC_FLAG_GROUP) } as libc::c_long, what)
+            .map(|_| ())
+    }
+
+    #[inline(always)]
+    pub fn enable(&self) -> io::Result<()> {
+        self.leader_ioctl(PERF_EVENT_IOC_ENABLE, "PERF_EVENT_IOC_ENABLE")
+    }
+
+    #[inline(always)]
+    pub fn disable(&self) -> io::Result<()> {
+        self.leader_ioctl(PERF_EVENT_IOC_DISABLE, "PERF_EVENT_IOC_DISABLE")
+    }
+
+    /// Bytes one read of the leader returns.
+    pub fn read_size(&self) -> usize {
+        if self.group_format {
+            8 * (3 + self.fds.len())
+        } else {
+            24
+        }
+    }
+
+    /// One read(2) of the leader into `buf` (at least `read_size()` words).
+    #[inline(always)]
+    pub fn read_into(&self, buf: &mut [u64]) -> io::Result<()> {
+        let want = self.read_size();
+        debug_assert!(buf.len() * 8 >= want);
+        // SAFETY: `buf` has room for `want` bytes.
+        let n = unsafe { libc::read(self.fds[0].0, buf.as_mut_ptr() as *mut libc::c_void, want) };
+        if n as usize == want {
+            Ok(())
+        } else {
+            Err(last_err("read(perf)"))
+        }
+    }
+
+    /// The counts, in event order.
+    pub fn values(&self) -> io::Result<Vec<u64>> {
+        let mut buf = vec![0u64; 3 + self.fds.len()];
+        if self.group_format {
+            self.read_into(&mut buf)?;
+            Ok(buf[3..3 + self.fds.len()].to_vec())
+        } else {
+            self.read_into(&mut buf)?;
+            Ok(vec![buf[0]])
+        }
+    }
+
+    /// Closes every fd (members first, then the leader), reporting errors.
+    #[inline(always)]
+    pub fn close(mut self) -> io::Result<()> {
+        while let Some(fd) = self.fds.pop() {
+            fd.close()?;
+        }
+        Ok(())
+    }
+}
+
+// ---- /proc, /sys ----------------------------------------------------------
+
+/// Fields of /proc/meminfo in kB.
+pub fn meminfo(fields: &[&str]) -> Vec<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    fields
+        .iter()
+        .map(|f| {
+            text.lines()
+                .find_map(|l| {
+                    let rest = l.strip_prefix(f)?.strip_prefix(':')?;
+                    rest.split_whitespace().next()?.parse().ok()
+                })
+                .unwrap_or(0)
+        })
+        .collect()
+}
+
+/// One line of a text file, trimmed.
+pub fn read_line(path: &str) -> Option<String> {
+    std::fs::read_to_string(path).ok().map(|s| s.trim().to_string())
+}
