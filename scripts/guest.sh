@@ -11,3 +11,12 @@ PFM_TOP=$(cd "$(dirname "$0")/.." && pwd)
 cd "$PFM_TOP"
 RUSTFLAGS="-C target-feature=+crt-static" \
 	cargo build --release --workspace --target x86_64-unknown-linux-gnu >&2
+
+# The C tests (tests/c/*.c): C tools written against the uapi header alone.
+mkdir -p "$PFM_BUILD/ctests"
+for src in "$PFM_TOP"/tests/c/*.c; do
+	[ -f "$src" ] || continue
+	bin=$PFM_BUILD/ctests/$(basename "$src" .c)
+	[ "$bin" -nt "$src" ] && [ "$bin" -nt "$PFM_TOP/include/uapi/linux/perfmon.h" ] ||
+		${CC:-cc} -O2 -static -Wall -Wextra -Werror -I "$PFM_TOP/include/uapi" -o "$bin" "$src"
+done

@@ -49,6 +49,13 @@ if [ -d "$guestbin" ]; then
 	# The benchmark (tests/bench, `make bench`): a tool, not a test.
 	[ ! -x "$guestbin/pfm_bench" ] || install -m 755 "$guestbin/pfm_bench" "$root/bin/pfm_bench"
 fi
+# The C tests through the uapi header (built by scripts/guest.sh).
+if [ -d "$PFM_BUILD/ctests" ]; then
+	for f in "$PFM_BUILD"/ctests/pfm_test_*; do
+		[ -f "$f" ] && [ -x "$f" ] || continue
+		install -m 755 "$f" "$root/tests/"; ntests=$((ntests + 1))
+	done
+fi
 if [ -n "$extra" ]; then
 	[ -d "$extra" ] || { echo "initramfs: EXTRA_TESTS=$extra is not a directory" >&2; exit 1; }
 	for f in "$extra"/*; do

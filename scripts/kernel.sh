@@ -19,6 +19,19 @@ if [ -f "$kdir/.pfm-complete" ]; then
 	exit 0
 fi
 
+# One build per directory at a time: a second caller waits for the first
+# and then finds the kernel complete.
+mkdir -p "$PFM_CACHE/kernels"
+exec 9>"$kdir.lock"
+if ! flock -n 9; then
+	echo "kernel: waiting for another build of $kdir" >&2
+	flock 9
+fi
+if [ -f "$kdir/.pfm-complete" ]; then
+	echo "$kdir"
+	exit 0
+fi
+
 src=$PFM_CACHE/src/linux-source-6.12
 if [ ! -f "$src/.pfm-unpacked" ]; then
 	echo "kernel: unpacking $PFM_KSRC_TARBALL" >&2

@@ -18,37 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <linux/perfmon.h>
-
-static int n_test, failed;
-
-static void tap(int ok, const char *name)
-{
-	printf("%s %d - %s\n", ok ? "ok" : "not ok", ++n_test, name);
-	fflush(stdout);
-	if (!ok)
-		failed = 1;
-}
-
-static long sysfs(const char *name)
-{
-	char path[128], buf[32] = "";
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/sys/kernel/perfmon/%s", name);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	if (!fgets(buf, sizeof(buf), f))
-		buf[0] = 0;
-	fclose(f);
-	return atol(buf);
-}
-
-static void msleep(long ms)
-{
-	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-	nanosleep(&ts, NULL);
-}
+#include "pfm_tap.h"
 
 /* Programs PMD0 = context switches, PMD1 = task clock; loads on tid. */
 static int setup(int tid)
@@ -103,7 +73,8 @@ int main(void)
 	pid_t target;
 	int fd;
 
-	printf("TAP version 13\n1..9\n");
+	printf("TAP version 13\n1..11\n");
+	tap(pfm_load_module(NULL) == 0, "insmod perfmon.ko");
 
 	/* A sleeping child that wakes N times, then exits. */
 	if (pipe(pipefd))
@@ -155,12 +126,12 @@ int main(void)
 		_exit(0);
 	}
 	msleep(300);
-	long before = sysfs("zombie_contexts");
+	long before = pfm_sysfs("zombie_contexts");
 	kill(tool, SIGKILL);
 	waitpid(tool, NULL, 0);
-	long during = sysfs("zombie_contexts");
+	long during = pfm_sysfs("zombie_contexts");
 	long after = -1;
-	for (int i = 0; i < 200 && (after = sysfs("zombie_contexts")) != 0; i++)
+	for (int i = 0; i < 200 && (after = pfm_sysfs("zombie_contexts")) != 0; i++)
 		msleep(10);
 	printf("# zombies: before %ld, right after SIGKILL %ld, later %ld\n", before, during, after);
 	tap(before == 0 && after == 0, "zombie cleaned up when the target returns to user mode");
@@ -170,9 +141,10 @@ int main(void)
 	close(fd);
 	kill(target, SIGKILL);
 	waitpid(target, NULL, 0);
-	for (int i = 0; i < 200 && sysfs("attached_threads") != 0; i++)
+	for (int i = 0; i < 200 && pfm_sysfs("attached_threads") != 0; i++)
 		msleep(10);
-	printf("# live contexts %ld, attached threads %ld\n", sysfs("live_contexts"),
-	       sysfs("attached_threads"));
-	return failed;
+	printf("# live contexts %ld, attached threads %ld\n", pfm_sysfs("live_contexts"),
+	       pfm_sysfs("attached_threads"));
+	tap(pfm_unload_module() == 0, "rmmod perfmon");
+	return pfm_failed;
 }

@@ -16,24 +16,16 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <linux/perfmon.h>
+#include "pfm_tap.h"
 
-static int n_test, failed;
-
-static void tap(int ok, const char *name)
+static void nsleep(long ns)
 {
-	printf("%s %d - %s\n", ok ? "ok" : "not ok", ++n_test, name);
-	fflush(stdout);
-	if (!ok)
-		failed = 1;
-}
-
-static void usleep_ns(long ns)
-{
-	struct timespec ts = { 0, ns };
+	struct timespec ts = { ns / 1000000000L, ns % 1000000000L };
 	nanosleep(&ts, NULL);
 }
 
@@ -98,26 +90,30 @@ static void read_pmds(int fd, uint64_t *v0, uint64_t *v1)
 static volatile sig_atomic_t sigio_count;
 static void on_sigio(int sig) { (void)sig; sigio_count++; }
 
-int main(void)
+/* Period P over N context switches of this thread at one counter width. */
+static void period_run(int width)
 {
 	const uint64_t period = 7;
 	struct pfm_msg msg;
 	uint64_t msgs = 0, ovfl_mask_ok = 1, ip_ok = 1, v0, v1;
+	char params[32];
 	int fd;
 
-	printf("TAP version 13\n1..9\n");
-
+	snprintf(params, sizeof(params), "soft_width=%d", width);
+	tap(pfm_load_module(params) == 0, "insmod perfmon.ko %s", params);
 	uint64_t irq_before = proc_interrupts();
 	fd = setup_period(0, period, 0);
-	tap(fd >= 0, "self-monitoring with a period");
-	if (fd < 0)
-		return 1;
+	if (fd < 0) {
+		tap(0, "width %d: self-monitoring with a period", width);
+		return;
+	}
+	sigio_count = 0;
 	signal(SIGIO, on_sigio);
 	fcntl(fd, F_SETOWN, getpid());
 	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_ASYNC);
 	ioctl(fd, PFM_IOC_START, 0);
 	for (int i = 0; i < 100; i++) {
-		usleep_ns(100000);
+		nsleep(100000);
 		while (read(fd, &msg, sizeof(msg)) == sizeof(msg)) {
 			msgs++;
 			ovfl_mask_ok &= msg.type == PFM_MSG_OVFL && msg.ovfl_pmds == 1;
@@ -129,60 +125,149 @@ int main(void)
 		msgs++;
 	read_pmds(fd, &v0, &v1);
 	uint64_t irq_after = proc_interrupts();
-	printf("# N=%llu switches, P=%llu: %llu messages, PMD0=%lld, interrupts %llu -> %llu, SIGIO %d\n",
-	       (unsigned long long)v1, (unsigned long long)period, (unsigned long long)msgs,
+	printf("# width %d: N=%llu switches, P=%llu: %llu messages, PMD0=%lld, interrupts %llu -> %llu, SIGIO %d\n",
+	       width, (unsigned long long)v1, (unsigned long long)period, (unsigned long long)msgs,
 	       (long long)v0, (unsigned long long)irq_before, (unsigned long long)irq_after,
 	       (int)sigio_count);
-	tap(msgs == v1 / period, "overflow messages == floor(N / P)");
-	tap(v0 == (uint64_t)-period + v1 % period, "PMD0 holds the residue of the period");
-	tap(ovfl_mask_ok && ip_ok, "messages name PMD0 and a user IP");
-	tap(irq_after - irq_before >= msgs, "/proc/interrupts perfmon line counts the overflows");
-	tap(sigio_count > 0, "SIGIO delivered");
+	tap(v1 >= 100 && msgs == v1 / period, "width %d: overflow messages == floor(N / P)", width);
+	tap(v0 == (uint64_t)-period + v1 % period, "width %d: PMD0 holds the rest of the period", width);
+	tap(ovfl_mask_ok && ip_ok, "width %d: messages name PMD0 and a user IP", width);
+	tap(irq_after - irq_before >= msgs, "width %d: /proc/interrupts' perfmon line counts them", width);
+	tap(sigio_count > 0, "width %d: SIGIO delivered", width);
 	errno = 0;
-	tap(read(fd, &msg, sizeof(msg)) < 0 && errno == EAGAIN, "non-blocking read of an empty queue: EAGAIN");
+	tap(read(fd, &msg, sizeof(msg)) < 0 && errno == EAGAIN, "width %d: empty queue, non-blocking read: EAGAIN", width);
 	close(fd);
+}
 
-	/* Notify-block: the child stops at the overflow until RESTART. */
+/* Notify-block: the child stops at the overflow until RESTART. */
+static void notify_block(int kill_tool)
+{
 	volatile uint64_t *progress = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
 					   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	int go[2];
-	if (pipe(go))
-		return 1;
+	struct pfm_ctx_info st = { 0 };
+	struct pfm_msg msg;
+	int go[2], fd;
+
+	if (progress == MAP_FAILED || pipe(go))
+		return;
 	pid_t child = fork();
 	if (child == 0) {
 		char c;
 		if (read(go[0], &c, 1) != 1)
 			_exit(1);
 		for (;;) {
-			usleep_ns(1000000);
+			nsleep(1000000);
 			(*progress)++;
 		}
 	}
-	fd = setup_period(child, 5, PFM_CTXFL_NOTIFY_BLOCK);
-	struct pfm_ctx_info st;
-	for (int i = 0; i < 500; i++) {
-		if (ioctl(fd, PFM_IOC_GET_STATE, &st) == 0 && (st.status & PFM_CTXST_ACTIVE))
-			break;
-		usleep_ns(10000000);
+	/* With kill_tool, the tool is a child that is SIGKILLed while the target is blocked. */
+	int res[2];
+	if (pipe(res))
+		return;
+	pid_t tool = kill_tool ? fork() : 0;
+	if (tool == 0) {
+		fd = setup_period(child, 5, PFM_CTXFL_NOTIFY_BLOCK);
+		for (int i = 0; i < 500; i++) {
+			if (ioctl(fd, PFM_IOC_GET_STATE, &st) == 0 && (st.status & PFM_CTXST_ACTIVE))
+				break;
+			nsleep(10000000);
+		}
+		ioctl(fd, PFM_IOC_START, 0);
+		if (write(go[1], "x", 1) != 1)
+			_exit(1);
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		int got = poll(&p, 1, 5000) == 1 && read(fd, &msg, sizeof(msg)) == sizeof(msg);
+		ioctl(fd, PFM_IOC_GET_STATE, &st);
+		if (kill_tool) {
+			int ok = got && st.state == PFM_STATE_MASKED;
+			if (write(res[1], &ok, sizeof(ok)) != sizeof(ok))
+				_exit(1);
+			pause();
+		}
+		nsleep(200000000);
+		uint64_t stalled_at = *progress;
+		nsleep(300000000);
+		int stalled = *progress == stalled_at;
+		printf("# message %d, state %u, progress %llu then %llu\n", got, st.state,
+		       (unsigned long long)stalled_at, (unsigned long long)*progress);
+		tap(got && st.state == PFM_STATE_MASKED && stalled, "notify-block: thread stops, context MASKED");
+		ioctl(fd, PFM_IOC_RESTART, 0);
+		nsleep(300000000);
+		tap(*progress > stalled_at, "RESTART resumes the thread");
+		close(fd);
+	} else {
+		int ok = 0;
+		if (read(res[0], &ok, sizeof(ok)) != sizeof(ok))
+			ok = 0;
+		nsleep(200000000);
+		uint64_t stalled_at = *progress;
+		kill(tool, SIGKILL);
+		waitpid(tool, NULL, 0);
+		nsleep(300000000);
+		printf("# blocked at %llu, after the tool died %llu\n", (unsigned long long)stalled_at,
+		       (unsigned long long)*progress);
+		tap(ok && *progress > stalled_at, "killing the tool releases the blocked thread");
 	}
-	ioctl(fd, PFM_IOC_START, 0);
-	if (write(go[1], "x", 1) != 1)
-		return 1;
-	struct pollfd p = { .fd = fd, .events = POLLIN };
-	int got = poll(&p, 1, 5000) == 1 && read(fd, &msg, sizeof(msg)) == sizeof(msg);
-	ioctl(fd, PFM_IOC_GET_STATE, &st);
-	usleep_ns(200000000);
-	uint64_t stalled_at = *progress;
-	usleep_ns(300000000);
-	int stalled = *progress == stalled_at;
-	printf("# message %d, state %u, progress %llu then %llu\n", got, st.state,
-	       (unsigned long long)stalled_at, (unsigned long long)*progress);
-	tap(got && st.state == PFM_STATE_MASKED && stalled, "notify-block: thread stops, context MASKED");
-	ioctl(fd, PFM_IOC_RESTART, 0);
-	usleep_ns(300000000);
-	tap(*progress > stalled_at, "RESTART resumes the thread");
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
+}
+
+/* A period of 1 on every event of a busy thread must not hang the guest. */
+static void storm(void)
+{
+	int fd = setup_period(0, 1, 0);
+	uint64_t v0, v1, t0;
+	struct pfm_msg msg;
+	long msgs = 0;
+
+	ioctl(fd, PFM_IOC_START, 0);
+	t0 = (uint64_t)time(NULL);
+	for (int i = 0; i < 2000; i++) {
+		sched_yield();
+		if (i % 16 == 0)
+			while (read(fd, &msg, sizeof(msg)) == sizeof(msg))
+				msgs++;
+	}
+	ioctl(fd, PFM_IOC_STOP, 0);
+	read_pmds(fd, &v0, &v1);
+	printf("# period 1: %ld messages, %llu switches, %llu s\n", msgs, (unsigned long long)v1,
+	       (unsigned long long)((uint64_t)time(NULL) - t0));
+	tap(fd >= 0 && v0 != UINT64_MAX, "period 1 on a busy thread completes");
 	close(fd);
-	return failed;
+}
+
+/* Load/unload with overflows in flight from other threads' contexts. */
+static void load_unload_cycles(int n)
+{
+	int ok = 1;
+
+	for (int i = 0; i < n && ok; i++) {
+		ok = pfm_load_module(NULL) == 0;
+		pid_t child = fork();
+		if (child == 0) {
+			int fd = setup_period(0, 1, 0);
+			ioctl(fd, PFM_IOC_START, 0);
+			for (int j = 0; j < 50; j++)
+				sched_yield();
+			_exit(0);	/* exits with the context loaded */
+		}
+		waitpid(child, NULL, 0);
+		ok = ok && pfm_unload_module() == 0;
+	}
+	tap(ok, "%d load/unload cycles with overflows in flight", n);
+}
+
+int main(void)
+{
+	static const int widths[] = { 16, 32, 64 };
+
+	printf("TAP version 13\n1..%d\n", 3 * 7 + 5 + 1);
+	for (int i = 0; i < 3; i++)
+		period_run(widths[i]);
+	notify_block(0);
+	notify_block(1);
+	storm();
+	tap(pfm_unload_module() == 0, "rmmod perfmon");
+	load_unload_cycles(50);
+	return pfm_failed;
 }

@@ -1,64 +1,53 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * A C tool on the uapi header: self-monitoring of the soft PMU's three
- * events, checked against perf_event_open's software events for the same
- * thread and interval. Prints kselftest TAP. Build: cc -static -I include/uapi.
+ * A C tool on the uapi header alone: self-monitoring with the soft PMU's
+ * three events, checked against perf_event_open's software events and
+ * CLOCK_THREAD_CPUTIME_ID for the same thread and interval, at the default
+ * counter width and with soft_width=16. Prints kselftest TAP.
  */
 #define _GNU_SOURCE
-#include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
 #include <linux/perf_event.h>
 #include <linux/perfmon.h>
+#include "pfm_tap.h"
 
-static int n_test;
-static int failed;
-
-static void tap(int ok, const char *name)
-{
-	printf("%s %d - %s\n", ok ? "ok" : "not ok", ++n_test, name);
-	if (!ok)
-		failed = 1;
-}
+struct sample {
+	uint64_t pfm[3], perf[3], cputime;
+};
 
 static int perf_open(uint64_t config)
 {
 	struct perf_event_attr a = {
-		.type = PERF_TYPE_SOFTWARE, .size = sizeof(a), .config = config,
-		.disabled = 1, .exclude_kernel = 0,
+		.type = PERF_TYPE_SOFTWARE, .size = sizeof(a), .config = config, .disabled = 1,
 	};
 	return syscall(SYS_perf_event_open, &a, 0, -1, -1, 0);
 }
 
-static int mode;
+static uint64_t thread_cputime(void)
+{
+	struct timespec ts;
 
-static void workload(void)
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+/* busy: spin ~50 ms; else 100 short sleeps alternating CPUs (switches, migrations). */
+static void workload(int busy)
 {
 	struct timespec ts = { 0, 200000 };
 	cpu_set_t set;
 
-	if (mode == 1) {
-		struct timespec a, b;
-		clock_gettime(CLOCK_MONOTONIC, &a);
-		do clock_gettime(CLOCK_MONOTONIC, &b);
-		while ((b.tv_sec - a.tv_sec) * 1000000000L + b.tv_nsec - a.tv_nsec < 50000000L);
-		return;
-	}
-	if (mode == 2) {
-		for (int i = 0; i < 100; i++)
-			nanosleep(&ts, NULL);
+	if (busy) {
+		uint64_t t0 = thread_cputime();
+		while (thread_cputime() - t0 < 50000000ULL)
+			;
 		return;
 	}
 	for (int i = 0; i < 100; i++) {
-		/* Alternate CPUs to cause migrations, sleep to cause switches. */
 		CPU_ZERO(&set);
 		CPU_SET(i & 1, &set);
 		sched_setaffinity(0, sizeof(set), &set);
@@ -66,80 +55,87 @@ static void workload(void)
 	}
 }
 
-int main(int argc, char **argv)
+static int measure(int busy, struct sample *s)
 {
 	static const uint64_t ev[3] = { PFM_SOFT_EV_TASK_CLOCK, PFM_SOFT_EV_CONTEXT_SWITCHES,
 					PFM_SOFT_EV_CPU_MIGRATIONS };
 	static const uint64_t pe[3] = { PERF_COUNT_SW_TASK_CLOCK, PERF_COUNT_SW_CONTEXT_SWITCHES,
 					PERF_COUNT_SW_CPU_MIGRATIONS };
-	struct pfm_pmc pmc[3];
-	struct pfm_pmd pmd[3];
-	struct pfm_regs_arg ra;
-	struct pfm_load load;
-	struct pfm_info info;
-	uint64_t perf[3];
-	int fd, pfd[3];
+	struct pfm_pmc pmc[3] = { 0 };
+	struct pfm_pmd pmd[3] = { 0 };
+	struct pfm_regs_arg ra = { .regs = (uintptr_t)pmc, .count = 3 };
+	struct pfm_load load = { .tid = 0 };
+	int fd = open("/dev/perfmon", O_RDWR), pfd[3], ok;
+	uint64_t c0, c1;
 
-	mode = argc > 1 ? atoi(argv[1]) : 0;
-	printf("TAP version 13\n1..6\n");
-	fd = open("/dev/perfmon", O_RDWR);
-	tap(fd >= 0, "open /dev/perfmon");
-	if (fd < 0) {
-		printf("Bail out! %s\n", strerror(errno));
-		return 1;
-	}
-	memset(&info, 0, sizeof(info));
-	tap(ioctl(fd, PFM_IOC_GET_INFO, &info) == 0 && info.abi_version == PFM_ABI_VERSION &&
-	    info.num_pmds >= 3, "GET_INFO");
-	printf("# model %s, %u counters, %u bits\n", info.model, info.num_pmds, info.counter_width);
-
-	memset(pmc, 0, sizeof(pmc));
-	memset(pmd, 0, sizeof(pmd));
 	for (int i = 0; i < 3; i++) {
-		pmc[i].reg_num = i;
+		pmc[i].reg_num = pmd[i].reg_num = i;
 		pmc[i].reg_value = ev[i];
-		pmd[i].reg_num = i;
-	}
-	memset(&ra, 0, sizeof(ra));
-	ra.regs = (uintptr_t)pmc;
-	ra.count = 3;
-	int ok = ioctl(fd, PFM_IOC_WRITE_PMCS, &ra) == 0;
-	ra.regs = (uintptr_t)pmd;
-	ok = ok && ioctl(fd, PFM_IOC_WRITE_PMDS, &ra) == 0;
-	memset(&load, 0, sizeof(load));
-	ok = ok && ioctl(fd, PFM_IOC_LOAD, &load) == 0;
-	tap(ok, "program and load on self");
-
-	for (int i = 0; i < 3; i++) {
 		pfd[i] = perf_open(pe[i]);
-		if (pfd[i] < 0)
-			printf("# perf_event_open: %s\n", strerror(errno));
 	}
+	ok = fd >= 0 && ioctl(fd, PFM_IOC_WRITE_PMCS, &ra) == 0;
+	ra.regs = (uintptr_t)pmd;
+	ok = ok && ioctl(fd, PFM_IOC_WRITE_PMDS, &ra) == 0 && ioctl(fd, PFM_IOC_LOAD, &load) == 0;
 	for (int i = 0; i < 3; i++)
-		ioctl(pfd[i], PERF_EVENT_IOC_ENABLE, 0);
-	struct timespec c0, c1;
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
-	ok = ioctl(fd, PFM_IOC_START, 0) == 0;
-	workload();
+		ok = ok && pfd[i] >= 0 && ioctl(pfd[i], PERF_EVENT_IOC_ENABLE, 0) == 0;
+	c0 = thread_cputime();
+	ok = ok && ioctl(fd, PFM_IOC_START, 0) == 0;
+	workload(busy);
 	ok = ok && ioctl(fd, PFM_IOC_STOP, 0) == 0;
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
-	printf("# thread cpu time %lld ns\n", (long long)((c1.tv_sec - c0.tv_sec) * 1000000000LL + c1.tv_nsec - c0.tv_nsec));
+	c1 = thread_cputime();
 	for (int i = 0; i < 3; i++)
 		ioctl(pfd[i], PERF_EVENT_IOC_DISABLE, 0);
-	tap(ok, "start, workload, stop");
+	ok = ok && ioctl(fd, PFM_IOC_READ_PMDS, &ra) == 0;
+	for (int i = 0; i < 3; i++) {
+		s->pfm[i] = pmd[i].reg_value;
+		ok = ok && read(pfd[i], &s->perf[i], 8) == 8;
+		close(pfd[i]);
+	}
+	s->cputime = c1 - c0;
+	printf("# %s: perfmon clock %llu cs %llu migr %llu | perf clock %llu cs %llu migr %llu | cputime %llu\n",
+	       busy ? "busy" : "sleepy", (unsigned long long)s->pfm[0], (unsigned long long)s->pfm[1],
+	       (unsigned long long)s->pfm[2], (unsigned long long)s->perf[0],
+	       (unsigned long long)s->perf[1], (unsigned long long)s->perf[2],
+	       (unsigned long long)s->cputime);
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
 
-	ok = ioctl(fd, PFM_IOC_READ_PMDS, &ra) == 0;
-	for (int i = 0; i < 3; i++)
-		ok = ok && read(pfd[i], &perf[i], 8) == 8;
-	printf("# perfmon: task-clock %llu cs %llu migr %llu (enabled %llu running %llu)\n",
-	       (unsigned long long)pmd[0].reg_value, (unsigned long long)pmd[1].reg_value,
-	       (unsigned long long)pmd[2].reg_value, (unsigned long long)ra.time_enabled,
-	       (unsigned long long)ra.time_running);
-	printf("# perf:    task-clock %llu cs %llu migr %llu\n", (unsigned long long)perf[0],
-	       (unsigned long long)perf[1], (unsigned long long)perf[2]);
-	tap(ok && pmd[1].reg_value == perf[1] && pmd[2].reg_value == perf[2],
-	    "context-switches and cpu-migrations equal perf_event's");
-	tap(ok && pmd[0].reg_value > 0, "task-clock counted");
-	close(fd);
-	return failed;
+static int within(uint64_t a, uint64_t b, uint64_t pct, uint64_t slack)
+{
+	uint64_t d = a > b ? a - b : b - a;
+
+	return d <= b * pct / 100 + slack;
+}
+
+int main(void)
+{
+	static const char *const widths[] = { "", "soft_width=16" };
+	struct sample s;
+
+	printf("TAP version 13\n1..%d\n", 2 * 4 + 1);
+	for (int w = 0; w < 2; w++) {
+		const char *name = w ? "soft_width=16" : "default width";
+		int ok = 0;
+
+		tap(pfm_load_module(widths[w]) == 0, "insmod perfmon.ko %s", widths[w]);
+		/*
+		 * The two sets of counters are started and stopped a few
+		 * instructions apart: a preemption in between is possible, so
+		 * equality gets three tries.
+		 */
+		for (int attempt = 0; attempt < 3 && !ok; attempt++)
+			ok = measure(0, &s) && s.pfm[1] == s.perf[1] && s.pfm[2] == s.perf[2] &&
+			     s.pfm[1] >= 100 && s.pfm[2] >= 50;
+		tap(ok, "%s: context-switches and cpu-migrations equal perf_event's", name);
+		/* Thread CPU time is read just outside START/STOP: allow 100 us + 2%. */
+		tap(within(s.pfm[0], s.cputime, 2, 100000) && s.pfm[0] <= s.cputime,
+		    "%s: task-clock is the thread's CPU time", name);
+		ok = measure(1, &s);
+		tap(ok && within(s.pfm[0], s.perf[0], 1, 0),
+		    "%s: task-clock of a running thread within 1%% of perf's", name);
+	}
+	tap(pfm_unload_module() == 0, "rmmod perfmon");
+	return pfm_failed;
 }

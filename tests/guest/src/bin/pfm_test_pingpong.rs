@@ -2,7 +2,7 @@
 //! each monitored by its own context (loaded on itself) and by its own perf
 //! counters. Each thread's context-switch count must equal its own perf
 //! count (not the sum of both threads'), task-clock as documented (1% +
-//! 200 us, less up to 25 us per switch: these threads run only a few
+//! 200 us, plus up to 100 us per switch: these threads run only a few
 //! microseconds per wake-up, the case Documentation/perfmon.rst's Accuracy
 //! section describes).
 //! Run with both threads pinned to CPU 0 (every switch goes from one

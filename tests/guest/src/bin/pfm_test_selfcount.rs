@@ -1,9 +1,9 @@
 //! pfm_test_selfcount: a thread monitoring itself sees exactly what
 //! perf_event sees for the same interval: context-switches and
 //! cpu-migrations equal, task-clock as documented (Documentation/perfmon.rst,
-//! Accuracy: within 1% + 200 us, less up to 25 us per context switch that
-//! perf's earlier switch-in hook sees; within 1% + 200 us flat for a thread
-//! that mostly runs), with the default
+//! Accuracy: within 1% + 200 us, plus up to 100 us per context switch that
+//! the thread's scheduler runtime includes and perf's narrower window does
+//! not; within 1% + 200 us flat for a thread that mostly runs), with the default
 //! counter width and with soft_width=16 (where the counters wrap every
 //! 65536 events/ns and the module must fold every overflow into the 64-bit
 //! value). Values written to PMDs read back exactly; counting across the
@@ -56,7 +56,7 @@ fn report(t: &mut Tap, label: &str, res: Result<[bool; 3], String>) {
             let names = [
                 "context-switches equal perf's",
                 "cpu-migrations equal perf's",
-                "task-clock agrees with perf's (1% + 200 us, + <= 25 us per switch)",
+                "task-clock agrees with perf's (1% + 200 us, + <= 100 us per switch)",
             ];
             for (name, good) in names.iter().zip(ok) {
                 let name = format!("{label}: {name}");
