@@ -7,6 +7,13 @@
 : "${RUSTC:=/usr/bin/rustc}"                     # the kernel's Rust must be Debian's (rustup has no rust-src)
 : "${RUSTDOC:=/usr/bin/rustdoc}"
 : "${BINDGEN:=bindgen}"
+# bindgen must parse the kernel headers with the libclang of the compiler
+# (LLVM 22): libclang 14 lays task_struct out differently from clang 22, and
+# the module refuses to load with bindings that disagree with C.
+if [ -z "${LIBCLANG_PATH:-}" ] && [ "$PFM_LLVM" = -22 ]; then
+	LIBCLANG_PATH=/usr/lib/llvm-22/lib
+fi
+[ -z "${LIBCLANG_PATH:-}" ] || export LIBCLANG_PATH
 : "${RUST_LIB_SRC:=/usr/lib/rustlib/src/rust/library}"
 : "${PFM_BUILD:=$PFM_TOP/build}"                 # per-checkout outputs: module, images, logs
 : "${JOBS:=$(( $(nproc) + 1 ))}"
@@ -27,6 +34,7 @@ pfm_kernel_dir() {
 		echo "$PFM_KSRC_TARBALL $(stat -c %s "$PFM_KSRC_TARBALL" 2>/dev/null)"
 		cat "$PFM_TOP/kernel/base.config" "$PFM_TOP/kernel/$variant.config"
 		echo "$PFM_LLVM"; "$RUSTC" --version 2>/dev/null; "$BINDGEN" --version 2>/dev/null
+		[ -z "${LIBCLANG_PATH:-}" ] || echo "libclang=$LIBCLANG_PATH"
 	} | sha256sum | cut -c1-16)
 	echo "$PFM_CACHE/kernels/$variant-$key"
 }
