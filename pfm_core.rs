@@ -149,6 +149,12 @@ struct PerfmonModule {
 
 impl kernel::Module for PerfmonModule {
     fn init(_module: &'static ThisModule) -> Result<Self> {
+        if let Some((entry, c, r)) = rust::layout_mismatch() {
+            pr_err!(
+                "kernel structure layout differs between C and the Rust bindings (entry {entry}: {c} vs {r}); bindgen's libclang must match the compiler: refusing to load\n"
+            );
+            return Err(ENOEXEC);
+        }
         let name = rust::param_pmu();
         let (pmu, why) = match pfm_x86::Pmu::select(name.as_bytes(), rust::param_soft_width()) {
             Ok(p) => p,

@@ -96,9 +96,9 @@ static PREEMPT_OPS: bindings::preempt_ops = bindings::preempt_ops {
 
 impl Attachment {
     fn new(task: ARef<Task>, ctx: Arc<Context>, tool_ids: Option<(u32, u32)>) -> Result<Arc<Self>> {
-        let tptr: *const bindings::task_struct = &*task as *const Task as *const bindings::task_struct;
-        // SAFETY: `task` is referenced; `cred` is only compared, never dereferenced here.
-        let cred = unsafe { (*tptr).cred } as *mut bindings::cred;
+        let tptr = &*task as *const Task as *mut bindings::task_struct;
+        // SAFETY: `task` is referenced; the pointer is only compared.
+        let cred = unsafe { glue::task_cred_ptr(tptr) } as *mut bindings::cred;
         Arc::pin_init(
             pin_init!(Self {
                 // INVARIANT: `ops` is set; the link is unused until registration.
@@ -181,7 +181,7 @@ impl Attachment {
     unsafe fn lost_access(&self) -> bool {
         let task = self.task_ptr();
         // SAFETY: The caller's guarantee: `task` is current or being switched.
-        let cred = unsafe { (*task).cred } as *mut bindings::cred;
+        let cred = unsafe { glue::task_cred_ptr(task) } as *mut bindings::cred;
         if cred == self.cred_seen.load(Ordering::Relaxed) {
             return false;
         }
@@ -190,19 +190,9 @@ impl Attachment {
             return false;
         };
         // SAFETY: `cred` is the thread's live credentials (see above).
-        let c = unsafe { &*cred };
-        let same_ids = uid == c.euid.val
-            && uid == c.suid.val
-            && uid == c.uid.val
-            && gid == c.egid.val
-            && gid == c.sgid.val
-            && gid == c.gid.val;
-        // SAFETY: As above; `mm` is NULL only for exiting threads.
-        let mm = unsafe { (*task).mm };
-        let dumpable = !mm.is_null()
-            // SAFETY: `mm` is the thread's own, live while it runs.
-            && unsafe { (*mm).__bindgen_anon_1.flags } & bindings::MMF_DUMPABLE_MASK as usize
-                == bindings::SUID_DUMP_USER as usize;
+        let same_ids = unsafe { glue::cred_ids(cred) }.all_are(uid, gid);
+        // SAFETY: As above; the thread's mm cannot go away under us.
+        let dumpable = unsafe { glue::task_dumpable(task) } == Some(bindings::SUID_DUMP_USER);
         !(same_ids && dumpable)
     }
 
@@ -545,22 +535,15 @@ fn may_monitor(task: *mut bindings::task_struct) -> Result<Option<(u32, u32)>> {
     // SAFETY: `get_task_cred` returns a referenced cred of a live task.
     let mycred = unsafe { bindings::get_task_cred(me_ptr) };
     // SAFETY: `mycred` is referenced.
-    let ids = unsafe { ((*mycred).uid.val, (*mycred).gid.val) };
+    let mine = unsafe { glue::cred_ids(mycred) };
+    let ids = (mine.uids[0], mine.gids[0]);
     let leader: *mut bindings::task_struct = me.group_leader() as *const Task as *mut _;
     // SAFETY: `task` is referenced by the caller.
     let same_process = unsafe { (*task).group_leader } == leader;
     // SAFETY: As above, for the target.
     let tcred = unsafe { bindings::get_task_cred(task) };
-    // SAFETY: Both are valid, referenced creds.
-    let same_ids = unsafe {
-        let t = &*tcred;
-        ids.0 == t.euid.val
-            && ids.0 == t.suid.val
-            && ids.0 == t.uid.val
-            && ids.1 == t.egid.val
-            && ids.1 == t.sgid.val
-            && ids.1 == t.gid.val
-    };
+    // SAFETY: `tcred` is referenced.
+    let same_ids = unsafe { glue::cred_ids(tcred) }.all_are(ids.0, ids.1);
     // SAFETY: Drop the references taken above.
     unsafe {
         glue::put_cred(tcred);
@@ -579,11 +562,11 @@ fn may_monitor(task: *mut bindings::task_struct) -> Result<Option<(u32, u32)>> {
     if mm.is_null() {
         return Err(EACCES);
     }
-    // SAFETY: `mm` is referenced; `flags` low bits are the dumpable mode.
-    let dumpable = unsafe { (*mm).__bindgen_anon_1.flags } & bindings::MMF_DUMPABLE_MASK as usize;
+    // SAFETY: `mm` is referenced.
+    let dumpable = unsafe { glue::mm_dumpable(mm) };
     // SAFETY: Drops the `get_task_mm` reference.
     unsafe { bindings::mmput(mm) };
-    if dumpable == bindings::SUID_DUMP_USER as usize {
+    if dumpable == bindings::SUID_DUMP_USER {
         Ok(Some(ids))
     } else {
         Err(EACCES)

@@ -37,6 +37,14 @@ mod ffi {
         pub(crate) fn pfm_put_cred(cred: *const bindings::cred);
         pub(crate) fn pfm_init_waitqueue_head(q: *mut bindings::wait_queue_head);
         pub(crate) fn pfm_user_ip(task: *mut bindings::task_struct) -> c_ulong;
+        pub(crate) fn pfm_task_cred(task: *mut bindings::task_struct) -> *const bindings::cred;
+        pub(crate) fn pfm_cred_ids(cred: *const bindings::cred, ids: *mut u32);
+        pub(crate) fn pfm_task_dumpable(task: *mut bindings::task_struct) -> c_int;
+        pub(crate) fn pfm_mm_dumpable(mm: *mut bindings::mm_struct) -> c_int;
+        pub(crate) fn pfm_task_sum_exec_runtime(task: *mut bindings::task_struct) -> u64;
+        pub(crate) fn pfm_task_exec_start(task: *mut bindings::task_struct) -> u64;
+        pub(crate) static pfm_c_layout: [core::ffi::c_ulong; 0];
+        pub(crate) static pfm_c_layout_len: core::ffi::c_ulong;
         pub(crate) fn pfm_irq_alloc_on_cpu(cpu: c_uint) -> c_int;
         pub(crate) fn pfm_irq_set_edge_handler(irq: c_uint);
         pub(crate) fn pfm_irq_vector(irq: c_uint) -> c_uint;
@@ -110,7 +118,7 @@ pub(crate) fn current_runtime_ns() -> u64 {
     // CPU's scheduler, which IRQs-off callers exclude.
     let (sum, start) = unsafe {
         let t = bindings::get_current();
-        ((*t).se.sum_exec_runtime, (*t).se.exec_start)
+        (ffi::pfm_task_sum_exec_runtime(t), ffi::pfm_task_exec_start(t))
     };
     sum + now_ns().saturating_sub(start)
 }
@@ -120,7 +128,119 @@ pub(crate) fn current_runtime_ns() -> u64 {
 /// accounted the slice); stale by up to a tick in between.
 pub(crate) fn current_sum_exec_runtime() -> u64 {
     // SAFETY: As for `current_runtime_ns`.
-    unsafe { (*bindings::get_current()).se.sum_exec_runtime }
+    unsafe { ffi::pfm_task_sum_exec_runtime(bindings::get_current()) }
+}
+
+/// A thread's credential ids: real, effective and saved uid, then gid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CredIds {
+    /// uid, euid, suid.
+    pub(crate) uids: [u32; 3],
+    /// gid, egid, sgid.
+    pub(crate) gids: [u32; 3],
+}
+
+impl CredIds {
+    /// Whether every uid is `uid` and every gid is `gid`.
+    pub(crate) fn all_are(&self, uid: u32, gid: u32) -> bool {
+        self.uids.iter().all(|&u| u == uid) && self.gids.iter().all(|&g| g == gid)
+    }
+}
+
+/// The ids of `cred`.
+///
+/// # Safety
+///
+/// `cred` must be a live cred (referenced, or the current thread's own).
+pub(crate) unsafe fn cred_ids(cred: *const bindings::cred) -> CredIds {
+    let mut ids = [0u32; 6];
+    // SAFETY: `cred` is live (caller); `ids` has the 6 slots the shim fills.
+    unsafe { ffi::pfm_cred_ids(cred, ids.as_mut_ptr()) };
+    CredIds { uids: [ids[0], ids[1], ids[2]], gids: [ids[3], ids[4], ids[5]] }
+}
+
+/// `task->cred`, only to be compared (not dereferenced without a reference).
+///
+/// # Safety
+///
+/// `task` must be a live task.
+pub(crate) unsafe fn task_cred_ptr(task: *mut bindings::task_struct) -> *const bindings::cred {
+    // SAFETY: Forwarded.
+    unsafe { ffi::pfm_task_cred(task) }
+}
+
+/// `get_dumpable(task->mm)`, or `None` without an mm.
+///
+/// # Safety
+///
+/// `task` must be the current thread, or a thread in a scheduler callback
+/// (its mm cannot go away under us).
+pub(crate) unsafe fn task_dumpable(task: *mut bindings::task_struct) -> Option<u32> {
+    // SAFETY: Forwarded.
+    let d = unsafe { ffi::pfm_task_dumpable(task) };
+    u32::try_from(d).ok()
+}
+
+/// `get_dumpable(mm)`.
+///
+/// # Safety
+///
+/// `mm` must be referenced.
+pub(crate) unsafe fn mm_dumpable(mm: *mut bindings::mm_struct) -> u32 {
+    // SAFETY: Forwarded.
+    unsafe { ffi::pfm_mm_dumpable(mm) as u32 }
+}
+
+/// Checks that the kernel structures Rust touches have the layout the C
+/// compiler gives them. bindgen's libclang can lay a structure out
+/// differently from the compiler (seen here with libclang 14 against
+/// clang 22: `task_struct` fields after `se` 16 bytes off); loading then
+/// would read and write the wrong fields.
+/// The first layout entry (index into `pfm_c_layout`) where C and Rust
+/// differ, with both values.
+pub(crate) fn layout_mismatch() -> Option<(usize, usize, usize)> {
+    use core::mem::{offset_of, size_of};
+    use bindings::{file, file_operations as fops, task_struct as task};
+    let rust: [usize; 23] = [
+        offset_of!(task, __state),
+        offset_of!(task, flags),
+        offset_of!(task, group_leader),
+        offset_of!(task, pid),
+        offset_of!(file, private_data),
+        offset_of!(file, f_flags),
+        size_of::<fops>(),
+        offset_of!(fops, owner),
+        offset_of!(fops, read),
+        offset_of!(fops, poll),
+        offset_of!(fops, unlocked_ioctl),
+        offset_of!(fops, compat_ioctl),
+        offset_of!(fops, open),
+        offset_of!(fops, release),
+        offset_of!(fops, fasync),
+        offset_of!(fops, llseek),
+        size_of::<bindings::preempt_notifier>(),
+        size_of::<bindings::preempt_ops>(),
+        size_of::<bindings::callback_head>(),
+        size_of::<bindings::wait_queue_head>(),
+        size_of::<bindings::wait_queue_entry>(),
+        size_of::<bindings::spinlock_t>(),
+        size_of::<bindings::work_struct>(),
+    ];
+    // SAFETY: `pfm_c_layout` is a constant array of `pfm_c_layout_len` entries.
+    let c = unsafe {
+        core::slice::from_raw_parts(
+            core::ptr::addr_of!(ffi::pfm_c_layout).cast::<core::ffi::c_ulong>(),
+            ffi::pfm_c_layout_len as usize,
+        )
+    };
+    if c.len() != rust.len() {
+        return Some((usize::MAX, c.len(), rust.len()));
+    }
+    c.iter()
+        .zip(rust.iter())
+        .enumerate()
+        .find(|(_, (&c, &r))| c as usize != r)
+        .map(|(i, (&c, &r))| (i, c as usize, r))
 }
 
 /// The user-mode instruction pointer saved on `task`'s kernel stack.

@@ -7,6 +7,8 @@
  * wrappers over these.
  */
 #include <linux/build_bug.h>
+#include <linux/sched/coredump.h>
+#include <linux/workqueue.h>
 #include <linux/cred.h>
 #include <linux/irq.h>
 #include <linux/irq_work.h>
@@ -100,6 +102,26 @@ int pfm_sysfs_register(void)
 }
 void pfm_sysfs_unregister(void) { kobject_put(pfm_kobj); }
 
+/*
+ * The layout of the kernel structures Rust touches, as this compiler sees
+ * them: checked at load against bindgen's view (rust/mod.rs), which can
+ * differ when bindgen's libclang is not the compiler.
+ */
+const unsigned long pfm_c_layout[] = {
+	offsetof(struct task_struct, __state), offsetof(struct task_struct, flags),
+	offsetof(struct task_struct, group_leader), offsetof(struct task_struct, pid),
+	offsetof(struct file, private_data), offsetof(struct file, f_flags),
+	sizeof(struct file_operations), offsetof(struct file_operations, owner),
+	offsetof(struct file_operations, read), offsetof(struct file_operations, poll),
+	offsetof(struct file_operations, unlocked_ioctl), offsetof(struct file_operations, compat_ioctl),
+	offsetof(struct file_operations, open), offsetof(struct file_operations, release),
+	offsetof(struct file_operations, fasync), offsetof(struct file_operations, llseek),
+	sizeof(struct preempt_notifier), sizeof(struct preempt_ops), sizeof(struct callback_head),
+	sizeof(struct wait_queue_head), sizeof(struct wait_queue_entry), sizeof(spinlock_t),
+	sizeof(struct work_struct),
+};
+const unsigned long pfm_c_layout_len = ARRAY_SIZE(pfm_c_layout);
+
 /* One-line wrappers of static inlines and macros. */
 unsigned long pfm_spin_lock_irqsave(spinlock_t *l) { unsigned long f; spin_lock_irqsave(l, f); return f; }
 void pfm_spin_unlock_irqrestore(spinlock_t *l, unsigned long f) { spin_unlock_irqrestore(l, f); }
@@ -109,6 +131,12 @@ int pfm_this_cpu(void) { return raw_smp_processor_id(); }
 void pfm_put_cred(const struct cred *c) { put_cred(c); }
 void pfm_init_waitqueue_head(wait_queue_head_t *q) { init_waitqueue_head(q); }
 unsigned long pfm_user_ip(struct task_struct *t) { return instruction_pointer(task_pt_regs(t)); }
+const struct cred *pfm_task_cred(struct task_struct *t) { return rcu_access_pointer(t->cred); }
+void pfm_cred_ids(const struct cred *c, u32 ids[6]) { ids[0] = c->uid.val; ids[1] = c->euid.val; ids[2] = c->suid.val; ids[3] = c->gid.val; ids[4] = c->egid.val; ids[5] = c->sgid.val; }
+int pfm_task_dumpable(struct task_struct *t) { return t->mm ? get_dumpable(t->mm) : -1; }
+int pfm_mm_dumpable(struct mm_struct *mm) { return get_dumpable(mm); }
+u64 pfm_task_sum_exec_runtime(struct task_struct *t) { return t->se.sum_exec_runtime; }
+u64 pfm_task_exec_start(struct task_struct *t) { return t->se.exec_start; }
 
 /*
  * The overflow vector (pfm_intr.rs): struct irq_alloc_info, the x86 vector
