@@ -1,20 +1,28 @@
 #!/bin/sh
 # The demo of `make run`, run as /bin/pfm-demo.sh inside the fast test guest
-# (scripts/guest-init.sh, pfm.mode=run). Its output is what the user sees.
-# Placeholder until the module and the pfm CLI grow: load the module, show the
-# device, and count a small workload per thread.
+# (scripts/guest-init.sh, pfm.mode=run). Its output is what the user sees:
+# the module loading, its PMU and events, and per-thread counts of a demo
+# workload from `pfm stat`, with perf_event's counts of the same run beside.
 set -e
 echo "== insmod /lib/perfmon.ko"
 insmod /lib/perfmon.ko
-echo "== /dev/perfmon"
-ls -l /dev/perfmon
-echo "== kernel log"
-dmesg | grep -i perfmon || true
-if [ -x /bin/pfm ]; then
-	echo "== pfm stat -- sh -c 'i=0; while [ \$i -lt 20000 ]; do i=\$((i+1)); done; sleep 0.2'"
-	pfm stat -- sh -c 'i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; sleep 0.2'
-else
-	echo "(no /bin/pfm in this image yet)"
-fi
+dmesg | grep 'perfmon:' | tail -1
+echo
+echo "== pfm info"
+pfm info
+echo
+echo "== pfm list"
+pfm list
+echo
+workload='i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; for n in 1 2 3 4 5; do sleep 0.02; done'
+echo "== pfm stat --perf -- sh -c '$workload'"
+pfm stat --perf -- sh -c "$workload"
+echo
+echo "== pfm stat -t TID --interval 200 --duration 1   (a running thread, attached from outside)"
+sh -c 'while :; do sleep 0.01; done' &
+spinner=$!
+pfm stat -t "$spinner" --interval 200 --duration 1
+kill "$spinner"
+echo
 echo "== rmmod perfmon"
 rmmod perfmon
