@@ -93,3 +93,10 @@ vm: deps kernel module guest initramfs
 bench: VARIANT = fast
 bench: deps kernel module guest initramfs
 	@scripts/bench.sh $(VARIANT)
+
+# Per-function instruction profile of the switch, read and attach paths (a QEMU
+# TCG plugin; tests/bench/qemu-prof/profile.sh; PROFILE_ITEMS, PROFILE_ARGS).
+.PHONY: bench-profile
+bench-profile: VARIANT = fast
+bench-profile: deps kernel module guest initramfs
+	@tests/bench/qemu-prof/profile.sh

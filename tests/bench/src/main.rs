@@ -169,6 +169,7 @@ struct Opts {
     only: Vec<String>,
     qemu: String,
     commit: String,
+    profile: Option<String>,
     cpu: usize,
     other_cpu: usize,
 }
@@ -177,7 +178,8 @@ fn usage(code: i32) -> ! {
     eprintln!(
         "usage: pfm_bench [--quick] [--rounds N] [--trips N] [--reads N] [--attach-iters N]\n\
          \x20                [--threads N] [--many-trips N] [--settle-ms N]\n\
-         \x20                [--only ctxsw,read,attach,many] [--qemu TEXT] [--commit TEXT]"
+         \x20                [--only ctxsw,read,attach,many] [--qemu TEXT] [--commit TEXT]\n\
+         \x20      pfm_bench --profile SECTION:VARIANT,... (windows for scripts/bench-profile.sh)"
     );
     std::process::exit(code)
 }
@@ -195,6 +197,7 @@ fn parse_opts() -> Opts {
         only: vec!["ctxsw".into(), "read".into(), "attach".into(), "many".into()],
         qemu: String::new(),
         commit: String::new(),
+        profile: None,
         cpu: 0,
         other_cpu: if cpus > 1 { 1 } else { 0 },
     };
@@ -225,6 +228,7 @@ fn parse_opts() -> Opts {
             "--only" => o.only = args.get(i + 1).unwrap_or_else(|| usage(2)).split(',').map(String::from).collect(),
             "--qemu" => o.qemu = args.get(i + 1).cloned().unwrap_or_else(|| usage(2)),
             "--commit" => o.commit = args.get(i + 1).cloned().unwrap_or_else(|| usage(2)),
+            "--profile" => o.profile = Some(args.get(i + 1).cloned().unwrap_or_else(|| usage(2))),
             _ => usage(2),
         }
         i += 2;
@@ -257,6 +261,12 @@ impl PingPong {
 /// `trips` round trips between two threads pinned to `cpu`, each monitored
 /// as `mon` says (itself).
 fn pingpong(mon: Mon, trips: u64, cpu: usize) -> io::Result<PingPong> {
+    pingpong_marked(mon, trips, cpu, false)
+}
+
+/// [`pingpong`]; with `mark`, thread A brackets its loop with
+/// [`sys::profile_marker`] (for `--profile`).
+fn pingpong_marked(mon: Mon, trips: u64, cpu: usize, mark: bool) -> io::Result<PingPong> {
     let (ab_r, ab_w) = sys::pipe()?;
     let (ba_r, ba_w) = sys::pipe()?;
     let go = Arc::new(Barrier::new(2));
@@ -265,6 +275,9 @@ fn pingpong(mon: Mon, trips: u64, cpu: usize) -> io::Result<PingPong> {
         let prepared = sys::pin(cpu).and_then(|_| Guard::new(mon, 0));
         go.wait();
         let guard = prepared?;
+        if mark {
+            sys::profile_marker();
+        }
         let t0 = sys::now_ns();
         for _ in 0..trips {
             sys::write1(&ab_w)?;
@@ -273,6 +286,9 @@ fn pingpong(mon: Mon, trips: u64, cpu: usize) -> io::Result<PingPong> {
             }
         }
         let t1 = sys::now_ns();
+        if mark {
+            sys::profile_marker();
+        }
         let counts = guard.counts()?;
         guard.finish()?;
         drop(ab_w);
@@ -1055,6 +1071,87 @@ fn bench_many(o: &Opts, out: &mut J) -> io::Result<()> {
     Ok(())
 }
 
+// ---- --profile: windows for the QEMU plugin (scripts/bench-profile.sh) ----------
+
+fn mon_by_name(name: &str) -> Option<Mon> {
+    CTXSW_VARIANTS.iter().find(|(n, _)| *n == name).map(|(_, m)| *m)
+}
+
+/// Runs each `section:variant` of `items` between two profile markers and
+/// says which plugin window holds it (windows 0, 2, 4, ...: the odd ones
+/// are the set-up and tear-down between items).
+fn profile(o: &Opts, items: &str) -> io::Result<()> {
+    // Module symbols, for the host's symbolizer (the kernel's are in System.map).
+    let ksyms = std::fs::read_to_string("/proc/kallsyms")?;
+    for l in ksyms.lines().filter(|l| l.ends_with("[perfmon]")) {
+        println!("PFM-KSYM {l}");
+    }
+    sys::pin(o.cpu)?;
+    let target = Sleepers::spawn(1, o.other_cpu)?;
+    for (k, item) in items.split(',').enumerate() {
+        let (section, variant) = item.split_once(':').ok_or_else(|| io::Error::other(format!("--profile {item}: want SECTION:VARIANT")))?;
+        let bad = || io::Error::other(format!("--profile {item}: unknown variant"));
+        let (n, unit) = match section {
+            "ctxsw" => {
+                let mon = mon_by_name(variant).ok_or_else(bad)?;
+                settle(o);
+                pingpong_marked(mon, o.trips, o.cpu, true)?;
+                (2 * o.trips, "switch")
+            }
+            "read" => {
+                let mon = mon_by_name(variant).ok_or_else(bad)?;
+                let guard = Guard::new(mon, 0)?;
+                let n = o.reads as u64;
+                match &guard {
+                    Guard::None => return Err(bad()),
+                    Guard::Pfm(p, k) => {
+                        let mut regs = sys::pmd_array(*k);
+                        let mut arg = abi::PfmRegsArg::default();
+                        p.read_pmds(&mut regs, &mut arg)?;
+                        sys::profile_marker();
+                        for _ in 0..n {
+                            p.read_pmds(&mut regs, &mut arg)?;
+                        }
+                        sys::profile_marker();
+                    }
+                    Guard::Perf(g) => {
+                        let mut buf = vec![0u64; 3 + g.fds.len()];
+                        g.read_into(&mut buf)?;
+                        sys::profile_marker();
+                        for _ in 0..n {
+                            g.read_into(&mut buf)?;
+                        }
+                        sys::profile_marker();
+                    }
+                }
+                guard.finish()?;
+                (n, "read")
+            }
+            "attach" => {
+                let kind = match variant {
+                    "perfmon-1-full" => AttachKind::PfmFull(PFM1),
+                    "perfmon-4-full" => AttachKind::PfmFull(PFM4),
+                    "perfmon-4-load" => AttachKind::PfmLoad(PFM4),
+                    "perf-1" => AttachKind::PerfFull(PERF1),
+                    "perf-3" => AttachKind::PerfFull(PERF3),
+                    "perf-4" => AttachKind::PerfFull(PERF4),
+                    _ => return Err(bad()),
+                };
+                let n = o.attach_iters;
+                // One untimed iteration first (first-use allocations).
+                attach_samples(kind, target.tids[0], 1)?;
+                sys::profile_marker();
+                attach_samples(kind, target.tids[0], n)?;
+                sys::profile_marker();
+                (n as u64, "iteration")
+            }
+            _ => return Err(io::Error::other(format!("--profile {item}: sections are ctxsw, read, attach"))),
+        };
+        println!("PFM-PROF window={} item={item} iterations={n} unit={unit}", 2 * k);
+    }
+    Ok(())
+}
+
 // ---- main -----------------------------------------------------------------------
 
 fn module_loaded() -> bool {
@@ -1097,7 +1194,7 @@ fn main() {
         let mut unloaded = Vec::new();
         let mut loaded_here = false;
         if !module_loaded() {
-            if want("ctxsw") {
+            if want("ctxsw") && o.profile.is_none() {
                 for r in 0..o.rounds {
                     settle(&o);
                     let pp = pingpong(Mon::None, o.trips, o.cpu)?;
@@ -1117,6 +1214,9 @@ fn main() {
             }
         }
         out.set("pmu_model", sys::read_line("/sys/kernel/perfmon/pmu_model"));
+        if let Some(items) = &o.profile {
+            return profile(&o, items);
+        }
         if want("ctxsw") {
             bench_ctxsw(&o, &unloaded, &mut out)?;
         }

@@ -33,6 +33,23 @@ pub fn now_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// The marker of `--profile` windows: getcpu(2) as a real system call
+/// (glibc's sched_getcpu() does not enter the kernel), which nothing else
+/// in the guest makes. The QEMU plugin snapshots its counts whenever the
+/// kernel's `__x64_sys_getcpu` runs.
+#[inline(never)]
+pub fn profile_marker() {
+    // SAFETY: getcpu with NULL pointers writes nothing.
+    unsafe {
+        libc::syscall(
+            libc::SYS_getcpu,
+            std::ptr::null_mut::<u32>(),
+            std::ptr::null_mut::<u32>(),
+            std::ptr::null_mut::<libc::c_void>(),
+        )
+    };
+}
+
 // ---- threads, CPUs ------------------------------------------------------
 
 /// The calling thread's id.

@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * pfm_prof: a QEMU TCG plugin that counts executed guest instructions per
+ * translation block, between marker hits: the profiler behind
+ * scripts/bench-profile.sh (see Documentation/benchmarks.rst, "Profiling").
+ *
+ * Every time the guest executes the translation block that starts at
+ * marker=ADDR (the kernel's __x64_sys_getcpu: pfm_bench --profile calls
+ * getcpu(2) around each measured loop), the plugin snapshots every block's
+ * execution count. At exit it writes, for each window between two
+ * consecutive snapshots, one line per block that ran in it:
+ *
+ *   W VADDR NINSNS EXECUTIONS
+ *
+ * Instructions are what -icount counts (one per iteration of a REP string
+ * instruction), so NINSNS * EXECUTIONS summed per symbol is where the guest
+ * time of the window went. Counting uses inline adds (no helper call per
+ * block); with -icount QEMU runs all vCPUs in one thread, so the adds do not
+ * race.
+ *
+ * Built against QEMU 7.2's plugin API (version 1), declared here because
+ * Debian ships no qemu-plugin.h:
+ *   cc -shared -fPIC -O2 -o pfm_prof.so pfm_prof.c
+ *   qemu-system-x86_64 ... -plugin ./pfm_prof.so,marker=0xffffffff81068e70,out=prof.txt
+ */
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the subset of qemu-plugin.h (API version 1) used here ---- */
+typedef uint64_t qemu_plugin_id_t;
+struct qemu_plugin_tb;
+typedef struct qemu_info_t qemu_info_t;
+enum qemu_plugin_cb_flags { QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_CB_R_REGS, QEMU_PLUGIN_CB_RW_REGS };
+enum qemu_plugin_op { QEMU_PLUGIN_INLINE_ADD_U64 };
+typedef void (*qemu_plugin_vcpu_tb_trans_cb_t)(qemu_plugin_id_t id, struct qemu_plugin_tb *tb);
+typedef void (*qemu_plugin_vcpu_udata_cb_t)(unsigned int vcpu_index, void *userdata);
+typedef void (*qemu_plugin_udata_cb_t)(qemu_plugin_id_t id, void *userdata);
+void qemu_plugin_register_vcpu_tb_trans_cb(qemu_plugin_id_t id, qemu_plugin_vcpu_tb_trans_cb_t cb);
+void qemu_plugin_register_vcpu_tb_exec_cb(struct qemu_plugin_tb *tb, qemu_plugin_vcpu_udata_cb_t cb,
+					  enum qemu_plugin_cb_flags flags, void *userdata);
+void qemu_plugin_register_vcpu_tb_exec_inline(struct qemu_plugin_tb *tb, enum qemu_plugin_op op,
+					      void *ptr, uint64_t imm);
+void qemu_plugin_register_atexit_cb(qemu_plugin_id_t id, qemu_plugin_udata_cb_t cb, void *userdata);
+size_t qemu_plugin_tb_n_insns(const struct qemu_plugin_tb *tb);
+uint64_t qemu_plugin_tb_vaddr(const struct qemu_plugin_tb *tb);
+#define QEMU_PLUGIN_EXPORT __attribute__((visibility("default")))
+QEMU_PLUGIN_EXPORT int qemu_plugin_version = 1;
+/* ---- */
+
+#define MAX_SNAPS 40
+
+struct rec {
+	uint64_t count;		/* executions, bumped inline by the TB */
+	uint64_t vaddr;
+	uint32_t ninsns;
+	uint32_t born;		/* snapshots taken before this block was translated */
+	uint64_t snap[MAX_SNAPS];
+};
+
+static struct rec **recs;
+static size_t nrecs, caprecs;
+static unsigned nsnaps;
+static uint64_t marker;
+static const char *out_path = "pfm_prof.txt";
+
+static void snapshot(unsigned int vcpu, void *udata)
+{
+	(void)vcpu; (void)udata;
+	if (nsnaps >= MAX_SNAPS)
+		return;
+	for (size_t i = 0; i < nrecs; i++)
+		recs[i]->snap[nsnaps] = recs[i]->count;
+	nsnaps++;
+}
+
+static void tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
+{
+	(void)id;
+	struct rec *r = calloc(1, sizeof(*r));
+
+	if (!r)
+		return;
+	r->vaddr = qemu_plugin_tb_vaddr(tb);
+	r->ninsns = (uint32_t)qemu_plugin_tb_n_insns(tb);
+	r->born = nsnaps;
+	if (nrecs == caprecs) {
+		size_t cap = caprecs ? caprecs * 2 : 65536;
+		struct rec **n = realloc(recs, cap * sizeof(*n));
+
+		if (!n) {
+			free(r);
+			return;
+		}
+		recs = n;
+		caprecs = cap;
+	}
+	recs[nrecs++] = r;
+	/* The marker's snapshot runs before the block's own count is bumped. */
+	if (marker && r->vaddr == marker)
+		qemu_plugin_register_vcpu_tb_exec_cb(tb, snapshot, QEMU_PLUGIN_CB_NO_REGS, NULL);
+	qemu_plugin_register_vcpu_tb_exec_inline(tb, QEMU_PLUGIN_INLINE_ADD_U64, &r->count, 1);
+}
+
+static void at_exit(qemu_plugin_id_t id, void *udata)
+{
+	(void)id; (void)udata;
+	FILE *f = fopen(out_path, "w");
+
+	if (!f)
+		return;
+	fprintf(f, "# pfm_prof windows=%u blocks=%zu marker=0x%" PRIx64 "\n",
+		nsnaps ? nsnaps - 1 : 0, nrecs, marker);
+	for (unsigned w = 0; w + 1 < nsnaps; w++) {
+		for (size_t i = 0; i < nrecs; i++) {
+			struct rec *r = recs[i];
+			/* Blocks translated after a snapshot had a count of 0 then. */
+			uint64_t a = r->born > w ? 0 : r->snap[w];
+			uint64_t b = r->born > w + 1 ? 0 : r->snap[w + 1];
+
+			if (b > a)
+				fprintf(f, "%u %" PRIx64 " %u %" PRIu64 "\n", w, r->vaddr, r->ninsns, b - a);
+		}
+	}
+	fclose(f);
+}
+
+QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info,
+					   int argc, char **argv)
+{
+	(void)info;
+	for (int i = 0; i < argc; i++) {
+		if (!strncmp(argv[i], "marker=", 7))
+			marker = strtoull(argv[i] + 7, NULL, 0);
+		else if (!strncmp(argv[i], "out=", 4))
+			out_path = argv[i] + 4;
+		else {
+			fprintf(stderr, "pfm_prof: unknown argument %s (marker=ADDR, out=FILE)\n", argv[i]);
+			return -1;
+		}
+	}
+	qemu_plugin_register_vcpu_tb_trans_cb(id, tb_trans);
+	qemu_plugin_register_atexit_cb(id, at_exit, NULL);
+	return 0;
+}
