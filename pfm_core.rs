@@ -397,6 +397,9 @@ fn ioctl(ctx: &Arc<Context>, cmd: u32, arg: usize) -> Result {
             let regs = UserSlice::new(a.regs as usize, a.count as usize * elem);
             a.time_enabled = 0;
             a.time_running = 0;
+            // `done` and the times are written back: a read-only argument
+            // fails with EFAULT now, before anything is applied.
+            UserSlice::new(arg, size).writer().write(&a)?;
             let r = match cmd {
                 abi::PFM_IOC_WRITE_PMCS => ctx.write_pmcs(&mut a, regs),
                 abi::PFM_IOC_WRITE_PMDS => ctx.write_pmds(&mut a, regs),

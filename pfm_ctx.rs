@@ -15,7 +15,7 @@ use kernel::bindings;
 use kernel::prelude::*;
 use kernel::sync::Arc;
 use kernel::types::Opaque;
-use kernel::uaccess::{UserSlice, UserSliceReader, UserSliceWriter};
+use kernel::uaccess::{UserSlice, UserSliceWriter};
 
 use crate::abi;
 use crate::pfm_ctxsw::{self, Attachment};
@@ -315,9 +315,27 @@ fn state_err(e: StateError) -> Error {
     }
 }
 
-/// Reads a `T` from user memory at `ptr`.
-fn read_user<T: kernel::types::FromBytes>(reader: &mut UserSliceReader) -> Result<T> {
-    reader.read::<T>()
+/// Whether PMD `reg` exists in the bitmap `implemented`.
+fn pmd_exists(implemented: u64, reg: u16) -> bool {
+    reg < 64 && implemented & (1u64 << reg) != 0
+}
+
+/// An element of a register array call.
+trait RegElem: kernel::types::FromBytes + kernel::types::AsBytes + Default + Copy {
+    /// Replaces the `PFM_REG_RETFL_*` output bits of `reg_flags`.
+    fn set_retfl(&mut self, retfl: u32);
+}
+
+impl RegElem for abi::PfmPmc {
+    fn set_retfl(&mut self, retfl: u32) {
+        self.reg_flags = (self.reg_flags & !abi::PFM_REG_RETFL_MASK) | retfl;
+    }
+}
+
+impl RegElem for abi::PfmPmd {
+    fn set_retfl(&mut self, retfl: u32) {
+        self.reg_flags = (self.reg_flags & !abi::PFM_REG_RETFL_MASK) | retfl;
+    }
 }
 
 impl Context {
@@ -613,160 +631,141 @@ impl Context {
         Ok(())
     }
 
-    /// `PFM_IOC_WRITE_PMCS`.
-    pub(crate) fn write_pmcs(&self, arg: &mut abi::PfmRegsArg, regs: UserSlice) -> Result {
+    /// The shape of the three register array calls, as perfmon2 had them:
+    /// every element is read from user memory once; `check` gives each its
+    /// `PFM_REG_RETFL_*` verdict; one bad element fails the whole call with
+    /// `EINVAL`, every element's `reg_flags` telling its verdict and `done`
+    /// the first bad index; otherwise `apply` runs on the live context.
+    ///
+    /// `writes_state`: the call changes the context, so the array is written
+    /// back (`reg_flags` output bits cleared) before `apply`: a buffer that
+    /// cannot be written fails with `EFAULT` before anything is applied.
+    fn reg_array_call<T: RegElem, R>(
+        &self,
+        arg: &mut abi::PfmRegsArg,
+        regs: UserSlice,
+        writes_state: bool,
+        check: impl Fn(&T) -> u32,
+        mut apply: impl FnMut(&mut CtxInner, u64, &mut [T]) -> Result<R>,
+    ) -> Result<R> {
         let (mut reader, mut writer) = regs.reader_writer();
-        let mut pmcs = [abi::PfmPmc::default(); abi::PFM_MAX_REGS_PER_CALL];
         let n = arg.count as usize;
-        for p in pmcs[..n].iter_mut() {
-            *p = read_user(&mut reader)?;
+        let mut elems = [T::default(); abi::PFM_MAX_REGS_PER_CALL];
+        let mut verdicts = [0u32; abi::PFM_MAX_REGS_PER_CALL];
+        for e in elems[..n].iter_mut() {
+            *e = reader.read()?;
         }
-        let pmu = &globals().pmu;
-        let mut first_bad = None;
-        for (i, p) in pmcs[..n].iter_mut().enumerate() {
-            let mut ret = 0;
-            if p.reg_set != 0 {
-                ret = abi::PFM_REG_RETFL_NOSET;
-            } else if p.reg_flags & abi::PFM_REGFL_IN_MASK != 0 || p.reserved != [0; 2] {
-                ret = abi::PFM_REG_RETFL_EINVAL;
-            } else if let Err(e) = pmu.validate_pmc(p.reg_num as usize, p.reg_value) {
-                ret = e;
-            }
-            p.reg_flags = ret;
-            if ret != 0 && first_bad.is_none() {
-                first_bad = Some(i);
-            }
+        for (v, e) in verdicts.iter_mut().zip(elems[..n].iter()) {
+            *v = check(e);
         }
-        if let Some(bad) = first_bad {
+        if let Some(bad) = verdicts[..n].iter().position(|&v| v != 0) {
             arg.done = bad as u32;
-            for p in &pmcs[..n] {
-                writer.write(p)?;
+            for (e, v) in elems[..n].iter_mut().zip(verdicts.iter()) {
+                e.set_retfl(*v);
+                writer.write(&*e)?;
             }
             return Err(EINVAL);
         }
-        self.with_live(|inner, _| -> Result {
+        for e in elems[..n].iter_mut() {
+            e.set_retfl(0);
+        }
+        if writes_state {
+            for e in elems[..n].iter() {
+                writer.write(e)?;
+            }
+        }
+        let out = self.with_live(|inner, now| apply(inner, now, &mut elems[..n]))?;
+        if !writes_state {
+            for e in elems[..n].iter() {
+                writer.write(e)?;
+            }
+        }
+        arg.done = n as u32;
+        Ok(out)
+    }
+
+    /// `PFM_IOC_WRITE_PMCS`.
+    pub(crate) fn write_pmcs(&self, arg: &mut abi::PfmRegsArg, regs: UserSlice) -> Result {
+        let pmu = &globals().pmu;
+        let check = |p: &abi::PfmPmc| {
+            if p.reg_set != 0 {
+                abi::PFM_REG_RETFL_NOSET
+            } else if p.reg_flags & abi::PFM_REGFL_IN_MASK != 0 || p.reserved != [0; 2] {
+                abi::PFM_REG_RETFL_EINVAL
+            } else {
+                pmu.validate_pmc(p.reg_num as usize, p.reg_value).err().unwrap_or(0)
+            }
+        };
+        self.reg_array_call(arg, regs, true, check, |inner, _, pmcs: &mut [abi::PfmPmc]| {
             inner.state.next(Op::WriteRegs).map_err(state_err)?;
-            for p in &pmcs[..n] {
+            for p in pmcs.iter() {
                 inner.pmcs[p.reg_num as usize] = p.reg_value;
             }
             Ok(())
-        })?;
-        arg.done = n as u32;
-        for p in &pmcs[..n] {
-            writer.write(p)?;
-        }
-        Ok(())
+        })
     }
 
     /// `PFM_IOC_WRITE_PMDS`.
     pub(crate) fn write_pmds(&self, arg: &mut abi::PfmRegsArg, regs: UserSlice) -> Result {
-        let (mut reader, mut writer) = regs.reader_writer();
-        let mut pmds = [abi::PfmPmd::default(); abi::PFM_MAX_REGS_PER_CALL];
-        let n = arg.count as usize;
-        for p in pmds[..n].iter_mut() {
-            *p = read_user(&mut reader)?;
-        }
         let implemented = globals().pmu.impl_mask();
-        let mut first_bad = None;
-        // `reg_flags` is rewritten with the per-element result below.
-        let mut flags_in = [0u32; abi::PFM_MAX_REGS_PER_CALL];
-        for (i, p) in pmds[..n].iter_mut().enumerate() {
-            flags_in[i] = p.reg_flags & abi::PFM_REGFL_IN_MASK;
-            let flags_in = flags_in[i];
-            let ret = if p.reg_set != 0 {
+        let width = globals().pmu.width;
+        let check = |p: &abi::PfmPmd| {
+            if p.reg_set != 0 {
                 abi::PFM_REG_RETFL_NOSET
-            } else if (p.reg_num as usize) >= 64 || implemented & (1u64 << p.reg_num) == 0 {
+            } else if !pmd_exists(implemented, p.reg_num) {
                 abi::PFM_REG_RETFL_NOTAVAIL
-            } else if flags_in & !abi::PFM_REGFL_OVFL_NOTIFY != 0
+            } else if p.reg_flags & abi::PFM_REGFL_IN_MASK & !abi::PFM_REGFL_OVFL_NOTIFY != 0
                 || p.reserved != [0; 2]
                 || p.reg_reset_pmds & !implemented != 0
             {
                 abi::PFM_REG_RETFL_EINVAL
             } else {
                 0
-            };
-            p.reg_flags = ret;
-            if ret != 0 && first_bad.is_none() {
-                first_bad = Some(i);
             }
-        }
-        if let Some(bad) = first_bad {
-            arg.done = bad as u32;
-            for p in &pmds[..n] {
-                writer.write(p)?;
-            }
-            return Err(EINVAL);
-        }
-        let width = globals().pmu.width;
-        self.with_live(|inner, _| -> Result {
+        };
+        self.reg_array_call(arg, regs, true, check, |inner, _, pmds: &mut [abi::PfmPmd]| {
             inner.state.next(Op::WriteRegs).map_err(state_err)?;
-            for (p, flags) in pmds[..n].iter().zip(flags_in.iter()) {
+            for p in pmds.iter() {
                 let pmd = &mut inner.pmds[p.reg_num as usize];
                 pmd.write(p.reg_value, width);
                 pmd.short_reset = p.reg_short_reset;
                 pmd.long_reset = p.reg_long_reset;
-                pmd.flags = *flags;
+                pmd.flags = p.reg_flags & abi::PFM_REGFL_IN_MASK;
                 pmd.reset_pmds = p.reg_reset_pmds;
                 inner.used_pmds |= 1 << p.reg_num;
             }
             Ok(())
-        })?;
-        arg.done = n as u32;
-        for p in &pmds[..n] {
-            writer.write(p)?;
-        }
-        Ok(())
+        })
     }
 
     /// `PFM_IOC_READ_PMDS`.
     pub(crate) fn read_pmds(&self, arg: &mut abi::PfmRegsArg, regs: UserSlice) -> Result {
-        let (mut reader, mut writer) = regs.reader_writer();
-        let mut pmds = [abi::PfmPmd::default(); abi::PFM_MAX_REGS_PER_CALL];
-        let n = arg.count as usize;
-        for p in pmds[..n].iter_mut() {
-            *p = read_user(&mut reader)?;
-        }
         let implemented = globals().pmu.impl_mask();
-        let mut first_bad = None;
-        for (i, p) in pmds[..n].iter_mut().enumerate() {
-            let ret = if p.reg_set != 0 {
+        let check = |p: &abi::PfmPmd| {
+            if p.reg_set != 0 {
                 abi::PFM_REG_RETFL_NOSET
-            } else if (p.reg_num as usize) >= 64 || implemented & (1u64 << p.reg_num) == 0 {
+            } else if !pmd_exists(implemented, p.reg_num) {
                 abi::PFM_REG_RETFL_NOTAVAIL
             } else {
                 0
-            };
-            p.reg_flags = ret;
-            if ret != 0 && first_bad.is_none() {
-                first_bad = Some(i);
             }
-        }
-        if let Some(bad) = first_bad {
-            arg.done = bad as u32;
-            for p in &pmds[..n] {
-                writer.write(p)?;
-            }
-            return Err(EINVAL);
-        }
-        let (enabled, running) = self.with_live(|inner, now| -> Result<(u64, u64)> {
-            inner.state.next(Op::Read).map_err(state_err)?;
-            for p in pmds[..n].iter_mut() {
-                let pmd = &inner.pmds[p.reg_num as usize];
-                p.reg_value = pmd.value;
-                p.reg_short_reset = pmd.short_reset;
-                p.reg_long_reset = pmd.long_reset;
-                p.reg_last_reset_val = pmd.last_reset;
-                p.reg_reset_pmds = pmd.reset_pmds;
-                p.reg_flags = pmd.flags;
-            }
-            Ok((inner.time_enabled(now), inner.time_running))
-        })?;
-        arg.done = n as u32;
+        };
+        let (enabled, running) =
+            self.reg_array_call(arg, regs, false, check, |inner, now, pmds: &mut [abi::PfmPmd]| {
+                inner.state.next(Op::Read).map_err(state_err)?;
+                for p in pmds.iter_mut() {
+                    let pmd = &inner.pmds[p.reg_num as usize];
+                    p.reg_value = pmd.value;
+                    p.reg_short_reset = pmd.short_reset;
+                    p.reg_long_reset = pmd.long_reset;
+                    p.reg_last_reset_val = pmd.last_reset;
+                    p.reg_reset_pmds = pmd.reset_pmds;
+                    p.reg_flags = pmd.flags;
+                }
+                Ok((inner.time_enabled(now), inner.time_running))
+            })?;
         arg.time_enabled = enabled;
         arg.time_running = running;
-        for p in &pmds[..n] {
-            writer.write(p)?;
-        }
         Ok(())
     }
 
