@@ -129,8 +129,8 @@ int main(void)
 			ok = measure(0, &s) && s.pfm[1] == s.perf[1] && s.pfm[2] == s.perf[2] &&
 			     s.pfm[1] >= 100 && s.pfm[2] >= 50;
 		tap(ok, "%s: context-switches and cpu-migrations equal perf_event's", name);
-		/* Thread CPU time is read just outside START/STOP: allow 100 us + 2%. */
-		tap(within(s.pfm[0], s.cputime, 2, 100000) && s.pfm[0] <= s.cputime,
+		/* Thread CPU time is read just outside START/STOP (two ioctls, slow under KASAN): allow 2% + 500 us. */
+		tap(within(s.pfm[0], s.cputime, 2, 500000) && s.pfm[0] <= s.cputime,
 		    "%s: task-clock is the thread's CPU time", name);
 		ok = measure(1, &s);
 		tap(ok && within(s.pfm[0], s.perf[0], 1, 0),
