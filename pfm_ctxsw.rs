@@ -467,7 +467,13 @@ unsafe extern "C" fn block_fn(head: *mut bindings::callback_head) {
     // SAFETY: `overflow_interrupt` leaked one reference for this task_work.
     let att = unsafe { Arc::from_raw(att as *const Attachment) };
     att.block_queued.store(false, Ordering::Release);
-    att.ctx.block_until_restart(|| att.live.load(Ordering::Relaxed));
+    // SAFETY: task_work callbacks run in the task they were queued on.
+    let exiting = unsafe { (*att.task_ptr()).flags } & bindings::PF_EXITING != 0;
+    // A thread on its way out (this runs from exit_task_work() too) does not
+    // wait for a RESTART that may never come.
+    if !exiting {
+        att.ctx.block_until_restart(|| att.live.load(Ordering::Relaxed));
+    }
     release(att);
 }
 
