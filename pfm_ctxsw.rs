@@ -75,6 +75,8 @@ pub(crate) struct Attachment {
     reaping: AtomicBool,
     /// `block_work` is queued on the thread.
     block_queued: AtomicBool,
+    /// `cleanup_work` was queued (it runs once and does everything).
+    cleanup_queued: AtomicBool,
     /// The tool's real uid and gid, if it is allowed to monitor the thread
     /// only as the same user (`None`: privileged, or self-monitoring).
     tool_ids: Option<(u32, u32)>,
@@ -135,12 +137,33 @@ impl Attachment {
                 dead: AtomicBool::new(false),
                 reaping: AtomicBool::new(false),
                 block_queued: AtomicBool::new(false),
+                cleanup_queued: AtomicBool::new(false),
                 tool_ids,
                 cred_seen: AtomicPtr::new(cred),
                 revoked: AtomicBool::new(false),
             }),
             GFP_KERNEL,
         )
+    }
+
+    /// Queues, once, the task_work that removes the notifier from the thread
+    /// at its next return to user mode (or at its exit) and frees what is
+    /// left: a zombie, a detached or a revoked context's attachment. The
+    /// same `callback_head` must never be queued twice.
+    fn queue_cleanup(self: &Arc<Self>) {
+        if self.cleanup_queued.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let work_ref = Arc::into_raw(self.clone());
+        // SAFETY: The leaked reference keeps `cleanup_work` alive until it
+        // runs; `cleanup_queued` keeps it from being queued twice.
+        let queued = unsafe { glue::task_work_add(self.task_ptr(), self.cleanup_work.get(), glue::TWA_RESUME) };
+        if queued.is_err() {
+            // The thread is past exit_task_work(): its final switch marks
+            // the attachment dead and the reaper cleans up.
+            // SAFETY: Not queued: take the leaked reference back.
+            release(unsafe { Arc::from_raw(work_ref) });
+        }
     }
 
     /// Queues the irq_work: the fallback of the overflow interrupt, and the
@@ -404,15 +427,7 @@ unsafe extern "C" fn irq_work_fn(work: *mut IrqWork) {
     arc.overflow_interrupt();
     att.ctx.wake();
     if att.revoked.swap(false, Ordering::AcqRel) {
-        // Remove the notifier from the thread at its next return to user.
-        let work_ref = Arc::into_raw((*arc).clone());
-        // SAFETY: The leaked reference keeps `cleanup_work` alive until it runs.
-        let queued = unsafe { glue::task_work_add(att.task_ptr(), att.cleanup_work.get(), glue::TWA_RESUME) };
-        if queued.is_err() {
-            // Exiting: the final switch marks it dead and the reaper cleans up.
-            // SAFETY: Not queued: take the leaked reference back.
-            release(unsafe { Arc::from_raw(work_ref) });
-        }
+        arc.queue_cleanup();
     }
     if att.dead.load(Ordering::Relaxed) {
         // The notifier list's reference keeps `att` alive until the reaper
@@ -543,9 +558,8 @@ fn may_monitor(task: *mut bindings::task_struct) -> Result<Option<(u32, u32)>> {
     // SAFETY: `mycred` is referenced.
     let mine = unsafe { glue::cred_ids(mycred) };
     let ids = (mine.uids[0], mine.gids[0]);
-    let leader: *mut bindings::task_struct = me.group_leader() as *const Task as *mut _;
     // SAFETY: `task` is referenced by the caller.
-    let same_process = unsafe { (*task).group_leader } == leader;
+    let same_process = unsafe { glue::same_thread_group_as_current(task) };
     // SAFETY: As above, for the target.
     let tcred = unsafe { bindings::get_task_cred(task) };
     // SAFETY: `tcred` is referenced.
@@ -582,7 +596,7 @@ fn may_monitor(task: *mut bindings::task_struct) -> Result<Option<(u32, u32)>> {
 /// `PFM_IOC_LOAD`: attach `ctx` to thread `tid` (0: the caller).
 pub(crate) fn attach(ctx: &Arc<Context>, tid: u32) -> Result {
     let me = kernel::current!();
-    let my_tid = me.pid() as u32;
+    let my_tid = glue::current_tid();
     let is_self = tid == 0 || tid == my_tid;
     let task: ARef<Task> = if is_self { ARef::from(&*me) } else { find_task(tid)? };
     let tptr: *mut bindings::task_struct = &*task as *const Task as *mut _;
@@ -709,15 +723,7 @@ fn let_go(att: Arc<Attachment>) {
         release(att);
         return;
     }
-    let work_ref = Arc::into_raw(att.clone());
-    // SAFETY: The leaked reference keeps `cleanup_work` alive until it runs.
-    let queued = unsafe { glue::task_work_add(att.task_ptr(), att.cleanup_work.get(), glue::TWA_RESUME) };
-    if queued.is_err() {
-        // The thread is past exit_task_work(): its final switch will mark
-        // the attachment dead and the reaper will clean up.
-        // SAFETY: Not queued: take the leaked reference back.
-        release(unsafe { Arc::from_raw(work_ref) });
-    }
+    att.queue_cleanup();
     release(att);
 }
 
@@ -732,6 +738,7 @@ pub(crate) fn detach(ctx: &Arc<Context>) -> Result {
         inner.state = next;
         inner.active = false;
         inner.on_cpu = None;
+        inner.tid = 0;
         Ok(inner.attach.take())
     })?;
     if let Some(att) = att {

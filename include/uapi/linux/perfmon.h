@@ -101,7 +101,8 @@ struct pfm_ctx_flags {
 /* Output of PFM_IOC_GET_STATE. */
 struct pfm_ctx_info {
 	__u32 state;		/* PFM_STATE_* */
-	__u32 tid;		/* monitored thread (in the caller's pid namespace), 0 if none */
+	__u32 tid;		/* monitored thread (caller's pid namespace); after its exit the
+				 * thread that exited; 0 if none (never loaded, or UNLOADed) */
 	__u32 flags;		/* PFM_CTXFL_* */
 	__u32 status;		/* PFM_CTXST_* */
 	__u64 used_pmds;	/* bitmask of PMDs written */

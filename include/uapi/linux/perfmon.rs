@@ -164,7 +164,8 @@ pub struct PfmCtxFlags {
 pub struct PfmCtxInfo {
     /// `PFM_STATE_*`.
     pub state: u32,
-    /// Monitored thread, 0 if none.
+    /// Monitored thread; after its exit, the thread that exited; 0 if none
+    /// (never loaded, or UNLOADed).
     pub tid: u32,
     /// `PFM_CTXFL_*`.
     pub flags: u32,
