@@ -13,6 +13,8 @@
 #                      0 (or off) for plain TCG, whose timings are noisy
 #        BENCH_ARGS    more pfm_bench arguments, e.g. --quick, --rounds 3,
 #                      --only ctxsw,read (pfm_bench --help lists them)
+#        BENCH_COMMIT  what the JSON names as the code measured (default: git
+#                      HEAD, "+changes" when the tree differs from it)
 #        QEMU_EXTRA, QEMU_SMP, QEMU_MEM, KDIR ... as for scripts/vm.sh;
 #        GUEST_TIMEOUT defaults to 3600 s here
 set -euo pipefail
@@ -28,8 +30,12 @@ esac
 label="$label -smp ${QEMU_SMP:-2}${QEMU_EXTRA:+ $QEMU_EXTRA}"
 export QEMU_EXTRA="$icount_args ${QEMU_EXTRA:-}"
 export GUEST_TIMEOUT=${GUEST_TIMEOUT:-3600}
-commit=$(git -C "$PFM_TOP" rev-parse --short HEAD 2>/dev/null || echo unknown)
-git -C "$PFM_TOP" diff --quiet HEAD -- 2>/dev/null || commit="$commit+changes"
+if [ -n "${BENCH_COMMIT:-}" ]; then
+	commit=$BENCH_COMMIT
+else
+	commit=$(git -C "$PFM_TOP" rev-parse --short HEAD 2>/dev/null || echo unknown)
+	git -C "$PFM_TOP" diff --quiet HEAD -- 2>/dev/null || commit="$commit+changes"
+fi
 
 outdir=$PFM_BUILD/bench
 mkdir -p "$outdir"

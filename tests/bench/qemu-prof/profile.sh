@@ -34,7 +34,8 @@ out=$PFM_BUILD/bench
 mkdir -p "$out"
 ts=$(date +%Y%m%d-%H%M%S)
 so=$out/pfm_prof.so
-cc -shared -fPIC -O2 -Wall -o "$so" "$here/pfm_prof.c"
+cc=${CC:-$(command -v cc || command -v gcc || command -v "clang$PFM_LLVM")}
+"$cc" -shared -fPIC -O2 -Wall -o "$so" "$here/pfm_prof.c"
 
 raw=$out/profile-$ts.raw
 gout=$out/profile-$ts.out
