@@ -119,7 +119,8 @@ out != "" && cur != "" && !iskernel($0) {
 	n = tidx[cur]
 	if ($0 ~ /^1\.\.[0-9]+/) { plan[n] = substr($1, 4) + 0; next }
 	if ($0 ~ /^(not )?ok [0-9]+/) {
-		if (toupper($0) ~ /# *SKIP/) sk[n]++
+		# TAP: a case marked "# TODO" is a known gap: reported, not a failure (counted as skipped).
+		if (toupper($0) ~ /# *(SKIP|TODO)/) sk[n]++
 		else if ($0 ~ /^ok/) ps[n]++
 		else { fl[n]++; fails[n] = fails[n] "\n    " $0 }
 	}
