@@ -100,3 +100,14 @@ bench: deps kernel module guest initramfs
 bench-profile: VARIANT = fast
 bench-profile: deps kernel module guest initramfs
 	@tests/bench/qemu-prof/profile.sh
+
+# ---- make fuzz DURATION=SECS [SEED=N]: a long pfm_fuzz run (scripts/fuzz.sh) ----
+#
+# The debug kernel by default (VARIANT=fast for more operations per second);
+# DURATION defaults to 1800. Prints the operations executed, the anomalies
+# and any kernel splat; own image and logs in build/fuzz/.
+DURATION ?= 1800
+.PHONY: fuzz
+fuzz: VARIANT = debug
+fuzz: deps kernel module guest
+	@scripts/fuzz.sh $(VARIANT) $(DURATION) $(SEED)

@@ -4,6 +4,8 @@
 
 pub mod fuzz;
 pub mod guest;
+pub mod pfm;
+pub mod proc;
 pub mod rng;
 pub mod sys;
 pub mod tap;
