@@ -106,7 +106,8 @@ int main(void)
 		tap(poll(&p, 1, 1000) == 1 && (p.revents & POLLHUP), "POLLHUP after END is read");
 		uint64_t cs = read_pmd0(fd);
 		printf("# final context switches of the child: %llu\n", (unsigned long long)cs);
-		tap(cs >= 50 && cs < 200, "final count readable and plausible");
+		/* 50 sleeps of 1 ms: a sleep whose timer expired early does not switch. */
+		tap(cs >= 40 && cs <= 60, "final count readable and plausible");
 	}
 	waitpid(target, NULL, 0);
 	close(fd);

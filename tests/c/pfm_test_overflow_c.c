@@ -129,7 +129,8 @@ static void period_run(int width)
 	       width, (unsigned long long)v1, (unsigned long long)period, (unsigned long long)msgs,
 	       (long long)v0, (unsigned long long)irq_before, (unsigned long long)irq_after,
 	       (int)sigio_count);
-	tap(v1 >= 100 && msgs == v1 / period, "width %d: overflow messages == floor(N / P)", width);
+	/* A 100 us sleep may find its timer expired (slow kernels) and not switch. */
+	tap(v1 >= 50 && msgs == v1 / period, "width %d: overflow messages == floor(N / P)", width);
 	tap(v0 == (uint64_t)-period + v1 % period, "width %d: PMD0 holds the rest of the period", width);
 	tap(ovfl_mask_ok && ip_ok, "width %d: messages name PMD0 and a user IP", width);
 	tap(irq_after - irq_before >= msgs, "width %d: /proc/interrupts' perfmon line counts them", width);
@@ -239,7 +240,7 @@ static void storm(void)
 	read_pmds(fd, &v0, &v1);
 	printf("# period 1: %ld messages, %llu switches, %llu s\n", msgs, (unsigned long long)v1,
 	       (unsigned long long)((uint64_t)time(NULL) - t0));
-	tap(fd >= 0 && v1 >= 500 && msgs > 0, "period 1 on a busy thread completes");
+	tap(fd >= 0 && v1 >= 250 && msgs > 0, "period 1 on a busy thread completes");
 	close(fd);
 }
 
