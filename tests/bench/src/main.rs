@@ -81,7 +81,13 @@ fn describe(mon: Mon) -> String {
     };
     match mon {
         Mon::None => "unmonitored".into(),
-        Mon::Pfm(evs) => format!("perfmon: {}", evs.iter().map(|&e| pfm_name(e)).collect::<Vec<_>>().join(",")),
+        Mon::Pfm(evs) => format!(
+            "perfmon: {}",
+            evs.iter()
+                .map(|&e| pfm_name(e))
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
         // perf's config numbers differ, the names are the same.
         Mon::Perf(evs) => format!(
             "perf_event group: {}",
@@ -194,7 +200,12 @@ fn parse_opts() -> Opts {
         threads: 1_000,
         many_trips: 50_000,
         settle_ms: 1_200,
-        only: vec!["ctxsw".into(), "read".into(), "attach".into(), "many".into()],
+        only: vec![
+            "ctxsw".into(),
+            "read".into(),
+            "attach".into(),
+            "many".into(),
+        ],
         qemu: String::new(),
         commit: String::new(),
         profile: None,
@@ -203,7 +214,11 @@ fn parse_opts() -> Opts {
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
-    let num = |i: usize| -> u64 { args.get(i).and_then(|s| s.replace('_', "").parse().ok()).unwrap_or_else(|| usage(2)) };
+    let num = |i: usize| -> u64 {
+        args.get(i)
+            .and_then(|s| s.replace('_', "").parse().ok())
+            .unwrap_or_else(|| usage(2))
+    };
     while i < args.len() {
         match args[i].as_str() {
             "-h" | "--help" => usage(0),
@@ -225,7 +240,14 @@ fn parse_opts() -> Opts {
             "--threads" => o.threads = num(i + 1) as usize,
             "--many-trips" => o.many_trips = num(i + 1).max(1),
             "--settle-ms" => o.settle_ms = num(i + 1),
-            "--only" => o.only = args.get(i + 1).unwrap_or_else(|| usage(2)).split(',').map(String::from).collect(),
+            "--only" => {
+                o.only = args
+                    .get(i + 1)
+                    .unwrap_or_else(|| usage(2))
+                    .split(',')
+                    .map(String::from)
+                    .collect()
+            }
             "--qemu" => o.qemu = args.get(i + 1).cloned().unwrap_or_else(|| usage(2)),
             "--commit" => o.commit = args.get(i + 1).cloned().unwrap_or_else(|| usage(2)),
             "--profile" => o.profile = Some(args.get(i + 1).cloned().unwrap_or_else(|| usage(2))),
@@ -282,7 +304,10 @@ fn pingpong_marked(mon: Mon, trips: u64, cpu: usize, mark: bool) -> io::Result<P
         for _ in 0..trips {
             sys::write1(&ab_w)?;
             if !sys::read1(&ba_r)? {
-                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "ping-pong: peer gone"));
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "ping-pong: peer gone",
+                ));
             }
         }
         let t1 = sys::now_ns();
@@ -292,7 +317,10 @@ fn pingpong_marked(mon: Mon, trips: u64, cpu: usize, mark: bool) -> io::Result<P
         let counts = guard.counts()?;
         guard.finish()?;
         drop(ab_w);
-        Ok(PingPong { ns: t1 - t0, counts })
+        Ok(PingPong {
+            ns: t1 - t0,
+            counts,
+        })
     });
     let b = std::thread::spawn(move || -> io::Result<()> {
         let prepared = sys::pin(cpu).and_then(|_| Guard::new(mon, 0));
@@ -303,8 +331,12 @@ fn pingpong_marked(mon: Mon, trips: u64, cpu: usize, mark: bool) -> io::Result<P
         }
         guard.finish()
     });
-    let ra = a.join().map_err(|_| io::Error::other("ping-pong thread A panicked"))?;
-    let rb = b.join().map_err(|_| io::Error::other("ping-pong thread B panicked"))?;
+    let ra = a
+        .join()
+        .map_err(|_| io::Error::other("ping-pong thread A panicked"))?;
+    let rb = b
+        .join()
+        .map_err(|_| io::Error::other("ping-pong thread B panicked"))?;
     let r = ra?;
     rb?;
     Ok(r)
@@ -321,19 +353,35 @@ struct SwitchSeries {
 }
 
 /// Runs `variants` interleaved, `rounds` times, rotating the order.
-fn switch_rounds(o: &Opts, variants: &[(String, Mon)], trips: u64, tag: &str) -> io::Result<Vec<SwitchSeries>> {
+fn switch_rounds(
+    o: &Opts,
+    variants: &[(String, Mon)],
+    trips: u64,
+    tag: &str,
+) -> io::Result<Vec<SwitchSeries>> {
     let mut series: Vec<SwitchSeries> = variants
         .iter()
-        .map(|(n, m)| SwitchSeries { name: n.clone(), mon: *m, per_round: Vec::new(), counts: Vec::new() })
+        .map(|(n, m)| SwitchSeries {
+            name: n.clone(),
+            mon: *m,
+            per_round: Vec::new(),
+            counts: Vec::new(),
+        })
         .collect();
     for r in 0..o.rounds {
         for k in 0..series.len() {
             let idx = (k + r) % series.len();
             settle(o);
-            let pp = pingpong(series[idx].mon, trips, o.cpu)
-                .map_err(|e| io::Error::new(e.kind(), format!("{tag} {}: {e}", series[idx].name)))?;
+            let pp = pingpong(series[idx].mon, trips, o.cpu).map_err(|e| {
+                io::Error::new(e.kind(), format!("{tag} {}: {e}", series[idx].name))
+            })?;
             let v = pp.ns_per_switch(trips);
-            eprintln!("# {tag} round {}: {:<12} {:>9.1} ns/switch", r + 1, series[idx].name, v);
+            eprintln!(
+                "# {tag} round {}: {:<12} {:>9.1} ns/switch",
+                r + 1,
+                series[idx].name,
+                v
+            );
             series[idx].per_round.push(v);
             series[idx].counts = pp.counts;
         }
@@ -343,7 +391,12 @@ fn switch_rounds(o: &Opts, variants: &[(String, Mon)], trips: u64, tag: &str) ->
 
 /// Median over rounds of (variant - baseline) in the same round.
 fn added(s: &SwitchSeries, base: &SwitchSeries) -> f64 {
-    let d: Vec<f64> = s.per_round.iter().zip(&base.per_round).map(|(a, b)| a - b).collect();
+    let d: Vec<f64> = s
+        .per_round
+        .iter()
+        .zip(&base.per_round)
+        .map(|(a, b)| a - b)
+        .collect();
     median_f(&d)
 }
 
@@ -364,16 +417,29 @@ fn series_json(s: &SwitchSeries, base: Option<&SwitchSeries>) -> J {
 }
 
 fn bench_ctxsw(o: &Opts, unloaded_baseline: &[f64], out: &mut J) -> io::Result<()> {
-    println!("== 1. context-switch overhead: pipe ping-pong, 2 threads pinned to CPU {} ==", o.cpu);
+    println!(
+        "== 1. context-switch overhead: pipe ping-pong, 2 threads pinned to CPU {} ==",
+        o.cpu
+    );
     println!(
         "   {} round trips (2 switches each) per run, {} rounds interleaved, medians",
         o.trips, o.rounds
     );
-    let variants: Vec<(String, Mon)> = CTXSW_VARIANTS.iter().map(|(n, m)| (n.to_string(), *m)).collect();
+    let variants: Vec<(String, Mon)> = CTXSW_VARIANTS
+        .iter()
+        .map(|(n, m)| (n.to_string(), *m))
+        .collect();
     let series = switch_rounds(o, &variants, o.trips, "ctxsw")?;
     let base = &series[0];
     let base_med = median_f(&base.per_round);
-    let mut t = Table::new(&["variant", "ns/switch", "added ns", "added %", "spread %", "A's counts"]);
+    let mut t = Table::new(&[
+        "variant",
+        "ns/switch",
+        "added ns",
+        "added %",
+        "spread %",
+        "A's counts",
+    ]);
     if !unloaded_baseline.is_empty() {
         let m = median_f(unloaded_baseline);
         t.row(vec![
@@ -390,14 +456,32 @@ fn bench_ctxsw(o: &Opts, unloaded_baseline: &[f64], out: &mut J) -> io::Result<(
         t.row(vec![
             s.name.clone(),
             f(median_f(&s.per_round), 1),
-            if s.name == "none" { "-".into() } else { f(a, 1) },
-            if s.name == "none" { "-".into() } else { f(a / base_med * 100.0, 1) },
+            if s.name == "none" {
+                "-".into()
+            } else {
+                f(a, 1)
+            },
+            if s.name == "none" {
+                "-".into()
+            } else {
+                f(a / base_med * 100.0, 1)
+            },
             f(spread_pct(&s.per_round), 2),
-            s.counts.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(","),
+            s.counts
+                .iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
         ]);
     }
     t.print();
-    let get = |n: &str| series.iter().find(|s| s.name == n).map(|s| added(s, base)).unwrap_or(f64::NAN);
+    let get = |n: &str| {
+        series
+            .iter()
+            .find(|s| s.name == n)
+            .map(|s| added(s, base))
+            .unwrap_or(f64::NAN)
+    };
     let r4 = get("perfmon-4") / get("perf-4");
     let r1 = get("perfmon-1") / get("perf-1");
     let r43 = get("perfmon-4") / get("perf-3");
@@ -449,7 +533,14 @@ struct ReadRun {
 
 fn summarize(samples: Vec<u64>, batch_mean: f64, values: Vec<u64>) -> ReadRun {
     let s = sorted(samples);
-    ReadRun { median: pct(&s, 50.0), p99: pct(&s, 99.0), p999: pct(&s, 99.9), min: s[0], batch_mean, values }
+    ReadRun {
+        median: pct(&s, 50.0),
+        p99: pct(&s, 99.0),
+        p999: pct(&s, 99.9),
+        min: s[0],
+        batch_mean,
+        values,
+    }
 }
 
 /// The clock's own cost: back-to-back CLOCK_MONOTONIC reads.
@@ -518,15 +609,38 @@ fn read_latency(mon: Mon, n: usize) -> io::Result<ReadRun> {
 }
 
 fn bench_read(o: &Opts, out: &mut J) -> io::Result<()> {
-    println!("== 2. counter read latency, own thread (pinned to CPU {}) ==", o.cpu);
+    println!(
+        "== 2. counter read latency, own thread (pinned to CPU {}) ==",
+        o.cpu
+    );
     println!("   {} timed reads per run, {} rounds interleaved; medians over rounds of each run's statistic", o.reads, o.rounds);
     sys::pin(o.cpu)?;
     let variants: [(&str, Mon, &str); 5] = [
-        ("perfmon-1", Mon::Pfm(PFM1), "ioctl(PFM_IOC_READ_PMDS), 1 PMD (+ time_enabled/running)"),
-        ("perfmon-4", Mon::Pfm(PFM4), "ioctl(PFM_IOC_READ_PMDS), 4 PMDs (+ time_enabled/running)"),
-        ("perf-1", Mon::Perf(PERF1), "read(2) of a 1-event fd, TOTAL_TIME_ENABLED|RUNNING"),
-        ("perf-3", Mon::Perf(PERF3), "read(2) of a 3-event group leader, PERF_FORMAT_GROUP|TOTAL_TIME_*"),
-        ("perf-4", Mon::Perf(PERF4), "read(2) of a 4-event group leader, PERF_FORMAT_GROUP|TOTAL_TIME_*"),
+        (
+            "perfmon-1",
+            Mon::Pfm(PFM1),
+            "ioctl(PFM_IOC_READ_PMDS), 1 PMD (+ time_enabled/running)",
+        ),
+        (
+            "perfmon-4",
+            Mon::Pfm(PFM4),
+            "ioctl(PFM_IOC_READ_PMDS), 4 PMDs (+ time_enabled/running)",
+        ),
+        (
+            "perf-1",
+            Mon::Perf(PERF1),
+            "read(2) of a 1-event fd, TOTAL_TIME_ENABLED|RUNNING",
+        ),
+        (
+            "perf-3",
+            Mon::Perf(PERF3),
+            "read(2) of a 3-event group leader, PERF_FORMAT_GROUP|TOTAL_TIME_*",
+        ),
+        (
+            "perf-4",
+            Mon::Perf(PERF4),
+            "read(2) of a 4-event group leader, PERF_FORMAT_GROUP|TOTAL_TIME_*",
+        ),
     ];
     let mut runs: Vec<Vec<ReadRun>> = variants.iter().map(|_| Vec::new()).collect();
     let mut timer_runs = Vec::new();
@@ -536,14 +650,30 @@ fn bench_read(o: &Opts, out: &mut J) -> io::Result<()> {
             let idx = (k + r) % variants.len();
             let run = read_latency(variants[idx].1, o.reads)
                 .map_err(|e| io::Error::new(e.kind(), format!("read {}: {e}", variants[idx].0)))?;
-            eprintln!("# read round {}: {:<10} median {} p99 {} ns", r + 1, variants[idx].0, run.median, run.p99);
+            eprintln!(
+                "# read round {}: {:<10} median {} p99 {} ns",
+                r + 1,
+                variants[idx].0,
+                run.median,
+                run.p99
+            );
             runs[idx].push(run);
         }
     }
-    let med = |rs: &[ReadRun], g: &dyn Fn(&ReadRun) -> f64| median_f(&rs.iter().map(g).collect::<Vec<_>>());
+    let med = |rs: &[ReadRun], g: &dyn Fn(&ReadRun) -> f64| {
+        median_f(&rs.iter().map(g).collect::<Vec<_>>())
+    };
     let tmed = med(&timer_runs, &|r| r.median as f64);
     let tbatch = med(&timer_runs, &|r| r.batch_mean);
-    let mut t = Table::new(&["variant", "median ns", "p99 ns", "p99.9 ns", "min ns", "median-timer", "batch mean ns"]);
+    let mut t = Table::new(&[
+        "variant",
+        "median ns",
+        "p99 ns",
+        "p99.9 ns",
+        "min ns",
+        "median-timer",
+        "batch mean ns",
+    ]);
     t.row(vec![
         "clock_gettime pair (timer)".into(),
         f(tmed, 0),
@@ -577,9 +707,18 @@ fn bench_read(o: &Opts, out: &mut J) -> io::Result<()> {
                 .with("min_ns", med(rs, &|r| r.min as f64))
                 .with("median_minus_timer_ns", m - tmed)
                 .with("batch_mean_ns", med(rs, &|r| r.batch_mean))
-                .with("median_ns_rounds", rs.iter().map(|r| r.median).collect::<Vec<_>>())
-                .with("p99_ns_rounds", rs.iter().map(|r| r.p99).collect::<Vec<_>>())
-                .with("last_values", rs.last().map(|r| r.values.clone()).unwrap_or_default()),
+                .with(
+                    "median_ns_rounds",
+                    rs.iter().map(|r| r.median).collect::<Vec<_>>(),
+                )
+                .with(
+                    "p99_ns_rounds",
+                    rs.iter().map(|r| r.p99).collect::<Vec<_>>(),
+                )
+                .with(
+                    "last_values",
+                    rs.last().map(|r| r.values.clone()).unwrap_or_default(),
+                ),
         );
     }
     t.print();
@@ -636,17 +775,24 @@ impl Sleepers {
         let (r, w) = sys::pipe()?;
         let r = Arc::new(r);
         let (tx, rx) = std::sync::mpsc::channel();
-        let mut s = Sleepers { tids: Vec::with_capacity(n), wake: Some(w), joins: Vec::with_capacity(n) };
+        let mut s = Sleepers {
+            tids: Vec::with_capacity(n),
+            wake: Some(w),
+            joins: Vec::with_capacity(n),
+        };
         for _ in 0..n {
             let (r, tx) = (r.clone(), tx.clone());
-            let join = std::thread::Builder::new().stack_size(64 << 10).spawn(move || {
-                let _ = sys::pin(cpu);
-                let _ = tx.send(sys::gettid());
-                // EOF ends it; a task_work kick restarts the read.
-                while let Ok(true) = sys::read1(&r) {}
-            })?;
+            let join = std::thread::Builder::new()
+                .stack_size(64 << 10)
+                .spawn(move || {
+                    let _ = sys::pin(cpu);
+                    let _ = tx.send(sys::gettid());
+                    // EOF ends it; a task_work kick restarts the read.
+                    while let Ok(true) = sys::read1(&r) {}
+                })?;
             s.joins.push(join);
-            s.tids.push(rx.recv().map_err(|_| io::Error::other("sleeper died"))?);
+            s.tids
+                .push(rx.recv().map_err(|_| io::Error::other("sleeper died"))?);
         }
         Ok(s)
     }
@@ -663,10 +809,16 @@ impl Drop for Sleepers {
 
 /// Raises RLIMIT_NOFILE: the many-threads section holds several fds per thread.
 fn raise_fd_limit(want: u64) {
-    let lim = libc::rlimit { rlim_cur: want, rlim_max: want };
+    let lim = libc::rlimit {
+        rlim_cur: want,
+        rlim_max: want,
+    };
     // SAFETY: `lim` is a valid rlimit.
     if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
-        eprintln!("# setrlimit(RLIMIT_NOFILE, {want}): {}", io::Error::last_os_error());
+        eprintln!(
+            "# setrlimit(RLIMIT_NOFILE, {want}): {}",
+            io::Error::last_os_error()
+        );
     }
 }
 
@@ -728,28 +880,60 @@ fn bench_attach(o: &Opts, out: &mut J) -> io::Result<()> {
         "== 3. monitoring another thread: caller on CPU {}, target asleep in read(2) on CPU {} ==",
         o.cpu, o.other_cpu
     );
-    println!("   {} iterations per run, {} rounds interleaved", o.attach_iters, o.rounds);
+    println!(
+        "   {} iterations per run, {} rounds interleaved",
+        o.attach_iters, o.rounds
+    );
     sys::pin(o.cpu)?;
     let target = Sleepers::spawn(1, o.other_cpu)?;
     let tid = target.tids[0];
     let variants: [(&str, AttachKind, &str); 6] = [
-        ("perfmon-1 full", AttachKind::PfmFull(PFM1), "open+WRITE_PMCS+LOAD(tid)+START+STOP+UNLOAD+close, 1 counter"),
-        ("perfmon-4 full", AttachKind::PfmFull(PFM4), "open+WRITE_PMCS+LOAD(tid)+START+STOP+UNLOAD+close, 4 counters"),
-        ("perfmon-4 load", AttachKind::PfmLoad(PFM4), "LOAD(tid)+START+STOP+UNLOAD on an open, programmed context"),
-        ("perf-1", AttachKind::PerfFull(PERF1), "perf_event_open(tid)+ENABLE+DISABLE+close, 1 event"),
-        ("perf-3", AttachKind::PerfFull(PERF3), "3 x perf_event_open(tid, group)+ENABLE(GROUP)+DISABLE(GROUP)+3 x close"),
-        ("perf-4", AttachKind::PerfFull(PERF4), "4 x perf_event_open(tid, group)+ENABLE(GROUP)+DISABLE(GROUP)+4 x close"),
+        (
+            "perfmon-1 full",
+            AttachKind::PfmFull(PFM1),
+            "open+WRITE_PMCS+LOAD(tid)+START+STOP+UNLOAD+close, 1 counter",
+        ),
+        (
+            "perfmon-4 full",
+            AttachKind::PfmFull(PFM4),
+            "open+WRITE_PMCS+LOAD(tid)+START+STOP+UNLOAD+close, 4 counters",
+        ),
+        (
+            "perfmon-4 load",
+            AttachKind::PfmLoad(PFM4),
+            "LOAD(tid)+START+STOP+UNLOAD on an open, programmed context",
+        ),
+        (
+            "perf-1",
+            AttachKind::PerfFull(PERF1),
+            "perf_event_open(tid)+ENABLE+DISABLE+close, 1 event",
+        ),
+        (
+            "perf-3",
+            AttachKind::PerfFull(PERF3),
+            "3 x perf_event_open(tid, group)+ENABLE(GROUP)+DISABLE(GROUP)+3 x close",
+        ),
+        (
+            "perf-4",
+            AttachKind::PerfFull(PERF4),
+            "4 x perf_event_open(tid, group)+ENABLE(GROUP)+DISABLE(GROUP)+4 x close",
+        ),
     ];
     let mut runs: Vec<Vec<(u64, u64)>> = variants.iter().map(|_| Vec::new()).collect();
     for r in 0..o.rounds {
         for k in 0..variants.len() {
             let idx = (k + r) % variants.len();
             let s = sorted(
-                attach_samples(variants[idx].1, tid, o.attach_iters)
-                    .map_err(|e| io::Error::new(e.kind(), format!("attach {}: {e}", variants[idx].0)))?,
+                attach_samples(variants[idx].1, tid, o.attach_iters).map_err(|e| {
+                    io::Error::new(e.kind(), format!("attach {}: {e}", variants[idx].0))
+                })?,
             );
             let (m, p) = (pct(&s, 50.0), pct(&s, 99.0));
-            eprintln!("# attach round {}: {:<15} median {m} p99 {p} ns", r + 1, variants[idx].0);
+            eprintln!(
+                "# attach round {}: {:<15} median {m} p99 {p} ns",
+                r + 1,
+                variants[idx].0
+            );
             runs[idx].push((m, p));
         }
     }
@@ -767,14 +951,24 @@ fn bench_attach(o: &Opts, out: &mut J) -> io::Result<()> {
                 .with("calls", *how)
                 .with("median_ns", m)
                 .with("p99_ns", p)
-                .with("median_ns_rounds", runs[i].iter().map(|x| x.0).collect::<Vec<_>>())
-                .with("p99_ns_rounds", runs[i].iter().map(|x| x.1).collect::<Vec<_>>()),
+                .with(
+                    "median_ns_rounds",
+                    runs[i].iter().map(|x| x.0).collect::<Vec<_>>(),
+                )
+                .with(
+                    "p99_ns_rounds",
+                    runs[i].iter().map(|x| x.1).collect::<Vec<_>>(),
+                ),
         );
     }
     t.print();
     let r4 = medians[1] / medians[5];
     let r1 = medians[0] / medians[3];
-    println!("   ratio perfmon/perf of the median: 1 vs 1: {}, 4 vs 4: {}", f(r1, 3), f(r4, 3));
+    println!(
+        "   ratio perfmon/perf of the median: 1 vs 1: {}, 4 vs 4: {}",
+        f(r1, 3),
+        f(r4, 3)
+    );
     println!();
     drop(target);
     out.set(
@@ -794,7 +988,14 @@ fn bench_attach(o: &Opts, out: &mut J) -> io::Result<()> {
 
 // ---- 4. memory, and switches with many monitored threads ------------------------
 
-const MEM_FIELDS: [&str; 6] = ["Slab", "SUnreclaim", "MemAvailable", "MemFree", "KernelStack", "PageTables"];
+const MEM_FIELDS: [&str; 6] = [
+    "Slab",
+    "SUnreclaim",
+    "MemAvailable",
+    "MemFree",
+    "KernelStack",
+    "PageTables",
+];
 
 /// /proc/meminfo after a pause that lets RCU-deferred frees (exited
 /// threads, closed files) and the module's reap workqueue finish.
@@ -811,7 +1012,11 @@ fn per_object(before: &[u64], after: &[u64], n: usize) -> Vec<f64> {
         .enumerate()
         .map(|(i, (b, a))| {
             // MemAvailable/MemFree shrink when memory is used.
-            let d = if i == 2 || i == 3 { *b as f64 - *a as f64 } else { *a as f64 - *b as f64 };
+            let d = if i == 2 || i == 3 {
+                *b as f64 - *a as f64
+            } else {
+                *a as f64 - *b as f64
+            };
             d * 1024.0 / n.max(1) as f64
         })
         .collect()
@@ -826,7 +1031,9 @@ fn mem_json(v: &[f64]) -> J {
 }
 
 fn sysfs_counts() -> J {
-    let rd = |n: &str| sys::read_line(&format!("/sys/kernel/perfmon/{n}")).and_then(|s| s.parse::<u64>().ok());
+    let rd = |n: &str| {
+        sys::read_line(&format!("/sys/kernel/perfmon/{n}")).and_then(|s| s.parse::<u64>().ok())
+    };
     J::obj()
         .with("live_contexts", rd("live_contexts"))
         .with("attached_threads", rd("attached_threads"))
@@ -842,7 +1049,9 @@ fn wait_active(ctxs: &[Pfm]) -> io::Result<()> {
                 break;
             }
             if t0.elapsed() > Duration::from_secs(60) {
-                return Err(io::Error::other("attached contexts did not become ACTIVE within 60 s"));
+                return Err(io::Error::other(
+                    "attached contexts did not become ACTIVE within 60 s",
+                ));
             }
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -873,7 +1082,10 @@ fn bench_many(o: &Opts, out: &mut J) -> io::Result<()> {
         ("perfmon-4".into(), Mon::Pfm(PFM4)),
         ("perf-4".into(), Mon::Perf(PERF4)),
     ];
-    let one = Opts { rounds: 1, ..o.clone() };
+    let one = Opts {
+        rounds: 1,
+        ..o.clone()
+    };
     let mut s_base: Vec<SwitchSeries> = Vec::new();
     let mut s_pfm: Vec<SwitchSeries> = Vec::new();
     let mut s_perf: Vec<SwitchSeries> = Vec::new();
@@ -959,7 +1171,10 @@ fn bench_many(o: &Opts, out: &mut J) -> io::Result<()> {
             vec![base_vars[2].clone(), base_vars[0].clone()]
         };
         // No settle inside: perf events on the sleepers stay open during the runs.
-        let keep = Opts { settle_ms: 0, ..one.clone() };
+        let keep = Opts {
+            settle_ms: 0,
+            ..one.clone()
+        };
         let mut got = switch_rounds(&keep, &vars, o.many_trips, &format!("many/perf r{}", r + 1))?;
         got.sort_by_key(|s| base_vars.iter().position(|b| b.0 == s.name));
         merge(&mut s_perf, got);
@@ -981,15 +1196,23 @@ fn bench_many(o: &Opts, out: &mut J) -> io::Result<()> {
         sysfs_end = sysfs_counts();
     }
 
-    let med_field = |v: &Vec<Vec<f64>>, i: usize| median_f(&v.iter().map(|x| x[i]).collect::<Vec<_>>());
-    let med_vec = |v: &Vec<Vec<f64>>| (0..MEM_FIELDS.len()).map(|i| med_field(v, i)).collect::<Vec<f64>>();
+    let med_field =
+        |v: &Vec<Vec<f64>>, i: usize| median_f(&v.iter().map(|x| x[i]).collect::<Vec<_>>());
+    let med_vec = |v: &Vec<Vec<f64>>| {
+        (0..MEM_FIELDS.len())
+            .map(|i| med_field(v, i))
+            .collect::<Vec<f64>>()
+    };
     println!("   memory per thread's monitoring, bytes ({k} objects, median of {} rounds, /proc/meminfo deltas)", o.rounds);
     let mut t = Table::new(&["what", "Slab B", "SUnreclaim B", "MemAvailable B"]);
     let rows: [(&str, &Vec<Vec<f64>>); 6] = [
         ("control: nothing done (noise of the method)", &mem_control),
         ("perfmon: open + program 4 (unattached)", &mem_open),
         ("perfmon: + LOAD + START (attachment)", &mem_attach),
-        ("perfmon: still held after UNLOAD+close, thread asleep", &mem_after_close),
+        (
+            "perfmon: still held after UNLOAD+close, thread asleep",
+            &mem_after_close,
+        ),
         ("perf: group of 4 events, enabled", &mem_perf4),
         ("perf: 1 event", &mem_perf1),
     ];
@@ -1001,11 +1224,20 @@ fn bench_many(o: &Opts, out: &mut J) -> io::Result<()> {
     t.print();
     mem_j.set("objects", k);
     mem_j.set("method", "/proc/meminfo deltas over `objects` objects, each snapshot after a 300 ms pause; fresh sleeping threads every round");
-    mem_j.set("perfmon_attach_start_slab_rounds", mem_attach.iter().map(|v| v[0]).collect::<Vec<f64>>());
-    mem_j.set("perfmon_open_program4_slab_rounds", mem_open.iter().map(|v| v[0]).collect::<Vec<f64>>());
+    mem_j.set(
+        "perfmon_attach_start_slab_rounds",
+        mem_attach.iter().map(|v| v[0]).collect::<Vec<f64>>(),
+    );
+    mem_j.set(
+        "perfmon_open_program4_slab_rounds",
+        mem_open.iter().map(|v| v[0]).collect::<Vec<f64>>(),
+    );
     mem_j.set("perfmon_open_program4", mem_json(&med_vec(&mem_open)));
     mem_j.set("perfmon_attach_start", mem_json(&med_vec(&mem_attach)));
-    mem_j.set("perfmon_after_unload_close_thread_asleep", mem_json(&med_vec(&mem_after_close)));
+    mem_j.set(
+        "perfmon_after_unload_close_thread_asleep",
+        mem_json(&med_vec(&mem_after_close)),
+    );
     mem_j.set("perf_group4", mem_json(&med_vec(&mem_perf4)));
     mem_j.set("perf_single", mem_json(&med_vec(&mem_perf1)));
     mem_j.set("control_nothing_done", mem_json(&med_vec(&mem_control)));
@@ -1018,8 +1250,20 @@ fn bench_many(o: &Opts, out: &mut J) -> io::Result<()> {
         "   ping-pong pair (CPU {}), {} round trips per run, ns/switch, median of {} rounds",
         o.cpu, o.many_trips, o.rounds
     );
-    let mut t = Table::new(&["pair monitored as", "0 others", &format!("{k} perfmon others"), &format!("{k} perf others"), "growth pfm %", "growth perf %"]);
-    let get = |v: &Vec<SwitchSeries>, n: &str| v.iter().find(|s| s.name == n).map(|s| median_f(&s.per_round)).unwrap_or(f64::NAN);
+    let mut t = Table::new(&[
+        "pair monitored as",
+        "0 others",
+        &format!("{k} perfmon others"),
+        &format!("{k} perf others"),
+        "growth pfm %",
+        "growth perf %",
+    ]);
+    let get = |v: &Vec<SwitchSeries>, n: &str| {
+        v.iter()
+            .find(|s| s.name == n)
+            .map(|s| median_f(&s.per_round))
+            .unwrap_or(f64::NAN)
+    };
     let mut rows_j = J::Arr(Vec::new());
     for n in ["none", "perfmon-4", "perf-4"] {
         let a = get(&s_base, n);
@@ -1035,22 +1279,36 @@ fn bench_many(o: &Opts, out: &mut J) -> io::Result<()> {
             if b.is_finite() { f(gb, 2) } else { "-".into() },
             if c.is_finite() { f(gc, 2) } else { "-".into() },
         ]);
-        let rounds = |v: &Vec<SwitchSeries>| v.iter().find(|s| s.name == n).map(|s| s.per_round.clone());
+        let rounds =
+            |v: &Vec<SwitchSeries>| v.iter().find(|s| s.name == n).map(|s| s.per_round.clone());
         rows_j.push(
             J::obj()
                 .with("pair", n)
                 .with("zero_others_ns_per_switch", a)
-                .with("perfmon_others_ns_per_switch", if b.is_finite() { J::Num(b) } else { J::Null })
-                .with("perf_others_ns_per_switch", if c.is_finite() { J::Num(c) } else { J::Null })
-                .with("growth_perfmon_others_pct", if b.is_finite() { J::Num(gb) } else { J::Null })
-                .with("growth_perf_others_pct", if c.is_finite() { J::Num(gc) } else { J::Null })
+                .with(
+                    "perfmon_others_ns_per_switch",
+                    if b.is_finite() { J::Num(b) } else { J::Null },
+                )
+                .with(
+                    "perf_others_ns_per_switch",
+                    if c.is_finite() { J::Num(c) } else { J::Null },
+                )
+                .with(
+                    "growth_perfmon_others_pct",
+                    if b.is_finite() { J::Num(gb) } else { J::Null },
+                )
+                .with(
+                    "growth_perf_others_pct",
+                    if c.is_finite() { J::Num(gc) } else { J::Null },
+                )
                 .with("rounds_zero_others", rounds(&s_base))
                 .with("rounds_perfmon_others", rounds(&s_pfm))
                 .with("rounds_perf_others", rounds(&s_perf)),
         );
     }
     t.print();
-    let g = (get(&s_pfm, "perfmon-4") - get(&s_base, "perfmon-4")) / get(&s_base, "perfmon-4") * 100.0;
+    let g =
+        (get(&s_pfm, "perfmon-4") - get(&s_base, "perfmon-4")) / get(&s_base, "perfmon-4") * 100.0;
     println!(
         "   perfmon-4 pair with {k} other monitored threads: {}% vs none (flat within 1%: {})",
         f(g, 2),
@@ -1074,7 +1332,10 @@ fn bench_many(o: &Opts, out: &mut J) -> io::Result<()> {
 // ---- --profile: windows for the QEMU plugin (scripts/bench-profile.sh) ----------
 
 fn mon_by_name(name: &str) -> Option<Mon> {
-    CTXSW_VARIANTS.iter().find(|(n, _)| *n == name).map(|(_, m)| *m)
+    CTXSW_VARIANTS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, m)| *m)
 }
 
 /// Runs each `section:variant` of `items` between two profile markers and
@@ -1089,7 +1350,9 @@ fn profile(o: &Opts, items: &str) -> io::Result<()> {
     sys::pin(o.cpu)?;
     let target = Sleepers::spawn(1, o.other_cpu)?;
     for (k, item) in items.split(',').enumerate() {
-        let (section, variant) = item.split_once(':').ok_or_else(|| io::Error::other(format!("--profile {item}: want SECTION:VARIANT")))?;
+        let (section, variant) = item
+            .split_once(':')
+            .ok_or_else(|| io::Error::other(format!("--profile {item}: want SECTION:VARIANT")))?;
         let bad = || io::Error::other(format!("--profile {item}: unknown variant"));
         let (n, unit) = match section {
             "ctxsw" => {
@@ -1145,9 +1408,16 @@ fn profile(o: &Opts, items: &str) -> io::Result<()> {
                 sys::profile_marker();
                 (n as u64, "iteration")
             }
-            _ => return Err(io::Error::other(format!("--profile {item}: sections are ctxsw, read, attach"))),
+            _ => {
+                return Err(io::Error::other(format!(
+                    "--profile {item}: sections are ctxsw, read, attach"
+                )))
+            }
         };
-        println!("PFM-PROF window={} item={item} iterations={n} unit={unit}", 2 * k);
+        println!(
+            "PFM-PROF window={} item={item} iterations={n} unit={unit}",
+            2 * k
+        );
     }
     Ok(())
 }
@@ -1155,7 +1425,9 @@ fn profile(o: &Opts, items: &str) -> io::Result<()> {
 // ---- main -----------------------------------------------------------------------
 
 fn module_loaded() -> bool {
-    std::fs::read_to_string("/proc/modules").map(|m| m.lines().any(|l| l.starts_with("perfmon "))).unwrap_or(false)
+    std::fs::read_to_string("/proc/modules")
+        .map(|m| m.lines().any(|l| l.starts_with("perfmon ")))
+        .unwrap_or(false)
 }
 
 fn run_cmd(cmd: &str, args: &[&str]) -> io::Result<()> {
@@ -1177,12 +1449,18 @@ fn main() {
         .with("commit", o.commit.as_str())
         .with("kernel", sys::read_line("/proc/sys/kernel/osrelease"))
         .with("cpus", sys::online_cpus())
-        .with("clocksource", sys::read_line("/sys/devices/system/clocksource/clocksource0/current_clocksource"));
-    println!("pfm_bench: {} CPUs, kernel {}, clocksource {}, qemu {}",
+        .with(
+            "clocksource",
+            sys::read_line("/sys/devices/system/clocksource/clocksource0/current_clocksource"),
+        );
+    println!(
+        "pfm_bench: {} CPUs, kernel {}, clocksource {}, qemu {}",
         sys::online_cpus(),
         sys::read_line("/proc/sys/kernel/osrelease").unwrap_or_default(),
-        sys::read_line("/sys/devices/system/clocksource/clocksource0/current_clocksource").unwrap_or_default(),
-        if o.qemu.is_empty() { "?" } else { &o.qemu });
+        sys::read_line("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+            .unwrap_or_default(),
+        if o.qemu.is_empty() { "?" } else { &o.qemu }
+    );
     println!(
         "   rounds {}, trips {}, reads {}, attach iterations {}, threads {}, many-trips {}, settle {} ms",
         o.rounds, o.trips, o.reads, o.attach_iters, o.threads, o.many_trips, o.settle_ms
@@ -1199,7 +1477,10 @@ fn main() {
                     settle(&o);
                     let pp = pingpong(Mon::None, o.trips, o.cpu)?;
                     let v = pp.ns_per_switch(o.trips);
-                    eprintln!("# ctxsw round {}: none, module not loaded {v:.1} ns/switch", r + 1);
+                    eprintln!(
+                        "# ctxsw round {}: none, module not loaded {v:.1} ns/switch",
+                        r + 1
+                    );
                     unloaded.push(v);
                 }
             }
@@ -1266,7 +1547,13 @@ mod tests {
 
     #[test]
     fn json_shape() {
-        let j = J::obj().with("a", 1u64).with("b", vec![1.5f64, 2.0]).with("s", "x\"y");
-        assert_eq!(j.pretty(), "{\n  \"a\": 1,\n  \"b\": [1.5, 2],\n  \"s\": \"x\\\"y\"\n}");
+        let j = J::obj()
+            .with("a", 1u64)
+            .with("b", vec![1.5f64, 2.0])
+            .with("s", "x\"y");
+        assert_eq!(
+            j.pretty(),
+            "{\n  \"a\": 1,\n  \"b\": [1.5, 2],\n  \"s\": \"x\\\"y\"\n}"
+        );
     }
 }

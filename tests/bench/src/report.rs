@@ -219,7 +219,10 @@ pub struct Table {
 
 impl Table {
     pub fn new(head: &[&str]) -> Self {
-        Table { head: head.iter().map(|s| s.to_string()).collect(), rows: Vec::new() }
+        Table {
+            head: head.iter().map(|s| s.to_string()).collect(),
+            rows: Vec::new(),
+        }
     }
 
     pub fn row(&mut self, cells: Vec<String>) {

@@ -27,7 +27,10 @@ fn check(ret: libc::c_long, what: &str) -> io::Result<libc::c_long> {
 /// CLOCK_MONOTONIC in ns (vDSO when the clocksource allows it).
 #[inline(always)]
 pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `ts` is a valid, writable timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -108,7 +111,10 @@ impl Fd {
 pub fn pipe() -> io::Result<(Fd, Fd)> {
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: `fds` has room for the two descriptors.
-    check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } as libc::c_long, "pipe2")?;
+    check(
+        unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } as libc::c_long,
+        "pipe2",
+    )?;
     Ok((Fd(fds[0]), Fd(fds[1])))
 }
 
@@ -162,7 +168,12 @@ impl Pfm {
     #[inline(always)]
     pub fn open() -> io::Result<Self> {
         // SAFETY: a NUL-terminated path.
-        let fd = unsafe { libc::open(DEVICE.as_ptr() as *const libc::c_char, libc::O_RDWR | libc::O_CLOEXEC) };
+        let fd = unsafe {
+            libc::open(
+                DEVICE.as_ptr() as *const libc::c_char,
+                libc::O_RDWR | libc::O_CLOEXEC,
+            )
+        };
         check(fd as libc::c_long, "open /dev/perfmon")?;
         Ok(Pfm { fd: Fd(fd) })
     }
@@ -170,7 +181,11 @@ impl Pfm {
     #[inline(always)]
     fn ioctl_none(&self, req: u32, what: &str) -> io::Result<()> {
         // SAFETY: an _IO request reads and writes no user memory.
-        check(unsafe { libc::ioctl(self.fd.0, req as _, 0usize) } as libc::c_long, what).map(|_| ())
+        check(
+            unsafe { libc::ioctl(self.fd.0, req as _, 0usize) } as libc::c_long,
+            what,
+        )
+        .map(|_| ())
     }
 
     /// PFM_IOC_WRITE_PMCS: PMC i selects `events[i]`.
@@ -182,17 +197,30 @@ impl Pfm {
             p.reg_num = i as u16;
             p.reg_value = ev;
         }
-        let mut arg = PfmRegsArg { regs: pmcs.as_mut_ptr() as u64, count: n as u32, ..Default::default() };
+        let mut arg = PfmRegsArg {
+            regs: pmcs.as_mut_ptr() as u64,
+            count: n as u32,
+            ..Default::default()
+        };
         // SAFETY: `arg` is a PfmRegsArg (the size the request encodes) pointing
         // at `n` writable PfmPmc elements that outlive the call.
-        let ret = unsafe { libc::ioctl(self.fd.0, abi::PFM_IOC_WRITE_PMCS as _, &mut arg as *mut PfmRegsArg) };
+        let ret = unsafe {
+            libc::ioctl(
+                self.fd.0,
+                abi::PFM_IOC_WRITE_PMCS as _,
+                &mut arg as *mut PfmRegsArg,
+            )
+        };
         check(ret as libc::c_long, "PFM_IOC_WRITE_PMCS").map(|_| ())
     }
 
     /// PFM_IOC_LOAD on `tid` (0: the caller).
     #[inline(always)]
     pub fn load(&self, tid: u32) -> io::Result<()> {
-        let mut l = PfmLoad { tid, ..Default::default() };
+        let mut l = PfmLoad {
+            tid,
+            ..Default::default()
+        };
         // SAFETY: `l` is a PfmLoad, the size the request encodes.
         let ret = unsafe { libc::ioctl(self.fd.0, abi::PFM_IOC_LOAD as _, &mut l as *mut PfmLoad) };
         check(ret as libc::c_long, "PFM_IOC_LOAD").map(|_| ())
@@ -221,7 +249,13 @@ impl Pfm {
         arg.count = regs.len() as u32;
         // SAFETY: `arg` is a PfmRegsArg pointing at `regs.len()` writable
         // PfmPmd elements that outlive the call.
-        let ret = unsafe { libc::ioctl(self.fd.0, abi::PFM_IOC_READ_PMDS as _, arg as *mut PfmRegsArg) };
+        let ret = unsafe {
+            libc::ioctl(
+                self.fd.0,
+                abi::PFM_IOC_READ_PMDS as _,
+                arg as *mut PfmRegsArg,
+            )
+        };
         check(ret as libc::c_long, "PFM_IOC_READ_PMDS")?;
         Ok((arg.time_enabled, arg.time_running))
     }
@@ -230,7 +264,13 @@ impl Pfm {
     pub fn state(&self) -> io::Result<PfmCtxInfo> {
         let mut s = PfmCtxInfo::default();
         // SAFETY: `s` is a PfmCtxInfo, the size the request encodes.
-        let ret = unsafe { libc::ioctl(self.fd.0, abi::PFM_IOC_GET_STATE as _, &mut s as *mut PfmCtxInfo) };
+        let ret = unsafe {
+            libc::ioctl(
+                self.fd.0,
+                abi::PFM_IOC_GET_STATE as _,
+                &mut s as *mut PfmCtxInfo,
+            )
+        };
         check(ret as libc::c_long, "PFM_IOC_GET_STATE")?;
         Ok(s)
     }
@@ -238,7 +278,12 @@ impl Pfm {
 
 /// PMD array for reading counters 0..n.
 pub fn pmd_array(n: usize) -> Vec<PfmPmd> {
-    (0..n).map(|i| PfmPmd { reg_num: i as u16, ..Default::default() }).collect()
+    (0..n)
+        .map(|i| PfmPmd {
+            reg_num: i as u16,
+            ..Default::default()
+        })
+        .collect()
 }
 
 // ---- perf_event ---------------------------------------------------------
@@ -323,8 +368,11 @@ impl PerfGroup {
     #[inline(always)]
     fn leader_ioctl(&self, req: u64, what: &str) -> io::Result<()> {
         // SAFETY: ENABLE/DISABLE take an integer flag, no pointer.
-        check(unsafe { libc::ioctl(self.fds[0].0, req as _, PERF_IOC_FLAG_GROUP) } as libc::c_long, what)
-            .map(|_| ())
+        check(
+            unsafe { libc::ioctl(self.fds[0].0, req as _, PERF_IOC_FLAG_GROUP) } as libc::c_long,
+            what,
+        )
+        .map(|_| ())
     }
 
     #[inline(always)]
@@ -402,5 +450,7 @@ pub fn meminfo(fields: &[&str]) -> Vec<u64> {
 
 /// One line of a text file, trimmed.
 pub fn read_line(path: &str) -> Option<String> {
-    std::fs::read_to_string(path).ok().map(|s| s.trim().to_string())
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
 }
