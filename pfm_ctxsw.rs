@@ -593,6 +593,10 @@ fn may_monitor(task: *mut bindings::task_struct) -> Result<Option<(u32, u32)>> {
     }
 }
 
+/// Attachments a thread may hold awaiting its own cleanup (it runs them at
+/// its next return to user mode); a LOAD beyond it fails with `EAGAIN`.
+const MAX_PENDING_PER_THREAD: usize = 4;
+
 /// `PFM_IOC_LOAD`: attach `ctx` to thread `tid` (0: the caller).
 pub(crate) fn attach(ctx: &Arc<Context>, tid: u32) -> Result {
     let me = kernel::current!();
@@ -626,9 +630,9 @@ pub(crate) fn attach(ctx: &Arc<Context>, tid: u32) -> Result {
     // From here on, dropping `att` returns the module reference (`Drop`).
     globals().attached.fetch_add(1, Ordering::Relaxed);
 
-    let mut stale = None;
     {
         let mut reg = globals().registry.lock();
+        let mut pending = 0;
         for a in reg.iter().flatten() {
             if a.task_ptr() == tptr {
                 if a.live.load(Ordering::Relaxed) {
@@ -637,9 +641,19 @@ pub(crate) fn attach(ctx: &Arc<Context>, tid: u32) -> Result {
                     return Err(EBUSY);
                 }
                 // A zombie (or a detached context on its way out) of this
-                // thread: reclaim it; its own cleanup still unregisters it.
-                stale = Some(a.clone());
+                // thread: a zombie is reclaimed now; the thread's cleanup
+                // still unregisters its notifier when it next runs.
+                reap_zombie(a);
+                pending += 1;
             }
+        }
+        // A thread that does not run (stopped, or asleep in the kernel)
+        // keeps what it has to clean up: bound it, or LOAD/UNLOAD cycles
+        // on one stopped thread would fill every registry slot.
+        if pending >= MAX_PENDING_PER_THREAD {
+            drop(reg);
+            release(att);
+            return Err(EAGAIN);
         }
         let mut inner = ctx.inner.lock();
         if let Err(e) = inner.state.next(Op::Load) {
@@ -671,10 +685,6 @@ pub(crate) fn attach(ctx: &Arc<Context>, tid: u32) -> Result {
         if let Some(o) = old {
             release(o);
         }
-    }
-    if let Some(z) = stale {
-        reap_zombie(&z);
-        release(z);
     }
     if is_self {
         release(att);

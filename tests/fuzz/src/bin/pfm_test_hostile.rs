@@ -50,7 +50,9 @@ fn as_user(uid: u32, f: impl FnOnce() -> String) -> String {
         pipe.send(&line);
         0
     });
-    let line = pipe.recv(Duration::from_secs(60)).unwrap_or_else(|| "no answer from the child".into());
+    let line = pipe
+        .recv(Duration::from_secs(60))
+        .unwrap_or_else(|| "no answer from the child".into());
     p.wait(Duration::from_secs(10));
     line
 }
@@ -133,7 +135,10 @@ fn other_users(tap: &mut Tap) {
     let root = sleeper(0);
     let nobody = sleeper(NOBODY);
     let own = sleeper(USER);
-    tap.result("uid 1000 attaching to root's thread: EACCES", expect_line(&attach_as(USER, root.pid()), "EACCES", "load"));
+    tap.result(
+        "uid 1000 attaching to root's thread: EACCES",
+        expect_line(&attach_as(USER, root.pid()), "EACCES", "load"),
+    );
     tap.result(
         "uid 1000 attaching to nobody's (65534) thread: EACCES",
         expect_line(&attach_as(USER, nobody.pid()), "EACCES", "load"),
@@ -152,25 +157,46 @@ fn setuid_program(tap: &mut Tap) {
     let mut p = suid_sleeper("5", None);
     let pid = p.pid();
     // Wait until the exec happened (the comm changes from the test's name).
-    let started = wait_for(Duration::from_secs(5), || comm(pid) != comm(sys::getpid()) && !comm(pid).is_empty());
-    diag(format!("setuid program pid {pid} comm {:?} Uid: {}", comm(pid), uid_line(pid)));
+    let started = wait_for(Duration::from_secs(5), || {
+        comm(pid) != comm(sys::getpid()) && !comm(pid).is_empty()
+    });
+    diag(format!(
+        "setuid program pid {pid} comm {:?} Uid: {}",
+        comm(pid),
+        uid_line(pid)
+    ));
     let r = if started {
         expect_line(&attach_as(USER, pid), "EACCES", "load")
     } else {
         Err("the setuid program did not start".into())
     };
-    tap.result("uid 1000 attaching to a setuid program it started: EACCES (not dumpable)", r);
+    tap.result(
+        "uid 1000 attaching to a setuid program it started: EACCES (not dumpable)",
+        r,
+    );
     p.kill();
 }
 
 fn kernel_thread_and_init(tap: &mut Tap) {
-    tap.result("uid 1000 attaching to kthreadd (pid 2): EPERM", expect_line(&attach_as(USER, 2), "EPERM", "load"));
-    let root = Ctx::open().map_err(|e| perfmon::errno_name(e).to_string()).and_then(|c| Ok(outcome(&c.load(2)).to_string()));
+    tap.result(
+        "uid 1000 attaching to kthreadd (pid 2): EPERM",
+        expect_line(&attach_as(USER, 2), "EPERM", "load"),
+    );
+    let root = Ctx::open()
+        .map_err(|e| perfmon::errno_name(e).to_string())
+        .and_then(|c| Ok(outcome(&c.load(2)).to_string()));
     tap.result(
         "root attaching to kthreadd (pid 2): EPERM",
-        expect_line(&root.unwrap_or_else(|e| format!("open {e}")), "EPERM", "load"),
+        expect_line(
+            &root.unwrap_or_else(|e| format!("open {e}")),
+            "EPERM",
+            "load",
+        ),
     );
-    tap.result("uid 1000 attaching to init (pid 1): EACCES", expect_line(&attach_as(USER, 1), "EACCES", "load"));
+    tap.result(
+        "uid 1000 attaching to init (pid 1): EACCES",
+        expect_line(&attach_as(USER, 1), "EACCES", "load"),
+    );
 }
 
 fn context_flood(tap: &mut Tap) {
@@ -205,7 +231,11 @@ fn context_flood(tap: &mut Tap) {
         for fd in fds {
             let _ = sys::close(fd);
         }
-        format!("{n} {} {soft} {hard} {peak} {raise} {}", perfmon::errno_name(last), outcome(&beyond))
+        format!(
+            "{n} {} {soft} {hard} {peak} {raise} {}",
+            perfmon::errno_name(last),
+            outcome(&beyond)
+        )
     });
     let f: Vec<&str> = line.split_whitespace().collect();
     let r = (|| -> TestResult {
@@ -219,13 +249,30 @@ fn context_flood(tap: &mut Tap) {
             "uid 1000 opened {n} contexts before {} (RLIMIT_NOFILE soft {soft} hard {}); live_contexts {before} -> {peak}; raising the soft limit to the hard one: {}, beyond it: {}",
             f[1], f[3], f[5], f[6]
         ));
-        pfm_fuzz::ensure!(f[1] == "EMFILE", "the loop ended with {} instead of EMFILE", f[1]);
-        pfm_fuzz::ensure!(n + 8 >= soft && n <= soft, "{n} contexts for a limit of {soft}");
-        pfm_fuzz::ensure!(peak >= before + n, "live_contexts {peak} at the peak, expected at least {}", before + n);
-        pfm_fuzz::ensure!(f[6] == "EPERM", "an unprivileged user raised RLIMIT_NOFILE beyond its hard limit");
+        pfm_fuzz::ensure!(
+            f[1] == "EMFILE",
+            "the loop ended with {} instead of EMFILE",
+            f[1]
+        );
+        pfm_fuzz::ensure!(
+            n + 8 >= soft && n <= soft,
+            "{n} contexts for a limit of {soft}"
+        );
+        pfm_fuzz::ensure!(
+            peak >= before + n,
+            "live_contexts {peak} at the peak, expected at least {}",
+            before + n
+        );
+        pfm_fuzz::ensure!(
+            f[6] == "EPERM",
+            "an unprivileged user raised RLIMIT_NOFILE beyond its hard limit"
+        );
         Ok(())
     })();
-    tap.result("uid 1000 opening contexts until RLIMIT_NOFILE: EMFILE, all counted", r);
+    tap.result(
+        "uid 1000 opening contexts until RLIMIT_NOFILE: EMFILE, all counted",
+        r,
+    );
     tap.result(
         "the flood's contexts are freed on close",
         guest::wait_idle(Duration::from_secs(10)).map(|_| ()),
@@ -256,7 +303,9 @@ fn attach_limit(tap: &mut Tap) {
             sys::usleep(20_000);
         });
         target.signal(libc::SIGSTOP);
-        wait_for(Duration::from_secs(5), || sys::proc_state(target.pid()) == Some('T'));
+        wait_for(Duration::from_secs(5), || {
+            sys::proc_state(target.pid()) == Some('T')
+        });
         let c = match Ctx::open() {
             Ok(c) => c,
             Err(e) => {
@@ -284,7 +333,9 @@ fn attach_limit(tap: &mut Tap) {
         target.signal(libc::SIGCONT);
         report.send(&format!("{n} {attached} {last}"));
         // Give the thread time to run its task_works before it is killed.
-        wait_for(Duration::from_secs(20), || guest::sysfs_num("attached_threads") == Some(0));
+        wait_for(Duration::from_secs(20), || {
+            guest::sysfs_num("attached_threads") == Some(0)
+        });
         0
     });
     let mut root_saw = "no request".to_string();
@@ -296,7 +347,9 @@ fn attach_limit(tap: &mut Tap) {
         };
         root_done.send("done");
     }
-    let line = report.recv(Duration::from_secs(120)).unwrap_or_else(|| "no answer".into());
+    let line = report
+        .recv(Duration::from_secs(120))
+        .unwrap_or_else(|| "no answer".into());
     tool.wait(Duration::from_secs(30));
     let took = t0.elapsed();
     let f: Vec<&str> = line.split_whitespace().collect();
@@ -311,10 +364,12 @@ fn attach_limit(tap: &mut Tap) {
     ));
     // Documented: the limit is on attached *threads*. Here one thread
     // holds every slot with attachments it will only release when it runs.
-    tap.todo(
+    // The module bounds what one thread may hold awaiting its own cleanup
+    // (EAGAIN beyond 4 pending attachments), so a stopped thread cannot
+    // fill the registry.
+    tap.result(
         "LOAD/UNLOAD cycles on one stopped thread do not use up the global limit (root can still attach)",
-        "stale attachments of a stopped thread hold registry slots: one unprivileged user can make every attach fail with ENOSPC",
-        if last == "no-limit" && root_saw == "ok" {
+        if (last == "no-limit" || (last == "EAGAIN" && n <= 8)) && root_saw == "ok" {
             Ok(())
         } else {
             Err(format!("after {n} cycles: {last}; root's attach: {root_saw}"))
@@ -322,20 +377,24 @@ fn attach_limit(tap: &mut Tap) {
     );
     tap.result(
         "once the stopped thread runs again, nothing stays attached",
-        guest::wait_idle(Duration::from_secs(30)).map(|t| diag(format!("drained in {} ms", t.as_millis()))),
+        guest::wait_idle(Duration::from_secs(30))
+            .map(|t| diag(format!("drained in {} ms", t.as_millis()))),
     );
     if last == "ENOSPC" && n == LIMIT {
         tap.result("the global limit: attachment 4097 gets ENOSPC", Ok(()));
     } else if std::env::var("PFM_HOSTILE_LIMIT_THREADS").is_ok() {
         let r = limit_with_threads();
         tap.result("the global limit: attachment 4097 gets ENOSPC", r);
-    } else if last == "no-limit" {
+    } else if last == "no-limit" || last == "EAGAIN" {
         tap.skip(
             "the global limit: attachment 4097 gets ENOSPC",
             "not reachable cheaply any more; PFM_HOSTILE_LIMIT_THREADS=1 tests it with 4096 threads (~90 s on the debug kernel)",
         );
     } else {
-        tap.result("the global limit: attachment 4097 gets ENOSPC", Err(format!("after {n} attachments: {last}")));
+        tap.result(
+            "the global limit: attachment 4097 gets ENOSPC",
+            Err(format!("after {n} attachments: {last}")),
+        );
     }
 }
 
@@ -354,18 +413,20 @@ fn limit_with_threads() -> TestResult {
         let mut err = String::new();
         for i in 0..LIMIT {
             let (tx, rx) = std::sync::mpsc::channel::<Result<(), i32>>();
-            let h = std::thread::Builder::new().stack_size(64 * 1024).spawn(move || {
-                let r = Ctx::open().and_then(|c| {
-                    c.load(0)?;
-                    Ok(c.into_raw())
+            let h = std::thread::Builder::new()
+                .stack_size(64 * 1024)
+                .spawn(move || {
+                    let r = Ctx::open().and_then(|c| {
+                        c.load(0)?;
+                        Ok(c.into_raw())
+                    });
+                    let _ = tx.send(r.map(|_| ()));
+                    if r.is_ok() {
+                        // Stay attached until the pipe's write end is closed.
+                        let mut b = [0u8; 1];
+                        let _ = sys::read_buf(hold_r, &mut b);
+                    }
                 });
-                let _ = tx.send(r.map(|_| ()));
-                if r.is_ok() {
-                    // Stay attached until the pipe's write end is closed.
-                    let mut b = [0u8; 1];
-                    let _ = sys::read_buf(hold_r, &mut b);
-                }
-            });
             match h {
                 Ok(h) => handles.push(h),
                 Err(e) => {
@@ -385,7 +446,11 @@ fn limit_with_threads() -> TestResult {
                 }
             }
         }
-        let n = if err.is_empty() { LIMIT } else { handles.len().saturating_sub(1) };
+        let n = if err.is_empty() {
+            LIMIT
+        } else {
+            handles.len().saturating_sub(1)
+        };
         let extra = Ctx::open().and_then(|c| c.load(0));
         report.send(&format!("{n} {} {err}", outcome(&extra)));
         drop(hold);
@@ -394,12 +459,25 @@ fn limit_with_threads() -> TestResult {
         }
         0
     });
-    let line = report.recv(Duration::from_secs(400)).unwrap_or_else(|| "no answer".into());
+    let line = report
+        .recv(Duration::from_secs(400))
+        .unwrap_or_else(|| "no answer".into());
     p.wait(Duration::from_secs(60));
-    diag(format!("4096 self-attached threads: {line}; {:.1} s", t0.elapsed().as_secs_f64()));
+    diag(format!(
+        "4096 self-attached threads: {line}; {:.1} s",
+        t0.elapsed().as_secs_f64()
+    ));
     let f: Vec<&str> = line.splitn(3, ' ').collect();
-    pfm_fuzz::ensure!(f.len() >= 2 && f[0] == LIMIT.to_string(), "not every thread could attach: {line}");
-    pfm_fuzz::ensure!(f[1] == "ENOSPC", "attach number {} gave {}", LIMIT + 1, f[1]);
+    pfm_fuzz::ensure!(
+        f.len() >= 2 && f[0] == LIMIT.to_string(),
+        "not every thread could attach: {line}"
+    );
+    pfm_fuzz::ensure!(
+        f[1] == "ENOSPC",
+        "attach number {} gave {}",
+        LIMIT + 1,
+        f[1]
+    );
     guest::wait_idle(Duration::from_secs(30)).map(|_| ())
 }
 
@@ -432,7 +510,11 @@ fn setuid_exec(root_tool: bool, close_early: bool) -> Result<String, String> {
             return 1;
         }
         // Let the target install the context, then exec.
-        wait_for(Duration::from_secs(5), || c.state().map(|s| s.status & abi::PFM_CTXST_ACTIVE != 0).unwrap_or(false));
+        wait_for(Duration::from_secs(5), || {
+            c.state()
+                .map(|s| s.status & abi::PFM_CTXST_ACTIVE != 0)
+                .unwrap_or(false)
+        });
         go.send("go");
         let mut msgs = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(if root_tool { 2 } else { 10 });
@@ -452,7 +534,10 @@ fn setuid_exec(root_tool: bool, close_early: bool) -> Result<String, String> {
             }
         }
         let st = c.state().map(|s| state_name(s.state)).unwrap_or("?");
-        let val = c.read_pmd(0).map(|v| v.to_string()).unwrap_or_else(|e| perfmon::errno_name(e).to_string());
+        let val = c
+            .read_pmd(0)
+            .map(|v| v.to_string())
+            .unwrap_or_else(|e| perfmon::errno_name(e).to_string());
         if close_early {
             // Close while the program still sleeps in the kernel: its
             // cleanup runs when it returns to user mode.
@@ -461,13 +546,19 @@ fn setuid_exec(root_tool: bool, close_early: bool) -> Result<String, String> {
         out.send(&format!("msgs=[{}] state={st} pmd0={val}", msgs.join(",")));
         0
     });
-    let line = out.recv(Duration::from_secs(30)).ok_or("the tool did not answer")?;
+    let line = out
+        .recv(Duration::from_secs(30))
+        .ok_or("the tool did not answer")?;
     tool.wait(Duration::from_secs(10));
     let mut target = target;
     let st = target.wait(Duration::from_secs(15));
     let end = match st {
         Some(s) => sys::describe_status(s),
-        None => format!("still running (state {:?}, Uid {})", sys::proc_state(tpid), uid_line(tpid)),
+        None => format!(
+            "still running (state {:?}, Uid {})",
+            sys::proc_state(tpid),
+            uid_line(tpid)
+        ),
     };
     Ok(format!("{line} target={end}"))
 }
@@ -477,13 +568,19 @@ fn exec_cases(tap: &mut Tap) {
     let r = setuid_exec(false, false);
     let res = r.and_then(|s| {
         diag(format!("same-user tool: {s}"));
-        if s.contains("msgs=[REVOKED]") && s.contains("state=UNLOADED") && s.contains("target=exit 0") {
+        if s.contains("msgs=[REVOKED]")
+            && s.contains("state=UNLOADED")
+            && s.contains("target=exit 0")
+        {
             Ok(())
         } else {
             Err(format!("expected REVOKED, UNLOADED and a normal exit: {s}"))
         }
     });
-    tap.result("a setuid exec by the monitored thread ends monitoring by a same-user tool (REVOKED)", res);
+    tap.result(
+        "a setuid exec by the monitored thread ends monitoring by a same-user tool (REVOKED)",
+        res,
+    );
     // Root tool: allowed to monitor anything, monitoring continues.
     let r = setuid_exec(true, false);
     let res = r.and_then(|s| {
@@ -499,14 +596,20 @@ fn exec_cases(tap: &mut Tap) {
     let before = Instant::now();
     let r = setuid_exec(false, true);
     let res = r.and_then(|s| {
-        diag(format!("close after REVOKED: {s} ({:.1} s)", before.elapsed().as_secs_f64()));
+        diag(format!(
+            "close after REVOKED: {s} ({:.1} s)",
+            before.elapsed().as_secs_f64()
+        ));
         if s.contains("target=exit 0") {
             Ok(())
         } else {
             Err(format!("the setuid program did not finish normally: {s}"))
         }
     });
-    tap.result("closing the fd after REVOKED while the setuid program sleeps: it wakes and exits normally", res);
+    tap.result(
+        "closing the fd after REVOKED while the setuid program sleeps: it wakes and exits normally",
+        res,
+    );
 }
 
 fn main() {
