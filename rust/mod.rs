@@ -38,6 +38,8 @@ mod ffi {
         pub(crate) fn pfm_init_waitqueue_head(q: *mut bindings::wait_queue_head);
         pub(crate) fn pfm_user_ip(task: *mut bindings::task_struct) -> c_ulong;
         pub(crate) fn pfm_task_cred(task: *mut bindings::task_struct) -> *const bindings::cred;
+        pub(crate) fn pfm_current_tid() -> c_int;
+        pub(crate) fn pfm_same_thread_group_as_current(task: *mut bindings::task_struct) -> bool;
         pub(crate) fn pfm_cred_ids(cred: *const bindings::cred, ids: *mut u32);
         pub(crate) fn pfm_task_dumpable(task: *mut bindings::task_struct) -> c_int;
         pub(crate) fn pfm_mm_dumpable(mm: *mut bindings::mm_struct) -> c_int;
@@ -159,6 +161,22 @@ pub(crate) unsafe fn cred_ids(cred: *const bindings::cred) -> CredIds {
     CredIds { uids: [ids[0], ids[1], ids[2]], gids: [ids[3], ids[4], ids[5]] }
 }
 
+/// The calling thread's id in its own pid namespace (`task_pid_vnr`).
+pub(crate) fn current_tid() -> u32 {
+    // SAFETY: No preconditions.
+    unsafe { ffi::pfm_current_tid() as u32 }
+}
+
+/// Whether `task` is a thread of the calling process.
+///
+/// # Safety
+///
+/// `task` must be referenced.
+pub(crate) unsafe fn same_thread_group_as_current(task: *mut bindings::task_struct) -> bool {
+    // SAFETY: Forwarded.
+    unsafe { ffi::pfm_same_thread_group_as_current(task) }
+}
+
 /// `task->cred`, only to be compared (not dereferenced without a reference).
 ///
 /// # Safety
@@ -192,20 +210,20 @@ pub(crate) unsafe fn mm_dumpable(mm: *mut bindings::mm_struct) -> u32 {
 }
 
 /// Checks that the kernel structures Rust touches have the layout the C
-/// compiler gives them. bindgen's libclang can lay a structure out
-/// differently from the compiler (seen here with libclang 14 against
-/// clang 22: `task_struct` fields after `se` 16 bytes off); loading then
-/// would read and write the wrong fields.
+/// compiler gives them. bindgen can lay a structure out differently from
+/// the compiler: in 6.12 with `CONFIG_SCHEDSTATS=n`, `task_struct`'s empty
+/// but cache-aligned `struct sched_statistics` puts every later field (pid,
+/// group_leader, mm, cred, ...) 16 bytes off in the bindings. Rust reads
+/// no `task_struct` field past `se` (the shims do), and loading with any
+/// other mismatch would read and write the wrong fields.
 /// The first layout entry (index into `pfm_c_layout`) where C and Rust
 /// differ, with both values.
 pub(crate) fn layout_mismatch() -> Option<(usize, usize, usize)> {
     use core::mem::{offset_of, size_of};
     use bindings::{file, file_operations as fops, task_struct as task};
-    let rust: [usize; 23] = [
+    let rust: [usize; 21] = [
         offset_of!(task, __state),
         offset_of!(task, flags),
-        offset_of!(task, group_leader),
-        offset_of!(task, pid),
         offset_of!(file, private_data),
         offset_of!(file, f_flags),
         size_of::<fops>(),

@@ -109,7 +109,6 @@ void pfm_sysfs_unregister(void) { kobject_put(pfm_kobj); }
  */
 const unsigned long pfm_c_layout[] = {
 	offsetof(struct task_struct, __state), offsetof(struct task_struct, flags),
-	offsetof(struct task_struct, group_leader), offsetof(struct task_struct, pid),
 	offsetof(struct file, private_data), offsetof(struct file, f_flags),
 	sizeof(struct file_operations), offsetof(struct file_operations, owner),
 	offsetof(struct file_operations, read), offsetof(struct file_operations, poll),
@@ -132,6 +131,8 @@ void pfm_put_cred(const struct cred *c) { put_cred(c); }
 void pfm_init_waitqueue_head(wait_queue_head_t *q) { init_waitqueue_head(q); }
 unsigned long pfm_user_ip(struct task_struct *t) { return instruction_pointer(task_pt_regs(t)); }
 const struct cred *pfm_task_cred(struct task_struct *t) { return rcu_access_pointer(t->cred); }
+int pfm_current_tid(void) { return task_pid_vnr(current); }
+bool pfm_same_thread_group_as_current(struct task_struct *t) { return same_thread_group(t, current); }
 void pfm_cred_ids(const struct cred *c, u32 ids[6]) { ids[0] = c->uid.val; ids[1] = c->euid.val; ids[2] = c->suid.val; ids[3] = c->gid.val; ids[4] = c->egid.val; ids[5] = c->sgid.val; }
 int pfm_task_dumpable(struct task_struct *t) { return t->mm ? get_dumpable(t->mm) : -1; }
 int pfm_mm_dumpable(struct mm_struct *mm) { return get_dumpable(mm); }

@@ -29,6 +29,8 @@ void pfm_put_cred(const struct cred *c);
 void pfm_init_waitqueue_head(wait_queue_head_t *q);
 unsigned long pfm_user_ip(struct task_struct *t);
 const struct cred *pfm_task_cred(struct task_struct *t);
+int pfm_current_tid(void);
+bool pfm_same_thread_group_as_current(struct task_struct *t);
 void pfm_cred_ids(const struct cred *c, u32 ids[6]);
 int pfm_task_dumpable(struct task_struct *t);
 int pfm_mm_dumpable(struct mm_struct *mm);
