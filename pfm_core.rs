@@ -38,7 +38,7 @@ mod pfm_x86;
 mod rust;
 
 use pfm_ctx::Context;
-use pfm_ctxsw::{Attachment, ReapQueue};
+use pfm_ctxsw::ReapQueue;
 use rust::{new_irq_spinlock, IrqSpinLock};
 
 module! {
@@ -94,9 +94,9 @@ pub(crate) struct Globals {
     pub(crate) zombies: AtomicUsize,
     /// Attachments alive (threads with a notifier or one pending).
     pub(crate) attached: AtomicUsize,
-    /// Every attachment, by thread; fixed slots.
+    /// Every attachment, by thread.
     #[pin]
-    pub(crate) registry: IrqSpinLock<KVec<Option<Arc<Attachment>>>>,
+    pub(crate) registry: IrqSpinLock<pfm_ctxsw::Registry>,
     /// Where attachments are finally freed.
     reap_queue: *mut bindings::workqueue_struct,
     /// The overflow vectors.
@@ -170,10 +170,7 @@ impl kernel::Module for PerfmonModule {
         pr_info!("PMU model {} ({} bits): {}\n", pmu.name(), pmu.width, why);
 
         let intr = pfm_intr::Vectors::new(!pfm_x86::cpu_has_pmu())?;
-        let mut slots = KVec::with_capacity(MAX_ATTACHED, GFP_KERNEL)?;
-        for _ in 0..MAX_ATTACHED {
-            slots.push(None, GFP_KERNEL)?;
-        }
+        let registry = pfm_ctxsw::Registry::new()?;
         // SAFETY: A format string without arguments; flags and limits are valid.
         let wq = unsafe {
             bindings::alloc_workqueue(kernel::c_str!("perfmon_reap").as_char_ptr(), 0, 0)
@@ -187,7 +184,7 @@ impl kernel::Module for PerfmonModule {
                 live_contexts: AtomicUsize::new(0),
                 zombies: AtomicUsize::new(0),
                 attached: AtomicUsize::new(0),
-                registry <- new_irq_spinlock!(slots, "perfmon_registry"),
+                registry <- new_irq_spinlock!(registry, "perfmon_registry"),
                 reap_queue: wq,
                 intr,
             }),

@@ -28,7 +28,7 @@ use kernel::workqueue::{self, impl_has_work, new_work, Work, WorkItem};
 use crate::pfm_ctx::Context;
 use crate::pfm_state::{Op, State};
 use crate::rust::{self as glue, IrqWork};
-use crate::{ebadfd, globals};
+use crate::{ebadfd, globals, MAX_ATTACHED};
 
 /// The attachment's notifier is not registered and will not be.
 const REG_NONE: u8 = 0;
@@ -150,14 +150,19 @@ impl Attachment {
     /// at its next return to user mode (or at its exit) and frees what is
     /// left: a zombie, a detached or a revoked context's attachment. The
     /// same `callback_head` must never be queued twice.
-    fn queue_cleanup(self: &Arc<Self>) {
+    ///
+    /// `prompt`: kick the thread out of an interruptible sleep (like a
+    /// signal would, `TWA_SIGNAL`) instead of waiting for it to return to
+    /// user mode on its own (`TWA_RESUME`, the lazy cleanup of zombies).
+    fn queue_cleanup(self: &Arc<Self>, prompt: bool) {
         if self.cleanup_queued.swap(true, Ordering::AcqRel) {
             return;
         }
+        let mode = if prompt { glue::TWA_SIGNAL } else { glue::TWA_RESUME };
         let work_ref = Arc::into_raw(self.clone());
         // SAFETY: The leaked reference keeps `cleanup_work` alive until it
         // runs; `cleanup_queued` keeps it from being queued twice.
-        let queued = unsafe { glue::task_work_add(self.task_ptr(), self.cleanup_work.get(), glue::TWA_RESUME) };
+        let queued = unsafe { glue::task_work_add(self.task_ptr(), self.cleanup_work.get(), mode) };
         if queued.is_err() {
             // The thread is past exit_task_work(): its final switch marks
             // the attachment dead and the reaper cleans up.
@@ -286,12 +291,7 @@ impl Attachment {
     /// Removes this attachment from the registry and breaks the
     /// context/attachment cycle. Process or task context, no locks held.
     fn retire(self: &Arc<Self>) {
-        let removed = {
-            let mut reg = globals().registry.lock();
-            reg.iter_mut()
-                .find(|slot| matches!(slot, Some(a) if Arc::ptr_eq(a, self)))
-                .and_then(|slot| slot.take())
-        };
+        let removed = globals().registry.lock().remove(self);
         let mine = {
             let mut inner = self.ctx.inner.lock();
             match &inner.attach {
@@ -305,6 +305,52 @@ impl Attachment {
         if let Some(a) = mine {
             release(a);
         }
+    }
+}
+
+/// Every attachment, by thread: a dense array allocated once for the
+/// documented limit of `MAX_ATTACHED` (nothing allocates under its lock),
+/// so lookups cost what is attached, not the limit.
+///
+/// # Invariants
+///
+/// `slots.len() <= MAX_ATTACHED <= slots.capacity()`.
+pub(crate) struct Registry {
+    slots: KVec<Arc<Attachment>>,
+}
+
+impl Registry {
+    /// An empty registry with room for `MAX_ATTACHED` attachments.
+    pub(crate) fn new() -> Result<Self> {
+        // INVARIANT: empty, with the capacity of the limit.
+        Ok(Self { slots: KVec::with_capacity(MAX_ATTACHED, GFP_KERNEL)? })
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Arc<Attachment>> {
+        self.slots.iter()
+    }
+
+    /// Adds `att`; `false` at the limit.
+    fn insert(&mut self, att: &Arc<Attachment>) -> bool {
+        if self.slots.len() >= MAX_ATTACHED {
+            return false;
+        }
+        // Within the capacity (type invariant): `push` does not allocate.
+        self.slots.push(att.clone(), GFP_ATOMIC).is_ok()
+    }
+
+    /// Removes `att` and returns the registry's reference to it.
+    fn remove(&mut self, att: &Arc<Attachment>) -> Option<Arc<Attachment>> {
+        let i = self.slots.iter().position(|a| Arc::ptr_eq(a, att))?;
+        let last = self.slots.len() - 1;
+        self.slots.as_mut_slice().swap(i, last);
+        // SAFETY: `last` is within the initialised length; reading the
+        // element out and then shortening the length by one moves it out
+        // exactly once (nothing is dropped twice or leaked).
+        let removed = unsafe { core::ptr::read(self.slots.as_ptr().add(last)) };
+        // SAFETY: `last < len <= capacity`; the element at `last` was moved out.
+        unsafe { self.slots.set_len(last) };
+        Some(removed)
     }
 }
 
@@ -427,7 +473,7 @@ unsafe extern "C" fn irq_work_fn(work: *mut IrqWork) {
     arc.overflow_interrupt();
     att.ctx.wake();
     if att.revoked.swap(false, Ordering::AcqRel) {
-        arc.queue_cleanup();
+        arc.queue_cleanup(false);
     }
     if att.dead.load(Ordering::Relaxed) {
         // The notifier list's reference keeps `att` alive until the reaper
@@ -633,19 +679,22 @@ pub(crate) fn attach(ctx: &Arc<Context>, tid: u32) -> Result {
     {
         let mut reg = globals().registry.lock();
         let mut pending = 0;
-        for a in reg.iter().flatten() {
-            if a.task_ptr() == tptr {
-                if a.live.load(Ordering::Relaxed) {
-                    drop(reg);
-                    release(att);
-                    return Err(EBUSY);
-                }
+        let mut busy = false;
+        for a in reg.iter().filter(|a| a.task_ptr() == tptr) {
+            if a.live.load(Ordering::Relaxed) {
+                busy = true;
+            } else {
                 // A zombie (or a detached context on its way out) of this
                 // thread: a zombie is reclaimed now; the thread's cleanup
                 // still unregisters its notifier when it next runs.
                 reap_zombie(a);
                 pending += 1;
             }
+        }
+        if busy {
+            drop(reg);
+            release(att);
+            return Err(EBUSY);
         }
         // A thread that does not run (stopped, or asleep in the kernel)
         // keeps what it has to clean up: bound it, or LOAD/UNLOAD cycles
@@ -662,15 +711,12 @@ pub(crate) fn attach(ctx: &Arc<Context>, tid: u32) -> Result {
             release(att);
             return Err(if e == crate::pfm_state::StateError::Busy { EBUSY } else { ebadfd() });
         }
-        // The registry has a fixed number of slots (no allocation under the
-        // lock): it is the documented limit of attached threads.
-        let Some(slot) = reg.iter_mut().find(|slot| slot.is_none()) else {
+        if !reg.insert(&att) {
             drop(inner);
             drop(reg);
             release(att);
             return Err(ENOSPC);
-        };
-        *slot = Some(att.clone());
+        }
         Context::reset_for_load(&mut inner, shown_tid);
         inner.state = State::Loaded;
         let old = inner.attach.replace(att.clone());
@@ -712,8 +758,10 @@ pub(crate) fn attach(ctx: &Arc<Context>, tid: u32) -> Result {
 }
 
 /// Stops `att` from being wanted; removes it now if we are its thread,
-/// or queues its removal on the thread (`mode`: TWA_RESUME, lazily).
-fn let_go(att: Arc<Attachment>) {
+/// or queues its removal on the thread: `prompt`ly for an UNLOAD (the
+/// thread is kicked out of an interruptible sleep), lazily for a zombie
+/// (at the thread's next return to user mode, whenever that is).
+fn let_go(att: Arc<Attachment>, prompt: bool) {
     att.live.store(false, Ordering::Relaxed);
     // A thread blocked on an overflow of this context is released.
     att.ctx.wake();
@@ -733,7 +781,7 @@ fn let_go(att: Arc<Attachment>) {
         release(att);
         return;
     }
-    att.queue_cleanup();
+    att.queue_cleanup(prompt);
     release(att);
 }
 
@@ -752,7 +800,7 @@ pub(crate) fn detach(ctx: &Arc<Context>) -> Result {
         Ok(inner.attach.take())
     })?;
     if let Some(att) = att {
-        let_go(att);
+        let_go(att, true);
     }
     Ok(())
 }
@@ -784,7 +832,7 @@ pub(crate) fn close(ctx: &Arc<Context>) {
         }
     };
     if let Some(att) = att {
-        let_go(att);
+        let_go(att, false);
     }
 }
 
