@@ -98,6 +98,8 @@ pub(crate) struct CtxInner {
     pub(crate) started: bool,
     /// PMC values (event selection).
     pub(crate) pmcs: [u64; MAX_COUNTERS],
+    /// Bit n of `ev_pmds[e]`: PMD n counts soft event e (recomputed at WRITE_PMCS).
+    pub(crate) ev_pmds: [u8; 4],
     /// PMD state.
     pub(crate) pmds: [PmdState; MAX_COUNTERS],
     /// PMDs written.
@@ -176,13 +178,18 @@ impl CtxInner {
     /// The scheduler has just accounted its time slice, so the slice ends
     /// exactly at its `sum_exec_runtime`.
     pub(crate) fn sched_out(&mut self, cpu: i32, dead: bool) {
+        let mut d = SoftDeltas::default();
         if self.on_cpu == Some(cpu) {
-            self.fold_to(glue::current_sum_exec_runtime());
+            let runtime = glue::current_sum_exec_runtime();
+            d.task_clock = runtime.saturating_sub(self.run_base);
+            self.run_base = runtime;
         }
-        // perf_events stops counting a thread before its final switch
-        // (perf_event_exit_task): so does this, so the two agree.
-        if self.counting() && !dead {
-            self.count(&SoftDeltas { switches: 1, ..SoftDeltas::default() });
+        if self.counting() {
+            self.time_running += d.task_clock;
+            // perf_events stops counting a thread before its final switch
+            // (perf_event_exit_task): so does this, so the two agree.
+            d.switches = u64::from(!dead);
+            self.count(&d);
         }
         self.on_cpu = None;
     }
@@ -190,7 +197,7 @@ impl CtxInner {
     /// Applies `d` to every counter and records overflows.
     fn count(&mut self, d: &SoftDeltas) {
         let width = globals().pmu.width;
-        let ovfl = soft_count(&self.pmcs, &mut self.pmds, d, width);
+        let ovfl = soft_count(&self.ev_pmds, &mut self.pmds, d, width);
         if ovfl != 0 {
             self.overflowed(ovfl);
         }
@@ -349,6 +356,7 @@ impl Context {
                         flags: 0,
                         started: false,
                         pmcs: [0; MAX_COUNTERS],
+                        ev_pmds: [0; 4],
                         pmds: [PmdState::default(); MAX_COUNTERS],
                         used_pmds: 0,
                         attach: None,
@@ -650,35 +658,38 @@ impl Context {
     ) -> Result<R> {
         let (mut reader, mut writer) = regs.reader_writer();
         let n = arg.count as usize;
-        let mut elems = [T::default(); abi::PFM_MAX_REGS_PER_CALL];
-        let mut verdicts = [0u32; abi::PFM_MAX_REGS_PER_CALL];
-        for e in elems[..n].iter_mut() {
-            *e = reader.read()?;
-        }
-        for (v, e) in verdicts.iter_mut().zip(elems[..n].iter()) {
-            *v = check(e);
-        }
-        if let Some(bad) = verdicts[..n].iter().position(|&v| v != 0) {
+        let size = core::mem::size_of::<T>();
+        // Uninitialised storage (no 4 KiB memset per call): one copy_from_user fills the first n.
+        let mut storage = [const { core::mem::MaybeUninit::<T>::uninit() }; abi::PFM_MAX_REGS_PER_CALL];
+        // SAFETY: `storage` has room for n <= PFM_MAX_REGS_PER_CALL elements, viewed as bytes.
+        let raw = unsafe {
+            core::slice::from_raw_parts_mut(storage.as_mut_ptr().cast::<core::mem::MaybeUninit<u8>>(), n * size)
+        };
+        reader.read_raw(raw)?;
+        // SAFETY: `read_raw` wrote all n elements; `T: FromBytes` accepts any bytes.
+        let elems: &mut [T] = unsafe { core::slice::from_raw_parts_mut(storage.as_mut_ptr().cast::<T>(), n) };
+        let as_bytes = |e: &[T]| -> &[u8] {
+            // SAFETY: `T: AsBytes`: no padding, every byte initialised.
+            unsafe { core::slice::from_raw_parts(e.as_ptr().cast::<u8>(), e.len() * size) }
+        };
+        if let Some(bad) = elems.iter().position(|e| check(e) != 0) {
             arg.done = bad as u32;
-            for (e, v) in elems[..n].iter_mut().zip(verdicts.iter()) {
-                e.set_retfl(*v);
-                writer.write(&*e)?;
+            for e in elems.iter_mut() {
+                let v = check(e);
+                e.set_retfl(v);
             }
+            writer.write_slice(as_bytes(elems))?;
             return Err(EINVAL);
         }
-        for e in elems[..n].iter_mut() {
+        for e in elems.iter_mut() {
             e.set_retfl(0);
         }
         if writes_state {
-            for e in elems[..n].iter() {
-                writer.write(e)?;
-            }
+            writer.write_slice(as_bytes(elems))?;
         }
-        let out = self.with_live(|inner, now| apply(inner, now, &mut elems[..n]))?;
+        let out = self.with_live(|inner, now| apply(inner, now, &mut *elems))?;
         if !writes_state {
-            for e in elems[..n].iter() {
-                writer.write(e)?;
-            }
+            writer.write_slice(as_bytes(elems))?;
         }
         arg.done = n as u32;
         Ok(out)
@@ -701,6 +712,14 @@ impl Context {
             for p in pmcs.iter() {
                 inner.pmcs[p.reg_num as usize] = p.reg_value;
             }
+            let mut ev = [0u8; 4];
+            for (i, &pmc) in inner.pmcs.iter().enumerate() {
+                if (pmc as usize) < ev.len() {
+                    ev[pmc as usize] |= 1 << i;
+                }
+            }
+            ev[0] = 0;
+            inner.ev_pmds = ev;
             Ok(())
         })
     }

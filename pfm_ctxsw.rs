@@ -207,6 +207,9 @@ impl Attachment {
     /// Must run in a scheduler callback of `task` (its `cred` and `mm`
     /// cannot change under us: only the thread itself changes them).
     unsafe fn lost_access(&self) -> bool {
+        if self.tool_ids.is_none() {
+            return false;
+        }
         let task = self.task_ptr();
         // SAFETY: The caller's guarantee: `task` is current or being switched.
         let cred = unsafe { glue::task_cred_ptr(task) } as *mut bindings::cred;
@@ -421,7 +424,7 @@ unsafe extern "C" fn sched_in(notifier: *mut bindings::preempt_notifier, cpu: ke
         return;
     }
     // SAFETY: A scheduler callback of the attachment's thread.
-    if unsafe { att.check_access() } {
+    if att.tool_ids.is_some() && unsafe { att.check_access() } {
         return;
     }
     let mut inner = att.ctx.inner.lock();
@@ -437,7 +440,7 @@ unsafe extern "C" fn sched_out(notifier: *mut bindings::preempt_notifier, _next:
         return;
     }
     // SAFETY: A scheduler callback of the attachment's thread.
-    if !dead && unsafe { att.check_access() } {
+    if !dead && att.tool_ids.is_some() && unsafe { att.check_access() } {
         return;
     }
     let wake;

@@ -224,7 +224,12 @@ impl PmdState {
         // model's overflow interrupt folds into the 64-bit value, so the
         // value advances by exactly `delta` (the host tests check this
         // equivalence at every width).
-        let _wraps = self.hw.add(delta, width);
+        if let Some(v) = self.value.checked_add(delta) {
+            // No overflow: the narrow register is the low bits of the value.
+            self.value = v;
+            self.hw = NarrowCounter { raw: v & crate::pfm_counter::width_mask(width) };
+            return 0;
+        }
         let a = advance(self.value, delta, self.short_reset);
         if a.overflows != 0 {
             self.last_reset = self.short_reset;
@@ -238,21 +243,30 @@ impl PmdState {
 /// Advances every counter by what its PMC selects; returns the mask of PMDs
 /// that overflowed.
 pub(crate) fn soft_count(
-    pmcs: &[u64; MAX_COUNTERS],
+    ev_pmds: &[u8; 4],
     pmds: &mut [PmdState; MAX_COUNTERS],
     d: &SoftDeltas,
     width: u32,
 ) -> u64 {
     let mut ovfl = 0u64;
-    for (i, (pmc, pmd)) in pmcs.iter().zip(pmds.iter_mut()).enumerate() {
-        let delta = match SoftEvent::from_pmc(*pmc) {
-            Some(SoftEvent::TaskClock) => d.task_clock,
-            Some(SoftEvent::ContextSwitches) => d.switches,
-            Some(SoftEvent::CpuMigrations) => d.migrations,
-            Some(SoftEvent::None) | None => 0,
-        };
-        if delta != 0 && pmd.count(delta, width) != 0 {
-            ovfl |= 1 << i;
+    let deltas = [
+        (abi::PFM_SOFT_EV_TASK_CLOCK as usize, d.task_clock),
+        (abi::PFM_SOFT_EV_CONTEXT_SWITCHES as usize, d.switches),
+        (abi::PFM_SOFT_EV_CPU_MIGRATIONS as usize, d.migrations),
+    ];
+    for (ev, delta) in deltas {
+        if delta == 0 {
+            continue;
+        }
+        let mut m = ev_pmds[ev];
+        while m != 0 {
+            let i = m.trailing_zeros() as usize;
+            m &= m - 1;
+            if let Some(pmd) = pmds.get_mut(i) {
+                if pmd.count(delta, width) != 0 {
+                    ovfl |= 1 << i;
+                }
+            }
         }
     }
     ovfl
