@@ -11,16 +11,30 @@ pub fn module_path() -> String {
 
 /// Whether perfmon is in /proc/modules.
 pub fn is_loaded() -> bool {
-    std::fs::read_to_string("/proc/modules").map(|m| m.lines().any(|l| l.starts_with("perfmon "))).unwrap_or(false)
+    std::fs::read_to_string("/proc/modules")
+        .map(|m| m.lines().any(|l| l.starts_with("perfmon ")))
+        .unwrap_or(false)
 }
 
 fn run(cmd: &str, args: &[&str]) -> Result<(), String> {
-    let out = Command::new(cmd).args(args).output().map_err(|e| format!("cannot run {cmd}: {e}"))?;
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run {cmd}: {e}"))?;
     if out.status.success() {
         return Ok(());
     }
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    Err(format!("{cmd} {} failed ({}): {}", args.join(" "), out.status, text.trim()))
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Err(format!(
+        "{cmd} {} failed ({}): {}",
+        args.join(" "),
+        out.status,
+        text.trim()
+    ))
 }
 
 /// Waits up to `timeout` for `cond`, polling every 10 ms.
@@ -47,7 +61,9 @@ pub fn insmod(params: &[&str]) -> Result<(), String> {
     let mut args = vec![path.as_str()];
     args.extend_from_slice(params);
     run("insmod", &args)?;
-    if !wait_for(Duration::from_secs(2), || std::path::Path::new("/dev/perfmon").exists()) {
+    if !wait_for(Duration::from_secs(2), || {
+        std::path::Path::new("/dev/perfmon").exists()
+    }) {
         return Err("insmod succeeded but /dev/perfmon did not appear".into());
     }
     Ok(())
@@ -65,14 +81,18 @@ pub fn rmmod(patience: Duration) -> Result<(), String> {
     loop {
         match rmmod_once() {
             Ok(()) => break,
-            Err(e) if Instant::now() >= deadline => return Err(format!("{e} ({})", Counters::read())),
+            Err(e) if Instant::now() >= deadline => {
+                return Err(format!("{e} ({})", Counters::read()))
+            }
             Err(_) => std::thread::sleep(Duration::from_millis(50)),
         }
     }
     if is_loaded() {
         return Err("rmmod succeeded but perfmon is still in /proc/modules".into());
     }
-    if !wait_for(Duration::from_secs(2), || !std::path::Path::new("/dev/perfmon").exists()) {
+    if !wait_for(Duration::from_secs(2), || {
+        !std::path::Path::new("/dev/perfmon").exists()
+    }) {
         return Err("/dev/perfmon still exists after rmmod".into());
     }
     if std::path::Path::new("/sys/kernel/perfmon").exists() {
@@ -83,7 +103,11 @@ pub fn rmmod(patience: Duration) -> Result<(), String> {
 
 /// Reads `/sys/kernel/perfmon/NAME` as a number.
 pub fn sysfs_num(name: &str) -> Option<u64> {
-    std::fs::read_to_string(format!("/sys/kernel/perfmon/{name}")).ok()?.trim().parse().ok()
+    std::fs::read_to_string(format!("/sys/kernel/perfmon/{name}"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// The module's lifetime counters.

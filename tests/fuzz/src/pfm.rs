@@ -44,39 +44,75 @@ impl Ctx {
 
     /// `PFM_IOC_SET_FLAGS`.
     pub fn set_flags(&self, flags: u32) -> Result<(), i32> {
-        let mut f = abi::PfmCtxFlags { flags, ..Default::default() };
+        let mut f = abi::PfmCtxFlags {
+            flags,
+            ..Default::default()
+        };
         ioctl_ptr(self.fd, abi::PFM_IOC_SET_FLAGS, &mut f)
     }
 
     /// Programs counter `n` with soft event `ev`, starting at `value`;
     /// `notify` sets OVFL_NOTIFY, and both resets are `reset`.
-    pub fn program(&self, n: u16, ev: u64, value: u64, notify: bool, reset: u64) -> Result<(), i32> {
-        let mut pmc = [abi::PfmPmc { reg_num: n, reg_value: ev, ..Default::default() }];
-        let mut a = abi::PfmRegsArg { regs: pmc.as_mut_ptr() as u64, count: 1, ..Default::default() };
+    pub fn program(
+        &self,
+        n: u16,
+        ev: u64,
+        value: u64,
+        notify: bool,
+        reset: u64,
+    ) -> Result<(), i32> {
+        let mut pmc = [abi::PfmPmc {
+            reg_num: n,
+            reg_value: ev,
+            ..Default::default()
+        }];
+        let mut a = abi::PfmRegsArg {
+            regs: pmc.as_mut_ptr() as u64,
+            count: 1,
+            ..Default::default()
+        };
         ioctl_ptr(self.fd, abi::PFM_IOC_WRITE_PMCS, &mut a)?;
         let mut pmd = [abi::PfmPmd {
             reg_num: n,
-            reg_flags: if notify { abi::PFM_REGFL_OVFL_NOTIFY } else { 0 },
+            reg_flags: if notify {
+                abi::PFM_REGFL_OVFL_NOTIFY
+            } else {
+                0
+            },
             reg_value: value,
             reg_short_reset: reset,
             reg_long_reset: reset,
             ..Default::default()
         }];
-        let mut a = abi::PfmRegsArg { regs: pmd.as_mut_ptr() as u64, count: 1, ..Default::default() };
+        let mut a = abi::PfmRegsArg {
+            regs: pmd.as_mut_ptr() as u64,
+            count: 1,
+            ..Default::default()
+        };
         ioctl_ptr(self.fd, abi::PFM_IOC_WRITE_PMDS, &mut a)
     }
 
     /// The value of PMD `n`.
     pub fn read_pmd(&self, n: u16) -> Result<u64, i32> {
-        let mut pmd = [abi::PfmPmd { reg_num: n, ..Default::default() }];
-        let mut a = abi::PfmRegsArg { regs: pmd.as_mut_ptr() as u64, count: 1, ..Default::default() };
+        let mut pmd = [abi::PfmPmd {
+            reg_num: n,
+            ..Default::default()
+        }];
+        let mut a = abi::PfmRegsArg {
+            regs: pmd.as_mut_ptr() as u64,
+            count: 1,
+            ..Default::default()
+        };
         ioctl_ptr(self.fd, abi::PFM_IOC_READ_PMDS, &mut a)?;
         Ok(pmd[0].reg_value)
     }
 
     /// `PFM_IOC_LOAD` on `tid` (0: the caller).
     pub fn load(&self, tid: u32) -> Result<(), i32> {
-        let mut l = abi::PfmLoad { tid, ..Default::default() };
+        let mut l = abi::PfmLoad {
+            tid,
+            ..Default::default()
+        };
         ioctl_ptr(self.fd, abi::PFM_IOC_LOAD, &mut l)
     }
 

@@ -90,7 +90,10 @@ impl Pipe {
         // SAFETY: `fds` has room for two descriptors.
         let r = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
         assert!(r == 0, "pipe2: errno {}", sys::errno());
-        Pipe { r: fds[0], w: fds[1] }
+        Pipe {
+            r: fds[0],
+            w: fds[1],
+        }
     }
 
     /// The read end (for threads that block on it until the pipe is dropped).
@@ -132,6 +135,12 @@ impl Pipe {
     }
 }
 
+impl Default for Pipe {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Drop for Pipe {
     fn drop(&mut self) {
         let _ = sys::close(self.r);
@@ -142,13 +151,20 @@ impl Drop for Pipe {
 /// The `Uid:` line of /proc/PID/status (real, effective, saved, fs).
 pub fn uid_line(pid: u32) -> String {
     sys::read_text(&format!("/proc/{pid}/status"))
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().skip(1).collect::<Vec<_>>().join(" ")))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().skip(1).collect::<Vec<_>>().join(" "))
+        })
         .unwrap_or_default()
 }
 
 /// The command name of PID.
 pub fn comm(pid: u32) -> String {
-    sys::read_text(&format!("/proc/{pid}/comm")).unwrap_or_default().trim().to_string()
+    sys::read_text(&format!("/proc/{pid}/comm"))
+        .unwrap_or_default()
+        .trim()
+        .to_string()
 }
 
 /// Waits up to `timeout` for `cond`, polling every 5 ms.

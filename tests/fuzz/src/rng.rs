@@ -13,7 +13,9 @@ pub const fn splitmix(mut x: u64) -> u64 {
 /// (process, generation, thread, ...), so that every thread's sequence is
 /// a function of the run's seed and its place only.
 pub fn derive(seed: u64, path: &[u64]) -> u64 {
-    path.iter().fold(splitmix(seed), |acc, &i| splitmix(acc ^ splitmix(i.wrapping_add(0x5851_f42d_4c95_7f2d))))
+    path.iter().fold(splitmix(seed), |acc, &i| {
+        splitmix(acc ^ splitmix(i.wrapping_add(0x5851_f42d_4c95_7f2d)))
+    })
 }
 
 /// xorshift64*.
@@ -28,7 +30,7 @@ impl Rng {
     }
 
     /// The next 64 random bits.
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;
         x ^= x << 25;
@@ -42,7 +44,7 @@ impl Rng {
         if n == 0 {
             0
         } else {
-            self.next() % n
+            self.next_u64() % n
         }
     }
 
@@ -87,7 +89,7 @@ impl Rng {
             6 => 0x8000_0000_0000_0000 | self.below(4),
             7 => self.below(0x1_0000),
             8 => 0u64.wrapping_sub(self.range(1, 1000)),
-            _ => self.next(),
+            _ => self.next_u64(),
         }
     }
 
@@ -101,7 +103,7 @@ impl Rng {
             4 => 0x8000_0000,
             5 => 0x7fff_ffff,
             6 => self.below(0x1_0000) as u32,
-            _ => self.next() as u32,
+            _ => self.next_u64() as u32,
         }
     }
 }
@@ -115,10 +117,10 @@ mod tests {
         let mut a = Rng::new(42);
         let mut b = Rng::new(42);
         for _ in 0..1000 {
-            assert_eq!(a.next(), b.next());
+            assert_eq!(a.next_u64(), b.next_u64());
         }
-        assert_ne!(Rng::new(1).next(), Rng::new(2).next());
-        assert_ne!(Rng::new(0).next(), 0);
+        assert_ne!(Rng::new(1).next_u64(), Rng::new(2).next_u64());
+        assert_ne!(Rng::new(0).next_u64(), 0);
     }
 
     #[test]

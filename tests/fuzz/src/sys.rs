@@ -100,7 +100,13 @@ pub fn write_all(fd: i32, data: &[u8]) {
     let mut off = 0;
     while off < data.len() {
         // SAFETY: `data[off..]` is valid for reads.
-        let n = unsafe { libc::write(fd, data[off..].as_ptr() as *const libc::c_void, data.len() - off) };
+        let n = unsafe {
+            libc::write(
+                fd,
+                data[off..].as_ptr() as *const libc::c_void,
+                data.len() - off,
+            )
+        };
         if n <= 0 {
             if n == -1 && errno() == libc::EINTR {
                 continue;
@@ -114,12 +120,20 @@ pub fn write_all(fd: i32, data: &[u8]) {
 /// `read(fd, buf)` into a Rust buffer (pipes, /proc).
 pub fn read_buf(fd: i32, buf: &mut [u8]) -> Result<usize, i32> {
     // SAFETY: `buf` is valid for writes of its length.
-    check(unsafe { libc::read(fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len()) } as i64).map(|n| n as usize)
+    check(unsafe { libc::read(fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len()) } as i64)
+        .map(|n| n as usize)
 }
 
 /// `poll` on `fds` (fd, events) for `timeout_ms`; the revents of each.
 pub fn poll(fds: &[(i32, i16)], timeout_ms: i32) -> Result<Vec<i16>, i32> {
-    let mut p: Vec<libc::pollfd> = fds.iter().map(|&(fd, events)| libc::pollfd { fd, events, revents: 0 }).collect();
+    let mut p: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&(fd, events)| libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        })
+        .collect();
     // SAFETY: `p` holds `p.len()` pollfds.
     let r = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, timeout_ms) };
     check(r as i64)?;
@@ -140,7 +154,10 @@ pub fn set_owner_ex(fd: i32, tid: bool, id: u32) -> Result<i64, i32> {
         pid: i32,
     }
     const F_SETOWN_EX: i32 = 15;
-    let owner = FOwnerEx { kind: if tid { 0 } else { 1 }, pid: id as i32 };
+    let owner = FOwnerEx {
+        kind: if tid { 0 } else { 1 },
+        pid: id as i32,
+    };
     // SAFETY: `owner` is a valid struct f_owner_ex for the call's duration.
     check(unsafe { libc::fcntl(fd, F_SETOWN_EX, &owner as *const FOwnerEx) } as i64)
 }
@@ -182,7 +199,10 @@ pub fn sched_yield() {
 
 /// Sleeps `us` microseconds (returns early on a signal).
 pub fn usleep(us: u64) {
-    let ts = libc::timespec { tv_sec: (us / 1_000_000) as i64, tv_nsec: ((us % 1_000_000) * 1000) as i64 };
+    let ts = libc::timespec {
+        tv_sec: (us / 1_000_000) as i64,
+        tv_nsec: ((us % 1_000_000) * 1000) as i64,
+    };
     // SAFETY: `ts` is valid; the remainder is not wanted.
     unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
 }
@@ -198,7 +218,9 @@ pub fn set_affinity(tid: u32, mask: u64) -> Result<i64, i32> {
         }
     }
     // SAFETY: `set` is a valid cpu_set_t of the size passed.
-    check(unsafe { libc::sched_setaffinity(tid as i32, std::mem::size_of::<libc::cpu_set_t>(), &set) } as i64)
+    check(unsafe {
+        libc::sched_setaffinity(tid as i32, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    } as i64)
 }
 
 /// Number of online CPUs.
@@ -228,7 +250,13 @@ pub fn tgkill(tgid: u32, tid: u32, sig: i32) -> Result<i64, i32> {
 pub fn waitpid(pid: i32, nohang: bool) -> Result<Option<(i32, i32)>, i32> {
     let mut status = 0;
     // SAFETY: `status` is a valid out-parameter.
-    let r = unsafe { libc::waitpid(pid, &mut status, if nohang { libc::WNOHANG } else { 0 } | libc::__WALL) };
+    let r = unsafe {
+        libc::waitpid(
+            pid,
+            &mut status,
+            if nohang { libc::WNOHANG } else { 0 } | libc::__WALL,
+        )
+    };
     match r {
         -1 => Err(errno()),
         0 => Ok(None),
@@ -314,7 +342,10 @@ pub fn become_user(uid: u32, gid: u32) -> Result<(), i32> {
 
 /// `getrlimit(RLIMIT_NOFILE)`: (soft, hard).
 pub fn nofile_limit() -> (u64, u64) {
-    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: `r` is a valid out-parameter.
     unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
     (r.rlim_cur, r.rlim_max)
@@ -322,7 +353,10 @@ pub fn nofile_limit() -> (u64, u64) {
 
 /// `setrlimit(RLIMIT_NOFILE, soft, hard)`.
 pub fn set_nofile_limit(soft: u64, hard: u64) -> Result<i64, i32> {
-    let r = libc::rlimit { rlim_cur: soft, rlim_max: hard };
+    let r = libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: hard,
+    };
     // SAFETY: `r` is valid.
     check(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) } as i64)
 }
@@ -374,8 +408,14 @@ impl ThreadTimer {
             if libc::timer_create(libc::CLOCK_MONOTONIC, &mut sev, &mut id) == -1 {
                 return None;
             }
-            let ts = libc::timespec { tv_sec: (period_us / 1_000_000) as i64, tv_nsec: ((period_us % 1_000_000) * 1000) as i64 };
-            let spec = libc::itimerspec { it_interval: ts, it_value: ts };
+            let ts = libc::timespec {
+                tv_sec: (period_us / 1_000_000) as i64,
+                tv_nsec: ((period_us % 1_000_000) * 1000) as i64,
+            };
+            let spec = libc::itimerspec {
+                it_interval: ts,
+                it_value: ts,
+            };
             libc::timer_settime(id, 0, &spec, std::ptr::null_mut());
             Some(ThreadTimer(id))
         }
@@ -393,7 +433,14 @@ impl Drop for ThreadTimer {
 pub fn shared_mapping(len: usize) -> usize {
     // SAFETY: a fresh anonymous mapping.
     let p = unsafe {
-        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1, 0)
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
     };
     assert!(p != libc::MAP_FAILED, "mmap shared: errno {}", errno());
     p as usize
@@ -454,8 +501,16 @@ impl Arena {
             }
             // SAFETY: pages of our own fresh mapping, which no Rust reference points into.
             unsafe {
-                libc::mprotect((want + ARENA_NONE) as *mut libc::c_void, PAGE, libc::PROT_NONE);
-                libc::mprotect((want + ARENA_RO) as *mut libc::c_void, PAGE, libc::PROT_READ);
+                libc::mprotect(
+                    (want + ARENA_NONE) as *mut libc::c_void,
+                    PAGE,
+                    libc::PROT_NONE,
+                );
+                libc::mprotect(
+                    (want + ARENA_RO) as *mut libc::c_void,
+                    PAGE,
+                    libc::PROT_READ,
+                );
                 libc::munmap((want + ARENA_HOLE) as *mut libc::c_void, PAGE);
             }
             return a;
@@ -471,7 +526,9 @@ impl Arena {
     pub fn writable(&self, addr: usize, len: usize) -> bool {
         let rw1 = self.base..self.base + ARENA_RW;
         let rw2 = self.base + ARENA_RW2..self.base + ARENA_HOLE;
-        len == 0 || (rw1.contains(&addr) && rw1.contains(&(addr + len - 1))) || (rw2.contains(&addr) && rw2.contains(&(addr + len - 1)))
+        len == 0
+            || (rw1.contains(&addr) && rw1.contains(&(addr + len - 1)))
+            || (rw2.contains(&addr) && rw2.contains(&(addr + len - 1)))
     }
 
     /// Stores `v` at `addr` where the arena is writable; bytes that fall on

@@ -53,7 +53,13 @@ impl Tap {
         println!("TAP version 13");
         println!("1..{plan}");
         flush();
-        Tap { plan, n: 0, failed: 0, skipped: 0, todo: 0 }
+        Tap {
+            plan,
+            n: 0,
+            failed: 0,
+            skipped: 0,
+            todo: 0,
+        }
     }
 
     /// Reports `r` as case `name`; returns whether it passed.
@@ -106,7 +112,10 @@ impl Tap {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
             Err(format!(
                 "panicked: {}",
-                p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
+                p.downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default()
             ))
         });
         self.result(name, r)

@@ -28,12 +28,19 @@ fn usage() -> ! {
 
 fn num(v: Option<String>) -> u64 {
     let v = v.unwrap_or_else(|| usage());
-    let r = if let Some(h) = v.strip_prefix("0x") { u64::from_str_radix(h, 16) } else { v.parse() };
+    let r = if let Some(h) = v.strip_prefix("0x") {
+        u64::from_str_radix(h, 16)
+    } else {
+        v.parse()
+    };
     r.unwrap_or_else(|_| usage())
 }
 
 fn main() {
-    let mut cfg = Config { progress_secs: 10, ..Config::default() };
+    let mut cfg = Config {
+        progress_secs: 10,
+        ..Config::default()
+    };
     let mut seed = None;
     let mut ops = None;
     let mut insmod = false;
@@ -59,7 +66,9 @@ fn main() {
         }
     }
     cfg.seed = seed.unwrap_or_else(|| {
-        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
         (t.as_nanos() as u64) ^ (std::process::id() as u64) << 32
     });
     cfg.ops = ops.unwrap_or(if cfg.duration.is_some() { 0 } else { 100_000 });
@@ -70,8 +79,13 @@ fn main() {
         cfg.seed,
         cfg.procs,
         cfg.threads,
-        if cfg.ops > 0 { format!(" --ops {}", cfg.ops) } else { String::new() },
-        cfg.duration.map_or(String::new(), |d| format!(" --duration {}", d.as_secs()))
+        if cfg.ops > 0 {
+            format!(" --ops {}", cfg.ops)
+        } else {
+            String::new()
+        },
+        cfg.duration
+            .map_or(String::new(), |d| format!(" --duration {}", d.as_secs()))
     );
     if insmod && !std::path::Path::new("/dev/perfmon").exists() {
         let p: Vec<&str> = params.split_whitespace().collect();
@@ -88,7 +102,11 @@ fn main() {
     print!("{}", report.summary());
     let mut bad = report.anomaly_count > 0 || !report.hung.is_empty();
     match guest::wait_idle(Duration::from_secs(15)) {
-        Ok(t) => println!("module counters drained in {} ms: {}", t.as_millis(), guest::Counters::read()),
+        Ok(t) => println!(
+            "module counters drained in {} ms: {}",
+            t.as_millis(),
+            guest::Counters::read()
+        ),
         Err(e) => {
             println!("module counters did not drain: {e}");
             bad = true;
@@ -103,6 +121,10 @@ fn main() {
             }
         }
     }
-    println!("pfm_fuzz: {} (seed {})", if bad { "FAILED" } else { "done" }, cfg.seed);
+    println!(
+        "pfm_fuzz: {} (seed {})",
+        if bad { "FAILED" } else { "done" },
+        cfg.seed
+    );
     std::process::exit(if bad { 1 } else { 0 });
 }

@@ -19,7 +19,10 @@ const SEED: u64 = 0x5eed_0008;
 const OPS: u64 = 100_000;
 
 fn env_num(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn main() {
@@ -46,7 +49,11 @@ fn main() {
     tap.result(
         &format!("{} operations, every process killed and reaped", report.ops),
         if !hung.is_empty() {
-            Err(format!("{} processes could not be killed:\n{}", hung.len(), hung.join("\n")))
+            Err(format!(
+                "{} processes could not be killed:\n{}",
+                hung.len(),
+                hung.join("\n")
+            ))
         } else if report.ops < cfg.ops {
             Err(format!("only {} of {} operations ran", report.ops, cfg.ops))
         } else {
@@ -58,18 +65,30 @@ fn main() {
         if report.anomaly_count == 0 {
             Ok(())
         } else {
-            Err(format!("{} anomalies, the first ones:\n{}", report.anomaly_count, report.anomalies.join("\n")))
+            Err(format!(
+                "{} anomalies, the first ones:\n{}",
+                report.anomaly_count,
+                report.anomalies.join("\n")
+            ))
         },
     );
-    let irqs = Counters::read().interrupts.unwrap_or(0).saturating_sub(irqs_before);
+    let irqs = Counters::read()
+        .interrupts
+        .unwrap_or(0)
+        .saturating_sub(irqs_before);
     tap.result(
         "overflow interrupts were exercised",
-        if irqs > 0 { Ok(()) } else { Err("overflow_interrupts did not move".into()) },
+        if irqs > 0 {
+            Ok(())
+        } else {
+            Err("overflow_interrupts did not move".into())
+        },
     );
     diag(format!("overflow interrupts during the run: {irqs}"));
     tap.result(
         "live_contexts, zombie_contexts and attached_threads back to 0",
-        guest::wait_idle(Duration::from_secs(15)).map(|t| diag(format!("drained {} ms after the run", t.as_millis()))),
+        guest::wait_idle(Duration::from_secs(15))
+            .map(|t| diag(format!("drained {} ms after the run", t.as_millis()))),
     );
     tap.result("rmmod perfmon", guest::rmmod(Duration::from_secs(5)));
     tap.finish();

@@ -23,13 +23,13 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use pfm_fuzz::ensure;
 use pfm_fuzz::guest::{self, Counters};
 use pfm_fuzz::pfm::{msg_name, state_name, Ctx};
 use pfm_fuzz::proc::{wait_for, Pipe, Proc};
 use pfm_fuzz::rng::Rng;
 use pfm_fuzz::sys::{self, abi};
 use pfm_fuzz::tap::{diag, Tap, TestResult};
-use pfm_fuzz::ensure;
 
 /// Progress counters and thread ids of the targets, shared with them.
 #[repr(C)]
@@ -65,7 +65,9 @@ fn spinner(slot: usize, sleep_us: u64) -> Proc {
             }
         }
     });
-    wait_for(Duration::from_secs(5), || shm().tids[slot].load(Ordering::Relaxed) != 0);
+    wait_for(Duration::from_secs(5), || {
+        shm().tids[slot].load(Ordering::Relaxed) != 0
+    });
     p
 }
 
@@ -97,14 +99,19 @@ fn pingpong() -> Proc {
         });
         0
     });
-    wait_for(Duration::from_secs(5), || shm().tids[PING].load(Ordering::Relaxed) != 0 && shm().tids[PONG].load(Ordering::Relaxed) != 0);
+    wait_for(Duration::from_secs(5), || {
+        shm().tids[PING].load(Ordering::Relaxed) != 0
+            && shm().tids[PONG].load(Ordering::Relaxed) != 0
+    });
     p
 }
 
 /// Whether `slot`'s progress moves within `within`.
 fn moving(slot: usize, within: Duration) -> bool {
     let p0 = shm().progress[slot].load(Ordering::Relaxed);
-    wait_for(within, || shm().progress[slot].load(Ordering::Relaxed) > p0 + 2)
+    wait_for(within, || {
+        shm().progress[slot].load(Ordering::Relaxed) > p0 + 2
+    })
 }
 
 fn errno(e: i32) -> String {
@@ -116,11 +123,21 @@ fn errno(e: i32) -> String {
 fn monitor(tid: u32, flags: u32, start: u64, notify: bool) -> Result<Ctx, String> {
     let c = Ctx::open().map_err(|e| format!("open {}", errno(e)))?;
     if flags != 0 {
-        c.set_flags(flags).map_err(|e| format!("set_flags {}", errno(e)))?;
+        c.set_flags(flags)
+            .map_err(|e| format!("set_flags {}", errno(e)))?;
     }
-    c.program(0, abi::PFM_SOFT_EV_CONTEXT_SWITCHES, start, notify, u64::MAX).map_err(|e| format!("program {}", errno(e)))?;
-    c.program(1, abi::PFM_SOFT_EV_TASK_CLOCK, 0, false, 0).map_err(|e| format!("program {}", errno(e)))?;
-    c.load(tid).map_err(|e| format!("load {tid}: {}", errno(e)))?;
+    c.program(
+        0,
+        abi::PFM_SOFT_EV_CONTEXT_SWITCHES,
+        start,
+        notify,
+        u64::MAX,
+    )
+    .map_err(|e| format!("program {}", errno(e)))?;
+    c.program(1, abi::PFM_SOFT_EV_TASK_CLOCK, 0, false, 0)
+        .map_err(|e| format!("program {}", errno(e)))?;
+    c.load(tid)
+        .map_err(|e| format!("load {tid}: {}", errno(e)))?;
     c.start().map_err(|e| format!("start: {}", errno(e)))?;
     Ok(c)
 }
@@ -133,7 +150,10 @@ fn wait_no_zombie(timeout: Duration) -> TestResult {
     }) {
         Ok(())
     } else {
-        Err(format!("zombies left after {} ms: {last}", timeout.as_millis()))
+        Err(format!(
+            "zombies left after {} ms: {last}",
+            timeout.as_millis()
+        ))
     }
 }
 
@@ -152,16 +172,22 @@ fn tool_closes_first(rounds: usize, rng: &mut Rng) -> TestResult {
             sys::usleep(rng.below(2000));
         }
         if rng.chance(1, 3) {
-            c.read_pmd(0).map_err(|e| format!("round {i}: read {}", errno(e)))?;
+            c.read_pmd(0)
+                .map_err(|e| format!("round {i}: read {}", errno(e)))?;
         }
         drop(c);
         if Counters::read().zombies.unwrap_or(0) > 0 {
             zombies_seen += 1;
         }
     }
-    diag(format!("tool closes first: a zombie was visible right after {zombies_seen} of {rounds} closes"));
+    diag(format!(
+        "tool closes first: a zombie was visible right after {zombies_seen} of {rounds} closes"
+    ));
     wait_no_zombie(Duration::from_secs(5))?;
-    ensure!(moving(SPIN, Duration::from_secs(2)), "the target stopped running");
+    ensure!(
+        moving(SPIN, Duration::from_secs(2)),
+        "the target stopped running"
+    );
     drop(target);
     Ok(())
 }
@@ -180,20 +206,39 @@ fn target_exits_first(rounds: usize, rng: &mut Rng) -> TestResult {
         });
         let c = monitor(t.pid(), 0, 0, false).map_err(|e| format!("round {i}: {e}"))?;
         go.send("go");
-        let m = c.next_msg(10_000).map_err(|e| format!("round {i}: read {}", errno(e)))?;
-        let m = m.ok_or_else(|| format!("round {i}: no message within 10 s after the target's exit"))?;
-        ensure!(m.msg_type == abi::PFM_MSG_END, "round {i}: message {} instead of END", msg_name(m.msg_type));
-        ensure!(m.tid == t.pid(), "round {i}: END for tid {} instead of {}", m.tid, t.pid());
-        let st = c.state().map_err(|e| format!("round {i}: state {}", errno(e)))?;
+        let m = c
+            .next_msg(10_000)
+            .map_err(|e| format!("round {i}: read {}", errno(e)))?;
+        let m =
+            m.ok_or_else(|| format!("round {i}: no message within 10 s after the target's exit"))?;
+        ensure!(
+            m.msg_type == abi::PFM_MSG_END,
+            "round {i}: message {} instead of END",
+            msg_name(m.msg_type)
+        );
+        ensure!(
+            m.tid == t.pid(),
+            "round {i}: END for tid {} instead of {}",
+            m.tid,
+            t.pid()
+        );
+        let st = c
+            .state()
+            .map_err(|e| format!("round {i}: state {}", errno(e)))?;
         ensure!(
             st.state == abi::PFM_STATE_UNLOADED && st.status & abi::PFM_CTXST_EXITED != 0,
             "round {i}: after END the state is {} status {:#x}",
             state_name(st.state),
             st.status
         );
-        c.read_pmd(0).map_err(|e| format!("round {i}: read after exit {}", errno(e)))?;
+        c.read_pmd(0)
+            .map_err(|e| format!("round {i}: read after exit {}", errno(e)))?;
         let rev = sys::poll(&[(c.fd(), libc::POLLIN)], 0).map_err(errno)?;
-        ensure!(rev[0] & libc::POLLHUP != 0, "round {i}: no POLLHUP after END was read (revents {:#x})", rev[0]);
+        ensure!(
+            rev[0] & libc::POLLHUP != 0,
+            "round {i}: no POLLHUP after END was read (revents {:#x})",
+            rev[0]
+        );
         drop(c);
         t.wait(Duration::from_secs(5));
     }
@@ -226,15 +271,23 @@ fn both_at_once(rounds: usize, rng: &mut Rng) -> TestResult {
             }
         });
         let _ = sys::setpgid(tool.pid() as i32, tpid as i32);
-        let r = ready.recv(Duration::from_secs(10)).unwrap_or_else(|| "no answer".into());
+        let r = ready
+            .recv(Duration::from_secs(10))
+            .unwrap_or_else(|| "no answer".into());
         ensure!(r == "ready", "round {i}: tool: {r}");
         if rng.chance(1, 2) {
             sys::usleep(rng.below(1000));
         }
         let _ = sys::kill(-(tpid as i32), libc::SIGKILL);
         let (mut target, mut tool) = (target, tool);
-        ensure!(target.wait(Duration::from_secs(10)).is_some(), "round {i}: the target did not die");
-        ensure!(tool.wait(Duration::from_secs(10)).is_some(), "round {i}: the tool did not die");
+        ensure!(
+            target.wait(Duration::from_secs(10)).is_some(),
+            "round {i}: the target did not die"
+        );
+        ensure!(
+            tool.wait(Duration::from_secs(10)).is_some(),
+            "round {i}: the tool did not die"
+        );
     }
     Ok(())
 }
@@ -250,7 +303,10 @@ fn close_racing_switch(rounds: usize, rng: &mut Rng) -> TestResult {
         }
         drop(c);
     }
-    ensure!(moving(PING, Duration::from_secs(2)), "the ping-pong stopped");
+    ensure!(
+        moving(PING, Duration::from_secs(2)),
+        "the ping-pong stopped"
+    );
     wait_no_zombie(Duration::from_secs(5))?;
     drop(pp);
     Ok(())
@@ -265,7 +321,11 @@ fn close_racing_overflow(rounds: usize, rng: &mut Rng) -> TestResult {
         let flags = [0, abi::PFM_CTXFL_NO_MSG, abi::PFM_CTXFL_NOTIFY_BLOCK][i % 3];
         let c = monitor(tid, flags, u64::MAX, true).map_err(|e| format!("round {i}: {e}"))?;
         sys::usleep(rng.below(2000));
-        if flags == abi::PFM_CTXFL_NOTIFY_BLOCK && c.state().map(|s| s.state == abi::PFM_STATE_MASKED).unwrap_or(false) {
+        if flags == abi::PFM_CTXFL_NOTIFY_BLOCK
+            && c.state()
+                .map(|s| s.state == abi::PFM_STATE_MASKED)
+                .unwrap_or(false)
+        {
             blocked += 1;
         }
         if rng.chance(1, 4) {
@@ -276,7 +336,10 @@ fn close_racing_overflow(rounds: usize, rng: &mut Rng) -> TestResult {
     let irqs = Counters::read().interrupts.unwrap_or(0) - irq0;
     diag(format!("close racing overflow: {irqs} overflow interrupts, {blocked} closes of a MASKED notify-block context"));
     ensure!(irqs > 0, "no overflow interrupt happened");
-    ensure!(moving(PING, Duration::from_secs(2)) && moving(PONG, Duration::from_secs(2)), "the ping-pong stopped (a thread left blocked?)");
+    ensure!(
+        moving(PING, Duration::from_secs(2)) && moving(PONG, Duration::from_secs(2)),
+        "the ping-pong stopped (a thread left blocked?)"
+    );
     wait_no_zombie(Duration::from_secs(5))?;
     drop(pp);
     Ok(())
@@ -311,7 +374,9 @@ fn kill_tool_while_blocked(rounds: usize) -> TestResult {
                 sys::usleep(10_000);
             }
         });
-        let r = out.recv(Duration::from_secs(10)).unwrap_or_else(|| "no answer".into());
+        let r = out
+            .recv(Duration::from_secs(10))
+            .unwrap_or_else(|| "no answer".into());
         ensure!(r == "blocked MASKED", "round {i}: tool: {r}");
         // The target should not move now (it waits for RESTART).
         let p0 = shm().progress[SPIN].load(Ordering::Relaxed);
@@ -320,10 +385,18 @@ fn kill_tool_while_blocked(rounds: usize) -> TestResult {
             stalled += 1;
         }
         tool.kill();
-        ensure!(moving(SPIN, Duration::from_secs(3)), "round {i}: the target was not released after the tool's SIGKILL");
+        ensure!(
+            moving(SPIN, Duration::from_secs(3)),
+            "round {i}: the target was not released after the tool's SIGKILL"
+        );
     }
-    diag(format!("the target was seen stalled before {stalled} of {rounds} kills"));
-    ensure!(stalled * 2 >= rounds, "the target rarely stalled: notify-block did not block?");
+    diag(format!(
+        "the target was seen stalled before {stalled} of {rounds} kills"
+    ));
+    ensure!(
+        stalled * 2 >= rounds,
+        "the target rarely stalled: notify-block did not block?"
+    );
     wait_no_zombie(Duration::from_secs(5))?;
     drop(target);
     Ok(())
@@ -335,8 +408,10 @@ fn rmmod_refused(what: &str) -> TestResult {
         Err(_) => {
             ensure!(guest::is_loaded(), "perfmon vanished");
             // Healthy: a new context works.
-            let c = Ctx::open().map_err(|e| format!("open after the refused rmmod: {}", errno(e)))?;
-            c.program(0, abi::PFM_SOFT_EV_TASK_CLOCK, 0, false, 0).map_err(|e| format!("program: {}", errno(e)))?;
+            let c =
+                Ctx::open().map_err(|e| format!("open after the refused rmmod: {}", errno(e)))?;
+            c.program(0, abi::PFM_SOFT_EV_TASK_CLOCK, 0, false, 0)
+                .map_err(|e| format!("program: {}", errno(e)))?;
             c.load(0).map_err(|e| format!("self load: {}", errno(e)))?;
             c.start().map_err(|e| format!("start: {}", errno(e)))?;
             sys::usleep(1000);
@@ -364,7 +439,11 @@ fn rmmod_with_context() -> TestResult {
         }
     });
     let c = monitor(t.pid(), 0, 0, false)?;
-    wait_for(Duration::from_secs(5), || c.state().map(|s| s.status & abi::PFM_CTXST_ACTIVE != 0).unwrap_or(false));
+    wait_for(Duration::from_secs(5), || {
+        c.state()
+            .map(|s| s.status & abi::PFM_CTXST_ACTIVE != 0)
+            .unwrap_or(false)
+    });
     drop(c);
     let z = Counters::read();
     ensure!(z.zombies == Some(1), "expected one zombie after close: {z}");
@@ -382,8 +461,17 @@ fn load_unload_cycles(cycles: usize) -> TestResult {
     let tid = shm().tids[SPIN].load(Ordering::Relaxed);
     for i in 0..cycles {
         guest::insmod(&["pmu=soft", "soft_width=16"]).map_err(|e| format!("cycle {i}: {e}"))?;
-        let c = monitor(tid, if i % 2 == 0 { 0 } else { abi::PFM_CTXFL_NOTIFY_BLOCK }, u64::MAX, true)
-            .map_err(|e| format!("cycle {i}: {e}"))?;
+        let c = monitor(
+            tid,
+            if i % 2 == 0 {
+                0
+            } else {
+                abi::PFM_CTXFL_NOTIFY_BLOCK
+            },
+            u64::MAX,
+            true,
+        )
+        .map_err(|e| format!("cycle {i}: {e}"))?;
         sys::usleep(20_000);
         drop(c);
         guest::wait_idle(Duration::from_secs(5)).map_err(|e| format!("cycle {i}: {e}"))?;
@@ -402,7 +490,10 @@ fn timed(tap: &mut Tap, name: &str, f: impl FnOnce() -> TestResult) {
 }
 
 fn main() {
-    let rounds: usize = std::env::var("PFM_TEARDOWN_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
+    let rounds: usize = std::env::var("PFM_TEARDOWN_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
     let mut tap = Tap::new(10);
     sys::ignore_signal(libc::SIGPIPE);
     let r = guest::insmod(&["pmu=soft", "soft_width=16"]);
@@ -412,21 +503,52 @@ fn main() {
         tap.bail_out("no module");
     }
     let mut rng = Rng::new(0x7ea2_d0e4);
-    timed(&mut tap, &format!("tool closes first, {rounds} rounds"), || tool_closes_first(rounds, &mut rng));
-    timed(&mut tap, &format!("target exits first, {rounds} rounds"), || target_exits_first(rounds, &mut rng));
-    timed(&mut tap, &format!("tool and target killed at once, {rounds} rounds"), || both_at_once(rounds, &mut rng));
-    timed(&mut tap, &format!("close racing a context switch, {rounds} rounds"), || close_racing_switch(rounds, &mut rng));
-    timed(&mut tap, &format!("close racing an overflow interrupt, {rounds} rounds"), || close_racing_overflow(rounds, &mut rng));
-    timed(&mut tap, &format!("SIGKILL of the tool releases a target blocked in notify-block, {rounds} rounds"), || {
-        kill_tool_while_blocked(rounds)
-    });
+    timed(
+        &mut tap,
+        &format!("tool closes first, {rounds} rounds"),
+        || tool_closes_first(rounds, &mut rng),
+    );
+    timed(
+        &mut tap,
+        &format!("target exits first, {rounds} rounds"),
+        || target_exits_first(rounds, &mut rng),
+    );
+    timed(
+        &mut tap,
+        &format!("tool and target killed at once, {rounds} rounds"),
+        || both_at_once(rounds, &mut rng),
+    );
+    timed(
+        &mut tap,
+        &format!("close racing a context switch, {rounds} rounds"),
+        || close_racing_switch(rounds, &mut rng),
+    );
+    timed(
+        &mut tap,
+        &format!("close racing an overflow interrupt, {rounds} rounds"),
+        || close_racing_overflow(rounds, &mut rng),
+    );
+    timed(
+        &mut tap,
+        &format!("SIGKILL of the tool releases a target blocked in notify-block, {rounds} rounds"),
+        || kill_tool_while_blocked(rounds),
+    );
     tap.result(
         "after the matrix: live_contexts, zombie_contexts and attached_threads back to 0",
-        guest::wait_idle(Duration::from_secs(15)).map(|t| diag(format!("drained in {} ms", t.as_millis()))),
+        guest::wait_idle(Duration::from_secs(15))
+            .map(|t| diag(format!("drained in {} ms", t.as_millis()))),
     );
     // Ends with the module unloaded.
-    timed(&mut tap, "rmmod refused while a context or a zombie exists, succeeds after", rmmod_with_context);
+    timed(
+        &mut tap,
+        "rmmod refused while a context or a zombie exists, succeeds after",
+        rmmod_with_context,
+    );
     // Each cycle ends with the counters at 0 and a successful rmmod.
-    timed(&mut tap, "10 load/unload cycles with an overflowing context", || load_unload_cycles(10));
+    timed(
+        &mut tap,
+        "10 load/unload cycles with an overflowing context",
+        || load_unload_cycles(10),
+    );
     tap.finish();
 }

@@ -1,0 +1,454 @@
+//! One thread doing operations: its generator, argument arena, fd pool
+//! access, result checks and value generators (the operations are in
+//! `ops.rs`).
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+
+use super::shared::*;
+use crate::rng::Rng;
+use crate::sys::{
+    self, abi, Arena, ThreadTimer, ARENA_HOLE, ARENA_NONE, ARENA_RO, ARENA_RW, ARENA_RW2,
+    KERNEL_ADDR, PAGE,
+};
+
+/// Pointer kinds for arguments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Ptr {
+    Good,
+    Null,
+    Hole,
+    Guard,
+    StraddleHole,
+    StraddleGuard,
+    ReadOnly,
+    Kernel,
+    Wild,
+}
+
+impl Ptr {
+    /// The kernel can read all of it.
+    pub(super) fn readable(self) -> bool {
+        matches!(self, Ptr::Good | Ptr::ReadOnly)
+    }
+}
+
+/// Errnos any operation on a pool fd may see because another thread closed it.
+pub(super) const ALWAYS: [i32; 1] = [libc::EBADF];
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    Worker,
+    Short,
+    Child,
+}
+
+/// One thread doing operations.
+pub(super) struct Actor {
+    pub(super) rng: Rng,
+    pub(super) arena: Arena,
+    pub(super) name: String,
+    pub(super) slot: usize,
+    pub(super) kind: Kind,
+    pub(super) uid: u32,
+    pub(super) n: u64,
+    pub(super) children: Vec<i32>,
+    pub(super) shorts: Vec<std::thread::JoinHandle<()>>,
+    pub(super) _timer: Option<ThreadTimer>,
+    /// Text of the operation being run (only built when logging).
+    pub(super) line: String,
+    pub(super) logging: bool,
+    /// Syscalls of the current operation.
+    pub(super) calls: u64,
+}
+
+impl Actor {
+    pub(super) fn new(seed: u64, name: String, kind: Kind) -> Actor {
+        let mut rng = Rng::new(seed);
+        let mut fill = Rng::new(seed ^ 0xa5a5);
+        let arena = Arena::new(|| fill.next_u64());
+        let slot = shared().next_slot.fetch_add(1, Ordering::Relaxed) as usize % SLOTS;
+        shared().slots[slot]
+            .tid
+            .store(sys::gettid(), Ordering::Relaxed);
+        publish_tid(&mut rng);
+        Actor {
+            rng,
+            arena,
+            name,
+            slot,
+            kind,
+            uid: sys::getuid(),
+            n: 0,
+            children: Vec::new(),
+            shorts: Vec::new(),
+            _timer: thread_timer(),
+            line: String::new(),
+            logging: LOG_FD.load(Ordering::Relaxed) >= 0,
+            calls: 0,
+        }
+    }
+
+    // ---- logging and results ----
+
+    pub(super) fn note(&mut self, args: std::fmt::Arguments<'_>) {
+        if self.logging {
+            let _ = self.line.write_fmt(args);
+        }
+    }
+
+    pub(super) fn begin(&mut self, op: Op) {
+        self.n += 1;
+        self.calls = 0;
+        let s = shared();
+        s.ops.fetch_add(1, Ordering::Relaxed);
+        s.per_op[op as usize].fetch_add(1, Ordering::Relaxed);
+        let slot = &s.slots[self.slot];
+        slot.op.store(op as u32, Ordering::Relaxed);
+        slot.n.store(self.n, Ordering::Relaxed);
+        if self.logging {
+            self.line.clear();
+            let _ = write!(self.line, "{} #{} {}", self.name, self.n, op.name());
+        }
+    }
+
+    pub(super) fn end(&mut self) {
+        shared().syscalls.fetch_add(self.calls, Ordering::Relaxed);
+        if self.logging {
+            self.line.push('\n');
+            sys::write_all(LOG_FD.load(Ordering::Relaxed), self.line.as_bytes());
+        }
+    }
+
+    /// Counts a syscall result of `op`, logs it, and returns it.
+    pub(super) fn res(&mut self, op: Op, r: Result<i64, i32>) -> Result<i64, i32> {
+        self.calls += 1;
+        if let Err(e) = r {
+            let e = (e as usize).min(MAX_ERRNO - 1);
+            shared().errnos[op as usize * MAX_ERRNO + e].fetch_add(1, Ordering::Relaxed);
+        }
+        if self.logging {
+            match r {
+                Ok(v) => {
+                    let _ = write!(self.line, " ={v}");
+                }
+                Err(e) => {
+                    let _ = write!(self.line, " ={}", perfmon::errno_name(e));
+                }
+            }
+        }
+        r
+    }
+
+    /// Records an anomaly about the current operation.
+    pub(super) fn anomaly(&mut self, op: Op, what: String) {
+        let text = format!("{} #{} {}: {what}", self.name, self.n, op.name());
+        record_anomaly(&text);
+    }
+
+    /// Checks that `r` is `Ok` or one of `allowed` (plus EBADF).
+    pub(super) fn allow(&mut self, op: Op, r: Result<i64, i32>, allowed: &[i32]) {
+        if let Err(e) = r {
+            if !allowed.contains(&e) && !ALWAYS.contains(&e) {
+                self.anomaly(
+                    op,
+                    format!(
+                        "unexpected errno {} (allowed: ok {})",
+                        perfmon::errno_name(e),
+                        names(allowed)
+                    ),
+                );
+            }
+        }
+    }
+
+    /// Checks that `r` failed with one of `expected` (plus EBADF).
+    pub(super) fn expect_err(&mut self, op: Op, r: Result<i64, i32>, expected: &[i32], why: &str) {
+        match r {
+            Ok(v) => self.anomaly(
+                op,
+                format!("succeeded ({v}) but {why}: expected {}", names(expected)),
+            ),
+            Err(e) if expected.contains(&e) || ALWAYS.contains(&e) => {}
+            Err(e) => self.anomaly(
+                op,
+                format!(
+                    "{} but {why}: expected {}",
+                    perfmon::errno_name(e),
+                    names(expected)
+                ),
+            ),
+        }
+    }
+
+    // ---- fds ----
+
+    pub(super) fn pick_fd(&mut self) -> (usize, i32) {
+        // Mostly a live fd; sometimes an empty slot (-1) or a garbage number.
+        for _ in 0..4 {
+            let i = self.rng.below(POOL as u64) as usize;
+            let fd = FDS[i].load(Ordering::Relaxed);
+            if fd >= 0 {
+                return (i, fd);
+            }
+        }
+        match self.rng.below(8) {
+            0 => (POOL, -1),
+            1 => (POOL, 1000 + self.rng.below(24) as i32),
+            _ => {
+                let i = self.rng.below(POOL as u64) as usize;
+                (i, FDS[i].load(Ordering::Relaxed))
+            }
+        }
+    }
+
+    pub(super) fn store_fd(&mut self, fd: i32) {
+        for _ in 0..POOL {
+            let i = self.rng.below(POOL as u64) as usize;
+            if FDS[i]
+                .compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                return;
+            }
+        }
+        // Pool full: close the oldest idea of a slot and take it.
+        let i = self.rng.below(POOL as u64) as usize;
+        let old = FDS[i].swap(fd, Ordering::AcqRel);
+        if old >= 0 {
+            let r = sys::close(old).map(|_| 0);
+            self.res(Op::Close, r).ok();
+        }
+    }
+
+    // ---- argument memory ----
+
+    pub(super) fn pick_ptr(&mut self, good: u32) -> Ptr {
+        let w = [good, 3, 3, 2, 3, 2, 3, 1, 1];
+        [
+            Ptr::Good,
+            Ptr::Null,
+            Ptr::Hole,
+            Ptr::Guard,
+            Ptr::StraddleHole,
+            Ptr::StraddleGuard,
+            Ptr::ReadOnly,
+            Ptr::Kernel,
+            Ptr::Wild,
+        ][self.rng.weighted(&w)]
+    }
+
+    /// An address of kind `p` for `len` bytes.
+    pub(super) fn place(&mut self, p: Ptr, len: usize) -> usize {
+        self.place_in(p, len, false)
+    }
+
+    /// Like [`Actor::place`]; `array`: a register array or a read buffer,
+    /// placed (when good) in the first read-write pages, where headers (the
+    /// second read-write page) never overlap it.
+    pub(super) fn place_in(&mut self, p: Ptr, len: usize, array: bool) -> usize {
+        let len = len.max(1);
+        match p {
+            Ptr::Good => {
+                let (base, size) = if !array && len <= PAGE {
+                    (ARENA_RW2, PAGE)
+                } else {
+                    (0, ARENA_RW)
+                };
+                let room = size.saturating_sub(len);
+                let mut off = (self.rng.below(room as u64 / 8 + 1) * 8) as usize;
+                if self.rng.chance(1, 10) && off + len + 8 <= size {
+                    off += self.rng.range(1, 7) as usize;
+                }
+                self.arena.at(base + off)
+            }
+            Ptr::Null => {
+                if self.rng.chance(1, 4) {
+                    self.rng.range(1, 4095) as usize
+                } else {
+                    0
+                }
+            }
+            Ptr::Hole => self
+                .arena
+                .at(ARENA_HOLE + (self.rng.below(PAGE as u64 / 8) * 8) as usize),
+            Ptr::Guard => self
+                .arena
+                .at(ARENA_NONE + (self.rng.below(PAGE as u64 / 8) * 8) as usize),
+            Ptr::StraddleHole | Ptr::StraddleGuard => {
+                let end = if p == Ptr::StraddleHole {
+                    ARENA_HOLE
+                } else {
+                    ARENA_NONE
+                };
+                let k = if len > 1 {
+                    self.rng.range(1, (len - 1) as u64) as usize
+                } else {
+                    0
+                };
+                self.arena.at(end - k.min(PAGE))
+            }
+            Ptr::ReadOnly => {
+                let room = PAGE.saturating_sub(len);
+                self.arena
+                    .at(ARENA_RO + (self.rng.below(room as u64 / 8 + 1) * 8) as usize)
+            }
+            Ptr::Kernel => KERNEL_ADDR + (self.rng.below(1 << 20) * 8) as usize,
+            Ptr::Wild => match self.rng.below(3) {
+                // Never mapped by anyone in this process: below the arenas.
+                0 => (0x1000_0000_0000 + self.rng.below(0x3000_0000_0000)) as usize,
+                // Non-canonical.
+                1 => (0x0000_8000_0000_0000u64 + self.rng.below(0x7fff_0000_0000_0000)) as usize,
+                _ => (0xffff_ffff_ffff_f000u64 + self.rng.below(0x1000)) as usize,
+            },
+        }
+    }
+
+    // ---- value generators ----
+
+    /// A thread id to attach to, and whether a refusal is certain (with
+    /// the errnos it must be one of).
+    pub(super) fn pick_tid(&mut self) -> (u32, Option<(&'static [i32], &'static str)>) {
+        const KTHREAD: &[i32] = &[libc::EPERM];
+        const NOSUCH: &[i32] = &[libc::ESRCH];
+        match self.rng.weighted(&[30, 10, 20, 30, 8, 4, 3, 4]) {
+            0 => (0, None),
+            1 => (sys::gettid(), None),
+            2 => (
+                PROC_TIDS[self.rng.below(16) as usize].load(Ordering::Relaxed),
+                None,
+            ),
+            3 => {
+                let e =
+                    shared().board[self.rng.below(BOARD as u64) as usize].load(Ordering::Relaxed);
+                (e as u32, None)
+            }
+            4 => {
+                if self.children.is_empty() {
+                    (0, None)
+                } else {
+                    (self.rng.pick(&self.children) as u32, None)
+                }
+            }
+            5 => (2, Some((KTHREAD, "tid 2 is kthreadd"))),
+            6 => {
+                if self.uid != 0 {
+                    (1, Some((&[libc::EACCES], "pid 1 belongs to root")))
+                } else {
+                    // Root may attach to init, but init sleeps in wait()
+                    // for the whole run, so the attachment would outlive
+                    // the fuzzer: kthreadd instead.
+                    (2, Some((KTHREAD, "tid 2 is kthreadd")))
+                }
+            }
+            _ => {
+                let t = self.rng.pick(&[
+                    0x7fff_ffffu32,
+                    0x8000_0000,
+                    u32::MAX,
+                    4_194_305,
+                    0xffff_fffe,
+                ]);
+                (t, Some((NOSUCH, "no such thread")))
+            }
+        }
+    }
+
+    /// A PMD value: tiny periods (-1, -2), small ones, boundaries, garbage.
+    pub(super) fn pmd_value(&mut self) -> u64 {
+        match self.rng.below(8) {
+            0 => u64::MAX,
+            1 => u64::MAX - 1,
+            2 => 0u64.wrapping_sub(self.rng.range(1, 64)),
+            3 => 0u64.wrapping_sub(self.rng.range(1, 100_000)),
+            4 => 0,
+            _ => self.rng.interesting_u64(),
+        }
+    }
+
+    /// A PMC element; `valid` says whether the module must accept it.
+    pub(super) fn gen_pmc(&mut self) -> (abi::PfmPmc, bool) {
+        let mut p = abi::PfmPmc {
+            reg_num: self.rng.below(4) as u16,
+            reg_set: 0,
+            reg_flags: 0,
+            reg_value: self.rng.below(4),
+            reserved: [0; 2],
+        };
+        if self.rng.chance(1, 4) {
+            // Output bits are ignored on input.
+            p.reg_flags = (self.rng.next_u64() as u32) & abi::PFM_REG_RETFL_MASK;
+        }
+        if self.rng.chance(1, 8) {
+            match self.rng.below(5) {
+                0 => p.reg_num = self.rng.pick(&[4u16, 5, 15, 31, 32, 63, 64, 0xffff]),
+                1 => p.reg_set = self.rng.range(1, 0xffff) as u16,
+                2 => p.reg_flags |= 1 << self.rng.below(16),
+                3 => {
+                    p.reg_value =
+                        self.rng.pick(&[4u64, 5, 0x100, u64::MAX, 1 << 63]) | self.rng.below(4)
+                }
+                _ => p.reserved[self.rng.below(2) as usize] = self.rng.interesting_u64() | 1,
+            }
+            return (p, false);
+        }
+        (p, true)
+    }
+
+    /// A PMD element to write; `valid` says whether the module must accept it.
+    pub(super) fn gen_pmd(&mut self) -> (abi::PfmPmd, bool) {
+        let mut p = abi::PfmPmd {
+            reg_num: self.rng.below(4) as u16,
+            reg_flags: if self.rng.chance(1, 2) {
+                abi::PFM_REGFL_OVFL_NOTIFY
+            } else {
+                0
+            },
+            reg_value: self.pmd_value(),
+            reg_long_reset: self.pmd_value(),
+            reg_short_reset: self.pmd_value(),
+            reg_last_reset_val: self.rng.interesting_u64(),
+            reg_reset_pmds: self.rng.below(16),
+            ..Default::default()
+        };
+        if self.rng.chance(1, 4) {
+            p.reg_flags |= (self.rng.next_u64() as u32) & abi::PFM_REG_RETFL_MASK;
+        }
+        if self.rng.chance(1, 8) {
+            match self.rng.below(5) {
+                0 => p.reg_num = self.rng.pick(&[4u16, 5, 15, 31, 32, 63, 64, 0xffff]),
+                1 => p.reg_set = self.rng.range(1, 0xffff) as u16,
+                2 => p.reg_flags |= 1 << self.rng.range(1, 15),
+                3 => p.reg_reset_pmds |= 1 << self.rng.range(4, 63),
+                _ => p.reserved[self.rng.below(2) as usize] = self.rng.interesting_u64() | 1,
+            }
+            return (p, false);
+        }
+        (p, true)
+    }
+
+    /// A PMD element to read.
+    pub(super) fn gen_pmd_read(&mut self) -> (abi::PfmPmd, bool) {
+        let mut p = abi::PfmPmd {
+            reg_num: self.rng.below(4) as u16,
+            ..Default::default()
+        };
+        if self.rng.chance(1, 3) {
+            // Everything but the number and the set is ignored on input.
+            p.reg_value = self.rng.next_u64();
+            p.reg_flags = self.rng.next_u64() as u32;
+            p.reserved = [self.rng.next_u64(), self.rng.next_u64()];
+        }
+        if self.rng.chance(1, 10) {
+            if self.rng.chance(1, 2) {
+                p.reg_num = self.rng.pick(&[4u16, 5, 31, 63, 64, 0xffff]);
+            } else {
+                p.reg_set = self.rng.range(1, 0xffff) as u16;
+            }
+            return (p, false);
+        }
+        (p, true)
+    }
+
+    // ---- the operations ----
+}

@@ -1,0 +1,877 @@
+//! The operations of an [`Actor`]: each builds its arguments, runs the
+//! system call and checks the result against the ABI's rules.
+
+use std::sync::atomic::Ordering;
+
+use super::actor::*;
+
+use super::shared::*;
+use crate::rng::Rng;
+use crate::sys::{self, abi, PAGE};
+
+/// The fd number is an empty slot (-1) or a garbage number (1000+), not a
+/// pool descriptor: the kernel answers EBADF and nothing more is checked.
+fn not_pool_fd(fd: i32) -> bool {
+    !(0..1000).contains(&fd)
+}
+
+impl Actor {
+    pub(super) fn step(&mut self, weights: &[u32; NOPS]) {
+        let op = OPS[self.rng.weighted(weights)];
+        self.begin(op);
+        match op {
+            Op::Open => self.op_open(),
+            Op::Close => self.op_close(),
+            Op::Dup => self.op_dup(),
+            Op::GetInfo | Op::GetState => self.op_get(op),
+            Op::WritePmcs | Op::WritePmds | Op::ReadPmds => self.op_regs(op),
+            Op::Load => self.op_load(),
+            Op::Unload | Op::Start | Op::Stop | Op::Restart => self.op_plain(op),
+            Op::SetFlags => self.op_set_flags(),
+            Op::BadIoctl => self.op_bad_ioctl(),
+            Op::Read => self.op_read(),
+            Op::Poll => self.op_poll(),
+            Op::Fcntl => self.op_fcntl(),
+            Op::MiscFd => self.op_misc_fd(),
+            Op::Sched => self.op_sched(),
+            Op::Arm => self.op_arm(),
+            Op::Thread => self.op_thread(),
+            Op::Fork => self.op_fork(),
+            Op::Signal => self.op_signal(),
+            Op::Worker => self.op_worker(),
+            Op::Reap => self.op_reap(false),
+        }
+        self.end();
+    }
+
+    pub(super) fn op_open(&mut self) {
+        let mut flags = match self.rng.below(10) {
+            0 => libc::O_RDONLY,
+            1 => libc::O_WRONLY,
+            _ => libc::O_RDWR,
+        };
+        if self.rng.chance(1, 4) {
+            flags |= libc::O_NONBLOCK;
+        }
+        if self.rng.chance(1, 2) {
+            flags |= libc::O_CLOEXEC;
+        }
+        self.note(format_args!(" flags={flags:#x}"));
+        let r = sys::open(sys::DEV, flags).map(|fd| fd as i64);
+        let r = self.res(Op::Open, r);
+        match r {
+            Ok(fd) => self.store_fd(fd as i32),
+            // EMFILE: an unprivileged child at its limit (see hostile tests).
+            Err(e) if e == libc::EMFILE || e == libc::ENFILE || e == libc::EINTR => {}
+            Err(_) => self.allow(Op::Open, r, &[]),
+        }
+    }
+
+    pub(super) fn op_close(&mut self) {
+        let i = self.rng.below(POOL as u64) as usize;
+        let fd = FDS[i].swap(-1, Ordering::AcqRel);
+        if fd < 0 {
+            return;
+        }
+        self.note(format_args!(" fd={fd}"));
+        let r = sys::close(fd).map(|_| 0);
+        let r = self.res(Op::Close, r);
+        self.allow(Op::Close, r, &[]);
+    }
+
+    pub(super) fn op_dup(&mut self) {
+        let (_, fd) = self.pick_fd();
+        self.note(format_args!(" fd={fd}"));
+        let r = sys::dup(fd).map(|v| v as i64);
+        if let Ok(nfd) = self.res(Op::Dup, r) {
+            self.store_fd(nfd as i32)
+        }
+    }
+
+    pub(super) fn op_get(&mut self, op: Op) {
+        let (_, fd) = self.pick_fd();
+        let (cmd, len) = if op == Op::GetInfo {
+            (abi::PFM_IOC_GET_INFO, std::mem::size_of::<abi::PfmInfo>())
+        } else {
+            (
+                abi::PFM_IOC_GET_STATE,
+                std::mem::size_of::<abi::PfmCtxInfo>(),
+            )
+        };
+        let p = self.pick_ptr(80);
+        let addr = self.place(p, len);
+        self.note(format_args!(" fd={fd} ptr={p:?}@{addr:#x}"));
+        let r = sys::ioctl(fd, cmd, addr);
+        let r = self.res(op, r);
+        if not_pool_fd(fd) {
+            return;
+        }
+        if p != Ptr::Good {
+            self.expect_err(op, r, &[libc::EFAULT], "the output is not writable");
+            return;
+        }
+        self.allow(op, r, &[]);
+        if r.is_err() {
+            return;
+        }
+        if op == Op::GetInfo {
+            let info: abi::PfmInfo = self.arena.get(addr);
+            if info.abi_version != abi::PFM_ABI_VERSION
+                || info.size as usize != len
+                || info.num_pmcs != 4
+                || info.num_pmds != 4
+                || info.impl_pmcs != 0xf
+                || info.impl_pmds != 0xf
+                || !(16..=64).contains(&info.counter_width)
+            {
+                self.anomaly(
+                    op,
+                    format!(
+                        "bad info: version {} size {} pmcs {} pmds {} impl {:#x}/{:#x} width {}",
+                        info.abi_version,
+                        info.size,
+                        info.num_pmcs,
+                        info.num_pmds,
+                        info.impl_pmcs,
+                        info.impl_pmds,
+                        info.counter_width
+                    ),
+                );
+            }
+        } else {
+            let st: abi::PfmCtxInfo = self.arena.get(addr);
+            let ok_state = matches!(
+                st.state,
+                abi::PFM_STATE_UNLOADED | abi::PFM_STATE_LOADED | abi::PFM_STATE_MASKED
+            );
+            if !ok_state
+                || st.flags & !abi::PFM_CTXFL_MASK != 0
+                || st.status & !7 != 0
+                || st.used_pmds & !0xf != 0
+                || st.reserved != [0; 3]
+            {
+                self.anomaly(
+                    op,
+                    format!("bad state through an open fd: state {} tid {} flags {:#x} status {:#x} used {:#x}", st.state, st.tid, st.flags, st.status, st.used_pmds),
+                );
+            }
+            // STARTED may stay set after the target exited (no STOP since).
+            if st.state == abi::PFM_STATE_UNLOADED && st.status & abi::PFM_CTXST_ACTIVE != 0 {
+                self.anomaly(
+                    op,
+                    format!("UNLOADED context reports status {:#x}", st.status),
+                );
+            }
+        }
+    }
+
+    pub(super) fn op_regs(&mut self, op: Op) {
+        let (_, fd) = self.pick_fd();
+        let (cmd, elem) = match op {
+            Op::WritePmcs => (abi::PFM_IOC_WRITE_PMCS, 32usize),
+            Op::WritePmds => (abi::PFM_IOC_WRITE_PMDS, 64),
+            _ => (abi::PFM_IOC_READ_PMDS, 64),
+        };
+        let count: u32 = match self.rng.weighted(&[55, 12, 4, 12, 4, 4, 4, 5]) {
+            0 => self.rng.range(1, 4) as u32,
+            1 => self.rng.range(5, 16) as u32,
+            2 => self.rng.range(17, 64) as u32,
+            3 => 1,
+            4 => 0,
+            5 => 65,
+            6 => self
+                .rng
+                .pick(&[u32::MAX, 0x8000_0000, 0x1000_0000, 0x0400_0001, 1 << 26]),
+            _ => 64,
+        };
+        let n = (count as usize).min(64);
+        let mut all_valid = true;
+        let mut first_bad = None;
+        let rp = self.pick_ptr(88);
+        let raddr = self.place_in(rp, n * elem, true);
+        for i in 0..n {
+            let a = raddr + i * elem;
+            let valid = match op {
+                Op::WritePmcs => {
+                    let (p, v) = self.gen_pmc();
+                    self.arena.put(a, p);
+                    v
+                }
+                Op::WritePmds => {
+                    let (p, v) = self.gen_pmd();
+                    self.arena.put(a, p);
+                    v
+                }
+                _ => {
+                    let (p, v) = self.gen_pmd_read();
+                    self.arena.put(a, p);
+                    v
+                }
+            };
+            if !valid && first_bad.is_none() {
+                first_bad = Some(i as u32);
+            }
+            all_valid &= valid;
+        }
+        let mut hdr = abi::PfmRegsArg {
+            regs: raddr as u64,
+            count,
+            done: self.rng.next_u64() as u32,
+            time_enabled: self.rng.next_u64(),
+            time_running: self.rng.next_u64(),
+            reserved: [0; 2],
+        };
+        let bad_reserved = self.rng.chance(1, 30);
+        if bad_reserved {
+            hdr.reserved[self.rng.below(2) as usize] = self.rng.interesting_u64() | 1;
+        }
+        let hp = self.pick_ptr(94);
+        let haddr = self.place(hp, std::mem::size_of::<abi::PfmRegsArg>());
+        self.arena.put(haddr, hdr);
+        self.note(format_args!(
+            " fd={fd} hdr={hp:?} regs={rp:?} count={count} valid={all_valid} rsvd={bad_reserved}"
+        ));
+        let r = sys::ioctl(fd, cmd, haddr);
+        let r = self.res(op, r);
+        if not_pool_fd(fd) {
+            return;
+        }
+        // What the module must answer, in the order it checks.
+        if !hp.readable() {
+            return self.expect_err(op, r, &[libc::EFAULT], "the header is not readable");
+        }
+        if hp == Ptr::ReadOnly {
+            // The header read from the RO page is its random content.
+            return self.allow(op, r, &[libc::EFAULT, libc::EINVAL, libc::E2BIG]);
+        }
+        if bad_reserved || count == 0 {
+            return self.expect_err(op, r, &[libc::EINVAL], "count 0 or reserved bits set");
+        }
+        if count > 64 {
+            return self.expect_err(op, r, &[libc::E2BIG], "count > PFM_MAX_REGS_PER_CALL");
+        }
+        if !rp.readable() {
+            return self.expect_err(op, r, &[libc::EFAULT], "the register array is not readable");
+        }
+        if rp == Ptr::ReadOnly {
+            return self.allow(op, r, &[libc::EFAULT, libc::EINVAL]);
+        }
+        let done: abi::PfmRegsArg = self.arena.get(haddr);
+        if all_valid {
+            match r {
+                Ok(_) if done.done != count => self.anomaly(
+                    op,
+                    format!("succeeded with done={} for count {count}", done.done),
+                ),
+                Ok(_) => {}
+                Err(e) if e == libc::EBADF => {}
+                Err(e) => self.anomaly(
+                    op,
+                    format!("valid registers refused: {}", perfmon::errno_name(e)),
+                ),
+            }
+        } else {
+            self.expect_err(op, r, &[libc::EINVAL], "an element is invalid");
+            if r == Err(libc::EINVAL) && Some(done.done) != first_bad {
+                self.anomaly(
+                    op,
+                    format!(
+                        "EINVAL with done={} but the first bad element is {:?}",
+                        done.done, first_bad
+                    ),
+                );
+            }
+        }
+    }
+
+    pub(super) fn op_load(&mut self) {
+        let (_, fd) = self.pick_fd();
+        let (tid, refusal) = self.pick_tid();
+        let mut l = abi::PfmLoad {
+            tid,
+            flags: 0,
+            reserved: [0; 3],
+        };
+        let garbage = self.rng.chance(1, 25);
+        if garbage {
+            if self.rng.chance(1, 2) {
+                l.flags = self.rng.interesting_u32() | 1;
+            } else {
+                l.reserved[self.rng.below(3) as usize] = self.rng.interesting_u64() | 1;
+            }
+        }
+        let p = self.pick_ptr(94);
+        let addr = self.place(p, std::mem::size_of::<abi::PfmLoad>());
+        self.arena.put(addr, l);
+        self.note(format_args!(
+            " fd={fd} tid={tid} ptr={p:?} garbage={garbage}"
+        ));
+        let r = sys::ioctl(fd, abi::PFM_IOC_LOAD, addr);
+        let r = self.res(Op::Load, r);
+        if not_pool_fd(fd) {
+            return;
+        }
+        if !p.readable() {
+            return self.expect_err(Op::Load, r, &[libc::EFAULT], "the argument is not readable");
+        }
+        if p == Ptr::ReadOnly {
+            return self.allow(
+                Op::Load,
+                r,
+                &[
+                    libc::EINVAL,
+                    libc::EBUSY,
+                    libc::EBADFD,
+                    libc::ESRCH,
+                    libc::EPERM,
+                    libc::EACCES,
+                    libc::ENOSPC,
+                    libc::EAGAIN,
+                ],
+            );
+        }
+        if garbage {
+            return self.expect_err(Op::Load, r, &[libc::EINVAL], "flags or reserved bits set");
+        }
+        if let Some((errs, why)) = refusal {
+            let mut allowed: Vec<i32> = errs.to_vec();
+            allowed.extend_from_slice(&[libc::EBUSY, libc::EBADFD]);
+            return self.expect_err(Op::Load, r, &allowed, why);
+        }
+        self.allow(
+            Op::Load,
+            r,
+            &[
+                libc::EBUSY,
+                libc::EBADFD,
+                libc::ESRCH,
+                libc::EPERM,
+                libc::EACCES,
+                libc::ENOSPC,
+                libc::EAGAIN,
+            ],
+        );
+        if r.is_ok() && self.uid != 0 && tid != 0 && tid != sys::gettid() {
+            // An unprivileged tool may only monitor threads of its own user.
+            if let Some(owner) = proc_uid(tid) {
+                if owner != self.uid {
+                    self.anomaly(
+                        Op::Load,
+                        format!("uid {} attached to tid {tid} of uid {owner}", self.uid),
+                    );
+                }
+            }
+        }
+    }
+
+    pub(super) fn op_plain(&mut self, op: Op) {
+        let (_, fd) = self.pick_fd();
+        let cmd = match op {
+            Op::Unload => abi::PFM_IOC_UNLOAD,
+            Op::Start => abi::PFM_IOC_START,
+            Op::Stop => abi::PFM_IOC_STOP,
+            _ => abi::PFM_IOC_RESTART,
+        };
+        // The argument is ignored: anything goes.
+        let arg = if self.rng.chance(1, 2) {
+            0
+        } else {
+            self.rng.next_u64() as usize
+        };
+        self.note(format_args!(" fd={fd}"));
+        let r = sys::ioctl(fd, cmd, arg);
+        let r = self.res(op, r);
+        if !not_pool_fd(fd) {
+            self.allow(op, r, &[libc::EBADFD]);
+        }
+    }
+
+    pub(super) fn op_set_flags(&mut self) {
+        let (_, fd) = self.pick_fd();
+        let mut f = abi::PfmCtxFlags {
+            flags: self.rng.below(4) as u32,
+            pad: 0,
+            reserved: [0; 3],
+        };
+        let garbage = self.rng.chance(1, 6);
+        if garbage {
+            match self.rng.below(3) {
+                0 => f.flags |= 1 << self.rng.range(2, 31),
+                1 => f.pad = self.rng.interesting_u32() | 1,
+                _ => f.reserved[self.rng.below(3) as usize] = self.rng.interesting_u64() | 1,
+            }
+        }
+        let p = self.pick_ptr(94);
+        let addr = self.place(p, std::mem::size_of::<abi::PfmCtxFlags>());
+        self.arena.put(addr, f);
+        self.note(format_args!(
+            " fd={fd} flags={:#x} ptr={p:?} garbage={garbage}",
+            f.flags
+        ));
+        let r = sys::ioctl(fd, abi::PFM_IOC_SET_FLAGS, addr);
+        let r = self.res(Op::SetFlags, r);
+        if not_pool_fd(fd) {
+            return;
+        }
+        if !p.readable() {
+            return self.expect_err(
+                Op::SetFlags,
+                r,
+                &[libc::EFAULT],
+                "the argument is not readable",
+            );
+        }
+        if p == Ptr::ReadOnly {
+            return self.allow(Op::SetFlags, r, &[libc::EINVAL, libc::EBADFD]);
+        }
+        if garbage {
+            return self.expect_err(
+                Op::SetFlags,
+                r,
+                &[libc::EINVAL],
+                "unknown flags or reserved bits",
+            );
+        }
+        self.allow(Op::SetFlags, r, &[libc::EBADFD]);
+    }
+
+    pub(super) fn op_bad_ioctl(&mut self) {
+        let (_, fd) = self.pick_fd();
+        let known = [
+            abi::PFM_IOC_GET_INFO,
+            abi::PFM_IOC_WRITE_PMCS,
+            abi::PFM_IOC_WRITE_PMDS,
+            abi::PFM_IOC_READ_PMDS,
+            abi::PFM_IOC_LOAD,
+            abi::PFM_IOC_UNLOAD,
+            abi::PFM_IOC_START,
+            abi::PFM_IOC_STOP,
+            abi::PFM_IOC_RESTART,
+            abi::PFM_IOC_GET_STATE,
+            abi::PFM_IOC_SET_FLAGS,
+        ];
+        let base = self.rng.pick(&known);
+        let kind = self.rng.below(8);
+        let (cmd, expect): (u32, &[i32]) = match kind {
+            // The size field forged (never the true size).
+            0 => {
+                let size = (base >> 16) & 0x3fff;
+                let mut s = self.rng.pick(&[
+                    0u32, 1, 7, 8, 31, 33, 47, 49, 63, 65, 871, 873, 4096, 0x3fff,
+                ]);
+                if s == size {
+                    s ^= 1;
+                }
+                ((base & !(0x3fff << 16)) | (s << 16), &[libc::EINVAL])
+            }
+            // The direction bits changed.
+            1 => {
+                let dir = base >> 30;
+                let mut d = self.rng.below(4) as u32;
+                if d == dir {
+                    d = (d + 1) % 4;
+                }
+                ((base & 0x3fff_ffff) | (d << 30), &[libc::EINVAL])
+            }
+            // Another type byte.
+            2 => {
+                let mut t = self.rng.below(256) as u32;
+                if t == abi::PFM_IOC_MAGIC {
+                    t = 0;
+                }
+                if [b'T' as u32, b'f' as u32, 0x58, 0x94, 0x12, 0x15, 0x00].contains(&t) {
+                    t = 0xB7;
+                }
+                ((base & !(0xff << 8)) | (t << 8), &[libc::ENOTTY])
+            }
+            // Our type, a number that does not exist.
+            3 => {
+                let nr = self.rng.range(0x0b, 0xff) as u32;
+                let dir = self.rng.below(4) as u32;
+                let size = self.rng.below(0x4000) as u32;
+                (
+                    (dir << 30) | (size << 16) | (abi::PFM_IOC_MAGIC << 8) | nr,
+                    &[libc::ENOTTY],
+                )
+            }
+            // Generic VFS ioctls that reach the file (FIOASYNC calls ->fasync).
+            4 => {
+                let c = self.rng.pick(&[
+                    libc::FIOASYNC as u32,
+                    libc::FIONBIO as u32,
+                    libc::FIONREAD as u32,
+                    libc::FIOCLEX as u32,
+                    libc::FIONCLEX as u32,
+                ]);
+                (c, &[libc::EFAULT, libc::ENOTTY, libc::EINVAL])
+            }
+            // A fully random number.
+            _ => {
+                let mut c = self.rng.next_u64() as u32;
+                if (c >> 8) & 0xff != abi::PFM_IOC_MAGIC {
+                    // Keep clear of the VFS's own ('T', 'f', 0x94, 0x12, 'X').
+                    c = (c & !(0xff << 8)) | (0xB7 << 8);
+                }
+                (c, &[libc::ENOTTY, libc::EINVAL])
+            }
+        };
+        let p = self.pick_ptr(70);
+        let addr = self.place(p, 8);
+        if p == Ptr::Good {
+            self.arena.put(addr, self.rng.below(2) as i32);
+        }
+        self.note(format_args!(
+            " fd={fd} cmd={cmd:#010x} kind={kind} ptr={p:?}"
+        ));
+        let r = sys::ioctl(fd, cmd, addr);
+        let r = self.res(Op::BadIoctl, r);
+        if not_pool_fd(fd) {
+            return;
+        }
+        if kind == 4 {
+            // FIONREAD and friends may succeed; only odd errnos are wrong.
+            return self.allow(Op::BadIoctl, r, expect);
+        }
+        if kind == 5
+            && (cmd >> 8) & 0xff == abi::PFM_IOC_MAGIC
+            && (cmd & 0xff) <= 0x0a
+            && known.contains(&cmd)
+        {
+            // A random number that happens to be a real command.
+            return;
+        }
+        self.expect_err(Op::BadIoctl, r, expect, "not a valid perfmon command");
+    }
+
+    pub(super) fn op_read(&mut self) {
+        let (_, fd) = self.pick_fd();
+        let len = match self.rng.below(12) {
+            0 => 0,
+            1 => self.rng.range(1, 63) as usize,
+            2..=5 => 64,
+            6 => 65,
+            7 => 128,
+            8 => 512,
+            9 => 4096,
+            10 => self.rng.range(64, 16000) as usize,
+            _ => 64 * self.rng.range(1, 12) as usize,
+        };
+        let p = self.pick_ptr(85);
+        let addr = self.place_in(p, len, true);
+        // Do not sit in a blocking read for the timer period every time.
+        if self.rng.chance(4, 5) {
+            match sys::poll(&[(fd, libc::POLLIN)], 0) {
+                Ok(rev)
+                    if rev[0] & (libc::POLLIN | libc::POLLHUP) == 0
+                    // Nothing to read: make it non-blocking by other means.
+                    && self.rng.chance(1, 2) =>
+                {
+                    return;
+                }
+                _ => {}
+            }
+        }
+        self.note(format_args!(" fd={fd} len={len} ptr={p:?}"));
+        let r = sys::read_raw(fd, addr, len);
+        let r = self.res(Op::Read, r);
+        if not_pool_fd(fd) {
+            return;
+        }
+        if len < 64 {
+            // access_ok() comes first: a kernel or non-canonical buffer is EFAULT.
+            return self.expect_err(
+                Op::Read,
+                r,
+                &[libc::EINVAL, libc::EFAULT],
+                "buffer shorter than one message",
+            );
+        }
+        self.allow(
+            Op::Read,
+            r,
+            &[libc::EAGAIN, libc::EINTR, libc::EFAULT, libc::EBADF],
+        );
+        match r {
+            Ok(n) if n as usize % 64 != 0 || n as usize > len => {
+                self.anomaly(Op::Read, format!("read {n} bytes of {len}"))
+            }
+            Ok(n) if p == Ptr::Good => {
+                for i in 0..n as usize / 64 {
+                    let m: abi::PfmMsg = self.arena.get(addr + i * 64);
+                    let ok = match m.msg_type {
+                        abi::PFM_MSG_OVFL => m.ovfl_pmds != 0 && m.ovfl_pmds & !0xf == 0,
+                        abi::PFM_MSG_END | abi::PFM_MSG_REVOKED => true,
+                        _ => false,
+                    };
+                    if !ok || m.pad != 0 || m.reserved0 != 0 || m.reserved != [0; 3] {
+                        self.anomaly(
+                            Op::Read,
+                            format!(
+                                "bad message: type {} tid {} ovfl {:#x}",
+                                m.msg_type, m.tid, m.ovfl_pmds
+                            ),
+                        );
+                    }
+                }
+            }
+            Ok(n) if n > 0 && p != Ptr::Good && !self.arena.writable(addr, n as usize) => {
+                self.anomaly(Op::Read, format!("read {n} bytes into a {p:?} buffer"));
+            }
+            _ => {}
+        }
+    }
+
+    pub(super) fn op_poll(&mut self) {
+        let k = self.rng.range(1, 4) as usize;
+        let mut fds = Vec::with_capacity(k);
+        for _ in 0..k {
+            let (_, fd) = self.pick_fd();
+            let ev = match self.rng.below(4) {
+                0 => libc::POLLIN,
+                1 => libc::POLLIN | libc::POLLOUT,
+                2 => libc::POLLPRI | libc::POLLRDNORM,
+                _ => self.rng.next_u64() as i16,
+            };
+            fds.push((fd, ev));
+        }
+        let timeout = if self.rng.chance(4, 5) {
+            0
+        } else {
+            self.rng.range(1, 10) as i32
+        };
+        self.note(format_args!(" n={k} timeout={timeout}"));
+        let r = sys::poll(&fds, timeout)
+            .map(|rev| rev.iter().fold(0i64, |a, &b| a << 8 | (b as i64 & 0xff)));
+        let r = self.res(Op::Poll, r);
+        self.allow(Op::Poll, r, &[libc::EINTR]);
+    }
+
+    pub(super) fn op_fcntl(&mut self) {
+        let (_, fd) = self.pick_fd();
+        let which = self.rng.below(6);
+        let r = match which {
+            // fasync on / off.
+            0 | 1 => sys::fcntl(fd, libc::F_GETFL, 0).and_then(|fl| {
+                let fl = if which == 0 {
+                    fl | libc::O_ASYNC as i64
+                } else {
+                    fl & !(libc::O_ASYNC as i64)
+                };
+                sys::fcntl(fd, libc::F_SETFL, fl)
+            }),
+            2 => sys::fcntl(fd, libc::F_GETFL, 0)
+                .and_then(|fl| sys::fcntl(fd, libc::F_SETFL, fl ^ libc::O_NONBLOCK as i64)),
+            3 => sys::fcntl(
+                fd,
+                libc::F_SETOWN,
+                if self.rng.chance(1, 2) {
+                    sys::getpid() as i64
+                } else {
+                    0
+                },
+            ),
+            4 => sys::set_owner_ex(fd, true, sys::gettid()),
+            _ => sys::fcntl(
+                fd,
+                sys::F_SETSIG,
+                self.rng
+                    .pick(&[0, libc::SIGIO, libc::SIGUSR1, libc::SIGUSR2]) as i64,
+            ),
+        };
+        self.note(format_args!(" fd={fd} kind={which}"));
+        self.res(Op::Fcntl, r).ok();
+    }
+
+    pub(super) fn op_misc_fd(&mut self) {
+        let (_, fd) = self.pick_fd();
+        let which = self.rng.below(4);
+        self.note(format_args!(" fd={fd} kind={which}"));
+        let addr = self.arena.at(0);
+        let r = match which {
+            0 => sys::write_raw(fd, addr, self.rng.pick(&[0usize, 1, 64, 4096])),
+            1 => sys::lseek(
+                fd,
+                self.rng.interesting_u64() as i64,
+                self.rng.below(3) as i32,
+            ),
+            2 => sys::mmap_fd(
+                fd,
+                PAGE * self.rng.range(1, 4) as usize,
+                self.rng
+                    .pick(&[libc::PROT_READ, libc::PROT_READ | libc::PROT_WRITE]),
+            ),
+            _ => sys::fstat_ok(fd),
+        };
+        let r = self.res(Op::MiscFd, r);
+        if not_pool_fd(fd) {
+            return;
+        }
+        match which {
+            0 => {
+                if let Ok(n) = r {
+                    if n > 0 {
+                        self.anomaly(Op::MiscFd, format!("write of {n} bytes accepted"));
+                    }
+                }
+            }
+            2 => self.expect_err(
+                Op::MiscFd,
+                r,
+                &[libc::ENODEV, libc::EACCES],
+                "perfmon has no mmap",
+            ),
+            _ => {}
+        }
+    }
+
+    /// Sets up a context that overflows all the time: a tiny period on
+    /// context switches or the task clock, notify or notify-block, loaded on
+    /// a thread (self, a sibling, a child, anyone on the board) and started.
+    /// The fd goes to the pool, so the other operations (RESTART, read,
+    /// close, unload) meet it.
+    pub(super) fn op_arm(&mut self) {
+        shared().arms.fetch_add(1, Ordering::Relaxed);
+        let fd = match sys::open_pfm() {
+            Ok(fd) => fd,
+            Err(e) => {
+                self.res(Op::Arm, Err(e)).ok();
+                return;
+            }
+        };
+        self.calls += 1;
+        let flags = match self.rng.below(10) {
+            0..=2 => abi::PFM_CTXFL_NOTIFY_BLOCK,
+            3 | 4 => abi::PFM_CTXFL_NO_MSG,
+            5 => abi::PFM_CTXFL_NOTIFY_BLOCK | abi::PFM_CTXFL_NO_MSG,
+            _ => 0,
+        };
+        if flags != 0 {
+            let a = self.arena.at(0);
+            self.arena.put(
+                a,
+                abi::PfmCtxFlags {
+                    flags,
+                    ..Default::default()
+                },
+            );
+            let r = sys::ioctl(fd, abi::PFM_IOC_SET_FLAGS, a);
+            let r = self.res(Op::Arm, r);
+            self.allow(Op::Arm, r, &[]);
+        }
+        let ncnt = self.rng.range(1, 4) as usize;
+        let mut pmcs = Vec::new();
+        let mut pmds = Vec::new();
+        for i in 0..ncnt {
+            let reg = if ncnt == 4 {
+                i as u16
+            } else {
+                self.rng.below(4) as u16
+            };
+            let ev = self.rng.pick(&[1u64, 2, 2, 2, 3]);
+            pmcs.push(abi::PfmPmc {
+                reg_num: reg,
+                reg_value: ev,
+                ..Default::default()
+            });
+            let period = |r: &mut Rng| match r.below(6) {
+                0 | 1 => 1u64,
+                2 => 2,
+                3 => r.range(3, 10),
+                4 => r.range(10, 100_000),
+                _ => 0,
+            };
+            let (pv, ps, pl) = (
+                period(&mut self.rng),
+                period(&mut self.rng),
+                period(&mut self.rng),
+            );
+            pmds.push(abi::PfmPmd {
+                reg_num: reg,
+                reg_flags: if self.rng.chance(4, 5) {
+                    abi::PFM_REGFL_OVFL_NOTIFY
+                } else {
+                    0
+                },
+                reg_value: 0u64.wrapping_sub(pv),
+                reg_short_reset: 0u64.wrapping_sub(ps),
+                reg_long_reset: 0u64.wrapping_sub(pl),
+                reg_reset_pmds: self.rng.below(16),
+                ..Default::default()
+            });
+        }
+        let regs = self.arena.at(1024);
+        let hdr = self.arena.at(0);
+        for (i, p) in pmcs.iter().enumerate() {
+            self.arena.put(regs + i * 32, *p);
+        }
+        self.arena.put(
+            hdr,
+            abi::PfmRegsArg {
+                regs: regs as u64,
+                count: pmcs.len() as u32,
+                ..Default::default()
+            },
+        );
+        let r = sys::ioctl(fd, abi::PFM_IOC_WRITE_PMCS, hdr);
+        let r = self.res(Op::Arm, r);
+        self.allow(Op::Arm, r, &[]);
+        for (i, p) in pmds.iter().enumerate() {
+            self.arena.put(regs + i * 64, *p);
+        }
+        self.arena.put(
+            hdr,
+            abi::PfmRegsArg {
+                regs: regs as u64,
+                count: pmds.len() as u32,
+                ..Default::default()
+            },
+        );
+        let r = sys::ioctl(fd, abi::PFM_IOC_WRITE_PMDS, hdr);
+        let r = self.res(Op::Arm, r);
+        self.allow(Op::Arm, r, &[]);
+        let tid = match self.rng.weighted(&[40, 20, 15, 25]) {
+            0 => 0,
+            1 => PROC_TIDS[self.rng.below(16) as usize].load(Ordering::Relaxed),
+            2 if !self.children.is_empty() => self.rng.pick(&self.children) as u32,
+            _ => {
+                shared().board[self.rng.below(BOARD as u64) as usize].load(Ordering::Relaxed) as u32
+            }
+        };
+        if self.rng.chance(1, 4) {
+            let _ = sys::fcntl(fd, libc::F_SETOWN, sys::getpid() as i64);
+            let _ = sys::fcntl(fd, libc::F_SETFL, (libc::O_ASYNC | libc::O_NONBLOCK) as i64);
+            self.calls += 2;
+        }
+        self.note(format_args!(
+            " fd={fd} flags={flags} counters={ncnt} tid={tid}"
+        ));
+        self.arena.put(
+            hdr,
+            abi::PfmLoad {
+                tid,
+                ..Default::default()
+            },
+        );
+        let r = sys::ioctl(fd, abi::PFM_IOC_LOAD, hdr);
+        let r = self.res(Op::Arm, r);
+        self.allow(
+            Op::Arm,
+            r,
+            &[
+                libc::ESRCH,
+                libc::EBUSY,
+                libc::EACCES,
+                libc::EPERM,
+                libc::ENOSPC,
+                libc::EAGAIN,
+            ],
+        );
+        if r.is_ok() {
+            let r = sys::ioctl(fd, abi::PFM_IOC_START, 0);
+            let r = self.res(Op::Arm, r);
+            // The target may have exited already (context UNLOADED again).
+            self.allow(Op::Arm, r, &[libc::EBADFD]);
+        }
+        self.store_fd(fd);
+    }
+}

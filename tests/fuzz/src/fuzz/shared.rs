@@ -1,0 +1,282 @@
+//! What the fuzzer's processes share: the operations and their weights,
+//! the MAP_SHARED block (stop flag, counters, the board of thread ids,
+//! anomalies, each actor's current operation) and per-process state.
+
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use crate::rng::Rng;
+use crate::sys::{self, ThreadTimer};
+
+// ---- operations ----
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub(super) enum Op {
+    Open,
+    Close,
+    Dup,
+    GetInfo,
+    WritePmcs,
+    WritePmds,
+    ReadPmds,
+    Load,
+    Unload,
+    Start,
+    Stop,
+    Restart,
+    GetState,
+    SetFlags,
+    BadIoctl,
+    Read,
+    Poll,
+    Fcntl,
+    MiscFd,
+    Sched,
+    Arm,
+    Thread,
+    Fork,
+    Signal,
+    Worker,
+    Reap,
+}
+
+pub(super) const NOPS: usize = 26;
+pub(super) const OPS: [Op; NOPS] = [
+    Op::Open,
+    Op::Close,
+    Op::Dup,
+    Op::GetInfo,
+    Op::WritePmcs,
+    Op::WritePmds,
+    Op::ReadPmds,
+    Op::Load,
+    Op::Unload,
+    Op::Start,
+    Op::Stop,
+    Op::Restart,
+    Op::GetState,
+    Op::SetFlags,
+    Op::BadIoctl,
+    Op::Read,
+    Op::Poll,
+    Op::Fcntl,
+    Op::MiscFd,
+    Op::Sched,
+    Op::Arm,
+    Op::Thread,
+    Op::Fork,
+    Op::Signal,
+    Op::Worker,
+    Op::Reap,
+];
+
+/// Weights (per ~10,000) of the worker threads' operations. Process and
+/// thread churn is rare: a fork or an exec costs tens of ms on the debug
+/// kernel under TCG, an ioctl a fraction of one.
+pub(super) const WEIGHTS: [u32; NOPS] = [
+    550,  // Open
+    420,  // Close
+    120,  // Dup
+    200,  // GetInfo
+    900,  // WritePmcs
+    1000, // WritePmds
+    900,  // ReadPmds
+    800,  // Load
+    450,  // Unload
+    700,  // Start
+    400,  // Stop
+    450,  // Restart
+    400,  // GetState
+    300,  // SetFlags
+    500,  // BadIoctl
+    550,  // Read
+    300,  // Poll
+    180,  // Fcntl
+    120,  // MiscFd
+    450,  // Sched
+    300,  // Arm
+    14,   // Thread
+    14,   // Fork
+    40,   // Signal
+    1,    // Worker
+    60,   // Reap
+];
+
+impl Op {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Op::Open => "open",
+            Op::Close => "close",
+            Op::Dup => "dup",
+            Op::GetInfo => "get_info",
+            Op::WritePmcs => "write_pmcs",
+            Op::WritePmds => "write_pmds",
+            Op::ReadPmds => "read_pmds",
+            Op::Load => "load",
+            Op::Unload => "unload",
+            Op::Start => "start",
+            Op::Stop => "stop",
+            Op::Restart => "restart",
+            Op::GetState => "get_state",
+            Op::SetFlags => "set_flags",
+            Op::BadIoctl => "bad_ioctl",
+            Op::Read => "read",
+            Op::Poll => "poll",
+            Op::Fcntl => "fcntl",
+            Op::MiscFd => "misc_fd",
+            Op::Sched => "sched",
+            Op::Arm => "arm",
+            Op::Thread => "thread",
+            Op::Fork => "fork",
+            Op::Signal => "signal",
+            Op::Worker => "worker",
+            Op::Reap => "reap",
+        }
+    }
+}
+
+// ---- shared memory ----
+
+pub(super) const BOARD: usize = 256;
+pub(super) const MAX_WORKERS: usize = 32;
+pub(super) const SLOTS: usize = 512;
+pub(super) const MAX_ERRNO: usize = 136;
+pub(super) const ANOMALY_TEXTS: usize = 32;
+pub(super) const ANOMALY_LEN: usize = 240;
+
+/// One actor's place in shared memory, for hang reports.
+#[repr(C)]
+pub(super) struct Slot {
+    pub(super) tid: AtomicU32,
+    pub(super) op: AtomicU32,
+    pub(super) n: AtomicU64,
+}
+
+#[repr(C)]
+pub(super) struct Shared {
+    pub(super) stop: AtomicU32,
+    pub(super) goal: AtomicU64,
+    pub(super) ops: AtomicU64,
+    pub(super) syscalls: AtomicU64,
+    pub(super) forks: AtomicU64,
+    pub(super) threads: AtomicU64,
+    pub(super) execs: AtomicU64,
+    pub(super) arms: AtomicU64,
+    pub(super) anomalies: AtomicU64,
+    pub(super) next_slot: AtomicU64,
+    /// Live thread ids any actor may attach to: `uid << 32 | tid`.
+    pub(super) board: [AtomicU64; BOARD],
+    pub(super) workers: [AtomicU32; MAX_WORKERS],
+    pub(super) per_op: [AtomicU64; NOPS],
+    pub(super) errnos: [AtomicU64; NOPS * MAX_ERRNO],
+    pub(super) slots: [Slot; SLOTS],
+    pub(super) anomaly_text: [[AtomicU64; ANOMALY_LEN / 8]; ANOMALY_TEXTS],
+}
+
+pub(super) static SHARED: AtomicUsize = AtomicUsize::new(0);
+pub(super) static LOG_FD: AtomicI32 = AtomicI32::new(-1);
+pub(super) static TIMER_US: AtomicU64 = AtomicU64::new(20_000);
+
+pub(super) fn shared() -> &'static Shared {
+    let p = SHARED.load(Ordering::Relaxed);
+    assert!(p != 0);
+    // SAFETY: a MAP_SHARED mapping of at least size_of::<Shared>() bytes,
+    // zero-initialised (a valid `Shared`: atomics only), never unmapped.
+    unsafe { &*(p as *const Shared) }
+}
+
+pub(super) fn stopping() -> bool {
+    let s = shared();
+    s.stop.load(Ordering::Relaxed) != 0
+        || s.ops.load(Ordering::Relaxed) >= s.goal.load(Ordering::Relaxed)
+}
+
+pub(super) fn record_anomaly(text: &str) {
+    let s = shared();
+    let i = s.anomalies.fetch_add(1, Ordering::Relaxed) as usize;
+    if i < ANOMALY_TEXTS {
+        let mut bytes = [0u8; ANOMALY_LEN];
+        let t = text.as_bytes();
+        let n = t.len().min(ANOMALY_LEN - 1);
+        bytes[..n].copy_from_slice(&t[..n]);
+        for (k, w) in s.anomaly_text[i].iter().enumerate() {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&bytes[k * 8..k * 8 + 8]);
+            w.store(u64::from_le_bytes(b), Ordering::Relaxed);
+        }
+    }
+    let fd = LOG_FD.load(Ordering::Relaxed);
+    if fd >= 0 {
+        sys::write_all(fd, format!("ANOMALY {text}\n").as_bytes());
+    }
+}
+
+pub(super) fn anomaly_texts() -> Vec<String> {
+    let s = shared();
+    let n = (s.anomalies.load(Ordering::Relaxed) as usize).min(ANOMALY_TEXTS);
+    (0..n)
+        .map(|i| {
+            let bytes: Vec<u8> = s.anomaly_text[i]
+                .iter()
+                .flat_map(|w| w.load(Ordering::Relaxed).to_le_bytes())
+                .collect();
+            let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+            String::from_utf8_lossy(&bytes[..end]).into_owned()
+        })
+        .collect()
+}
+
+// ---- per-process state (copied into forked children) ----
+
+pub(super) const POOL: usize = 24;
+/// The process's perfmon fds; any thread may use any of them. Only the
+/// thread that takes a number out (swap to -1) closes it.
+pub(super) static FDS: [AtomicI32; POOL] = [const { AtomicI32::new(-1) }; POOL];
+/// Thread ids of this process's actors (for "attach to a sibling thread").
+pub(super) static PROC_TIDS: [AtomicU32; 16] = [const { AtomicU32::new(0) }; 16];
+/// Short-lived threads of this process alive now.
+pub(super) static SHORT_LIVE: AtomicUsize = AtomicUsize::new(0);
+
+pub(super) fn publish_tid(rng: &mut Rng) {
+    let tid = sys::gettid();
+    let uid = sys::getuid() as u64;
+    shared().board[rng.below(BOARD as u64) as usize]
+        .store(uid << 32 | tid as u64, Ordering::Relaxed);
+    PROC_TIDS[rng.below(16) as usize].store(tid, Ordering::Relaxed);
+}
+
+/// Per-thread signal setup: the no-op handlers and the periodic SIGUSR1.
+pub(super) fn thread_timer() -> Option<ThreadTimer> {
+    ThreadTimer::new(libc::SIGUSR1, TIMER_US.load(Ordering::Relaxed))
+}
+
+pub(super) fn process_signals() {
+    sys::catch_signal(libc::SIGUSR1);
+    sys::catch_signal(libc::SIGUSR2);
+    sys::catch_signal(libc::SIGIO);
+    sys::ignore_signal(libc::SIGPIPE);
+    sys::default_signal(libc::SIGCHLD);
+}
+
+pub(super) fn names(errs: &[i32]) -> String {
+    errs.iter()
+        .map(|&e| perfmon::errno_name(e))
+        .collect::<Vec<_>>()
+        .join("|")
+}
+
+/// The real uid of thread `tid`, from /proc.
+pub(super) fn proc_uid(tid: u32) -> Option<u32> {
+    let s = sys::read_text(&format!("/proc/{tid}/status"))?;
+    let line = s.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Weights for short threads and children: no new threads or worker kills.
+pub(super) fn restricted_weights() -> [u32; NOPS] {
+    let mut w = WEIGHTS;
+    w[Op::Thread as usize] = 0;
+    w[Op::Worker as usize] = 0;
+    w[Op::Fork as usize] = 0;
+    w
+}
