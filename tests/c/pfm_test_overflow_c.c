@@ -244,6 +244,48 @@ static void storm(void)
 	close(fd);
 }
 
+static int perfmon_irq_lines(void)
+{
+	char line[512];
+	int n = 0;
+	FILE *f = fopen("/proc/interrupts", "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, "perfmon") != NULL;
+	fclose(f);
+	return n;
+}
+
+static int cpu1_online(int on)
+{
+	FILE *f = fopen("/sys/devices/system/cpu/cpu1/online", "w");
+	int ok;
+
+	if (!f)
+		return -1;
+	ok = fprintf(f, "%d\n", on) > 0;
+	return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+/* CPU hotplug: the vector of a CPU goes and comes back with the CPU. */
+static void hotplug(void)
+{
+	int before = perfmon_irq_lines(), offline, online;
+
+	if (cpu1_online(0)) {
+		tap(1, "CPU hotplug # SKIP cannot offline CPU 1");
+		return;
+	}
+	offline = perfmon_irq_lines();
+	cpu1_online(1);
+	msleep(100);
+	online = perfmon_irq_lines();
+	printf("# perfmon IRQs: %d, CPU 1 offline %d, back online %d\n", before, offline, online);
+	tap(before == 2 && offline == 1 && online == 2, "CPU hotplug: CPU 1's overflow vector goes and comes back");
+}
+
 /* Load/unload with overflows in flight from other threads' contexts. */
 static void load_unload_cycles(int n)
 {
@@ -269,12 +311,13 @@ int main(void)
 {
 	static const int widths[] = { 16, 32, 64 };
 
-	printf("TAP version 13\n1..%d\n", 3 * 7 + 5 + 1);
+	printf("TAP version 13\n1..%d\n", 3 * 7 + 6 + 1);
 	for (int i = 0; i < 3; i++)
 		period_run(widths[i]);
 	notify_block(0);
 	notify_block(1);
 	storm();
+	hotplug();
 	tap(pfm_unload_module() == 0, "rmmod perfmon");
 	load_unload_cycles(50);
 	return pfm_failed;
