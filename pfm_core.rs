@@ -78,6 +78,10 @@ unsafe impl AsBytes for abi::PfmCtxInfo {}
 unsafe impl AsBytes for abi::PfmInfo {}
 // SAFETY: See above.
 unsafe impl AsBytes for abi::PfmMsg {}
+// SAFETY: See above.
+unsafe impl FromBytes for abi::PfmValues {}
+// SAFETY: See above.
+unsafe impl AsBytes for abi::PfmValues {}
 
 /// Most threads attached at once, system-wide (the registry's slots). A
 /// LOAD beyond it fails with `ENOSPC`.
@@ -358,6 +362,7 @@ fn ioctl(ctx: &Arc<Context>, cmd: u32, arg: usize) -> Result {
         0x08 => abi::PFM_IOC_RESTART,
         0x09 => abi::PFM_IOC_GET_STATE,
         0x0a => abi::PFM_IOC_SET_FLAGS,
+        0x0b => abi::PFM_IOC_READ_VALUES,
         _ => return Err(ENOTTY),
     };
     if cmd != expected {
@@ -415,6 +420,12 @@ fn ioctl(ctx: &Arc<Context>, cmd: u32, arg: usize) -> Result {
         abi::PFM_IOC_STOP => ctx.stop(),
         abi::PFM_IOC_RESTART => ctx.restart(),
         abi::PFM_IOC_GET_STATE => user.writer().write(&ctx.get_state()),
+        abi::PFM_IOC_READ_VALUES => {
+            let (mut reader, mut writer) = user.reader_writer();
+            let mut v: abi::PfmValues = reader.read()?;
+            ctx.read_values(&mut v)?;
+            writer.write(&v)
+        }
         abi::PFM_IOC_SET_FLAGS => {
             let f: abi::PfmCtxFlags = user.reader().read()?;
             ctx.set_flags(&f)

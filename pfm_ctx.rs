@@ -788,6 +788,35 @@ impl Context {
         Ok(())
     }
 
+    /// `PFM_IOC_READ_VALUES`: the values of the PMDs in `pmd_mask`, in PMD
+    /// order, into the user array `values`; the times into `arg`.
+    pub(crate) fn read_values(&self, arg: &mut abi::PfmValues) -> Result {
+        let implemented = globals().pmu.impl_mask();
+        if arg.reserved != [0; 2] || arg.pmd_mask == 0 || arg.pmd_mask & !implemented != 0 {
+            return Err(EINVAL);
+        }
+        let mut values = [0u64; MAX_COUNTERS];
+        let mut n = 0;
+        let (enabled, running) = self.with_live(|inner, now| -> Result<(u64, u64)> {
+            inner.state.next(Op::Read).map_err(state_err)?;
+            n = 0;
+            for (i, pmd) in inner.pmds.iter().enumerate() {
+                if arg.pmd_mask & (1 << i) != 0 {
+                    values[n] = pmd.value;
+                    n += 1;
+                }
+            }
+            Ok((inner.time_enabled(now), inner.time_running))
+        })?;
+        let out = &values[..n];
+        // SAFETY: `u64`s are plain bytes: the slice's memory, viewed as bytes.
+        let bytes = unsafe { core::slice::from_raw_parts(out.as_ptr().cast::<u8>(), out.len() * 8) };
+        UserSlice::new(arg.values as usize, bytes.len()).writer().write_slice(bytes)?;
+        arg.time_enabled = enabled;
+        arg.time_running = running;
+        Ok(())
+    }
+
     /// `PFM_IOC_START`.
     pub(crate) fn start(&self) -> Result {
         self.with_live(|inner, now| -> Result {

@@ -39,6 +39,7 @@ static_assert(sizeof(struct pfm_ctx_info) == 48);
 static_assert(sizeof(struct pfm_event_info) == 32);
 static_assert(sizeof(struct pfm_info) == 872);
 static_assert(sizeof(struct pfm_msg) == 64);
+static_assert(sizeof(struct pfm_values) == 48);
 
 /* Rust keeps a struct irq_work in opaque storage of this size (rust/mod.rs). */
 static_assert(sizeof(struct irq_work) <= 64 && __alignof__(struct irq_work) <= 8);

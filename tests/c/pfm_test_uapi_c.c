@@ -109,12 +109,53 @@ static int within(uint64_t a, uint64_t b, uint64_t pct, uint64_t slack)
 	return d <= b * pct / 100 + slack;
 }
 
+/* PFM_IOC_READ_VALUES agrees with READ_PMDS and checks its argument. */
+static void read_values(void)
+{
+	struct pfm_pmc pmc[2] = { { .reg_num = 0, .reg_value = PFM_SOFT_EV_TASK_CLOCK },
+				  { .reg_num = 2, .reg_value = PFM_SOFT_EV_CONTEXT_SWITCHES } };
+	struct pfm_pmd pmd[2] = { { .reg_num = 0 }, { .reg_num = 2 } };
+	struct pfm_regs_arg ra = { .regs = (uintptr_t)pmc, .count = 2 };
+	struct pfm_load load = { .tid = 0 };
+	uint64_t vals[2] = { 0 };
+	struct pfm_values v = { .pmd_mask = 0x5, .values = (uintptr_t)vals };
+	int fd = open("/dev/perfmon", O_RDWR), ok;
+
+	ok = fd >= 0 && ioctl(fd, PFM_IOC_WRITE_PMCS, &ra) == 0 && ioctl(fd, PFM_IOC_LOAD, &load) == 0 &&
+	     ioctl(fd, PFM_IOC_START, 0) == 0;
+	workload(0);
+	ok = ok && ioctl(fd, PFM_IOC_STOP, 0) == 0;
+	ra.regs = (uintptr_t)pmd;
+	ok = ok && ioctl(fd, PFM_IOC_READ_PMDS, &ra) == 0 && ioctl(fd, PFM_IOC_READ_VALUES, &v) == 0;
+	printf("# READ_VALUES %llu %llu, READ_PMDS %llu %llu\n", (unsigned long long)vals[0],
+	       (unsigned long long)vals[1], (unsigned long long)pmd[0].reg_value,
+	       (unsigned long long)pmd[1].reg_value);
+	tap(ok && vals[0] == pmd[0].reg_value && vals[1] == pmd[1].reg_value && vals[1] > 0 &&
+	    v.time_running == ra.time_running, "READ_VALUES returns READ_PMDS' values, in PMD order");
+	v.pmd_mask = 0;
+	errno = 0;
+	ok = ioctl(fd, PFM_IOC_READ_VALUES, &v) < 0 && errno == EINVAL;
+	v.pmd_mask = 1 << 5;
+	errno = 0;
+	ok = ok && ioctl(fd, PFM_IOC_READ_VALUES, &v) < 0 && errno == EINVAL;
+	v.pmd_mask = 1;
+	v.reserved[1] = 1;
+	errno = 0;
+	ok = ok && ioctl(fd, PFM_IOC_READ_VALUES, &v) < 0 && errno == EINVAL;
+	v.reserved[1] = 0;
+	v.values = 0;
+	errno = 0;
+	ok = ok && ioctl(fd, PFM_IOC_READ_VALUES, &v) < 0 && errno == EFAULT;
+	tap(ok, "READ_VALUES: empty mask, unimplemented PMD, reserved field: EINVAL; NULL array: EFAULT");
+	close(fd);
+}
+
 int main(void)
 {
 	static const char *const widths[] = { "", "soft_width=16" };
 	struct sample s;
 
-	printf("TAP version 13\n1..%d\n", 2 * 5 + 1);
+	printf("TAP version 13\n1..%d\n", 2 * 5 + 2 + 1);
 	for (int w = 0; w < 2; w++) {
 		const char *name = w ? "soft_width=16" : "default width";
 		int ok = 0;
@@ -141,6 +182,7 @@ int main(void)
 		tap(ok && within(s.pfm[0], s.perf[0], 1, 1000000),
 		    "%s: task-clock of a running thread within 1%% of perf's", name);
 	}
+	read_values();
 	tap(pfm_unload_module() == 0, "rmmod perfmon");
 	return pfm_failed;
 }

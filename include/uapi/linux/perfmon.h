@@ -80,6 +80,19 @@ struct pfm_regs_arg {
 	__u64 reserved[2];	/* must be 0 */
 };
 
+/*
+ * Argument of PFM_IOC_READ_VALUES: the cheap read of counting values, the
+ * counterpart of perf's read() of a group. `values` receives one __u64 per
+ * bit of `pmd_mask`, in PMD order.
+ */
+struct pfm_values {
+	__u64 pmd_mask;		/* in: PMDs to read, implemented ones only, not 0 */
+	__u64 values;		/* in: user pointer to __u64[popcount(pmd_mask)] */
+	__u64 time_enabled;	/* out: ns loaded and started */
+	__u64 time_running;	/* out: ns the thread ran while started */
+	__u64 reserved[2];	/* must be 0 */
+};
+
 /* Argument of PFM_IOC_LOAD. */
 struct pfm_load {
 	__u32 tid;		/* thread to monitor; 0 = the calling thread */
@@ -166,6 +179,7 @@ struct pfm_msg {
 #define PFM_IOC_RESTART		_IO(PFM_IOC_MAGIC, 0x08)
 #define PFM_IOC_GET_STATE	_IOR(PFM_IOC_MAGIC, 0x09, struct pfm_ctx_info)
 #define PFM_IOC_SET_FLAGS	_IOW(PFM_IOC_MAGIC, 0x0a, struct pfm_ctx_flags)
+#define PFM_IOC_READ_VALUES	_IOWR(PFM_IOC_MAGIC, 0x0b, struct pfm_values)
 
 /* Soft PMU model: event codes written into PMC n select what PMD n counts. */
 #define PFM_SOFT_EV_NONE		0

@@ -134,6 +134,22 @@ pub struct PfmRegsArg {
     pub reserved: [u64; 2],
 }
 
+/// Argument of `PFM_IOC_READ_VALUES`: the cheap read of counting values.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct PfmValues {
+    /// In: PMDs to read, implemented ones only, not 0.
+    pub pmd_mask: u64,
+    /// In: user pointer to `u64[popcount(pmd_mask)]`, filled in PMD order.
+    pub values: u64,
+    /// Out: ns loaded and started.
+    pub time_enabled: u64,
+    /// Out: ns the thread ran while started.
+    pub time_running: u64,
+    /// Must be 0.
+    pub reserved: [u64; 2],
+}
+
 /// Argument of `PFM_IOC_LOAD`.
 #[repr(C)]
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
@@ -303,6 +319,9 @@ pub const PFM_IOC_RESTART: u32 = ioc(IOC_NONE, 0x08, 0);
 pub const PFM_IOC_GET_STATE: u32 = ioc(IOC_READ, 0x09, core::mem::size_of::<PfmCtxInfo>());
 /// `_IOW(PFM_IOC_MAGIC, 0x0a, struct pfm_ctx_flags)`.
 pub const PFM_IOC_SET_FLAGS: u32 = ioc(IOC_WRITE, 0x0a, core::mem::size_of::<PfmCtxFlags>());
+/// `_IOWR(PFM_IOC_MAGIC, 0x0b, struct pfm_values)`.
+pub const PFM_IOC_READ_VALUES: u32 =
+    ioc(IOC_READ | IOC_WRITE, 0x0b, core::mem::size_of::<PfmValues>());
 
 // The sizes are part of the ABI: any change here is an ABI break.
 const _: () = assert!(core::mem::size_of::<PfmPmc>() == 32);
@@ -314,3 +333,4 @@ const _: () = assert!(core::mem::size_of::<PfmCtxInfo>() == 48);
 const _: () = assert!(core::mem::size_of::<PfmEventInfo>() == 32);
 const _: () = assert!(core::mem::size_of::<PfmInfo>() == 872);
 const _: () = assert!(core::mem::size_of::<PfmMsg>() == 64);
+const _: () = assert!(core::mem::size_of::<PfmValues>() == 48);
