@@ -63,9 +63,13 @@ fn count_remote(tid: u32, dur: Duration) -> Result<([u64; 3], [u64; 3]), String>
     Ok((pfm, perf))
 }
 
+/// perfmon's STOP and perf's disable reach a thread running on another CPU
+/// through separate IPIs, two ioctls apart: milliseconds on the KASAN
+/// kernel under QEMU TCG, during which the thread runs on. Hence the
+/// tolerance on task-clock (15% + 5 ms) and on the counts (2).
 fn matches_perf(pfm: [u64; 3], perf: [u64; 3]) -> TestResult {
     ensure!(
-        close(pfm[0], perf[0], 0.05, 2_000_000),
+        close(pfm[0], perf[0], 0.15, 5_000_000),
         "task-clock {} vs perf {}",
         pfm[0],
         perf[0]
