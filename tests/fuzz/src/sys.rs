@@ -191,6 +191,41 @@ pub fn fstat_ok(fd: i32) -> Result<i64, i32> {
     check(unsafe { libc::fstat(fd, &mut st) } as i64)
 }
 
+/// The device number of `fd` if it is a character device.
+pub fn fstat_rdev(fd: i32) -> Option<u64> {
+    // SAFETY: `st` is a valid out-parameter.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_mode & libc::S_IFMT != libc::S_IFCHR {
+        return None;
+    }
+    Some(st.st_rdev)
+}
+
+/// The device number of the character device at `path`.
+pub fn stat_rdev(path: &std::ffi::CStr) -> Option<u64> {
+    // SAFETY: `st` is a valid out-parameter; `path` is NUL-terminated.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::stat(path.as_ptr(), &mut st) } != 0
+        || st.st_mode & libc::S_IFMT != libc::S_IFCHR
+    {
+        return None;
+    }
+    Some(st.st_rdev)
+}
+
+/// Writes `value` to a sysfs or proc file (one write(2)).
+pub fn write_file(path: &std::ffi::CStr, value: &str) -> Result<i64, i32> {
+    let fd = open(path, libc::O_WRONLY | libc::O_CLOEXEC)?;
+    // SAFETY: `value` is valid for reads of its length.
+    let r = check(
+        unsafe { libc::write(fd, value.as_ptr() as *const libc::c_void, value.len()) } as i64,
+    );
+    let _ = close(fd);
+    r
+}
+
 /// `sched_yield()`.
 pub fn sched_yield() {
     // SAFETY: no preconditions.

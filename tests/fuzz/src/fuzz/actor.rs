@@ -60,6 +60,10 @@ pub(super) struct Actor {
     pub(super) logging: bool,
     /// Syscalls of the current operation.
     pub(super) calls: u64,
+    /// This actor's epoll descriptor (numbered 900+, clear of the pool), or -1.
+    pub(super) epfd: i32,
+    /// The pool fd the current operation works on (-1: none).
+    pub(super) cur_fd: i32,
 }
 
 impl Actor {
@@ -86,6 +90,8 @@ impl Actor {
             line: String::new(),
             logging: LOG_FD.load(Ordering::Relaxed) >= 0,
             calls: 0,
+            epfd: -1,
+            cur_fd: -1,
         }
     }
 
@@ -142,6 +148,13 @@ impl Actor {
 
     /// Records an anomaly about the current operation.
     pub(super) fn anomaly(&mut self, op: Op, what: String) {
+        // Another thread may have closed the pool fd and something else
+        // (a /proc or /sys file read by glibc or by us) got its number
+        // during the call: then the kernel was right.
+        if self.cur_fd >= 0 && !is_perfmon_fd(self.cur_fd) {
+            shared().reused.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         let text = format!("{} #{} {}: {what}", self.name, self.n, op.name());
         record_anomaly(&text);
     }
@@ -184,6 +197,12 @@ impl Actor {
     // ---- fds ----
 
     pub(super) fn pick_fd(&mut self) -> (usize, i32) {
+        let r = self.pick_fd_inner();
+        self.cur_fd = r.1;
+        r
+    }
+
+    fn pick_fd_inner(&mut self) -> (usize, i32) {
         // Mostly a live fd; sometimes an empty slot (-1) or a garbage number.
         for _ in 0..4 {
             let i = self.rng.below(POOL as u64) as usize;
@@ -451,4 +470,9 @@ impl Actor {
     }
 
     // ---- the operations ----
+}
+
+/// Whether `fd` refers to /dev/perfmon now.
+pub(super) fn is_perfmon_fd(fd: i32) -> bool {
+    sys::fstat_rdev(fd).is_some_and(|d| d == shared().rdev.load(Ordering::Relaxed))
 }

@@ -94,6 +94,47 @@ pub(super) fn child_main(seed: u64, name: String, mode: u32, parent_tid: u32) ->
                 sys::execv(c"/bin/sleep", &[c"sleep", c"0.02"])
             }
         }
+        4 => {
+            // exec from a non-leader thread of a monitored multi-threaded
+            // process: de_thread() kills the other threads (monitored ones
+            // included) and the exec'ing thread takes over the leader's pid.
+            shared().execs.fetch_add(1, Ordering::Relaxed);
+            let leader = sys::gettid();
+            let seed1 = a.rng.next_u64();
+            let remote = a.rng.chance(1, 2);
+            let _ = std::thread::Builder::new()
+                .stack_size(256 * 1024)
+                .spawn(move || {
+                    let mut b = Actor::new(seed1, format!("x{leader}"), Kind::Child);
+                    b.begin(Op::Arm);
+                    b.arm(Some(if remote { leader } else { 0 }));
+                    b.end();
+                    while !stopping() {
+                        b.step(&w);
+                    }
+                });
+            let delay = a.rng.below(3000);
+            let _ = std::thread::Builder::new()
+                .stack_size(64 * 1024)
+                .spawn(move || {
+                    sys::usleep(delay);
+                    let e = if delay % 2 == 0 {
+                        sys::execv(c"/bin/true", &[c"true"])
+                    } else {
+                        sys::execv(c"/bin/sleep", &[c"sleep", c"0.01"])
+                    };
+                    sys::exit_now(e)
+                });
+            if !remote {
+                a.begin(Op::Arm);
+                a.arm(Some(0));
+                a.end();
+            }
+            while !stopping() {
+                a.step(&w);
+            }
+            0
+        }
         _ => {
             let n = a.rng.range(10, 150);
             for _ in 0..n {
@@ -160,7 +201,7 @@ impl Actor {
             return;
         }
         let seed = self.rng.next_u64();
-        let mode = self.rng.weighted(&[25, 25, 20, 30]);
+        let mode = self.rng.weighted(&[25, 25, 20, 30, 15]);
         let parent_tid = sys::gettid();
         let name = format!("{}c{}", self.name, self.n);
         self.note(format_args!(" mode={mode} seed={seed:#x}"));
@@ -275,4 +316,40 @@ impl Actor {
             }
         }
     }
+
+    /// Takes CPU 1 offline and back (root workers, one actor at a time):
+    /// the module's per-CPU vectors are torn down and set up again under
+    /// load, with overflows and monitored threads on that CPU.
+    pub(super) fn op_hotplug(&mut self) {
+        if self.uid != 0 || self.kind != Kind::Worker {
+            return;
+        }
+        if shared()
+            .hotplug
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            return;
+        }
+        let off_us = self.rng.below(20_000);
+        self.note(format_args!(" cpu1 off for {off_us} us"));
+        let r = sys::write_file(CPU1_ONLINE, "0");
+        let r = self.res(Op::Hotplug, r);
+        if r.is_ok() {
+            sys::usleep(off_us);
+            for _ in 0..50 {
+                let r = sys::write_file(CPU1_ONLINE, "1");
+                self.calls += 1;
+                if r.is_ok() {
+                    break;
+                }
+                sys::usleep(10_000);
+            }
+            shared().hotplugs.fetch_add(1, Ordering::Relaxed);
+        }
+        shared().hotplug.store(0, Ordering::Release);
+    }
 }
+
+/// CPU 1's hotplug switch.
+pub(super) const CPU1_ONLINE: &std::ffi::CStr = c"/sys/devices/system/cpu/cpu1/online";

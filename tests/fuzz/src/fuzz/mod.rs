@@ -113,6 +113,10 @@ pub struct Report {
     pub execs: u64,
     /// Overflow setups (tiny periods, notify, notify-block).
     pub arms: u64,
+    /// CPU 1 offline/online cycles.
+    pub hotplugs: u64,
+    /// Anomalies dismissed: the fd was no longer a perfmon file.
+    pub reused: u64,
     /// Results that break the ABI's rules.
     pub anomalies: Vec<String>,
     /// Their number (the list keeps the first ones).
@@ -144,8 +148,8 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "workers started: {}, children forked: {}, short threads: {}, execs: {}, overflow setups: {}",
-            self.workers, self.forks, self.threads, self.execs, self.arms
+            "workers started: {}, children forked: {}, short threads: {}, execs: {}, overflow setups: {}, CPU 1 hotplug cycles: {}",
+            self.workers, self.forks, self.threads, self.execs, self.arms, self.hotplugs
         );
         let _ = write!(s, "per operation:");
         for (i, (name, n)) in self.per_op.iter().enumerate() {
@@ -161,7 +165,11 @@ impl Report {
             }
             let _ = write!(s, " {name}/{}={n}", perfmon::errno_name(*e));
         }
-        let _ = writeln!(s, "\nanomalies: {}", self.anomaly_count);
+        let _ = writeln!(
+            s,
+            "\nanomalies: {} (dismissed because the fd had been reused: {})",
+            self.anomaly_count, self.reused
+        );
         for a in &self.anomalies {
             let _ = writeln!(s, "  {a}");
         }
@@ -322,6 +330,8 @@ pub fn run(cfg: &Config) -> Report {
             ),
         }
     }
+    s.rdev
+        .store(sys::stat_rdev(sys::DEV).unwrap_or(0), Ordering::Relaxed);
     sys::set_child_subreaper();
     process_signals();
     // The process group leader: does nothing, wakes up often (it is also
@@ -350,6 +360,7 @@ pub fn run(cfg: &Config) -> Report {
     let mut last_ops = 0u64;
     let mut last_change = Instant::now();
     let mut stall_reported = false;
+    let mut cpu1_off_seen = false;
     loop {
         // Reap whatever died: workers are respawned, others just reaped.
         while let Ok(Some((pid, _status))) = sys::waitpid(-1, true) {
@@ -378,6 +389,16 @@ pub fn run(cfg: &Config) -> Report {
         if last_cont.elapsed() >= Duration::from_secs(1) {
             let _ = sys::kill(-pgid, libc::SIGCONT);
             last_cont = Instant::now();
+            // A hotplug actor killed half-way leaves CPU 1 offline.
+            if cpu1_offline() {
+                if cpu1_off_seen {
+                    let _ = sys::write_file(churn::CPU1_ONLINE, "1");
+                    s.hotplug.store(0, Ordering::Release);
+                }
+                cpu1_off_seen = true;
+            } else {
+                cpu1_off_seen = false;
+            }
         }
         if cfg.progress_secs > 0
             && last_progress.elapsed() >= Duration::from_secs(cfg.progress_secs)
@@ -416,6 +437,12 @@ pub fn run(cfg: &Config) -> Report {
             }
             _ => sys::usleep(20_000),
         }
+    }
+    for _ in 0..50 {
+        if !cpu1_offline() || sys::write_file(churn::CPU1_ONLINE, "1").is_ok() {
+            break;
+        }
+        sys::usleep(20_000);
     }
     // Then everything else, by force.
     let _ = sys::kill(-pgid, libc::SIGKILL);
@@ -469,10 +496,17 @@ pub fn run(cfg: &Config) -> Report {
         threads: s.threads.load(Ordering::Relaxed),
         execs: s.execs.load(Ordering::Relaxed),
         arms: s.arms.load(Ordering::Relaxed),
+        hotplugs: s.hotplugs.load(Ordering::Relaxed),
+        reused: s.reused.load(Ordering::Relaxed),
         anomalies: anomaly_texts(),
         anomaly_count: s.anomalies.load(Ordering::Relaxed),
         hung,
         per_op,
         errnos,
     }
+}
+
+/// Whether CPU 1 exists and is offline.
+fn cpu1_offline() -> bool {
+    sys::read_text("/sys/devices/system/cpu/cpu1/online").is_some_and(|s| s.trim() == "0")
 }

@@ -19,12 +19,14 @@ impl Actor {
     pub(super) fn step(&mut self, weights: &[u32; NOPS]) {
         let op = OPS[self.rng.weighted(weights)];
         self.begin(op);
+        self.cur_fd = -1;
         match op {
             Op::Open => self.op_open(),
             Op::Close => self.op_close(),
             Op::Dup => self.op_dup(),
             Op::GetInfo | Op::GetState => self.op_get(op),
             Op::WritePmcs | Op::WritePmds | Op::ReadPmds => self.op_regs(op),
+            Op::ReadValues => self.op_read_values(),
             Op::Load => self.op_load(),
             Op::Unload | Op::Start | Op::Stop | Op::Restart => self.op_plain(op),
             Op::SetFlags => self.op_set_flags(),
@@ -40,6 +42,8 @@ impl Actor {
             Op::Signal => self.op_signal(),
             Op::Worker => self.op_worker(),
             Op::Reap => self.op_reap(false),
+            Op::Epoll => self.op_epoll(),
+            Op::Hotplug => self.op_hotplug(),
         }
         self.end();
     }
@@ -437,19 +441,7 @@ impl Actor {
 
     pub(super) fn op_bad_ioctl(&mut self) {
         let (_, fd) = self.pick_fd();
-        let known = [
-            abi::PFM_IOC_GET_INFO,
-            abi::PFM_IOC_WRITE_PMCS,
-            abi::PFM_IOC_WRITE_PMDS,
-            abi::PFM_IOC_READ_PMDS,
-            abi::PFM_IOC_LOAD,
-            abi::PFM_IOC_UNLOAD,
-            abi::PFM_IOC_START,
-            abi::PFM_IOC_STOP,
-            abi::PFM_IOC_RESTART,
-            abi::PFM_IOC_GET_STATE,
-            abi::PFM_IOC_SET_FLAGS,
-        ];
+        let known = KNOWN_IOCTLS;
         let base = self.rng.pick(&known);
         let kind = self.rng.below(8);
         let (cmd, expect): (u32, &[i32]) = match kind {
@@ -486,7 +478,7 @@ impl Actor {
             }
             // Our type, a number that does not exist.
             3 => {
-                let nr = self.rng.range(0x0b, 0xff) as u32;
+                let nr = self.rng.range(KNOWN_IOCTLS.len() as u64, 0xff) as u32;
                 let dir = self.rng.below(4) as u32;
                 let size = self.rng.below(0x4000) as u32;
                 (
@@ -534,7 +526,7 @@ impl Actor {
         }
         if kind == 5
             && (cmd >> 8) & 0xff == abi::PFM_IOC_MAGIC
-            && (cmd & 0xff) <= 0x0a
+            && ((cmd & 0xff) as usize) < KNOWN_IOCTLS.len()
             && known.contains(&cmd)
         {
             // A random number that happens to be a real command.
@@ -730,6 +722,11 @@ impl Actor {
     /// The fd goes to the pool, so the other operations (RESTART, read,
     /// close, unload) meet it.
     pub(super) fn op_arm(&mut self) {
+        self.arm(None)
+    }
+
+    /// Sets up an overflowing context on `target` (None: a random thread).
+    pub(super) fn arm(&mut self, target: Option<u32>) {
         shared().arms.fetch_add(1, Ordering::Relaxed);
         let fd = match sys::open_pfm() {
             Ok(fd) => fd,
@@ -829,13 +826,15 @@ impl Actor {
         let r = sys::ioctl(fd, abi::PFM_IOC_WRITE_PMDS, hdr);
         let r = self.res(Op::Arm, r);
         self.allow(Op::Arm, r, &[]);
-        let tid = match self.rng.weighted(&[40, 20, 15, 25]) {
-            0 => 0,
-            1 => PROC_TIDS[self.rng.below(16) as usize].load(Ordering::Relaxed),
-            2 if !self.children.is_empty() => self.rng.pick(&self.children) as u32,
-            _ => {
-                shared().board[self.rng.below(BOARD as u64) as usize].load(Ordering::Relaxed) as u32
-            }
+        let tid = match target {
+            Some(t) => t,
+            None => match self.rng.weighted(&[40, 20, 15, 25]) {
+                0 => 0,
+                1 => PROC_TIDS[self.rng.below(16) as usize].load(Ordering::Relaxed),
+                2 if !self.children.is_empty() => self.rng.pick(&self.children) as u32,
+                _ => shared().board[self.rng.below(BOARD as u64) as usize].load(Ordering::Relaxed)
+                    as u32,
+            },
         };
         if self.rng.chance(1, 4) {
             let _ = sys::fcntl(fd, libc::F_SETOWN, sys::getpid() as i64);
@@ -873,5 +872,149 @@ impl Actor {
             self.allow(Op::Arm, r, &[libc::EBADFD]);
         }
         self.store_fd(fd);
+    }
+
+    /// epoll on pool fds: create (numbered 900+), add, delete, wait, close.
+    /// An epoll entry keeps a reference on the context's wait queue until the
+    /// file is released, so this walks the wait queue's lifetime rules.
+    pub(super) fn op_epoll(&mut self) {
+        if self.epfd < 0 {
+            // SAFETY: no memory is involved.
+            let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+            self.calls += 1;
+            if fd < 0 {
+                return;
+            }
+            let hi = sys::fcntl(fd, libc::F_DUPFD_CLOEXEC, 900 + self.rng.below(90) as i64);
+            let _ = sys::close(fd);
+            self.calls += 2;
+            match hi {
+                Ok(h) => self.epfd = h as i32,
+                Err(_) => return,
+            }
+        }
+        let which = self.rng.below(10);
+        let epfd = self.epfd;
+        self.note(format_args!(" epfd={epfd} kind={which}"));
+        let r = match which {
+            0..=3 => {
+                let (_, fd) = self.pick_fd();
+                let mut ev = libc::epoll_event {
+                    events: (libc::EPOLLIN | libc::EPOLLHUP) as u32
+                        | if self.rng.chance(1, 3) {
+                            libc::EPOLLET as u32
+                        } else {
+                            0
+                        }
+                        | if self.rng.chance(1, 5) {
+                            libc::EPOLLONESHOT as u32
+                        } else {
+                            0
+                        },
+                    u64: fd as u64,
+                };
+                // SAFETY: `ev` is a valid epoll_event for the call.
+                sys::check(
+                    unsafe { libc::epoll_ctl(self.epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) } as i64,
+                )
+            }
+            4 => {
+                let (_, fd) = self.pick_fd();
+                // SAFETY: DEL ignores the event argument.
+                sys::check(unsafe {
+                    libc::epoll_ctl(self.epfd, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut())
+                } as i64)
+            }
+            5..=8 => {
+                let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 8];
+                let t = if self.rng.chance(4, 5) { 0 } else { 2 };
+                // SAFETY: `evs` has room for 8 events.
+                sys::check(unsafe { libc::epoll_wait(self.epfd, evs.as_mut_ptr(), 8, t) } as i64)
+            }
+            _ => {
+                let fd = std::mem::replace(&mut self.epfd, -1);
+                sys::close(fd).map(|_| 0)
+            }
+        };
+        let r = self.res(Op::Epoll, r);
+        self.cur_fd = -1;
+        self.allow(
+            Op::Epoll,
+            r,
+            &[
+                libc::EEXIST,
+                libc::ENOENT,
+                libc::EINTR,
+                libc::EPERM,
+                libc::EINVAL,
+            ],
+        );
+    }
+
+    /// `PFM_IOC_READ_VALUES`: a PMD mask and a values array.
+    pub(super) fn op_read_values(&mut self) {
+        let (_, fd) = self.pick_fd();
+        let mut mask = self.rng.range(1, 15);
+        let bad_mask = self.rng.chance(1, 10);
+        if bad_mask {
+            mask = if self.rng.chance(1, 3) {
+                0
+            } else {
+                mask | 1 << self.rng.range(4, 63)
+            };
+        }
+        let n = (mask & 0xf).count_ones() as usize;
+        let vp = self.pick_ptr(88);
+        let vaddr = self.place_in(vp, n.max(1) * 8, true);
+        let mut v = abi::PfmValues {
+            pmd_mask: mask,
+            values: vaddr as u64,
+            time_enabled: self.rng.next_u64(),
+            time_running: self.rng.next_u64(),
+            reserved: [0; 2],
+        };
+        let bad_reserved = self.rng.chance(1, 30);
+        if bad_reserved {
+            v.reserved[self.rng.below(2) as usize] = self.rng.interesting_u64() | 1;
+        }
+        let hp = self.pick_ptr(94);
+        let haddr = self.place(hp, std::mem::size_of::<abi::PfmValues>());
+        self.arena.put(haddr, v);
+        self.note(format_args!(
+            " fd={fd} mask={mask:#x} hdr={hp:?} values={vp:?} rsvd={bad_reserved}"
+        ));
+        let r = sys::ioctl(fd, abi::PFM_IOC_READ_VALUES, haddr);
+        let r = self.res(Op::ReadValues, r);
+        if not_pool_fd(fd) {
+            return;
+        }
+        if !hp.readable() {
+            return self.expect_err(
+                Op::ReadValues,
+                r,
+                &[libc::EFAULT],
+                "the argument is not readable",
+            );
+        }
+        if hp == Ptr::ReadOnly {
+            return self.allow(Op::ReadValues, r, &[libc::EFAULT, libc::EINVAL]);
+        }
+        if bad_mask || bad_reserved {
+            return self.expect_err(
+                Op::ReadValues,
+                r,
+                &[libc::EINVAL],
+                "empty or unimplemented PMD mask, or reserved bits",
+            );
+        }
+        if vp != Ptr::Good {
+            return self.expect_err(
+                Op::ReadValues,
+                r,
+                &[libc::EFAULT],
+                "the values array is not writable",
+            );
+        }
+        self.allow(Op::ReadValues, r, &[]);
     }
 }

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::rng::Rng;
-use crate::sys::{self, ThreadTimer};
+use crate::sys::{self, abi, ThreadTimer};
 
 // ---- operations ----
 
@@ -19,6 +19,7 @@ pub(super) enum Op {
     WritePmcs,
     WritePmds,
     ReadPmds,
+    ReadValues,
     Load,
     Unload,
     Start,
@@ -38,9 +39,27 @@ pub(super) enum Op {
     Signal,
     Worker,
     Reap,
+    Epoll,
+    Hotplug,
 }
 
-pub(super) const NOPS: usize = 26;
+/// Every ioctl of the ABI, in number order (nr 0, 1, ...).
+pub(super) const KNOWN_IOCTLS: [u32; 12] = [
+    abi::PFM_IOC_GET_INFO,
+    abi::PFM_IOC_WRITE_PMCS,
+    abi::PFM_IOC_WRITE_PMDS,
+    abi::PFM_IOC_READ_PMDS,
+    abi::PFM_IOC_LOAD,
+    abi::PFM_IOC_UNLOAD,
+    abi::PFM_IOC_START,
+    abi::PFM_IOC_STOP,
+    abi::PFM_IOC_RESTART,
+    abi::PFM_IOC_GET_STATE,
+    abi::PFM_IOC_SET_FLAGS,
+    abi::PFM_IOC_READ_VALUES,
+];
+
+pub(super) const NOPS: usize = 29;
 pub(super) const OPS: [Op; NOPS] = [
     Op::Open,
     Op::Close,
@@ -49,6 +68,7 @@ pub(super) const OPS: [Op; NOPS] = [
     Op::WritePmcs,
     Op::WritePmds,
     Op::ReadPmds,
+    Op::ReadValues,
     Op::Load,
     Op::Unload,
     Op::Start,
@@ -68,6 +88,8 @@ pub(super) const OPS: [Op; NOPS] = [
     Op::Signal,
     Op::Worker,
     Op::Reap,
+    Op::Epoll,
+    Op::Hotplug,
 ];
 
 /// Weights (per ~10,000) of the worker threads' operations. Process and
@@ -80,7 +102,8 @@ pub(super) const WEIGHTS: [u32; NOPS] = [
     200,  // GetInfo
     900,  // WritePmcs
     1000, // WritePmds
-    900,  // ReadPmds
+    700,  // ReadPmds
+    500,  // ReadValues
     800,  // Load
     450,  // Unload
     700,  // Start
@@ -100,6 +123,8 @@ pub(super) const WEIGHTS: [u32; NOPS] = [
     40,   // Signal
     1,    // Worker
     60,   // Reap
+    150,  // Epoll
+    2,    // Hotplug (root workers only)
 ];
 
 impl Op {
@@ -112,6 +137,7 @@ impl Op {
             Op::WritePmcs => "write_pmcs",
             Op::WritePmds => "write_pmds",
             Op::ReadPmds => "read_pmds",
+            Op::ReadValues => "read_values",
             Op::Load => "load",
             Op::Unload => "unload",
             Op::Start => "start",
@@ -131,6 +157,8 @@ impl Op {
             Op::Signal => "signal",
             Op::Worker => "worker",
             Op::Reap => "reap",
+            Op::Epoll => "epoll",
+            Op::Hotplug => "hotplug",
         }
     }
 }
@@ -164,6 +192,14 @@ pub(super) struct Shared {
     pub(super) arms: AtomicU64,
     pub(super) anomalies: AtomicU64,
     pub(super) next_slot: AtomicU64,
+    /// An actor is taking CPU 1 offline and back (one at a time).
+    pub(super) hotplug: AtomicU32,
+    /// Hotplug cycles done.
+    pub(super) hotplugs: AtomicU64,
+    /// Anomalies dismissed because the fd no longer was a perfmon file.
+    pub(super) reused: AtomicU64,
+    /// st_rdev of /dev/perfmon.
+    pub(super) rdev: AtomicU64,
     /// Live thread ids any actor may attach to: `uid << 32 | tid`.
     pub(super) board: [AtomicU64; BOARD],
     pub(super) workers: [AtomicU32; MAX_WORKERS],
@@ -278,5 +314,6 @@ pub(super) fn restricted_weights() -> [u32; NOPS] {
     w[Op::Thread as usize] = 0;
     w[Op::Worker as usize] = 0;
     w[Op::Fork as usize] = 0;
+    w[Op::Hotplug as usize] = 0;
     w
 }
