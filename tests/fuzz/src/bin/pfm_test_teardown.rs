@@ -136,8 +136,17 @@ fn monitor(tid: u32, flags: u32, start: u64, notify: bool) -> Result<Ctx, String
     .map_err(|e| format!("program {}", errno(e)))?;
     c.program(1, abi::PFM_SOFT_EV_TASK_CLOCK, 0, false, 0)
         .map_err(|e| format!("program {}", errno(e)))?;
-    c.load(tid)
-        .map_err(|e| format!("load {tid}: {}", errno(e)))?;
+    // EAGAIN (documented): the thread still holds earlier contexts it
+    // releases only when it next runs; these loops outpace a target that
+    // the scheduler has not run yet, so wait for it (bounded).
+    let t0 = std::time::Instant::now();
+    loop {
+        match c.load(tid) {
+            Ok(()) => break,
+            Err(libc::EAGAIN) if t0.elapsed() < Duration::from_secs(5) => sys::usleep(1000),
+            Err(e) => return Err(format!("load {tid}: {}", errno(e))),
+        }
+    }
     c.start().map_err(|e| format!("start: {}", errno(e)))?;
     Ok(c)
 }
