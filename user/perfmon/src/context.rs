@@ -380,6 +380,23 @@ impl Context {
         Ok(())
     }
 
+    /// Reads the PMDs of `pmd_mask` with the cheap `PFM_IOC_READ_VALUES`
+    /// (values and times only, in PMD order).
+    pub fn read_values(&self, pmd_mask: u64) -> Result<Counts> {
+        let mut values = vec![0u64; pmd_mask.count_ones() as usize];
+        let mut arg = PfmValues {
+            pmd_mask,
+            ..Default::default()
+        };
+        sys::ioctl_values(self.fd(), &mut arg, &mut values)
+            .map_err(|e| Error::os(Op::ReadValues, e))?;
+        Ok(Counts {
+            values,
+            time_enabled: arg.time_enabled,
+            time_running: arg.time_running,
+        })
+    }
+
     /// The context's state (`PFM_IOC_GET_STATE`).
     pub fn state(&self) -> Result<State> {
         let mut raw = PfmCtxInfo::default();

@@ -20,6 +20,8 @@ pub enum Op {
     WritePmds,
     /// `PFM_IOC_READ_PMDS`.
     ReadPmds,
+    /// `PFM_IOC_READ_VALUES`.
+    ReadValues,
     /// `PFM_IOC_LOAD`.
     Load,
     /// `PFM_IOC_UNLOAD`.
@@ -69,6 +71,7 @@ impl Op {
             Op::WritePmcs => "PFM_IOC_WRITE_PMCS",
             Op::WritePmds => "PFM_IOC_WRITE_PMDS",
             Op::ReadPmds => "PFM_IOC_READ_PMDS",
+            Op::ReadValues => "PFM_IOC_READ_VALUES",
             Op::Load => "PFM_IOC_LOAD",
             Op::Unload => "PFM_IOC_UNLOAD",
             Op::Start => "PFM_IOC_START",

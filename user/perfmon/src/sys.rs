@@ -10,7 +10,10 @@ use std::ffi::CString;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
-use crate::abi::{PfmCtxFlags, PfmCtxInfo, PfmInfo, PfmLoad, PfmPmc, PfmPmd, PfmRegsArg};
+use crate::abi::{
+    PfmCtxFlags, PfmCtxInfo, PfmInfo, PfmLoad, PfmPmc, PfmPmd, PfmRegsArg, PfmValues,
+    PFM_IOC_READ_VALUES,
+};
 
 /// The calling thread's errno.
 fn errno() -> i32 {
@@ -69,6 +72,29 @@ pub(crate) fn ioctl_arg<T: IoctlArg>(
     // and by construction of the request constants), so the kernel reads and
     // writes only memory we own; any bit pattern is valid for its fields.
     check(unsafe { libc::ioctl(fd.as_raw_fd(), request as _, arg as *mut T) })
+}
+
+/// `PFM_IOC_READ_VALUES`: points `arg.values` at `out`, which must have one
+/// slot per bit of `arg.pmd_mask` (`EINVAL` otherwise, before any call).
+pub(crate) fn ioctl_values(
+    fd: BorrowedFd<'_>,
+    arg: &mut PfmValues,
+    out: &mut [u64],
+) -> Result<i32, i32> {
+    if out.len() < arg.pmd_mask.count_ones() as usize {
+        return Err(libc::EINVAL);
+    }
+    arg.values = out.as_mut_ptr() as u64;
+    // SAFETY: `arg` is a `repr(C)` PfmValues of the size the request
+    // encodes; `arg.values` points at `out`, exclusively borrowed, with room
+    // for every value the kernel writes (one per mask bit, checked above).
+    check(unsafe {
+        libc::ioctl(
+            fd.as_raw_fd(),
+            PFM_IOC_READ_VALUES as _,
+            arg as *mut PfmValues,
+        )
+    })
 }
 
 /// Register array elements: [`PfmPmc`] or [`PfmPmd`].
