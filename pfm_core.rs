@@ -11,8 +11,8 @@
 // `pin_init!` of the attachment (many fields) expands deeper than the default.
 #![recursion_limit = "256"]
 
-use kernel::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void};
 use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use kernel::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void};
 
 use kernel::bindings;
 use kernel::prelude::*;
@@ -202,7 +202,10 @@ impl kernel::Module for PerfmonModule {
                 return Err(e);
             }
         };
-        GLOBALS.store(&*globals as *const Globals as *mut Globals, Ordering::Release);
+        GLOBALS.store(
+            &*globals as *const Globals as *mut Globals,
+            Ordering::Release,
+        );
 
         // The preempt notifier static key: patched here (it sleeps), once.
         // SAFETY: No preconditions; balanced in `drop`.
@@ -314,7 +317,10 @@ unsafe extern "C" fn fop_read(
     }
 }
 
-unsafe extern "C" fn fop_poll(file: *mut bindings::file, table: *mut bindings::poll_table_struct) -> c_uint {
+unsafe extern "C" fn fop_poll(
+    file: *mut bindings::file,
+    table: *mut bindings::poll_table_struct,
+) -> c_uint {
     // SAFETY: `file` is an open /dev/perfmon file.
     let ctx = unsafe { file_context(file) };
     // SAFETY: Forwarded from the VFS.
@@ -339,7 +345,11 @@ unsafe extern "C" fn fop_ioctl(file: *mut bindings::file, cmd: c_uint, arg: c_ul
 
 /// Splits an ioctl number into (type, nr, size).
 const fn ioc_parts(cmd: u32) -> (u32, u32, usize) {
-    ((cmd >> 8) & 0xff, cmd & 0xff, ((cmd >> 16) & 0x3fff) as usize)
+    (
+        (cmd >> 8) & 0xff,
+        cmd & 0xff,
+        ((cmd >> 16) & 0x3fff) as usize,
+    )
 }
 
 /// Dispatches one ioctl. The command's type and number select the call; a
@@ -442,7 +452,10 @@ fn ioctl(ctx: &Arc<Context>, cmd: u32, arg: usize) -> Result {
 #[no_mangle]
 unsafe extern "C" fn pfm_sysfs_show(attr: c_uint, buf: *mut c_char) -> isize {
     let g = globals();
-    let mut out = SysfsBuf { buf: buf.cast(), len: 0 };
+    let mut out = SysfsBuf {
+        buf: buf.cast(),
+        len: 0,
+    };
     match attr {
         0 => out.num(abi::PFM_ABI_VERSION as u64),
         1 => out.text(g.pmu.name().as_bytes()),

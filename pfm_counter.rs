@@ -33,7 +33,9 @@ pub struct NarrowCounter {
 impl NarrowCounter {
     /// Loads the low `width` bits of a 64-bit value, as a counter write does.
     pub const fn load(value: u64, width: u32) -> Self {
-        Self { raw: value & width_mask(width) }
+        Self {
+            raw: value & width_mask(width),
+        }
     }
 
     /// Adds `delta` events and returns how many times the register wrapped.
@@ -69,14 +71,20 @@ pub struct Advance {
 pub const fn advance(value: u64, delta: u64, reset: u64) -> Advance {
     let (sum, crossed) = value.overflowing_add(delta);
     if !crossed {
-        return Advance { value: sum, overflows: 0 };
+        return Advance {
+            value: sum,
+            overflows: 0,
+        };
     }
     // What was counted past 2^64.
     let excess = sum;
     // The period is 2^64 - reset; a reset of 0 means a period of 2^64,
     // longer than any excess.
     if reset == 0 {
-        return Advance { value: excess, overflows: 1 };
+        return Advance {
+            value: excess,
+            overflows: 1,
+        };
     }
     let period = reset.wrapping_neg();
     Advance {
@@ -122,7 +130,12 @@ mod tests {
             let mut folded: u128 = 0;
             let mut exact: u128 = 0;
             // Steps of assorted sizes, some far larger than the register.
-            for (i, step) in [1u64, 7, 0xffff, 0x1_0000, 0x1234_5678, 1 << 40, 3].iter().cycle().take(200).enumerate() {
+            for (i, step) in [1u64, 7, 0xffff, 0x1_0000, 0x1234_5678, 1 << 40, 3]
+                .iter()
+                .cycle()
+                .take(200)
+                .enumerate()
+            {
                 let wraps = reg.add(*step, w);
                 folded += wraps as u128 * (width_mask(w) as u128 + 1);
                 exact += *step as u128;
@@ -133,8 +146,20 @@ mod tests {
 
     #[test]
     fn advance_without_overflow() {
-        assert_eq!(advance(10, 5, 0), Advance { value: 15, overflows: 0 });
-        assert_eq!(advance(u64::MAX - 1, 1, 7), Advance { value: u64::MAX, overflows: 0 });
+        assert_eq!(
+            advance(10, 5, 0),
+            Advance {
+                value: 15,
+                overflows: 0
+            }
+        );
+        assert_eq!(
+            advance(u64::MAX - 1, 1, 7),
+            Advance {
+                value: u64::MAX,
+                overflows: 0
+            }
+        );
     }
 
     #[test]
@@ -162,8 +187,20 @@ mod tests {
     #[test]
     fn advance_with_zero_reset_is_a_plain_wrapping_counter() {
         let a = advance(u64::MAX, 2, 0);
-        assert_eq!(a, Advance { value: 1, overflows: 1 });
+        assert_eq!(
+            a,
+            Advance {
+                value: 1,
+                overflows: 1
+            }
+        );
         let a = advance(u64::MAX, u64::MAX, 0);
-        assert_eq!(a, Advance { value: u64::MAX - 1, overflows: 1 });
+        assert_eq!(
+            a,
+            Advance {
+                value: u64::MAX - 1,
+                overflows: 1
+            }
+        );
     }
 }

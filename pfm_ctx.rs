@@ -157,7 +157,10 @@ impl CtxInner {
         self.run_base = runtime;
         if self.counting() {
             self.time_running += ran;
-            self.count(&SoftDeltas { task_clock: ran, ..SoftDeltas::default() });
+            self.count(&SoftDeltas {
+                task_clock: ran,
+                ..SoftDeltas::default()
+            });
         }
     }
 
@@ -167,7 +170,10 @@ impl CtxInner {
     /// live runtime when installed mid-slice.
     pub(crate) fn sched_in(&mut self, cpu: i32, runtime: u64) {
         if self.counting() && cpu != self.last_cpu {
-            self.count(&SoftDeltas { migrations: 1, ..SoftDeltas::default() });
+            self.count(&SoftDeltas {
+                migrations: 1,
+                ..SoftDeltas::default()
+            });
         }
         self.last_cpu = cpu;
         self.on_cpu = Some(cpu);
@@ -396,11 +402,20 @@ impl Context {
     pub(crate) fn wake(&self) {
         // SAFETY: `waitq` is initialised (type invariant).
         unsafe {
-            bindings::__wake_up(self.waitq.get(), bindings::TASK_NORMAL, 0, core::ptr::null_mut())
+            bindings::__wake_up(
+                self.waitq.get(),
+                bindings::TASK_NORMAL,
+                0,
+                core::ptr::null_mut(),
+            )
         };
         // SAFETY: `fasync` is a valid fasync list head (type invariant).
         unsafe {
-            bindings::kill_fasync(self.fasync.get(), bindings::SIGIO as i32, bindings::POLL_IN as i32)
+            bindings::kill_fasync(
+                self.fasync.get(),
+                bindings::SIGIO as i32,
+                bindings::POLL_IN as i32,
+            )
         };
     }
 
@@ -474,7 +489,11 @@ impl Context {
             // SAFETY: `entry` lives until `finish_wait` below.
             unsafe {
                 bindings::init_wait(entry.get());
-                bindings::prepare_to_wait(self.waitq.get(), entry.get(), bindings::TASK_INTERRUPTIBLE as i32);
+                bindings::prepare_to_wait(
+                    self.waitq.get(),
+                    entry.get(),
+                    bindings::TASK_INTERRUPTIBLE as i32,
+                );
             }
             let masked = self.inner.lock().state == State::Masked;
             let stop = !masked || !still_wanted() || kernel::current!().signal_pending();
@@ -501,7 +520,11 @@ impl Context {
     /// # Safety
     ///
     /// `file` and `table` come from the VFS's `poll` call on this context's file.
-    pub(crate) unsafe fn poll(&self, file: *mut bindings::file, table: *mut bindings::poll_table_struct) -> u32 {
+    pub(crate) unsafe fn poll(
+        &self,
+        file: *mut bindings::file,
+        table: *mut bindings::poll_table_struct,
+    ) -> u32 {
         // SAFETY: The caller's guarantees; the queue lives as long as the file.
         unsafe { glue::poll_wait(file, self.waitq.get(), table) };
         let inner = self.inner.lock();
@@ -660,14 +683,19 @@ impl Context {
         let n = arg.count as usize;
         let size = core::mem::size_of::<T>();
         // Uninitialised storage (no 4 KiB memset per call): one copy_from_user fills the first n.
-        let mut storage = [const { core::mem::MaybeUninit::<T>::uninit() }; abi::PFM_MAX_REGS_PER_CALL];
+        let mut storage =
+            [const { core::mem::MaybeUninit::<T>::uninit() }; abi::PFM_MAX_REGS_PER_CALL];
         // SAFETY: `storage` has room for n <= PFM_MAX_REGS_PER_CALL elements, viewed as bytes.
         let raw = unsafe {
-            core::slice::from_raw_parts_mut(storage.as_mut_ptr().cast::<core::mem::MaybeUninit<u8>>(), n * size)
+            core::slice::from_raw_parts_mut(
+                storage.as_mut_ptr().cast::<core::mem::MaybeUninit<u8>>(),
+                n * size,
+            )
         };
         reader.read_raw(raw)?;
         // SAFETY: `read_raw` wrote all n elements; `T: FromBytes` accepts any bytes.
-        let elems: &mut [T] = unsafe { core::slice::from_raw_parts_mut(storage.as_mut_ptr().cast::<T>(), n) };
+        let elems: &mut [T] =
+            unsafe { core::slice::from_raw_parts_mut(storage.as_mut_ptr().cast::<T>(), n) };
         let as_bytes = |e: &[T]| -> &[u8] {
             // SAFETY: `T: AsBytes`: no padding, every byte initialised.
             unsafe { core::slice::from_raw_parts(e.as_ptr().cast::<u8>(), e.len() * size) }
@@ -704,24 +732,32 @@ impl Context {
             } else if p.reg_flags & abi::PFM_REGFL_IN_MASK != 0 || p.reserved != [0; 2] {
                 abi::PFM_REG_RETFL_EINVAL
             } else {
-                pmu.validate_pmc(p.reg_num as usize, p.reg_value).err().unwrap_or(0)
+                pmu.validate_pmc(p.reg_num as usize, p.reg_value)
+                    .err()
+                    .unwrap_or(0)
             }
         };
-        self.reg_array_call(arg, regs, true, check, |inner, _, pmcs: &mut [abi::PfmPmc]| {
-            inner.state.next(Op::WriteRegs).map_err(state_err)?;
-            for p in pmcs.iter() {
-                inner.pmcs[p.reg_num as usize] = p.reg_value;
-            }
-            let mut ev = [0u8; 4];
-            for (i, &pmc) in inner.pmcs.iter().enumerate() {
-                if (pmc as usize) < ev.len() {
-                    ev[pmc as usize] |= 1 << i;
+        self.reg_array_call(
+            arg,
+            regs,
+            true,
+            check,
+            |inner, _, pmcs: &mut [abi::PfmPmc]| {
+                inner.state.next(Op::WriteRegs).map_err(state_err)?;
+                for p in pmcs.iter() {
+                    inner.pmcs[p.reg_num as usize] = p.reg_value;
                 }
-            }
-            ev[0] = 0;
-            inner.ev_pmds = ev;
-            Ok(())
-        })
+                let mut ev = [0u8; 4];
+                for (i, &pmc) in inner.pmcs.iter().enumerate() {
+                    if (pmc as usize) < ev.len() {
+                        ev[pmc as usize] |= 1 << i;
+                    }
+                }
+                ev[0] = 0;
+                inner.ev_pmds = ev;
+                Ok(())
+            },
+        )
     }
 
     /// `PFM_IOC_WRITE_PMDS`.
@@ -742,19 +778,25 @@ impl Context {
                 0
             }
         };
-        self.reg_array_call(arg, regs, true, check, |inner, _, pmds: &mut [abi::PfmPmd]| {
-            inner.state.next(Op::WriteRegs).map_err(state_err)?;
-            for p in pmds.iter() {
-                let pmd = &mut inner.pmds[p.reg_num as usize];
-                pmd.write(p.reg_value, width);
-                pmd.short_reset = p.reg_short_reset;
-                pmd.long_reset = p.reg_long_reset;
-                pmd.flags = p.reg_flags & abi::PFM_REGFL_IN_MASK;
-                pmd.reset_pmds = p.reg_reset_pmds;
-                inner.used_pmds |= 1 << p.reg_num;
-            }
-            Ok(())
-        })
+        self.reg_array_call(
+            arg,
+            regs,
+            true,
+            check,
+            |inner, _, pmds: &mut [abi::PfmPmd]| {
+                inner.state.next(Op::WriteRegs).map_err(state_err)?;
+                for p in pmds.iter() {
+                    let pmd = &mut inner.pmds[p.reg_num as usize];
+                    pmd.write(p.reg_value, width);
+                    pmd.short_reset = p.reg_short_reset;
+                    pmd.long_reset = p.reg_long_reset;
+                    pmd.flags = p.reg_flags & abi::PFM_REGFL_IN_MASK;
+                    pmd.reset_pmds = p.reg_reset_pmds;
+                    inner.used_pmds |= 1 << p.reg_num;
+                }
+                Ok(())
+            },
+        )
     }
 
     /// `PFM_IOC_READ_PMDS`.
@@ -769,8 +811,12 @@ impl Context {
                 0
             }
         };
-        let (enabled, running) =
-            self.reg_array_call(arg, regs, false, check, |inner, now, pmds: &mut [abi::PfmPmd]| {
+        let (enabled, running) = self.reg_array_call(
+            arg,
+            regs,
+            false,
+            check,
+            |inner, now, pmds: &mut [abi::PfmPmd]| {
                 inner.state.next(Op::Read).map_err(state_err)?;
                 for p in pmds.iter_mut() {
                     let pmd = &inner.pmds[p.reg_num as usize];
@@ -782,7 +828,8 @@ impl Context {
                     p.reg_flags = pmd.flags;
                 }
                 Ok((inner.time_enabled(now), inner.time_running))
-            })?;
+            },
+        )?;
         arg.time_enabled = enabled;
         arg.time_running = running;
         Ok(())
@@ -810,8 +857,11 @@ impl Context {
         })?;
         let out = &values[..n];
         // SAFETY: `u64`s are plain bytes: the slice's memory, viewed as bytes.
-        let bytes = unsafe { core::slice::from_raw_parts(out.as_ptr().cast::<u8>(), out.len() * 8) };
-        UserSlice::new(arg.values as usize, bytes.len()).writer().write_slice(bytes)?;
+        let bytes =
+            unsafe { core::slice::from_raw_parts(out.as_ptr().cast::<u8>(), out.len() * 8) };
+        UserSlice::new(arg.values as usize, bytes.len())
+            .writer()
+            .write_slice(bytes)?;
         arg.time_enabled = enabled;
         arg.time_running = running;
         Ok(())

@@ -158,7 +158,11 @@ impl Attachment {
         if self.cleanup_queued.swap(true, Ordering::AcqRel) {
             return;
         }
-        let mode = if prompt { glue::TWA_SIGNAL } else { glue::TWA_RESUME };
+        let mode = if prompt {
+            glue::TWA_SIGNAL
+        } else {
+            glue::TWA_RESUME
+        };
         let work_ref = Arc::into_raw(self.clone());
         // SAFETY: The leaked reference keeps `cleanup_work` alive until it
         // runs; `cleanup_queued` keeps it from being queued twice.
@@ -189,7 +193,9 @@ impl Attachment {
         let work_ref = Arc::into_raw(self.clone());
         // SAFETY: The leaked reference keeps `block_work` alive until it runs;
         // `block_queued` keeps it from being queued twice.
-        let queued = unsafe { glue::task_work_add(self.task_ptr(), self.block_work.get(), glue::TWA_RESUME) };
+        let queued = unsafe {
+            glue::task_work_add(self.task_ptr(), self.block_work.get(), glue::TWA_RESUME)
+        };
         if queued.is_err() {
             self.block_queued.store(false, Ordering::Release);
             // SAFETY: Not queued: take the leaked reference back.
@@ -326,7 +332,9 @@ impl Registry {
     /// An empty registry with room for `MAX_ATTACHED` attachments.
     pub(crate) fn new() -> Result<Self> {
         // INVARIANT: empty, with the capacity of the limit.
-        Ok(Self { slots: KVec::with_capacity(MAX_ATTACHED, GFP_KERNEL)? })
+        Ok(Self {
+            slots: KVec::with_capacity(MAX_ATTACHED, GFP_KERNEL)?,
+        })
     }
 
     fn iter(&self) -> impl Iterator<Item = &Arc<Attachment>> {
@@ -431,7 +439,10 @@ unsafe extern "C" fn sched_in(notifier: *mut bindings::preempt_notifier, cpu: ke
     inner.sched_in(cpu, glue::current_sum_exec_runtime());
 }
 
-unsafe extern "C" fn sched_out(notifier: *mut bindings::preempt_notifier, _next: *mut bindings::task_struct) {
+unsafe extern "C" fn sched_out(
+    notifier: *mut bindings::preempt_notifier,
+    _next: *mut bindings::task_struct,
+) {
     let att = attachment_of!(notifier, notifier);
     // SAFETY: `task` is alive (counted reference); reading its state is what
     // the scheduler does itself. `__state` is TASK_DEAD for the final switch.
@@ -519,7 +530,9 @@ unsafe extern "C" fn install_fn(head: *mut bindings::callback_head) {
     if ended {
         att.ctx.wake();
         att.retire();
-    } else if !att.live.load(Ordering::Relaxed) && att.registered.load(Ordering::Relaxed) == REG_NONE {
+    } else if !att.live.load(Ordering::Relaxed)
+        && att.registered.load(Ordering::Relaxed) == REG_NONE
+    {
         // Unloaded or closed before it could install: nothing on the thread.
         att.retire();
     }
@@ -536,7 +549,8 @@ unsafe extern "C" fn block_fn(head: *mut bindings::callback_head) {
     // A thread on its way out (this runs from exit_task_work() too) does not
     // wait for a RESTART that may never come.
     if !exiting {
-        att.ctx.block_until_restart(|| att.live.load(Ordering::Relaxed));
+        att.ctx
+            .block_until_restart(|| att.live.load(Ordering::Relaxed));
     }
     release(att);
 }
@@ -651,7 +665,11 @@ pub(crate) fn attach(ctx: &Arc<Context>, tid: u32) -> Result {
     let me = kernel::current!();
     let my_tid = glue::current_tid();
     let is_self = tid == 0 || tid == my_tid;
-    let task: ARef<Task> = if is_self { ARef::from(&*me) } else { find_task(tid)? };
+    let task: ARef<Task> = if is_self {
+        ARef::from(&*me)
+    } else {
+        find_task(tid)?
+    };
     let tptr: *mut bindings::task_struct = &*task as *const Task as *mut _;
     // SAFETY: `task` is referenced.
     let flags = unsafe { (*tptr).flags };
@@ -712,7 +730,11 @@ pub(crate) fn attach(ctx: &Arc<Context>, tid: u32) -> Result {
             drop(inner);
             drop(reg);
             release(att);
-            return Err(if e == crate::pfm_state::StateError::Busy { EBUSY } else { ebadfd() });
+            return Err(if e == crate::pfm_state::StateError::Busy {
+                EBUSY
+            } else {
+                ebadfd()
+            });
         }
         if !reg.insert(&att) {
             drop(inner);
@@ -770,7 +792,10 @@ fn let_go(att: Arc<Attachment>, prompt: bool) {
     att.ctx.wake();
     let is_current = {
         let me = kernel::current!();
-        core::ptr::eq(&*me as *const Task as *const bindings::task_struct, att.task_ptr())
+        core::ptr::eq(
+            &*me as *const Task as *const bindings::task_struct,
+            att.task_ptr(),
+        )
     };
     if is_current {
         // SAFETY: We are the task.
@@ -862,7 +887,11 @@ pub(crate) fn run_on_cpu<R>(
             call.result = Some((call.op)(&mut inner, now));
         }
     }
-    let mut call = Call { ctx, op, result: None };
+    let mut call = Call {
+        ctx,
+        op,
+        result: None,
+    };
     // SAFETY: `wait = 1`: `call` outlives the remote execution.
     let ret = unsafe {
         bindings::smp_call_function_single(

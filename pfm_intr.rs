@@ -73,7 +73,11 @@ impl Vectors {
         for _ in 0..n {
             cpus.push(CpuVector::new(), GFP_KERNEL)?;
         }
-        Ok(Self { cpus, cpuhp_state: AtomicU32::new(0), program_lvtpc })
+        Ok(Self {
+            cpus,
+            cpuhp_state: AtomicU32::new(0),
+            program_lvtpc,
+        })
     }
 
     /// Sets up every online CPU now and every CPU that comes online later.
@@ -110,12 +114,17 @@ impl Vectors {
 
     /// CPU 0's vector, for `PFM_IOC_GET_INFO` and sysfs (0: none).
     pub(crate) fn vector_of_cpu0(&self) -> u32 {
-        self.cpus.first().map_or(0, |c| c.vector.load(Ordering::Relaxed))
+        self.cpus
+            .first()
+            .map_or(0, |c| c.vector.load(Ordering::Relaxed))
     }
 
     /// Interrupts taken on every CPU.
     pub(crate) fn interrupts(&self) -> u64 {
-        self.cpus.iter().map(|c| c.count.load(Ordering::Relaxed)).sum()
+        self.cpus
+            .iter()
+            .map(|c| c.count.load(Ordering::Relaxed))
+            .sum()
     }
 
     fn slot(&self, cpu: usize) -> Option<&CpuVector> {
@@ -161,7 +170,8 @@ unsafe extern "C" fn cpu_online(cpu: c_uint) -> c_int {
     slot.irq.store(irq, Ordering::Release);
     if vecs.program_lvtpc {
         // The cpuhp callback of a DYN state runs on `cpu` itself.
-        slot.saved_lvtpc.store(glue::apic_read_lvtpc(), Ordering::Relaxed);
+        slot.saved_lvtpc
+            .store(glue::apic_read_lvtpc(), Ordering::Relaxed);
         glue::apic_write_lvtpc(vector);
         slot.lvtpc_ours.store(true, Ordering::Relaxed);
     }
@@ -226,7 +236,12 @@ pub(crate) fn raise(att: &Arc<Attachment>) -> bool {
         return false;
     }
     let raw = Arc::into_raw(att.clone()) as *mut Attachment;
-    match slot.pending.compare_exchange(core::ptr::null_mut(), raw, Ordering::AcqRel, Ordering::Acquire) {
+    match slot.pending.compare_exchange(
+        core::ptr::null_mut(),
+        raw,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    ) {
         Ok(_) => {
             glue::send_ipi_self(vector);
             true

@@ -131,7 +131,10 @@ impl Pmu {
                 // built yet: on a CPU with a PMU, auto still falls back to
                 // soft, and says so.
                 if cpu_has_intel_arch() || cpu_has_amd64() {
-                    Ok((soft, "the hardware PMU models are not available in this build"))
+                    Ok((
+                        soft,
+                        "the hardware PMU models are not available in this build",
+                    ))
                 } else {
                     Ok((soft, "the CPU announces no usable PMU (CPUID)"))
                 }
@@ -169,7 +172,11 @@ impl Pmu {
         info.impl_pmcs = self.impl_mask();
         info.impl_pmds = self.impl_mask();
         for (i, rsvd) in info.pmc_rsvd_mask.iter_mut().enumerate() {
-            *rsvd = if i < SOFT_COUNTERS { SOFT_PMC_RSVD_MASK } else { u64::MAX };
+            *rsvd = if i < SOFT_COUNTERS {
+                SOFT_PMC_RSVD_MASK
+            } else {
+                u64::MAX
+            };
         }
         info.num_events = SOFT_EVENTS.len() as u16;
         for (slot, (name, code)) in info.events.iter_mut().zip(SOFT_EVENTS.iter()) {
@@ -227,7 +234,9 @@ impl PmdState {
         if let Some(v) = self.value.checked_add(delta) {
             // No overflow: the narrow register is the low bits of the value.
             self.value = v;
-            self.hw = NarrowCounter { raw: v & crate::pfm_counter::width_mask(width) };
+            self.hw = NarrowCounter {
+                raw: v & crate::pfm_counter::width_mask(width),
+            };
             return 0;
         }
         let a = advance(self.value, delta, self.short_reset);

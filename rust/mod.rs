@@ -6,8 +6,8 @@
 //! `irq_work`, `task_work`, IRQ-safe spinlocks) so they can be swapped for
 //! those when the module moves to a newer kernel.
 
-use kernel::ffi::{c_char, c_int, c_uint, c_ulong};
 use kernel::bindings;
+use kernel::ffi::{c_char, c_int, c_uint, c_ulong};
 use kernel::prelude::*;
 use kernel::sync::lock::{Backend, Lock};
 use kernel::types::Opaque;
@@ -27,7 +27,10 @@ mod ffi {
         pub(crate) fn pfm_sysfs_unregister();
         pub(crate) fn pfm_spin_lock_irqsave(lock: *mut bindings::spinlock_t) -> c_ulong;
         pub(crate) fn pfm_spin_unlock_irqrestore(lock: *mut bindings::spinlock_t, flags: c_ulong);
-        pub(crate) fn pfm_init_irq_work(work: *mut IrqWorkRaw, func: unsafe extern "C" fn(*mut IrqWorkRaw));
+        pub(crate) fn pfm_init_irq_work(
+            work: *mut IrqWorkRaw,
+            func: unsafe extern "C" fn(*mut IrqWorkRaw),
+        );
         pub(crate) fn pfm_poll_wait(
             file: *mut bindings::file,
             queue: *mut bindings::wait_queue_head,
@@ -71,7 +74,9 @@ mod ffi {
     pub(crate) struct IrqWorkRaw(pub(crate) [u8; 64]);
 }
 
-pub(crate) use ffi::{pfm_misc_deregister, pfm_misc_register, pfm_sysfs_register, pfm_sysfs_unregister};
+pub(crate) use ffi::{
+    pfm_misc_deregister, pfm_misc_register, pfm_sysfs_register, pfm_sysfs_unregister,
+};
 
 /// `POLLIN` (uapi `asm-generic/poll.h`).
 pub(crate) const POLLIN: u32 = 0x0001;
@@ -120,7 +125,10 @@ pub(crate) fn current_runtime_ns() -> u64 {
     // CPU's scheduler, which IRQs-off callers exclude.
     let (sum, start) = unsafe {
         let t = bindings::get_current();
-        (ffi::pfm_task_sum_exec_runtime(t), ffi::pfm_task_exec_start(t))
+        (
+            ffi::pfm_task_sum_exec_runtime(t),
+            ffi::pfm_task_exec_start(t),
+        )
     };
     sum + now_ns().saturating_sub(start)
 }
@@ -158,7 +166,10 @@ pub(crate) unsafe fn cred_ids(cred: *const bindings::cred) -> CredIds {
     let mut ids = [0u32; 6];
     // SAFETY: `cred` is live (caller); `ids` has the 6 slots the shim fills.
     unsafe { ffi::pfm_cred_ids(cred, ids.as_mut_ptr()) };
-    CredIds { uids: [ids[0], ids[1], ids[2]], gids: [ids[3], ids[4], ids[5]] }
+    CredIds {
+        uids: [ids[0], ids[1], ids[2]],
+        gids: [ids[3], ids[4], ids[5]],
+    }
 }
 
 /// The calling thread's id in its own pid namespace (`task_pid_vnr`).
@@ -219,8 +230,8 @@ pub(crate) unsafe fn mm_dumpable(mm: *mut bindings::mm_struct) -> u32 {
 /// The first layout entry (index into `pfm_c_layout`) where C and Rust
 /// differ, with both values.
 pub(crate) fn layout_mismatch() -> Option<(usize, usize, usize)> {
-    use core::mem::{offset_of, size_of};
     use bindings::{file, file_operations as fops, task_struct as task};
+    use core::mem::{offset_of, size_of};
     let rust: [usize; 21] = [
         offset_of!(task, __state),
         offset_of!(task, flags),
@@ -407,11 +418,7 @@ unsafe impl Backend for IrqSpinLockBackend {
     type State = bindings::spinlock_t;
     type GuardState = c_ulong;
 
-    unsafe fn init(
-        ptr: *mut Self::State,
-        name: *const c_char,
-        key: *mut bindings::lock_class_key,
-    ) {
+    unsafe fn init(ptr: *mut Self::State, name: *const c_char, key: *mut bindings::lock_class_key) {
         // SAFETY: The caller guarantees `ptr` is valid for writes and `name`
         // and `key` live forever.
         unsafe { bindings::__spin_lock_init(ptr, name, key) }

@@ -297,14 +297,23 @@ pub const fn ioc(dir: u32, nr: u32, size: usize) -> u32 {
 /// `_IOR(PFM_IOC_MAGIC, 0x00, struct pfm_info)`.
 pub const PFM_IOC_GET_INFO: u32 = ioc(IOC_READ, 0x00, core::mem::size_of::<PfmInfo>());
 /// `_IOWR(PFM_IOC_MAGIC, 0x01, struct pfm_regs_arg)`.
-pub const PFM_IOC_WRITE_PMCS: u32 =
-    ioc(IOC_READ | IOC_WRITE, 0x01, core::mem::size_of::<PfmRegsArg>());
+pub const PFM_IOC_WRITE_PMCS: u32 = ioc(
+    IOC_READ | IOC_WRITE,
+    0x01,
+    core::mem::size_of::<PfmRegsArg>(),
+);
 /// `_IOWR(PFM_IOC_MAGIC, 0x02, struct pfm_regs_arg)`.
-pub const PFM_IOC_WRITE_PMDS: u32 =
-    ioc(IOC_READ | IOC_WRITE, 0x02, core::mem::size_of::<PfmRegsArg>());
+pub const PFM_IOC_WRITE_PMDS: u32 = ioc(
+    IOC_READ | IOC_WRITE,
+    0x02,
+    core::mem::size_of::<PfmRegsArg>(),
+);
 /// `_IOWR(PFM_IOC_MAGIC, 0x03, struct pfm_regs_arg)`.
-pub const PFM_IOC_READ_PMDS: u32 =
-    ioc(IOC_READ | IOC_WRITE, 0x03, core::mem::size_of::<PfmRegsArg>());
+pub const PFM_IOC_READ_PMDS: u32 = ioc(
+    IOC_READ | IOC_WRITE,
+    0x03,
+    core::mem::size_of::<PfmRegsArg>(),
+);
 /// `_IOW(PFM_IOC_MAGIC, 0x04, struct pfm_load)`.
 pub const PFM_IOC_LOAD: u32 = ioc(IOC_WRITE, 0x04, core::mem::size_of::<PfmLoad>());
 /// `_IO(PFM_IOC_MAGIC, 0x05)`.
@@ -320,8 +329,11 @@ pub const PFM_IOC_GET_STATE: u32 = ioc(IOC_READ, 0x09, core::mem::size_of::<PfmC
 /// `_IOW(PFM_IOC_MAGIC, 0x0a, struct pfm_ctx_flags)`.
 pub const PFM_IOC_SET_FLAGS: u32 = ioc(IOC_WRITE, 0x0a, core::mem::size_of::<PfmCtxFlags>());
 /// `_IOWR(PFM_IOC_MAGIC, 0x0b, struct pfm_values)`.
-pub const PFM_IOC_READ_VALUES: u32 =
-    ioc(IOC_READ | IOC_WRITE, 0x0b, core::mem::size_of::<PfmValues>());
+pub const PFM_IOC_READ_VALUES: u32 = ioc(
+    IOC_READ | IOC_WRITE,
+    0x0b,
+    core::mem::size_of::<PfmValues>(),
+);
 
 // The sizes are part of the ABI: any change here is an ABI break.
 const _: () = assert!(core::mem::size_of::<PfmPmc>() == 32);

@@ -264,10 +264,20 @@ impl Pfm {
     /// (time_enabled, time_running).
     #[inline(always)]
     pub fn read_values(&self, mask: u64, vals: &mut [u64]) -> io::Result<(u64, u64)> {
-        let mut arg = abi::PfmValues { pmd_mask: mask, values: vals.as_mut_ptr() as u64, ..Default::default() };
+        let mut arg = abi::PfmValues {
+            pmd_mask: mask,
+            values: vals.as_mut_ptr() as u64,
+            ..Default::default()
+        };
         // SAFETY: `arg` is a PfmValues pointing at `vals`, which has room for
         // one u64 per bit of `mask` (the caller sizes it) and outlives the call.
-        let ret = unsafe { libc::ioctl(self.fd.0, abi::PFM_IOC_READ_VALUES as _, &mut arg as *mut abi::PfmValues) };
+        let ret = unsafe {
+            libc::ioctl(
+                self.fd.0,
+                abi::PFM_IOC_READ_VALUES as _,
+                &mut arg as *mut abi::PfmValues,
+            )
+        };
         check(ret as libc::c_long, "PFM_IOC_READ_VALUES")?;
         Ok((arg.time_enabled, arg.time_running))
     }
