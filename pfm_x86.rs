@@ -223,16 +223,14 @@ impl PmdState {
         self.hw = NarrowCounter::load(value, width);
     }
 
-    /// Counts `delta` events: the narrow register wraps as hardware would and
-    /// each wrap is folded into the 64-bit value, which overflows only when
-    /// it crosses 2^64. Returns the number of 64-bit overflows.
+    /// Counts `delta` events. The narrow register is always the low
+    /// `width` bits of the 64-bit value: its wraps are folded into the value
+    /// exactly (`NarrowCounter`'s host tests check the equivalence at every
+    /// width), and only the value crossing 2^64 is an overflow. Returns the
+    /// number of 64-bit overflows.
     pub(crate) fn count(&mut self, delta: u64, width: u32) -> u64 {
-        // The register wraps `wraps` times; each wrap is what a hardware
-        // model's overflow interrupt folds into the 64-bit value, so the
-        // value advances by exactly `delta` (the host tests check this
-        // equivalence at every width).
         if let Some(v) = self.value.checked_add(delta) {
-            // No overflow: the narrow register is the low bits of the value.
+            // No overflow, the common case.
             self.value = v;
             self.hw = NarrowCounter {
                 raw: v & crate::pfm_counter::width_mask(width),
