@@ -290,12 +290,18 @@ impl CtxInner {
         }
     }
 
+    /// ns loaded and started, as reported: never below `time_running`.
+    /// The two come from different clocks (`local_clock` here, the
+    /// scheduler's runtime there) sampled a few instructions apart, so a
+    /// thread that ran all along could otherwise show a running time a few
+    /// hundred ns above its enabled time.
     fn time_enabled(&self, now: u64) -> u64 {
-        if self.started && self.state.is_attached() {
+        let enabled = if self.started && self.state.is_attached() {
             self.time_enabled + now.saturating_sub(self.enabled_start)
         } else {
             self.time_enabled
-        }
+        };
+        enabled.max(self.time_running)
     }
 }
 
