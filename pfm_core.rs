@@ -33,7 +33,7 @@ mod pfm_ctxsw;
 mod pfm_intr;
 #[allow(dead_code)]
 pub mod pfm_state;
-mod pfm_x86;
+pub mod pfm_x86;
 #[path = "rust/mod.rs"]
 mod rust;
 

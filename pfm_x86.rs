@@ -82,37 +82,75 @@ pub(crate) enum ProbeError {
     BadParam,
 }
 
+pub mod amd64;
+pub mod intel_arch;
+pub mod model;
+
+use model::{CpuidRegs, HwPmu};
+
+/// CPUID `leaf`, as the register models take it.
+fn cpuid(leaf: u32) -> CpuidRegs {
+    let r = core::arch::x86_64::__cpuid(leaf);
+    CpuidRegs {
+        eax: r.eax,
+        ebx: r.ebx,
+        ecx: r.ecx,
+        edx: r.edx,
+    }
+}
+
+/// The CPU's vendor string registers (EBX, EDX, ECX of leaf 0).
+fn vendor_is(v: &CpuidRegs, name: &[u8; 12]) -> bool {
+    let word = |i: usize| u32::from_le_bytes([name[i], name[i + 1], name[i + 2], name[i + 3]]);
+    v.ebx == word(0) && v.edx == word(4) && v.ecx == word(8)
+}
+
+/// The hardware PMU CPUID announces, decoded by the host-tested register
+/// models: its model name, number of counters and counter width. Only CPUID
+/// is read; no MSR (PERF_CAPABILITIES is taken as 0, which only affects the
+/// full-width-write flag).
+pub(crate) fn probe_hardware() -> Option<(&'static str, u32, u32)> {
+    let v = cpuid(0);
+    if vendor_is(&v, b"GenuineIntel") && v.eax >= 0xa {
+        let pmu = intel_arch::IntelArch::probe(cpuid(0xa), 0)?;
+        return Some((
+            pmu.name(),
+            pmu.impl_pmds().count_ones(),
+            pmu.counter_width(),
+        ));
+    }
+    if vendor_is(&v, b"AuthenticAMD") {
+        let max_ext = cpuid(0x8000_0000).eax;
+        if max_ext < 0x8000_0001 {
+            return None;
+        }
+        let ext1 = cpuid(0x8000_0001).ecx;
+        let leaf22 = if max_ext >= 0x8000_0022 {
+            cpuid(0x8000_0022)
+        } else {
+            CpuidRegs {
+                eax: 0,
+                ebx: 0,
+                ecx: 0,
+                edx: 0,
+            }
+        };
+        // The legacy counters have no CPUID bit; under a hypervisor (CPUID.1
+        // ECX bit 31) they are often absent: trust them only on bare metal.
+        let bare_metal = cpuid(1).ecx & (1 << 31) == 0;
+        let pmu = amd64::Amd64::probe(ext1, leaf22, bare_metal)?;
+        return Some((
+            pmu.name(),
+            pmu.impl_pmds().count_ones(),
+            pmu.counter_width(),
+        ));
+    }
+    None
+}
+
 /// Whether CPUID announces a hardware PMU of a supported kind.
 pub(crate) fn cpu_has_pmu() -> bool {
-    cpu_has_intel_arch() || cpu_has_amd64()
-}
-
-/// Whether CPUID announces Intel architectural perfmon (leaf 0xA version > 0
-/// with at least one GP counter).
-fn cpu_has_intel_arch() -> bool {
-    let max = core::arch::x86_64::__cpuid(0).eax;
-    if max < 0xa {
-        return false;
-    }
-    let a = core::arch::x86_64::__cpuid(0xa).eax;
-    (a & 0xff) != 0 && ((a >> 8) & 0xff) != 0
-}
-
-/// Whether CPUID announces an AMD64 PMU (AMD vendor with PerfCtrExtCore, or
-/// the legacy counters of family 0x10+ — modelled as the extended feature).
-fn cpu_has_amd64() -> bool {
-    let v = core::arch::x86_64::__cpuid(0);
-    // "AuthenticAMD"
-    let amd = v.ebx == 0x6874_7541 && v.edx == 0x6974_6e65 && v.ecx == 0x444d_4163;
-    if !amd {
-        return false;
-    }
-    let max_ext = core::arch::x86_64::__cpuid(0x8000_0000).eax;
-    if max_ext < 0x8000_0001 {
-        return false;
-    }
-    let ecx = core::arch::x86_64::__cpuid(0x8000_0001).ecx;
-    ecx & (1 << 23) != 0
+    probe_hardware().is_some()
 }
 
 impl Pmu {
@@ -124,31 +162,22 @@ impl Pmu {
             return Err(ProbeError::BadParam);
         }
         let soft = Pmu { width: soft_width };
-        match name {
-            b"soft" => Ok((soft, "requested with pmu=soft")),
-            b"auto" => {
-                // The hardware models' kernel side (MSR save/restore) is not
-                // built yet: on a CPU with a PMU, auto still falls back to
-                // soft, and says so.
-                if cpu_has_intel_arch() || cpu_has_amd64() {
-                    Ok((
-                        soft,
-                        "the hardware PMU models are not available in this build",
-                    ))
-                } else {
-                    Ok((soft, "the CPU announces no usable PMU (CPUID)"))
-                }
-            }
-            b"intel_arch" => Err(ProbeError::NoHardware(if cpu_has_intel_arch() {
-                "intel_arch: model not available in this build"
-            } else {
-                "intel_arch: CPUID leaf 0xA announces no architectural perfmon"
-            })),
-            b"amd64" => Err(ProbeError::NoHardware(if cpu_has_amd64() {
-                "amd64: model not available in this build"
-            } else {
-                "amd64: CPUID announces no AMD64 core performance counters"
-            })),
+        let hw = probe_hardware();
+        match (name, hw) {
+            (b"soft", _) => Ok((soft, "requested with pmu=soft")),
+            (b"auto", None) => Ok((soft, "the CPU announces no usable PMU (CPUID)")),
+            // The register models are host-tested, but the MSR save/restore
+            // that would drive them is not in this build: count with soft.
+            (b"auto", Some(_)) => Ok((soft, "the hardware PMU is not driven by this build")),
+            (b"intel_arch", Some(("intel_arch", ..))) | (b"amd64", Some(("amd64", ..))) => Err(
+                ProbeError::NoHardware("the hardware PMU is present but not driven by this build"),
+            ),
+            (b"intel_arch", _) => Err(ProbeError::NoHardware(
+                "intel_arch: CPUID leaf 0xA announces no architectural perfmon",
+            )),
+            (b"amd64", _) => Err(ProbeError::NoHardware(
+                "amd64: CPUID announces no AMD64 core performance counters",
+            )),
             _ => Err(ProbeError::BadParam),
         }
     }
