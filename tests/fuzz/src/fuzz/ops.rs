@@ -16,8 +16,15 @@ fn not_pool_fd(fd: i32) -> bool {
 }
 
 impl Actor {
+    /// Runs one operation. The actor's generator draws exactly two values
+    /// per operation (which one, and the seed of a generator for its
+    /// arguments), so the sequence of operations is the same on every run
+    /// of a seed even though the choices inside an operation depend on
+    /// what other threads did (which fds exist, which children live).
     pub(super) fn step(&mut self, weights: &[u32; NOPS]) {
         let op = OPS[self.rng.weighted(weights)];
+        let sub = Rng::new(self.rng.next_u64());
+        let main = std::mem::replace(&mut self.rng, sub);
         self.begin(op);
         self.cur_fd = -1;
         match op {
@@ -46,6 +53,7 @@ impl Actor {
             Op::Hotplug => self.op_hotplug(),
         }
         self.end();
+        self.rng = main;
     }
 
     pub(super) fn op_open(&mut self) {
