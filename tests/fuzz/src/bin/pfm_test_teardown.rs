@@ -448,11 +448,17 @@ fn rmmod_with_context() -> TestResult {
         }
     });
     let c = monitor(t.pid(), 0, 0, false)?;
-    wait_for(Duration::from_secs(5), || {
+    // Only once installed is the target back asleep with nothing pending
+    // but the zombie's lazy cleanup; a close before that leaves the
+    // install's kick pending, which would reap the zombie at once.
+    let installed = wait_for(Duration::from_secs(20), || {
         c.state()
             .map(|s| s.status & abi::PFM_CTXST_ACTIVE != 0)
             .unwrap_or(false)
     });
+    ensure!(installed, "the sleeping target did not install the context within 20 s");
+    // Let it go back to sleep in poll() after running the install.
+    sys::usleep(200_000);
     drop(c);
     let z = Counters::read();
     ensure!(z.zombies == Some(1), "expected one zombie after close: {z}");
