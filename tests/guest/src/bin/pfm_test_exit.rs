@@ -138,7 +138,9 @@ const NAMES_EXIT: [&str; 5] = [
 ];
 
 fn messages_iterator() -> TestResult {
-    let (mut child, ctx) = monitored_child("sleeps", &["20"])?;
+    // Long enough (~300 ms) to be attached before it exits, even on the
+    // KASAN kernel under a loaded QEMU.
+    let (mut child, ctx) = monitored_child("sleeps", &["300"])?;
     child.wait_timeout(WAIT)?;
     // Wait for the message to be queued, then drain non-blocking.
     let rev = raw::poll_one(ctx.as_raw_fd(), libc::POLLIN, 5000).map_err(perfmon::errno_name)?;
