@@ -258,15 +258,29 @@ pub fn set_affinity(tid: u32, mask: u64) -> Result<i64, i32> {
     } as i64)
 }
 
-/// Number of online CPUs.
+/// Number of CPUs the system was started with (glibc reads a sysfs file
+/// for it: asked once, so that the fuzzer's threads do not open files
+/// that could take a just-closed pool fd's number).
 pub fn online_cpus() -> usize {
-    // SAFETY: no preconditions.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    if n < 1 {
-        1
-    } else {
-        n as usize
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        // SAFETY: no preconditions.
+        let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+        n.max(1) as usize
+    })
+}
+
+/// The owner of /proc/PID: the task's effective uid if it is dumpable,
+/// root otherwise. A stat: no file descriptor is taken.
+pub fn proc_owner(pid: u32) -> Option<u32> {
+    let path = std::ffi::CString::new(format!("/proc/{pid}")).ok()?;
+    // SAFETY: `st` is a valid out-parameter; `path` is NUL-terminated.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::stat(path.as_ptr(), &mut st) } != 0 {
+        return None;
     }
+    Some(st.st_uid)
 }
 
 /// `kill(pid, sig)`.

@@ -456,7 +456,10 @@ fn rmmod_with_context() -> TestResult {
             .map(|s| s.status & abi::PFM_CTXST_ACTIVE != 0)
             .unwrap_or(false)
     });
-    ensure!(installed, "the sleeping target did not install the context within 20 s");
+    ensure!(
+        installed,
+        "the sleeping target did not install the context within 20 s"
+    );
     // Let it go back to sleep in poll() after running the install.
     sys::usleep(200_000);
     drop(c);

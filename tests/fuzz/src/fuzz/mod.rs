@@ -332,6 +332,8 @@ pub fn run(cfg: &Config) -> Report {
     }
     s.rdev
         .store(sys::stat_rdev(sys::DEV).unwrap_or(0), Ordering::Relaxed);
+    // Asked once, before any thread exists (see sys::online_cpus).
+    let _ = sys::online_cpus();
     sys::set_child_subreaper();
     process_signals();
     // The process group leader: does nothing, wakes up often (it is also

@@ -365,7 +365,14 @@ impl Actor {
         );
         if r.is_ok() && self.uid != 0 && tid != 0 && tid != sys::gettid() {
             // An unprivileged tool may only monitor threads of its own user.
-            if let Some(owner) = proc_uid(tid) {
+            // /proc/TID belongs to root when the task is not dumpable or has
+            // lost its mm (exiting): then look at its status (which costs an
+            // fd, in this rare case only); a zombie is not a finding.
+            let owner = match proc_uid(tid) {
+                Some(o) if o != self.uid => proc_status_uid(tid),
+                other => other,
+            };
+            if let Some(owner) = owner {
                 if owner != self.uid {
                     self.anomaly(
                         Op::Load,

@@ -301,9 +301,19 @@ pub(super) fn names(errs: &[i32]) -> String {
         .join("|")
 }
 
-/// The real uid of thread `tid`, from /proc.
+/// The owner of /proc/TID: its effective uid if dumpable, else root (a
+/// stat, no fd: see sys::online_cpus for why fds matter).
 pub(super) fn proc_uid(tid: u32) -> Option<u32> {
+    sys::proc_owner(tid)
+}
+
+/// The real uid of a live (not zombie) thread, from /proc/TID/status.
+pub(super) fn proc_status_uid(tid: u32) -> Option<u32> {
     let s = sys::read_text(&format!("/proc/{tid}/status"))?;
+    let state = s.lines().find(|l| l.starts_with("State:"))?;
+    if state.contains('Z') || state.contains('X') {
+        return None;
+    }
     let line = s.lines().find(|l| l.starts_with("Uid:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
 }
