@@ -222,7 +222,7 @@ static void storm(void)
 	if (fd < 0)
 		printf("# period 1 setup: %s\n", strerror(errno));
 	struct pfm_msg msg;
-	long msgs = 0;
+	long msgs = 0, restarts = 0;
 
 	ioctl(fd, PFM_IOC_START, 0);
 	t0 = (uint64_t)time(NULL);
@@ -232,14 +232,24 @@ static void storm(void)
 			nsleep(1000000);	/* 1 ms: long enough to switch even on KASAN */
 		else
 			sched_yield();
-		if (i % 16 == 0)
-			while (read(fd, &msg, sizeof(msg)) == sizeof(msg))
-				msgs++;
+		if (i % 16)
+			continue;
+		while (read(fd, &msg, sizeof(msg)) == sizeof(msg))
+			msgs++;
+		/*
+		 * More than 8 switches between two reads fill the queue, which
+		 * masks the context (counting stops) until RESTART, as a tool
+		 * reading too slowly would see it.
+		 */
+		struct pfm_ctx_info st;
+		if (ioctl(fd, PFM_IOC_GET_STATE, &st) == 0 && st.state == PFM_STATE_MASKED &&
+		    ioctl(fd, PFM_IOC_RESTART, 0) == 0)
+			restarts++;
 	}
 	ioctl(fd, PFM_IOC_STOP, 0);
 	read_pmds(fd, &v0, &v1);
-	printf("# period 1: %ld messages, %llu switches, %llu s\n", msgs, (unsigned long long)v1,
-	       (unsigned long long)((uint64_t)time(NULL) - t0));
+	printf("# period 1: %ld messages, %ld restarts after a full queue, %llu switches, %llu s\n",
+	       msgs, restarts, (unsigned long long)v1, (unsigned long long)((uint64_t)time(NULL) - t0));
 	tap(fd >= 0 && v1 >= 50 && msgs > 0, "period 1 on a busy thread completes");
 	close(fd);
 }
