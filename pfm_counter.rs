@@ -98,6 +98,57 @@ pub const fn period_to_value(period: u64) -> u64 {
     0u64.wrapping_sub(period)
 }
 
+/// A PMD's software state: the 64-bit value and its reset values.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PmdState {
+    /// The 64-bit virtualized value.
+    pub value: u64,
+    /// The narrow register backing it: the soft model's counter, or, for a
+    /// hardware model, the raw counter value at the last write or read.
+    pub hw: NarrowCounter,
+    /// Reload value after a non-notified overflow.
+    pub short_reset: u64,
+    /// Reload value on RESTART after a notification.
+    pub long_reset: u64,
+    /// The last reset value applied.
+    pub last_reset: u64,
+    /// `PFM_REGFL_*` input flags.
+    pub flags: u32,
+    /// PMDs reset with this one.
+    pub reset_pmds: u64,
+}
+
+impl PmdState {
+    /// Sets the value as a PMD write does: the narrow register takes the low bits.
+    pub fn write(&mut self, value: u64, width: u32) {
+        self.value = value;
+        self.hw = NarrowCounter::load(value, width);
+    }
+
+    /// Counts `delta` events. The narrow register is always the low
+    /// `width` bits of the 64-bit value: its wraps are folded into the value
+    /// exactly (`NarrowCounter`'s tests check the equivalence at every
+    /// width), and only the value crossing 2^64 is an overflow. Returns the
+    /// number of 64-bit overflows.
+    pub fn count(&mut self, delta: u64, width: u32) -> u64 {
+        if let Some(v) = self.value.checked_add(delta) {
+            // No overflow, the common case.
+            self.value = v;
+            self.hw = NarrowCounter {
+                raw: v & width_mask(width),
+            };
+            return 0;
+        }
+        let a = advance(self.value, delta, self.short_reset);
+        if a.overflows != 0 {
+            self.last_reset = self.short_reset;
+            self.hw = NarrowCounter::load(a.value, width);
+        }
+        self.value = a.value;
+        a.overflows
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,7 +11,7 @@
 //! `ENODEV`, and nothing touches an MSR.
 
 use crate::abi;
-use crate::pfm_counter::{advance, NarrowCounter};
+pub(crate) use crate::pfm_counter::PmdState;
 
 /// Counters of the soft model.
 pub(crate) const SOFT_COUNTERS: usize = 4;
@@ -223,56 +223,6 @@ impl Pmu {
             Some(_) => Ok(value),
             None => Err(abi::PFM_REG_RETFL_EINVAL),
         }
-    }
-}
-
-/// A PMD's software state: the 64-bit value and its reset values.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct PmdState {
-    /// The 64-bit virtualized value.
-    pub(crate) value: u64,
-    /// The narrow "hardware" register backing it.
-    pub(crate) hw: NarrowCounter,
-    /// Reload value after a non-notified overflow.
-    pub(crate) short_reset: u64,
-    /// Reload value on RESTART after a notification.
-    pub(crate) long_reset: u64,
-    /// The last reset value applied.
-    pub(crate) last_reset: u64,
-    /// `PFM_REGFL_*` input flags.
-    pub(crate) flags: u32,
-    /// PMDs reset with this one.
-    pub(crate) reset_pmds: u64,
-}
-
-impl PmdState {
-    /// Sets the value as a PMD write does: the narrow register takes the low bits.
-    pub(crate) fn write(&mut self, value: u64, width: u32) {
-        self.value = value;
-        self.hw = NarrowCounter::load(value, width);
-    }
-
-    /// Counts `delta` events. The narrow register is always the low
-    /// `width` bits of the 64-bit value: its wraps are folded into the value
-    /// exactly (`NarrowCounter`'s host tests check the equivalence at every
-    /// width), and only the value crossing 2^64 is an overflow. Returns the
-    /// number of 64-bit overflows.
-    pub(crate) fn count(&mut self, delta: u64, width: u32) -> u64 {
-        if let Some(v) = self.value.checked_add(delta) {
-            // No overflow, the common case.
-            self.value = v;
-            self.hw = NarrowCounter {
-                raw: v & crate::pfm_counter::width_mask(width),
-            };
-            return 0;
-        }
-        let a = advance(self.value, delta, self.short_reset);
-        if a.overflows != 0 {
-            self.last_reset = self.short_reset;
-            self.hw = NarrowCounter::load(a.value, width);
-        }
-        self.value = a.value;
-        a.overflows
     }
 }
 

@@ -402,6 +402,12 @@ fn v2_status_acknowledgement() {
 }
 
 fn run_periods(cfg: AmdCfg, p: u64, n: u64, chunk: u64, inject: bool) {
+    run_periods_switching(cfg, p, n, chunk, inject, false);
+}
+
+/// As [`run_periods`]; with `switch`, the context is switched out and back
+/// in after every chunk, and another thread's events arrive while it is out.
+fn run_periods_switching(cfg: AmdCfg, p: u64, n: u64, chunk: u64, inject: bool, switch: bool) {
     let m = model(&cfg);
     let mut sim = AmdSim::new(cfg);
     let mut drv = Driver::new(&m);
@@ -420,6 +426,11 @@ fn run_periods(cfg: AmdCfg, p: u64, n: u64, chunk: u64, inject: bool) {
         let c = left.min(chunk);
         sim.count(0xc0, 0, Ring::User, c);
         drv.service(&mut sim);
+        if switch {
+            drv.switch_out(&mut sim);
+            sim.count(0xc0, 0, Ring::User, 1000);
+            drv.switch_in(&mut sim);
+        }
         left -= c;
     }
     drv.stop(&mut sim);
@@ -456,6 +467,17 @@ fn enable_ordering_is_exact() {
     for cfg in configs() {
         run_periods(cfg, 1000, 100_000, 333, true);
         run_periods(cfg, 1 << 47, 3 << 47, 1 << 45, true);
+    }
+}
+
+#[test]
+fn context_switches_keep_counts_exact() {
+    // Switched out after every chunk, with events of another thread while
+    // out: only the context's own events count, overflows stay exact.
+    for cfg in configs() {
+        run_periods_switching(cfg, 1000, 100_000, 777, false, true);
+        run_periods_switching(cfg, 1000, 50_000, 333, true, true);
+        run_periods_switching(cfg, 1 << 47, 3 << 47, 1 << 45, false, true);
     }
 }
 

@@ -607,6 +607,12 @@ fn global_ctrl_gates_counting() {
 /// values and overflow counts against `pfm_counter::advance` applied to the
 /// simulator's own count.
 fn run_periods(cfg: IntelCfg, p: u64, n: u64, chunk: u64, inject: bool) {
+    run_periods_switching(cfg, p, n, chunk, inject, false);
+}
+
+/// As [`run_periods`]; with `switch`, the context is switched out and back
+/// in after every chunk, and another thread's events arrive while it is out.
+fn run_periods_switching(cfg: IntelCfg, p: u64, n: u64, chunk: u64, inject: bool, switch: bool) {
     let m = model(&cfg);
     let mut sim = IntelSim::new(cfg);
     let mut drv = Driver::new(&m);
@@ -642,6 +648,16 @@ fn run_periods(cfg: IntelCfg, p: u64, n: u64, chunk: u64, inject: bool) {
             }
         }
         drv.service(&mut sim);
+        if switch {
+            drv.switch_out(&mut sim);
+            sim.count(gp_ev, Ring::User, 1000);
+            for f in 0..16 {
+                if m.fixed_mask() & (1 << f) != 0 {
+                    sim.count(fixed_event(f), Ring::User, 1000);
+                }
+            }
+            drv.switch_in(&mut sim);
+        }
         left -= c;
     }
     drv.stop(&mut sim);
@@ -692,6 +708,17 @@ fn global_enable_ordering_is_exact() {
     for cfg in configs() {
         run_periods(cfg, 1000, 100_000, 333, true);
         run_periods(cfg, 1 << 31, 3 << 31, 1 << 29, true);
+    }
+}
+
+#[test]
+fn context_switches_keep_counts_exact() {
+    // Switched out after every chunk, with events of another thread while
+    // out: only the context's own events count, overflows stay exact.
+    for cfg in configs() {
+        run_periods_switching(cfg, 1000, 100_000, 777, false, true);
+        run_periods_switching(cfg, 1000, 50_000, 333, true, true);
+        run_periods_switching(cfg, 1 << 31, 3 << 31, 1 << 29, false, true);
     }
 }
 

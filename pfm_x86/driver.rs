@@ -1,0 +1,425 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Driving a hardware PMU model: the canonical sequences of `model.rs`
+//! (install, start, stop, overflow interrupt) written once, over an
+//! [`MsrBus`]. The kernel's bus is `rdmsr`/`wrmsr` (the `_safe` forms); the
+//! host tests' buses are the register-file simulators, so the sequences the
+//! module runs are the ones the simulators check.
+//!
+//! Pure logic: `core` only.
+
+use super::amd64::Amd64;
+use super::intel_arch::IntelArch;
+use super::model::{CpuidRegs, GlobalMsrs, HwPmu, PmcError, Policy, RegDesc};
+use crate::abi;
+use crate::pfm_counter::PmdState;
+
+/// An MSR access faulted (#GP): the model named a register or value the
+/// CPU refuses. Never expected; the kernel side counts and reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MsrFault {
+    /// The MSR.
+    pub msr: u32,
+}
+
+/// The MSRs of the CPU the caller runs on.
+pub trait MsrBus {
+    /// Reads `msr`.
+    fn rdmsr(&mut self, msr: u32) -> Result<u64, MsrFault>;
+    /// Writes `value` to `msr`.
+    fn wrmsr(&mut self, msr: u32, value: u64) -> Result<(), MsrFault>;
+}
+
+/// The hardware models, as one type the module can hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HwModel {
+    /// Intel architectural perfmon.
+    Intel(IntelArch),
+    /// AMD64 core performance counters.
+    Amd(Amd64),
+}
+
+macro_rules! delegate {
+    ($self:ident, $m:ident => $e:expr) => {
+        match $self {
+            HwModel::Intel($m) => $e,
+            HwModel::Amd($m) => $e,
+        }
+    };
+}
+
+impl HwPmu for HwModel {
+    fn name(&self) -> &'static str {
+        delegate!(self, m => m.name())
+    }
+    fn impl_pmcs(&self) -> u64 {
+        delegate!(self, m => m.impl_pmcs())
+    }
+    fn impl_pmds(&self) -> u64 {
+        delegate!(self, m => m.impl_pmds())
+    }
+    fn pmc_desc(&self, pmc: usize) -> Option<RegDesc> {
+        delegate!(self, m => m.pmc_desc(pmc))
+    }
+    fn pmd_desc(&self, pmd: usize) -> Option<RegDesc> {
+        delegate!(self, m => m.pmd_desc(pmd))
+    }
+    fn validate_pmc(&self, pmc: usize, value: u64, policy: Policy) -> Result<u64, PmcError> {
+        delegate!(self, m => m.validate_pmc(pmc, value, policy))
+    }
+    fn pmc_pmds(&self, pmc: usize, value: u64) -> u64 {
+        delegate!(self, m => m.pmc_pmds(pmc, value))
+    }
+    fn pmc_hw_value(&self, pmc: usize, value: u64, enable: bool) -> u64 {
+        delegate!(self, m => m.pmc_hw_value(pmc, value, enable))
+    }
+    fn global_msrs(&self) -> Option<GlobalMsrs> {
+        delegate!(self, m => m.global_msrs())
+    }
+    fn global_ctrl_value(&self, pmds: u64) -> u64 {
+        delegate!(self, m => m.global_ctrl_value(pmds))
+    }
+    fn status_pmds(&self, status: u64) -> u64 {
+        delegate!(self, m => m.status_pmds(status))
+    }
+    fn ack_value(&self, pmds: u64) -> u64 {
+        delegate!(self, m => m.ack_value(pmds))
+    }
+    fn event(&self, idx: usize) -> Option<(&'static str, u64)> {
+        delegate!(self, m => m.event(idx))
+    }
+}
+
+impl HwModel {
+    /// The model CPUID describes, from the raw CPUID leaves and MSR the
+    /// kernel side read: `vendor` is leaf 0, `leaf_0xa` Intel's leaf 0xA,
+    /// `perf_capabilities` IA32_PERF_CAPABILITIES (0 where CPUID.01H:ECX.PDCM
+    /// is clear), `amd_ext1_ecx`/`amd_leaf_0x80000022` AMD's leaves (zero
+    /// where the maximum extended leaf is lower), `hypervisor` CPUID.01H:ECX[31].
+    pub fn probe(cpuid: &ProbeCpuid) -> Option<HwModel> {
+        let v = &cpuid.vendor;
+        if vendor_is(v, b"GenuineIntel") && v.eax >= 0xa {
+            return IntelArch::probe(cpuid.leaf_0xa, cpuid.perf_capabilities).map(HwModel::Intel);
+        }
+        if vendor_is(v, b"AuthenticAMD") {
+            // The legacy counters have no CPUID bit; under a hypervisor they
+            // are often absent: trust them only on bare metal.
+            return Amd64::probe(cpuid.amd_ext1_ecx, cpuid.amd_leaf_0x80000022, !cpuid.hypervisor)
+                .map(HwModel::Amd);
+        }
+        None
+    }
+
+    /// The MSRs the module programs for the general-purpose counters, as
+    /// `(counter, event select)` pairs for the NMI reservation allocator
+    /// that perf_events also uses (`reserve_perfctr_nmi`/`reserve_evntsel_nmi`).
+    /// The allocator maps Intel's IA32_PMCn (not the full-width alias) and
+    /// AMD's PERF_CTR/PERF_CTL registers to counter n.
+    pub fn reservations(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        (0..abi::PFM_MAX_PMCS).filter_map(move |i| {
+            let d = self.pmc_desc(i)?;
+            if d.kind != super::model::RegKind::EventSel {
+                return None;
+            }
+            let ctr = match self {
+                HwModel::Intel(_) => super::intel_arch::MSR_IA32_PMC0 + i as u32,
+                HwModel::Amd(_) => self.pmd_desc(i)?.msr,
+            };
+            Some((ctr, d.msr))
+        })
+    }
+
+    /// One more than the highest PMC number (the size of a PMC table).
+    pub fn pmc_slots(&self) -> usize {
+        64 - self.impl_pmcs().leading_zeros() as usize
+    }
+
+    /// One more than the highest PMD number (the size of a PMD table).
+    pub fn pmd_slots(&self) -> usize {
+        64 - self.impl_pmds().leading_zeros() as usize
+    }
+}
+
+/// The raw CPUID (and PERF_CAPABILITIES) values [`HwModel::probe`] decodes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProbeCpuid {
+    /// Leaf 0 (vendor, maximum leaf).
+    pub vendor: CpuidRegs,
+    /// Intel leaf 0xA.
+    pub leaf_0xa: CpuidRegs,
+    /// IA32_PERF_CAPABILITIES, or 0.
+    pub perf_capabilities: u64,
+    /// AMD leaf 0x80000001 ECX.
+    pub amd_ext1_ecx: u32,
+    /// AMD leaf 0x80000022.
+    pub amd_leaf_0x80000022: CpuidRegs,
+    /// CPUID.01H:ECX[31]: running under a hypervisor.
+    pub hypervisor: bool,
+}
+
+/// Whether leaf 0's EBX, EDX, ECX spell `name`.
+pub fn vendor_is(v: &CpuidRegs, name: &[u8; 12]) -> bool {
+    let word = |i: usize| u32::from_le_bytes([name[i], name[i + 1], name[i + 2], name[i + 3]]);
+    v.ebx == word(0) && v.edx == word(4) && v.ecx == word(8)
+}
+
+/// The bits set in `mask`, lowest first.
+fn bits(mask: u64) -> impl Iterator<Item = usize> {
+    let mut m = mask;
+    core::iter::from_fn(move || {
+        if m == 0 {
+            return None;
+        }
+        let i = m.trailing_zeros() as usize;
+        m &= m - 1;
+        Some(i)
+    })
+}
+
+/// One context's registers on a hardware model, borrowed for one sequence.
+///
+/// `pmcs[i]` is PMC i's validated value (meaningful where bit i of
+/// `pmc_used` is set); `pmds[i]` is PMD i's state, whose `hw.raw` holds the
+/// raw counter value at the last write or read; `used` the PMDs the written
+/// PMCs make count. Registers out of the tables' range are ignored, never
+/// indexed.
+pub struct HwRegs<'a, M: HwPmu> {
+    /// The model.
+    pub model: &'a M,
+    /// PMC values.
+    pub pmcs: &'a [u64],
+    /// PMCs written.
+    pub pmc_used: u64,
+    /// PMD state.
+    pub pmds: &'a mut [PmdState],
+    /// PMDs counting.
+    pub used: u64,
+    /// Where to add each PMD's number of 64-bit overflows (one fold can
+    /// cross several periods), if the caller wants them.
+    pub tally: Option<&'a mut [u64]>,
+}
+
+/// What an access sequence found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// PMDs whose 64-bit value overflowed (crossed 2^64): the overflows
+    /// perfmon reports.
+    pub overflowed: u64,
+    /// PMDs whose hardware counter wrapped.
+    pub wrapped: u64,
+    /// MSR accesses that faulted (the first one's MSR).
+    pub fault: Option<MsrFault>,
+}
+
+impl Outcome {
+    fn note<T>(&mut self, r: Result<T, MsrFault>) -> Option<T> {
+        match r {
+            Ok(v) => Some(v),
+            Err(f) => {
+                if self.fault.is_none() {
+                    self.fault = Some(f);
+                }
+                None
+            }
+        }
+    }
+}
+
+impl<M: HwPmu> HwRegs<'_, M> {
+    /// The PMDs this context counts with, limited to its table.
+    fn used_pmds(&self) -> u64 {
+        let n = self.pmds.len().min(64);
+        let table = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+        self.used & table & self.model.impl_pmds()
+    }
+
+    /// Writes every used PMC, counting if `enable`.
+    fn write_pmcs<B: MsrBus>(&self, bus: &mut B, enable: bool, out: &mut Outcome) {
+        for i in bits(self.pmc_used) {
+            let (Some(v), Some(d)) = (self.pmcs.get(i), self.model.pmc_desc(i)) else {
+                continue;
+            };
+            out.note(bus.wrmsr(d.msr, self.model.pmc_hw_value(i, *v, enable)));
+        }
+    }
+
+    /// Loads PMD `pmd`'s hardware counter from its 64-bit value.
+    fn arm<B: MsrBus>(&mut self, bus: &mut B, pmd: usize, out: &mut Outcome) {
+        let Some(p) = self.pmds.get_mut(pmd) else {
+            return;
+        };
+        if let Some(w) = self.model.pmd_write(pmd, p.value) {
+            if out.note(bus.wrmsr(w.msr, w.value)).is_some() {
+                p.hw.raw = w.raw;
+            }
+        }
+    }
+
+    /// Reads PMD `pmd` and folds what it counted into its 64-bit value
+    /// (short reset on overflow); returns the raw read.
+    fn fold<B: MsrBus>(&mut self, bus: &mut B, pmd: usize, out: &mut Outcome) -> Option<u64> {
+        let d = self.model.pmd_desc(pmd)?;
+        let raw = out.note(bus.rdmsr(d.msr))?;
+        let p = self.pmds.get_mut(pmd)?;
+        let delta = self.model.pmd_delta(pmd, p.hw.raw, raw);
+        let n = p.count(delta, 64);
+        if n != 0 {
+            out.overflowed |= 1 << pmd;
+            if let Some(t) = self.tally.as_mut().and_then(|t| t.get_mut(pmd)) {
+                *t += n;
+            }
+        }
+        p.hw.raw = raw;
+        Some(raw)
+    }
+
+    /// Puts the context on this CPU's PMU: PMCs written, counters armed,
+    /// counting if `start`.
+    pub fn install<B: MsrBus>(&mut self, bus: &mut B, start: bool) -> Outcome {
+        let mut out = Outcome::default();
+        match self.model.global_msrs() {
+            Some(g) => {
+                out.note(bus.wrmsr(g.ctrl, 0));
+                self.write_pmcs(bus, true, &mut out);
+            }
+            None => self.write_pmcs(bus, false, &mut out),
+        }
+        for pmd in bits(self.used_pmds()) {
+            self.arm(bus, pmd, &mut out);
+        }
+        if start {
+            self.start(bus, &mut out);
+        }
+        out
+    }
+
+    /// Starts counting (the context is installed): one GLOBAL_CTRL write
+    /// where the model has one.
+    pub fn start<B: MsrBus>(&self, bus: &mut B, out: &mut Outcome) {
+        match self.model.global_msrs() {
+            Some(g) => {
+                out.note(bus.wrmsr(g.ctrl, self.model.global_ctrl_value(self.used_pmds())));
+            }
+            None => self.write_pmcs(bus, true, out),
+        }
+    }
+
+    /// Stops counting and folds every counter into its 64-bit value. With
+    /// `rearm` the counters are loaded again from their values (the context
+    /// stays installed, ready to start); without, they are left as they
+    /// are, for a context leaving the PMU (the next install arms them).
+    pub fn stop<B: MsrBus>(&mut self, bus: &mut B, rearm: bool) -> Outcome {
+        let mut out = Outcome::default();
+        let global = self.model.global_msrs();
+        match global {
+            Some(g) => {
+                out.note(bus.wrmsr(g.ctrl, 0));
+            }
+            None => self.write_pmcs(bus, false, &mut out),
+        }
+        let used = self.used_pmds();
+        for pmd in bits(used) {
+            if let Some(raw) = self.fold(bus, pmd, &mut out) {
+                if global.is_none() && self.model.pmd_raw_overflowed(pmd, raw) {
+                    out.wrapped |= 1 << pmd;
+                }
+            }
+            if rearm {
+                self.arm(bus, pmd, &mut out);
+            }
+        }
+        if let Some(g) = global {
+            if let Some(status) = out.note(bus.rdmsr(g.status)) {
+                let wrapped = self.model.status_pmds(status) & used;
+                out.wrapped |= wrapped;
+                if wrapped != 0 {
+                    out.note(bus.wrmsr(g.ack, self.model.ack_value(wrapped)));
+                }
+            }
+        }
+        out
+    }
+
+    /// The overflow interrupt (the context is installed on this CPU):
+    /// stops counting, folds every counter, re-arms the wrapped ones,
+    /// acknowledges their status and counts again if `started`. Stopping
+    /// first keeps the counts exact: nothing counts between a read and its
+    /// re-arm.
+    pub fn pmi<B: MsrBus>(&mut self, bus: &mut B, started: bool) -> Outcome {
+        let mut out = Outcome::default();
+        let used = self.used_pmds();
+        match self.model.global_msrs() {
+            Some(g) => {
+                out.note(bus.wrmsr(g.ctrl, 0));
+                let status = out.note(bus.rdmsr(g.status)).unwrap_or(0);
+                let wrapped = self.model.status_pmds(status) & used;
+                for pmd in bits(used) {
+                    self.fold(bus, pmd, &mut out);
+                }
+                for pmd in bits(wrapped | out.overflowed) {
+                    self.arm(bus, pmd, &mut out);
+                }
+                if wrapped != 0 {
+                    out.note(bus.wrmsr(g.ack, self.model.ack_value(wrapped)));
+                }
+                out.wrapped = wrapped;
+                if started {
+                    self.start(bus, &mut out);
+                }
+            }
+            None => {
+                self.write_pmcs(bus, false, &mut out);
+                for pmd in bits(used) {
+                    let Some(raw) = self.fold(bus, pmd, &mut out) else {
+                        continue;
+                    };
+                    if self.model.pmd_raw_overflowed(pmd, raw) {
+                        out.wrapped |= 1 << pmd;
+                    }
+                }
+                for pmd in bits(out.wrapped | out.overflowed) {
+                    self.arm(bus, pmd, &mut out);
+                }
+                if started {
+                    self.write_pmcs(bus, true, &mut out);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Leaves every PMC of `model` disabled and its global control off: what
+/// the module leaves behind when it gives the PMU back.
+pub fn quiesce<M: HwPmu, B: MsrBus>(model: &M, bus: &mut B) -> Outcome {
+    let mut out = Outcome::default();
+    if let Some(g) = model.global_msrs() {
+        out.note(bus.wrmsr(g.ctrl, 0));
+    }
+    for i in bits(model.impl_pmcs()) {
+        if let Some(d) = model.pmc_desc(i) {
+            out.note(bus.wrmsr(d.msr, model.pmc_hw_value(i, 0, false)));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bits_in_order() {
+        let v: [usize; 4] = [0, 3, 16, 63];
+        let mut it = bits(1 | 1 << 3 | 1 << 16 | 1 << 63);
+        for want in v {
+            assert_eq!(it.next(), Some(want));
+        }
+        assert_eq!(it.next(), None);
+    }
+
+    #[test]
+    fn unknown_vendor_is_no_pmu() {
+        assert_eq!(HwModel::probe(&ProbeCpuid::default()), None);
+    }
+}
