@@ -248,7 +248,11 @@ impl kernel::Module for PerfmonModule {
 impl PerfmonModule {
     /// Undoes `init` after the device is gone.
     fn teardown(&self, sysfs: bool) {
+        // A hardware model's PMCs off, LVTPC back, then the counters back
+        // to perf_events: nothing of ours can interrupt perf's NMI handler.
+        self.globals.pmu.quiesce_all();
         self.globals.intr.stop();
+        self.globals.pmu.unclaim();
         if sysfs {
             // SAFETY: Registered in `init`.
             unsafe { rust::pfm_sysfs_unregister() };

@@ -20,7 +20,7 @@ use kernel::uaccess::{UserSlice, UserSliceWriter};
 use crate::abi;
 use crate::pfm_ctxsw::{self, Attachment};
 use crate::pfm_state::{Op, State, StateError};
-use crate::pfm_x86::{soft_count, PmdState, SoftDeltas, MAX_COUNTERS};
+use crate::pfm_x86::{hw_regs, soft_count, CpuMsrs, PmdState, SoftDeltas};
 use crate::rust::{self as glue, new_irq_spinlock, IrqSpinLock};
 use crate::{ebadfd, globals};
 
@@ -96,12 +96,22 @@ pub(crate) struct CtxInner {
     pub(crate) flags: u32,
     /// START issued and no STOP since.
     pub(crate) started: bool,
-    /// PMC values (event selection).
-    pub(crate) pmcs: [u64; MAX_COUNTERS],
-    /// Bit n of `ev_pmds[e]`: PMD n counts soft event e (recomputed at WRITE_PMCS).
+    /// PMC values (event selection; for a hardware model, as validated),
+    /// one per PMC number of the model.
+    pub(crate) pmcs: KVec<u64>,
+    /// PMCs written.
+    pub(crate) pmc_used: u64,
+    /// Bit n of `ev_pmds[e]`: PMD n counts soft event e (recomputed at
+    /// WRITE_PMCS; soft model only).
     pub(crate) ev_pmds: [u8; 4],
-    /// PMD state.
-    pub(crate) pmds: [PmdState; MAX_COUNTERS],
+    /// Hardware model: the PMDs the written PMCs make count.
+    pub(crate) hw_used: u64,
+    /// Hardware model: the CPU whose PMU holds the counters now, if any.
+    /// Invariant (kept by [`CtxInner::hw_sync`]): installed only where
+    /// the context counts and its thread runs.
+    pub(crate) hw_cpu: Option<i32>,
+    /// PMD state, one per PMD number of the model.
+    pub(crate) pmds: KVec<PmdState>,
     /// PMDs written.
     pub(crate) used_pmds: u64,
     /// The thread side, while attached (and until its cleanup has run).
@@ -148,6 +158,88 @@ impl CtxInner {
     pub(crate) fn fold_running(&mut self, cpu: i32) {
         if self.on_cpu == Some(cpu) {
             self.fold_to(glue::current_runtime_ns());
+            // A hardware model's counters are folded by taking them off
+            // the PMU; `hw_sync` puts them back after the caller's change.
+            self.hw_uninstall();
+        }
+    }
+
+    /// Runs `op` on the live context (the thread runs on `cpu`, this CPU,
+    /// or nowhere): counters advanced first, hardware counters put back
+    /// (or not) after, as `op` left the state.
+    pub(crate) fn live_op<R>(&mut self, cpu: i32, now: u64, op: impl FnOnce(&mut Self, u64) -> R) -> R {
+        self.fold_running(cpu);
+        let r = op(self, now);
+        self.hw_sync();
+        r
+    }
+
+    /// Keeps a hardware model's counters on this CPU's PMU exactly while
+    /// the context counts and its thread runs here: installs or removes
+    /// them. No-op for the soft model. Lock held (IRQs off).
+    pub(crate) fn hw_sync(&mut self) {
+        if globals().pmu.hw.is_none() {
+            return;
+        }
+        let cpu = glue::this_cpu();
+        let want = self.counting() && self.on_cpu == Some(cpu);
+        match self.hw_cpu {
+            Some(c) if c == cpu && !want => self.hw_uninstall(),
+            None if want => self.hw_install(cpu),
+            _ => {}
+        }
+    }
+
+    /// Puts the counters on this CPU's PMU, counting.
+    fn hw_install(&mut self, cpu: i32) {
+        let g = globals();
+        let (Some(model), Some(att)) = (&g.pmu.hw, &self.attach) else {
+            return;
+        };
+        let owner: *const Attachment = &**att;
+        let out = hw_regs(model, &self.pmcs, self.pmc_used, &mut self.pmds, self.hw_used)
+            .install(&mut CpuMsrs, true);
+        g.pmu.note(&out);
+        g.intr.set_hw_owner(owner);
+        self.hw_cpu = Some(cpu);
+    }
+
+    /// Takes the counters off this CPU's PMU (stopped, folded into the
+    /// 64-bit values), if they are there. Lock held (IRQs off).
+    pub(crate) fn hw_uninstall(&mut self) {
+        let g = globals();
+        let Some(model) = &g.pmu.hw else {
+            return;
+        };
+        if self.hw_cpu != Some(glue::this_cpu()) {
+            return;
+        }
+        let out = hw_regs(model, &self.pmcs, self.pmc_used, &mut self.pmds, self.hw_used)
+            .stop(&mut CpuMsrs, false);
+        g.pmu.note(&out);
+        g.intr.set_hw_owner(core::ptr::null());
+        self.hw_cpu = None;
+        if out.overflowed != 0 {
+            self.overflowed(out.overflowed);
+        }
+    }
+
+    /// The hardware PMI, on the CPU whose PMU holds the counters: fold,
+    /// re-arm, and raise the overflowed PMDs as the soft model does.
+    pub(crate) fn hw_pmi(&mut self) {
+        let g = globals();
+        let Some(model) = &g.pmu.hw else {
+            return;
+        };
+        if self.hw_cpu != Some(glue::this_cpu()) {
+            return;
+        }
+        let started = self.counting();
+        let out = hw_regs(model, &self.pmcs, self.pmc_used, &mut self.pmds, self.hw_used)
+            .pmi(&mut CpuMsrs, started);
+        g.pmu.note(&out);
+        if out.overflowed != 0 {
+            self.overflowed(out.overflowed);
         }
     }
 
@@ -178,12 +270,14 @@ impl CtxInner {
         self.last_cpu = cpu;
         self.on_cpu = Some(cpu);
         self.run_base = runtime;
+        self.hw_sync();
     }
 
     /// The thread is switched out of `cpu`; `dead` for its final switch.
     /// The scheduler has just accounted its time slice, so the slice ends
     /// exactly at its `sum_exec_runtime`.
     pub(crate) fn sched_out(&mut self, cpu: i32, dead: bool) {
+        self.hw_uninstall();
         let mut d = SoftDeltas::default();
         if self.on_cpu == Some(cpu) {
             let runtime = glue::current_sum_exec_runtime();
@@ -360,6 +454,15 @@ impl RegElem for abi::PfmPmd {
 impl Context {
     /// A new, UNLOADED context.
     pub(crate) fn new() -> Result<Arc<Self>> {
+        let (n_pmcs, n_pmds) = globals().pmu.table_sizes();
+        let mut pmcs = KVec::with_capacity(n_pmcs, GFP_KERNEL)?;
+        let mut pmds = KVec::with_capacity(n_pmds, GFP_KERNEL)?;
+        for _ in 0..n_pmcs {
+            pmcs.push(0, GFP_KERNEL)?;
+        }
+        for _ in 0..n_pmds {
+            pmds.push(PmdState::default(), GFP_KERNEL)?;
+        }
         let ctx = Arc::pin_init(
             pin_init!(Self {
                 inner <- new_irq_spinlock!(
@@ -367,9 +470,12 @@ impl Context {
                         state: State::Unloaded,
                         flags: 0,
                         started: false,
-                        pmcs: [0; MAX_COUNTERS],
+                        pmcs,
+                        pmc_used: 0,
                         ev_pmds: [0; 4],
-                        pmds: [PmdState::default(); MAX_COUNTERS],
+                        hw_used: 0,
+                        hw_cpu: None,
+                        pmds,
                         used_pmds: 0,
                         attach: None,
                         tid: 0,
@@ -441,6 +547,7 @@ impl Context {
                 // Lazy cleanup: stop a zombie's counters, do not re-arm.
                 State::Zombie => {
                     inner.started = false;
+                    inner.hw_sync();
                     return false;
                 }
                 State::Loaded | State::Masked => {}
@@ -481,6 +588,8 @@ impl Context {
                     block = true;
                 }
             }
+            // A masked context stops counting (hardware: leaves the PMU).
+            inner.hw_sync();
         }
         self.wake();
         block
@@ -620,8 +729,7 @@ impl Context {
                     Some(c) if c != cpu => c,
                     _ => {
                         let now = glue::now_ns();
-                        inner.fold_running(cpu);
-                        return op(&mut inner, now);
+                        return inner.live_op(cpu, now, &mut op);
                     }
                 }
             };
@@ -631,7 +739,8 @@ impl Context {
         }
         let mut inner = self.inner.lock();
         let now = glue::now_ns();
-        op(&mut inner, now)
+        let cpu = glue::this_cpu();
+        inner.live_op(cpu, now, &mut op)
     }
 
     /// `PFM_IOC_GET_STATE`.
@@ -732,13 +841,14 @@ impl Context {
     /// `PFM_IOC_WRITE_PMCS`.
     pub(crate) fn write_pmcs(&self, arg: &mut abi::PfmRegsArg, regs: UserSlice) -> Result {
         let pmu = &globals().pmu;
+        let policy = crate::pfm_x86::Pmu::caller_policy();
         let check = |p: &abi::PfmPmc| {
             if p.reg_set != 0 {
                 abi::PFM_REG_RETFL_NOSET
             } else if p.reg_flags & abi::PFM_REGFL_IN_MASK != 0 || p.reserved != [0; 2] {
                 abi::PFM_REG_RETFL_EINVAL
             } else {
-                pmu.validate_pmc(p.reg_num as usize, p.reg_value)
+                pmu.validate_pmc(p.reg_num as usize, p.reg_value, policy)
                     .err()
                     .unwrap_or(0)
             }
@@ -751,7 +861,25 @@ impl Context {
             |inner, _, pmcs: &mut [abi::PfmPmc]| {
                 inner.state.next(Op::WriteRegs).map_err(state_err)?;
                 for p in pmcs.iter() {
-                    inner.pmcs[p.reg_num as usize] = p.reg_value;
+                    let reg = p.reg_num as usize;
+                    // Checked above: valid, and within the table.
+                    if let (Ok(v), Some(slot)) = (
+                        pmu.validate_pmc(reg, p.reg_value, policy),
+                        inner.pmcs.get_mut(reg),
+                    ) {
+                        *slot = v;
+                        inner.pmc_used |= 1 << reg;
+                    }
+                }
+                if pmu.hw.is_some() {
+                    let mut used = 0;
+                    for (i, &v) in inner.pmcs.iter().enumerate() {
+                        if inner.pmc_used & (1 << i) != 0 {
+                            used |= pmu.pmc_pmds(i, v);
+                        }
+                    }
+                    inner.hw_used = used;
+                    return Ok(());
                 }
                 let mut ev = [0u8; 4];
                 for (i, &pmc) in inner.pmcs.iter().enumerate() {
@@ -792,7 +920,10 @@ impl Context {
             |inner, _, pmds: &mut [abi::PfmPmd]| {
                 inner.state.next(Op::WriteRegs).map_err(state_err)?;
                 for p in pmds.iter() {
-                    let pmd = &mut inner.pmds[p.reg_num as usize];
+                    // Checked above: implemented, so within the table.
+                    let Some(pmd) = inner.pmds.get_mut(p.reg_num as usize) else {
+                        continue;
+                    };
                     pmd.write(p.reg_value, width);
                     pmd.short_reset = p.reg_short_reset;
                     pmd.long_reset = p.reg_long_reset;
@@ -825,7 +956,9 @@ impl Context {
             |inner, now, pmds: &mut [abi::PfmPmd]| {
                 inner.state.next(Op::Read).map_err(state_err)?;
                 for p in pmds.iter_mut() {
-                    let pmd = &inner.pmds[p.reg_num as usize];
+                    let Some(pmd) = inner.pmds.get(p.reg_num as usize) else {
+                        continue;
+                    };
                     p.reg_value = pmd.value;
                     p.reg_short_reset = pmd.short_reset;
                     p.reg_long_reset = pmd.long_reset;
@@ -848,7 +981,7 @@ impl Context {
         if arg.reserved != [0; 2] || arg.pmd_mask == 0 || arg.pmd_mask & !implemented != 0 {
             return Err(EINVAL);
         }
-        let mut values = [0u64; MAX_COUNTERS];
+        let mut values = [0u64; abi::PFM_MAX_PMDS];
         let mut n = 0;
         let (enabled, running) = self.with_live(|inner, now| -> Result<(u64, u64)> {
             inner.state.next(Op::Read).map_err(state_err)?;
@@ -933,6 +1066,8 @@ impl Context {
             let inner = self.inner.lock();
             inner.state.next(Op::Load).map_err(state_err)?;
         }
+        // A hardware model takes the counters from perf_events here, once.
+        globals().pmu.claim()?;
         pfm_ctxsw::attach(self, arg.tid)
     }
 

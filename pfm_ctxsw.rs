@@ -181,6 +181,28 @@ impl Attachment {
         self.irq_work.queue();
     }
 
+    /// A hardware PMI on the CPU whose PMU holds this attachment's context
+    /// (hard IRQ): the overflowed PMDs are raised as pending overflows,
+    /// which the same interrupt handler then delivers.
+    pub(crate) fn hw_pmi(&self) {
+        self.ctx.inner.lock().hw_pmi();
+    }
+
+    /// Takes the context's hardware counters off this CPU's PMU if this
+    /// attachment put them there: before it stops being called at switches
+    /// (a zombie, a detached context) or goes away. No-op for the soft model.
+    fn hw_drop_here(&self) {
+        let g = globals();
+        if g.pmu.hw.is_none() {
+            return;
+        }
+        let mut inner = self.ctx.inner.lock();
+        // Under the lock (IRQs off): the owner of this CPU cannot change.
+        if g.intr.is_hw_owner(self) {
+            inner.hw_uninstall();
+        }
+    }
+
     /// The overflow interrupt of this attachment's context (hard IRQ).
     pub(crate) fn overflow_interrupt(self: &Arc<Self>) {
         if !self.ctx.overflow_interrupt() {
@@ -289,6 +311,8 @@ impl Attachment {
         if self.registered.load(Ordering::Relaxed) != REG_ACTIVE {
             return;
         }
+        // The PMU must not name an attachment that may go away.
+        self.hw_drop_here();
         self.registered.store(REG_DONE, Ordering::Relaxed);
         // SAFETY: The notifier is on the task's list (type invariant); the
         // caller guarantees no concurrent walk of that list.
@@ -444,6 +468,9 @@ unsafe extern "C" fn sched_out(
     _next: *mut bindings::task_struct,
 ) {
     let att = attachment_of!(notifier, notifier);
+    // A hardware model's counters leave the PMU with their thread, whatever
+    // the context's state (a zombie's included).
+    att.hw_drop_here();
     // SAFETY: `task` is alive (counted reference); reading its state is what
     // the scheduler does itself. `__state` is TASK_DEAD for the final switch.
     let dead = unsafe { (*att.task_ptr()).__state } == bindings::TASK_DEAD;
@@ -883,8 +910,8 @@ pub(crate) fn run_on_cpu<R>(
         let mut inner = call.ctx.inner.lock();
         if inner.on_cpu == Some(cpu) {
             let now = glue::now_ns();
-            inner.fold_running(cpu);
-            call.result = Some((call.op)(&mut inner, now));
+            let op = &mut call.op;
+            call.result = Some(inner.live_op(cpu, now, |i, n| op(i, n)));
         }
     }
     let mut call = Call {

@@ -8,7 +8,8 @@
 //! vector domain bound to it, with an edge flow handler and our handler
 //! (`/proc/interrupts` shows them as `perfmon`). Where no other PMU user can
 //! exist (the CPU announces no PMU), each CPU's LVTPC is pointed at its
-//! vector, and restored at unload; a hardware model will program it too.
+//! vector, and restored at unload; a hardware model points it there when it
+//! claims the counters (its first LOAD) and the PMI arrives on the vector.
 //!
 //! The soft PMU raises its overflows through the same vector with a
 //! self-IPI, so the whole path (interrupt, message, blocking) runs anywhere.
@@ -38,6 +39,10 @@ pub(crate) struct CpuVector {
     count: AtomicU64,
     /// The attachment whose overflow is being signalled (one `Arc` reference).
     pending: AtomicPtr<Attachment>,
+    /// The attachment whose context is on this CPU's hardware PMU, or null.
+    /// Not a counted reference: set and cleared on this CPU with interrupts
+    /// off, and cleared before the attachment can go (see `pfm_ctx`).
+    hw_owner: AtomicPtr<Attachment>,
 }
 
 impl CpuVector {
@@ -49,6 +54,7 @@ impl CpuVector {
             lvtpc_ours: AtomicBool::new(false),
             count: AtomicU64::new(0),
             pending: AtomicPtr::new(core::ptr::null_mut()),
+            hw_owner: AtomicPtr::new(core::ptr::null_mut()),
         }
     }
 }
@@ -57,8 +63,10 @@ impl CpuVector {
 pub(crate) struct Vectors {
     cpus: KVec<CpuVector>,
     cpuhp_state: AtomicU32,
-    /// Point LVTPC at the vector (no other PMU user can exist).
-    program_lvtpc: bool,
+    /// Point LVTPC at the vector: from load where the CPU announces no PMU
+    /// (no other PMU user can exist), from the hardware model's claim of
+    /// the counters otherwise.
+    lvtpc_wanted: AtomicBool,
 }
 
 /// `APIC_LVT_MASKED`: the LVT entry's mask bit.
@@ -76,7 +84,7 @@ impl Vectors {
         Ok(Self {
             cpus,
             cpuhp_state: AtomicU32::new(0),
-            program_lvtpc,
+            lvtpc_wanted: AtomicBool::new(program_lvtpc),
         })
     }
 
@@ -130,6 +138,53 @@ impl Vectors {
     fn slot(&self, cpu: usize) -> Option<&CpuVector> {
         self.cpus.get(cpu)
     }
+
+    /// Points every CPU's LVTPC at its vector, now and for CPUs that come
+    /// online later (the hardware model claimed the counters). Process
+    /// context.
+    pub(crate) fn take_lvtpc_everywhere(&self) {
+        self.lvtpc_wanted.store(true, Ordering::Release);
+        // SAFETY: Keeps the set of online CPUs stable around the calls.
+        unsafe { bindings::cpus_read_lock() };
+        // SAFETY: `take_lvtpc_here` only touches this CPU's slot and APIC;
+        // `info` is unused.
+        unsafe { glue::on_each_cpu(take_lvtpc_here, core::ptr::null_mut()) };
+        // SAFETY: Taken above.
+        unsafe { bindings::cpus_read_unlock() };
+    }
+
+    /// Records that `att`'s context is (non-null) or is no longer (null)
+    /// on this CPU's hardware PMU. Interrupts off.
+    pub(crate) fn set_hw_owner(&self, att: *const Attachment) {
+        if let Some(slot) = self.slot(glue::this_cpu() as usize) {
+            slot.hw_owner.store(att as *mut Attachment, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether `att`'s context is on this CPU's hardware PMU. Interrupts off.
+    pub(crate) fn is_hw_owner(&self, att: *const Attachment) -> bool {
+        self.slot(glue::this_cpu() as usize)
+            .is_some_and(|s| core::ptr::eq(s.hw_owner.load(Ordering::Relaxed), att))
+    }
+}
+
+/// Points this CPU's LVTPC at its vector, once (IRQs off: an IPI callback,
+/// or the cpuhp callback with interrupts disabled around it).
+fn take_lvtpc(slot: &CpuVector) {
+    let vector = slot.vector.load(Ordering::Relaxed);
+    if vector == 0 || slot.lvtpc_ours.load(Ordering::Relaxed) {
+        return;
+    }
+    slot.saved_lvtpc
+        .store(glue::apic_read_lvtpc(), Ordering::Relaxed);
+    glue::apic_write_lvtpc(vector);
+    slot.lvtpc_ours.store(true, Ordering::Relaxed);
+}
+
+unsafe extern "C" fn take_lvtpc_here(_info: *mut c_void) {
+    if let Some(slot) = globals().intr.slot(glue::this_cpu() as usize) {
+        take_lvtpc(slot);
+    }
 }
 
 unsafe extern "C" fn cpu_online(cpu: c_uint) -> c_int {
@@ -168,12 +223,12 @@ unsafe extern "C" fn cpu_online(cpu: c_uint) -> c_int {
     let vector = unsafe { glue::irq_vector(irq) };
     slot.vector.store(vector, Ordering::Relaxed);
     slot.irq.store(irq, Ordering::Release);
-    if vecs.program_lvtpc {
-        // The cpuhp callback of a DYN state runs on `cpu` itself.
-        slot.saved_lvtpc
-            .store(glue::apic_read_lvtpc(), Ordering::Relaxed);
-        glue::apic_write_lvtpc(vector);
-        slot.lvtpc_ours.store(true, Ordering::Relaxed);
+    if vecs.lvtpc_wanted.load(Ordering::Acquire) {
+        // The cpuhp callback of a DYN state runs on `cpu` itself; interrupts
+        // off against a concurrent `take_lvtpc_here` IPI.
+        let flags = glue::local_irq_save();
+        take_lvtpc(slot);
+        glue::local_irq_restore(flags);
     }
     0
 }
@@ -211,6 +266,13 @@ unsafe extern "C" fn overflow_irq(_irq: c_int, cookie: *mut c_void) -> bindings:
     if slot.lvtpc_ours.load(Ordering::Relaxed) {
         // Hardware masks LVTPC when it delivers a PMI: unmask, as perf does.
         glue::apic_write_lvtpc(slot.vector.load(Ordering::Relaxed) & !APIC_LVT_MASKED);
+    }
+    let owner = slot.hw_owner.load(Ordering::Relaxed);
+    if !owner.is_null() {
+        // A hardware PMI: the owner's context is on this CPU's PMU.
+        // SAFETY: The owner is cleared, with interrupts off on this CPU,
+        // before its attachment can be released (`pfm_ctx`), so it is alive.
+        unsafe { &*owner }.hw_pmi();
     }
     let pending = slot.pending.swap(core::ptr::null_mut(), Ordering::AcqRel);
     if !pending.is_null() {

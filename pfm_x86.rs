@@ -10,14 +10,15 @@
 //! usable PMU (every machine here, QEMU TCG included) they are refused with
 //! `ENODEV`, and nothing touches an MSR.
 
+use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+
+use kernel::prelude::*;
+
 use crate::abi;
 pub(crate) use crate::pfm_counter::PmdState;
 
 /// Counters of the soft model.
 pub(crate) const SOFT_COUNTERS: usize = 4;
-
-/// The largest number of counters any model exposes to a context.
-pub(crate) const MAX_COUNTERS: usize = SOFT_COUNTERS;
 
 /// A soft PMU event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,9 +70,23 @@ pub(crate) struct SoftDeltas {
 
 /// Which model the module runs, chosen once at load.
 pub(crate) struct Pmu {
-    /// Counter width of the model, in bits.
+    /// Counter width of the model, in bits (the soft width, or the
+    /// narrowest armed width of the hardware model's counters).
     pub(crate) width: u32,
+    /// The hardware model, `None` for soft.
+    pub(crate) hw: Option<HwModel>,
+    /// Whether the module holds the hardware counters (see [`Pmu::claim`]):
+    /// `CLAIM_FREE`, `CLAIM_BUSY` (being claimed) or `CLAIM_HELD`.
+    claim: AtomicU8,
+    /// MSR accesses that faulted (never expected: the models are host-tested).
+    pub(crate) msr_faults: AtomicU64,
+    /// When the "counters held by perf_events" line was last printed.
+    busy_warned_at: AtomicU64,
 }
+
+const CLAIM_FREE: u8 = 0;
+const CLAIM_BUSY: u8 = 1;
+const CLAIM_HELD: u8 = 2;
 
 /// Why a model could not be selected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,12 +98,14 @@ pub(crate) enum ProbeError {
 }
 
 pub mod amd64;
+pub mod driver;
 pub mod intel_arch;
 pub mod model;
 
-use model::{CpuidRegs, HwPmu};
+use driver::{HwModel, HwRegs, MsrBus, MsrFault, Outcome, ProbeCpuid};
+use model::{CpuidRegs, HwPmu, PmcError, Policy};
 
-/// CPUID `leaf`, as the register models take it.
+/// CPUID `leaf` (subleaf 0), as the register models take it.
 fn cpuid(leaf: u32) -> CpuidRegs {
     let r = core::arch::x86_64::__cpuid(leaf);
     CpuidRegs {
@@ -99,79 +116,89 @@ fn cpuid(leaf: u32) -> CpuidRegs {
     }
 }
 
-/// The CPU's vendor string registers (EBX, EDX, ECX of leaf 0).
-fn vendor_is(v: &CpuidRegs, name: &[u8; 12]) -> bool {
-    let word = |i: usize| u32::from_le_bytes([name[i], name[i + 1], name[i + 2], name[i + 3]]);
-    v.ebx == word(0) && v.edx == word(4) && v.ecx == word(8)
-}
+/// CPUID.01H:ECX.PDCM: IA32_PERF_CAPABILITIES exists.
+const CPUID_1_ECX_PDCM: u32 = 1 << 15;
+/// CPUID.01H:ECX[31]: running under a hypervisor.
+const CPUID_1_ECX_HYPERVISOR: u32 = 1 << 31;
 
-/// The hardware PMU CPUID announces, decoded by the host-tested register
-/// models: its model name, number of counters and counter width. Only CPUID
-/// is read; no MSR (PERF_CAPABILITIES is taken as 0, which only affects the
-/// full-width-write flag).
-pub(crate) fn probe_hardware() -> Option<(&'static str, u32, u32)> {
-    let v = cpuid(0);
-    if vendor_is(&v, b"GenuineIntel") && v.eax >= 0xa {
-        let pmu = intel_arch::IntelArch::probe(cpuid(0xa), 0)?;
-        return Some((
-            pmu.name(),
-            pmu.impl_pmds().count_ones(),
-            pmu.counter_width(),
-        ));
-    }
-    if vendor_is(&v, b"AuthenticAMD") {
-        let max_ext = cpuid(0x8000_0000).eax;
-        if max_ext < 0x8000_0001 {
-            return None;
+/// Reads what [`HwModel::probe`] decodes: CPUID only, and
+/// IA32_PERF_CAPABILITIES where CPUID announces it (PDCM).
+fn read_probe_cpuid() -> ProbeCpuid {
+    let vendor = cpuid(0);
+    let leaf1_ecx = if vendor.eax >= 1 { cpuid(1).ecx } else { 0 };
+    let mut p = ProbeCpuid {
+        vendor,
+        hypervisor: leaf1_ecx & CPUID_1_ECX_HYPERVISOR != 0,
+        ..ProbeCpuid::default()
+    };
+    if driver::vendor_is(&vendor, b"GenuineIntel") && vendor.eax >= 0xa {
+        p.leaf_0xa = cpuid(0xa);
+        if leaf1_ecx & CPUID_1_ECX_PDCM != 0 {
+            p.perf_capabilities =
+                crate::rust::rdmsr_safe(intel_arch::MSR_IA32_PERF_CAPABILITIES).unwrap_or(0);
         }
-        let ext1 = cpuid(0x8000_0001).ecx;
-        let leaf22 = if max_ext >= 0x8000_0022 {
-            cpuid(0x8000_0022)
-        } else {
-            CpuidRegs {
-                eax: 0,
-                ebx: 0,
-                ecx: 0,
-                edx: 0,
-            }
-        };
-        // The legacy counters have no CPUID bit; under a hypervisor (CPUID.1
-        // ECX bit 31) they are often absent: trust them only on bare metal.
-        let bare_metal = cpuid(1).ecx & (1 << 31) == 0;
-        let pmu = amd64::Amd64::probe(ext1, leaf22, bare_metal)?;
-        return Some((
-            pmu.name(),
-            pmu.impl_pmds().count_ones(),
-            pmu.counter_width(),
-        ));
     }
-    None
+    if driver::vendor_is(&vendor, b"AuthenticAMD") {
+        let max_ext = cpuid(0x8000_0000).eax;
+        if max_ext >= 0x8000_0001 {
+            p.amd_ext1_ecx = cpuid(0x8000_0001).ecx;
+        }
+        if max_ext >= 0x8000_0022 {
+            p.amd_leaf_0x80000022 = cpuid(0x8000_0022);
+        }
+    }
+    p
 }
 
 /// Whether CPUID announces a hardware PMU of a supported kind.
 pub(crate) fn cpu_has_pmu() -> bool {
-    probe_hardware().is_some()
+    HwModel::probe(&read_probe_cpuid()).is_some()
+}
+
+/// This CPU's MSRs, through the `_safe` accessors.
+pub(crate) struct CpuMsrs;
+
+impl MsrBus for CpuMsrs {
+    fn rdmsr(&mut self, msr: u32) -> Result<u64, MsrFault> {
+        crate::rust::rdmsr_safe(msr).ok_or(MsrFault { msr })
+    }
+    fn wrmsr(&mut self, msr: u32, value: u64) -> Result<(), MsrFault> {
+        if crate::rust::wrmsr_safe(msr, value) {
+            Ok(())
+        } else {
+            Err(MsrFault { msr })
+        }
+    }
 }
 
 impl Pmu {
     /// Picks the model named by `pmu=` (`auto`, `soft`, `intel_arch`,
     /// `amd64`) with the soft counter width `soft_width`; returns the model
-    /// and, for `auto`, why it was picked.
+    /// and why it was picked.
     pub(crate) fn select(name: &[u8], soft_width: u32) -> Result<(Pmu, &'static str), ProbeError> {
         if !(16..=64).contains(&soft_width) {
             return Err(ProbeError::BadParam);
         }
-        let soft = Pmu { width: soft_width };
-        let hw = probe_hardware();
+        let make = |width, hw| Pmu {
+            width,
+            hw,
+            claim: AtomicU8::new(CLAIM_FREE),
+            msr_faults: AtomicU64::new(0),
+            busy_warned_at: AtomicU64::new(0),
+        };
+        let hw = HwModel::probe(&read_probe_cpuid());
+        let hw_pmu = |m: HwModel| make(m.counter_width(), Some(m));
         match (name, hw) {
-            (b"soft", _) => Ok((soft, "requested with pmu=soft")),
-            (b"auto", None) => Ok((soft, "the CPU announces no usable PMU (CPUID)")),
-            // The register models are host-tested, but the MSR save/restore
-            // that would drive them is not in this build: count with soft.
-            (b"auto", Some(_)) => Ok((soft, "the hardware PMU is not driven by this build")),
-            (b"intel_arch", Some(("intel_arch", ..))) | (b"amd64", Some(("amd64", ..))) => Err(
-                ProbeError::NoHardware("the hardware PMU is present but not driven by this build"),
-            ),
+            (b"soft", _) => Ok((make(soft_width, None), "requested with pmu=soft")),
+            (b"auto", None) => Ok((
+                make(soft_width, None),
+                "the CPU announces no usable PMU (CPUID)",
+            )),
+            (b"auto", Some(m)) => Ok((hw_pmu(m), "announced by CPUID")),
+            (b"intel_arch", Some(m @ HwModel::Intel(_))) => {
+                Ok((hw_pmu(m), "requested with pmu=intel_arch"))
+            }
+            (b"amd64", Some(m @ HwModel::Amd(_))) => Ok((hw_pmu(m), "requested with pmu=amd64")),
             (b"intel_arch", _) => Err(ProbeError::NoHardware(
                 "intel_arch: CPUID leaf 0xA announces no architectural perfmon",
             )),
@@ -184,16 +211,34 @@ impl Pmu {
 
     /// The model's name.
     pub(crate) fn name(&self) -> &'static str {
-        "soft"
+        match &self.hw {
+            Some(m) => m.name(),
+            None => "soft",
+        }
     }
 
-    /// Bit n set: PMC n (and PMD n) exists.
+    /// Bit n set: PMD n exists.
     pub(crate) fn impl_mask(&self) -> u64 {
-        (1u64 << SOFT_COUNTERS) - 1
+        match &self.hw {
+            Some(m) => m.impl_pmds(),
+            None => (1u64 << SOFT_COUNTERS) - 1,
+        }
+    }
+
+    /// Sizes of a context's PMC and PMD tables.
+    pub(crate) fn table_sizes(&self) -> (usize, usize) {
+        match &self.hw {
+            Some(m) => (m.pmc_slots(), m.pmd_slots()),
+            None => (SOFT_COUNTERS, SOFT_COUNTERS),
+        }
     }
 
     /// Fills `PFM_IOC_GET_INFO`'s model part.
     pub(crate) fn describe(&self, info: &mut abi::PfmInfo) {
+        if let Some(m) = &self.hw {
+            m.describe(info);
+            return;
+        }
         copy_name(&mut info.model, self.name().as_bytes());
         info.num_pmcs = SOFT_COUNTERS as u16;
         info.num_pmds = SOFT_COUNTERS as u16;
@@ -214,8 +259,23 @@ impl Pmu {
         }
     }
 
-    /// Checks a PMC value from user space: `Err` holds the `PFM_REG_RETFL_*` bit.
-    pub(crate) fn validate_pmc(&self, reg: usize, value: u64) -> Result<u64, u32> {
+    /// The counting policy of the caller: kernel-mode counting (the OS
+    /// bits) needs CAP_PERFMON or CAP_SYS_ADMIN, as perf_events requires
+    /// at its default `perf_event_paranoid` of 2.
+    pub(crate) fn caller_policy() -> Policy {
+        Policy {
+            allow_kernel: crate::rust::perfmon_capable(),
+        }
+    }
+
+    /// Checks a PMC value from user space: `Ok` holds the value to keep,
+    /// `Err` the `PFM_REG_RETFL_*` bit.
+    pub(crate) fn validate_pmc(&self, reg: usize, value: u64, policy: Policy) -> Result<u64, u32> {
+        if let Some(m) = &self.hw {
+            return m
+                .validate_pmc(reg, value, policy)
+                .map_err(PmcError::retfl);
+        }
         if reg >= SOFT_COUNTERS {
             return Err(abi::PFM_REG_RETFL_NOTAVAIL);
         }
@@ -224,13 +284,138 @@ impl Pmu {
             None => Err(abi::PFM_REG_RETFL_EINVAL),
         }
     }
+
+    /// The PMDs PMC `reg` with the validated `value` makes count (hardware
+    /// models; 0 for soft, whose PMCs select events for their own PMD).
+    pub(crate) fn pmc_pmds(&self, reg: usize, value: u64) -> u64 {
+        match &self.hw {
+            Some(m) => m.pmc_pmds(reg, value),
+            None => 0,
+        }
+    }
+
+    /// Claims the hardware counters for the module, once, at the first LOAD
+    /// on a hardware model: every general-purpose counter through the NMI
+    /// reservation allocator that perf_events also uses, so the two never
+    /// program the same counter (perf's hardware events get `EBUSY` while
+    /// the module holds them), then every CPU's LVTPC for the overflow
+    /// vector. Held until the module is unloaded. `EBUSY` with a message
+    /// when perf_events (e.g. the NMI watchdog) holds them.
+    pub(crate) fn claim(&self) -> Result {
+        let Some(m) = &self.hw else {
+            return Ok(());
+        };
+        loop {
+            match self.claim.compare_exchange(
+                CLAIM_FREE,
+                CLAIM_BUSY,
+                Ordering::Acquire,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(CLAIM_HELD) => return Ok(()),
+                // Another LOAD is claiming: microseconds.
+                Err(_) => core::hint::spin_loop(),
+            }
+        }
+        let mut taken = 0usize;
+        let mut ok = true;
+        for (ctr, evtsel) in m.reservations() {
+            if !crate::rust::reserve_counter(ctr, evtsel) {
+                ok = false;
+                break;
+            }
+            taken += 1;
+        }
+        if !ok {
+            for (ctr, evtsel) in m.reservations().take(taken) {
+                crate::rust::release_counter(ctr, evtsel);
+            }
+            self.claim.store(CLAIM_FREE, Ordering::Release);
+            // One line per 10 s at most: any user can retry LOAD in a loop.
+            let now = crate::rust::now_ns();
+            let last = self.busy_warned_at.load(Ordering::Relaxed);
+            if last == 0 || now.saturating_sub(last) > 10_000_000_000 {
+                self.busy_warned_at.store(now.max(1), Ordering::Relaxed);
+                pr_warn!(
+                    "the {} counters are held by perf_events (the NMI watchdog or a perf user): echo 0 > /proc/sys/kernel/nmi_watchdog and end perf sessions, or load perfmon with pmu=soft\n",
+                    m.name()
+                );
+            }
+            return Err(EBUSY);
+        }
+        crate::globals().intr.take_lvtpc_everywhere();
+        self.claim.store(CLAIM_HELD, Ordering::Release);
+        Ok(())
+    }
+
+    /// Leaves every CPU's PMCs disabled if the module claimed them: stale
+    /// enable bits would count (and interrupt) once perf_events enables its
+    /// global control again. Module unload, before LVTPC is given back.
+    pub(crate) fn quiesce_all(&self) {
+        if self.hw.is_none() || self.claim.load(Ordering::Acquire) != CLAIM_HELD {
+            return;
+        }
+        unsafe extern "C" fn quiesce_here(_info: *mut kernel::ffi::c_void) {
+            let pmu = &crate::globals().pmu;
+            if let Some(m) = &pmu.hw {
+                pmu.note(&driver::quiesce(m, &mut CpuMsrs));
+            }
+        }
+        // SAFETY: `quiesce_here` touches this CPU's MSRs only; no `info`.
+        unsafe { crate::rust::on_each_cpu(quiesce_here, core::ptr::null_mut()) };
+    }
+
+    /// Gives back what [`Pmu::claim`] took; LVTPC is restored by the
+    /// vectors' teardown. Module unload only, after every context is gone.
+    pub(crate) fn unclaim(&self) {
+        let Some(m) = &self.hw else {
+            return;
+        };
+        if self.claim.swap(CLAIM_FREE, Ordering::AcqRel) == CLAIM_HELD {
+            for (ctr, evtsel) in m.reservations() {
+                crate::rust::release_counter(ctr, evtsel);
+            }
+        }
+    }
+
+    /// Records an MSR access that faulted (reported once).
+    pub(crate) fn note(&self, out: &Outcome) {
+        if let Some(f) = out.fault {
+            if self.msr_faults.fetch_add(1, Ordering::Relaxed) == 0 {
+                pr_err!(
+                    "{}: MSR {:#x} faulted; counts may be wrong (please report)\n",
+                    self.name(),
+                    f.msr
+                );
+            }
+        }
+    }
+}
+
+/// A context's hardware registers, as the driver takes them.
+pub(crate) fn hw_regs<'a>(
+    model: &'a HwModel,
+    pmcs: &'a [u64],
+    pmc_used: u64,
+    pmds: &'a mut [PmdState],
+    used: u64,
+) -> HwRegs<'a, HwModel> {
+    HwRegs {
+        model,
+        pmcs,
+        pmc_used,
+        pmds,
+        used,
+        tally: None,
+    }
 }
 
 /// Advances every counter by what its PMC selects; returns the mask of PMDs
 /// that overflowed.
 pub(crate) fn soft_count(
     ev_pmds: &[u8; 4],
-    pmds: &mut [PmdState; MAX_COUNTERS],
+    pmds: &mut [PmdState],
     d: &SoftDeltas,
     width: u32,
 ) -> u64 {

@@ -7,7 +7,7 @@
 //! those when the module moves to a newer kernel.
 
 use kernel::bindings;
-use kernel::ffi::{c_char, c_int, c_uint, c_ulong};
+use kernel::ffi::{c_char, c_int, c_uint, c_ulong, c_void};
 use kernel::prelude::*;
 use kernel::sync::lock::{Backend, Lock};
 use kernel::types::Opaque;
@@ -57,6 +57,12 @@ mod ffi {
         pub(crate) fn pfm_apic_read_lvtpc() -> u32;
         pub(crate) fn pfm_apic_write_lvtpc(value: u32);
         pub(crate) fn pfm_send_ipi_self(vector: c_uint);
+        pub(crate) fn pfm_rdmsr_safe(msr: u32, value: *mut u64) -> c_int;
+        pub(crate) fn pfm_wrmsr_safe(msr: u32, value: u64) -> c_int;
+        pub(crate) fn pfm_perfmon_capable() -> bool;
+        pub(crate) fn pfm_on_each_cpu(func: unsafe extern "C" fn(*mut c_void), info: *mut c_void);
+        pub(crate) fn pfm_local_irq_save() -> c_ulong;
+        pub(crate) fn pfm_local_irq_restore(flags: c_ulong);
 
         // Exported by the kernel, declared in headers 6.12's bindings do not include.
         pub(crate) fn task_work_add(
@@ -67,6 +73,10 @@ mod ffi {
         pub(crate) fn irq_work_queue(work: *mut IrqWorkRaw) -> bool;
         pub(crate) fn irq_work_sync(work: *mut IrqWorkRaw);
         pub(crate) fn local_clock() -> u64;
+        pub(crate) fn reserve_perfctr_nmi(msr: c_uint) -> c_int;
+        pub(crate) fn release_perfctr_nmi(msr: c_uint);
+        pub(crate) fn reserve_evntsel_nmi(msr: c_uint) -> c_int;
+        pub(crate) fn release_evntsel_nmi(msr: c_uint);
     }
 
     /// Storage for a `struct irq_work`; `shim.c` asserts that it fits.
@@ -334,6 +344,79 @@ pub(crate) fn apic_write_lvtpc(value: u32) {
     // SAFETY: Writes the local APIC of this CPU; callers pass a vector of
     // ours or the value saved before.
     unsafe { ffi::pfm_apic_write_lvtpc(value) }
+}
+
+/// `rdmsrl_safe`: reads an MSR of this CPU; `None` if the access faulted.
+pub(crate) fn rdmsr_safe(msr: u32) -> Option<u64> {
+    let mut v = 0u64;
+    // SAFETY: The `_safe` accessor turns a #GP into an error; `v` is valid
+    // for writes. Callers only name MSRs a host-tested model derived from CPUID.
+    let ret = unsafe { ffi::pfm_rdmsr_safe(msr, &mut v) };
+    (ret == 0).then_some(v)
+}
+
+/// `wrmsrl_safe`: writes an MSR of this CPU; `false` if the access faulted.
+pub(crate) fn wrmsr_safe(msr: u32, value: u64) -> bool {
+    // SAFETY: As for `rdmsr_safe`: the values come from the models, which
+    // never set reserved bits (host-tested against the manuals' simulators).
+    unsafe { ffi::pfm_wrmsr_safe(msr, value) == 0 }
+}
+
+/// `perfmon_capable()`: the caller has CAP_PERFMON or CAP_SYS_ADMIN.
+pub(crate) fn perfmon_capable() -> bool {
+    // SAFETY: Reads the current task's credentials.
+    unsafe { ffi::pfm_perfmon_capable() }
+}
+
+/// Runs `func(info)` on every online CPU and waits (process context, no
+/// spinlock held).
+///
+/// # Safety
+///
+/// `func` must be safe to call in hard-IRQ context with `info`, which must
+/// stay valid until this returns.
+pub(crate) unsafe fn on_each_cpu(func: unsafe extern "C" fn(*mut c_void), info: *mut c_void) {
+    // SAFETY: The caller's guarantees.
+    unsafe { ffi::pfm_on_each_cpu(func, info) }
+}
+
+/// `local_irq_save()`: disables interrupts on this CPU; returns the flags
+/// for [`local_irq_restore`].
+pub(crate) fn local_irq_save() -> c_ulong {
+    // SAFETY: No preconditions.
+    unsafe { ffi::pfm_local_irq_save() }
+}
+
+/// `local_irq_restore()`: restores what [`local_irq_save`] saved.
+pub(crate) fn local_irq_restore(flags: c_ulong) {
+    // SAFETY: `flags` came from `local_irq_save` on this CPU.
+    unsafe { ffi::pfm_local_irq_restore(flags) }
+}
+
+/// Reserves, for the module, the counter and event select that the NMI
+/// reservation allocator (shared with perf_events) maps `ctr`/`evtsel` to;
+/// `false` if someone (perf_events, the NMI watchdog) holds either.
+pub(crate) fn reserve_counter(ctr: u32, evtsel: u32) -> bool {
+    // SAFETY: Atomic bit operations on the allocator's bitmaps.
+    if unsafe { ffi::reserve_perfctr_nmi(ctr) } == 0 {
+        return false;
+    }
+    // SAFETY: As above.
+    if unsafe { ffi::reserve_evntsel_nmi(evtsel) } == 0 {
+        // SAFETY: Reserved just above.
+        unsafe { ffi::release_perfctr_nmi(ctr) };
+        return false;
+    }
+    true
+}
+
+/// Releases what [`reserve_counter`] reserved.
+pub(crate) fn release_counter(ctr: u32, evtsel: u32) {
+    // SAFETY: The caller reserved both with `reserve_counter`.
+    unsafe {
+        ffi::release_evntsel_nmi(evtsel);
+        ffi::release_perfctr_nmi(ctr);
+    }
 }
 
 /// Sends `vector` to this CPU.

@@ -16,6 +16,9 @@
 #include <asm/apic.h>
 #include <asm/hw_irq.h>
 #include <asm/irqdomain.h>
+#include <asm/msr.h>
+#include <asm/nmi.h>
+#include <linux/capability.h>
 #include <linux/kobject.h>
 #include <linux/miscdevice.h>
 #include <linux/moduleparam.h>
@@ -151,3 +154,11 @@ void pfm_irq_dispose(unsigned int irq) { irq_dispose_mapping(irq); }
 u32 pfm_apic_read_lvtpc(void) { return apic->read(APIC_LVTPC); }
 void pfm_apic_write_lvtpc(u32 v) { apic->write(APIC_LVTPC, v); }
 void pfm_send_ipi_self(unsigned int vector) { __apic_send_IPI_self(vector); }
+
+/* The hardware PMU models (pfm_x86.rs): MSR accessors that survive a #GP. */
+int pfm_rdmsr_safe(u32 msr, u64 *v) { return rdmsrl_safe(msr, v); }
+int pfm_wrmsr_safe(u32 msr, u64 v) { return wrmsrl_safe(msr, v); }
+bool pfm_perfmon_capable(void) { return perfmon_capable(); }
+void pfm_on_each_cpu(void (*fn)(void *), void *info) { on_each_cpu(fn, info, 1); }
+unsigned long pfm_local_irq_save(void) { unsigned long f; local_irq_save(f); return f; }
+void pfm_local_irq_restore(unsigned long f) { local_irq_restore(f); }

@@ -45,5 +45,11 @@ void pfm_irq_dispose(unsigned int irq);
 u32 pfm_apic_read_lvtpc(void);
 void pfm_apic_write_lvtpc(u32 v);
 void pfm_send_ipi_self(unsigned int vector);
+int pfm_rdmsr_safe(u32 msr, u64 *v);
+int pfm_wrmsr_safe(u32 msr, u64 v);
+bool pfm_perfmon_capable(void);
+void pfm_on_each_cpu(void (*fn)(void *), void *info);
+unsigned long pfm_local_irq_save(void);
+void pfm_local_irq_restore(unsigned long f);
 
 #endif /* PFM_SHIM_H */
