@@ -193,7 +193,9 @@ impl Attachment {
     /// (a zombie, a detached context) or goes away. No-op for the soft model.
     fn hw_drop_here(&self) {
         let g = globals();
-        if g.pmu.hw.is_none() {
+        // Cheap checks first: the soft model, or another owner (a re-check
+        // under the lock makes it exact).
+        if g.pmu.hw.is_none() || !g.intr.is_hw_owner(self) {
             return;
         }
         let mut inner = self.ctx.inner.lock();

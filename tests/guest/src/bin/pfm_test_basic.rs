@@ -12,7 +12,7 @@ use perfmon::sysfs::{self, SysInfo};
 use perfmon::{Context, CtxState};
 use pfm_guest::{ensure, module, soft_context, work, ResultExt, Tap, TestResult};
 
-const PLAN: usize = 14;
+const PLAN: usize = 16;
 
 fn dev_node() -> TestResult {
     let meta = std::fs::metadata(perfmon::DEVICE).ctx(perfmon::DEVICE)?;
@@ -303,6 +303,68 @@ fn bad_params_refused() -> TestResult {
     Ok(())
 }
 
+/// The kernel log, as `dmesg` prints it.
+fn kernel_log() -> Result<String, String> {
+    let out = std::process::Command::new("dmesg")
+        .output()
+        .ctx("run dmesg")?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// No machine here has a PMU: asking for a hardware model by name fails the
+/// load with ENODEV and a line saying why, and leaves nothing loaded.
+fn hardware_models_refused() -> TestResult {
+    for (model, why) in [
+        ("intel_arch", "intel_arch: CPUID leaf 0xA announces no architectural perfmon"),
+        ("amd64", "amd64: CPUID announces no AMD64 core performance counters"),
+    ] {
+        let param = format!("pmu={model}");
+        let path = module::module_path();
+        let out = std::process::Command::new("insmod")
+            .args([path.as_str(), param.as_str()])
+            .output()
+            .ctx("run insmod")?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        ensure!(!out.status.success(), "insmod {param} succeeded");
+        ensure!(
+            stderr.contains("No such device"),
+            "insmod {param}: expected ENODEV, got: {}",
+            stderr.trim()
+        );
+        ensure!(!module::is_loaded(), "module loaded after insmod {param}");
+        let log = kernel_log()?;
+        ensure!(
+            log.lines()
+                .any(|l| l.contains("perfmon: ") && l.contains(why) && l.contains("refusing to load")),
+            "no kernel line saying why {param} was refused"
+        );
+    }
+    Ok(())
+}
+
+/// `pmu=auto` (the default) picks soft here and says why in the log.
+fn auto_picks_soft_and_says_why() -> TestResult {
+    module::insmod(&[])?;
+    let res = (|| {
+        let log = kernel_log()?;
+        let line = log
+            .lines()
+            .filter(|l| l.contains("perfmon: PMU model"))
+            .last()
+            .ok_or("no 'PMU model' line in the kernel log")?;
+        ensure!(
+            line.contains("PMU model soft") && line.contains("announces no usable PMU (CPUID)"),
+            "load line: {line}"
+        );
+        let ctx = Context::open().ctx("open")?;
+        let info = ctx.info().ctx("GET_INFO")?;
+        ensure!(info.model == "soft", "model {}", info.model);
+        Ok(())
+    })();
+    let un = module::rmmod();
+    res.and(un)
+}
+
 fn main() {
     pfm_guest::child::dispatch();
     let mut t = Tap::new(PLAN);
@@ -355,6 +417,14 @@ fn main() {
     t.run(
         "insmod refuses soft_width=8, soft_width=65, pmu=bogus",
         bad_params_refused,
+    );
+    t.run(
+        "insmod pmu=intel_arch and pmu=amd64 fail with ENODEV and say why (no PMU here)",
+        hardware_models_refused,
+    );
+    t.run(
+        "pmu=auto picks soft and says why (CPUID announces no PMU)",
+        auto_picks_soft_and_says_why,
     );
     t.run("insmod again after everything", || module::insmod(&[]));
     t.run("rmmod perfmon (final)", module::rmmod);
