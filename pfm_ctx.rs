@@ -167,7 +167,12 @@ impl CtxInner {
     /// Runs `op` on the live context (the thread runs on `cpu`, this CPU,
     /// or nowhere): counters advanced first, hardware counters put back
     /// (or not) after, as `op` left the state.
-    pub(crate) fn live_op<R>(&mut self, cpu: i32, now: u64, op: impl FnOnce(&mut Self, u64) -> R) -> R {
+    pub(crate) fn live_op<R>(
+        &mut self,
+        cpu: i32,
+        now: u64,
+        op: impl FnOnce(&mut Self, u64) -> R,
+    ) -> R {
         self.fold_running(cpu);
         let r = op(self, now);
         self.hw_sync();
@@ -197,8 +202,14 @@ impl CtxInner {
             return;
         };
         let owner: *const Attachment = &**att;
-        let out = hw_regs(model, &self.pmcs, self.pmc_used, &mut self.pmds, self.hw_used)
-            .install(&mut CpuMsrs, true);
+        let out = hw_regs(
+            model,
+            &self.pmcs,
+            self.pmc_used,
+            &mut self.pmds,
+            self.hw_used,
+        )
+        .install(&mut CpuMsrs, true);
         g.pmu.note(&out);
         g.intr.set_hw_owner(owner);
         self.hw_cpu = Some(cpu);
@@ -214,8 +225,14 @@ impl CtxInner {
         if self.hw_cpu != Some(glue::this_cpu()) {
             return;
         }
-        let out = hw_regs(model, &self.pmcs, self.pmc_used, &mut self.pmds, self.hw_used)
-            .stop(&mut CpuMsrs, false);
+        let out = hw_regs(
+            model,
+            &self.pmcs,
+            self.pmc_used,
+            &mut self.pmds,
+            self.hw_used,
+        )
+        .stop(&mut CpuMsrs, false);
         g.pmu.note(&out);
         g.intr.set_hw_owner(core::ptr::null());
         self.hw_cpu = None;
@@ -235,8 +252,14 @@ impl CtxInner {
             return;
         }
         let started = self.counting();
-        let out = hw_regs(model, &self.pmcs, self.pmc_used, &mut self.pmds, self.hw_used)
-            .pmi(&mut CpuMsrs, started);
+        let out = hw_regs(
+            model,
+            &self.pmcs,
+            self.pmc_used,
+            &mut self.pmds,
+            self.hw_used,
+        )
+        .pmi(&mut CpuMsrs, started);
         g.pmu.note(&out);
         if out.overflowed != 0 {
             self.overflowed(out.overflowed);

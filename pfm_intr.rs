@@ -157,7 +157,8 @@ impl Vectors {
     /// on this CPU's hardware PMU. Interrupts off.
     pub(crate) fn set_hw_owner(&self, att: *const Attachment) {
         if let Some(slot) = self.slot(glue::this_cpu() as usize) {
-            slot.hw_owner.store(att as *mut Attachment, Ordering::Relaxed);
+            slot.hw_owner
+                .store(att as *mut Attachment, Ordering::Relaxed);
         }
     }
 

@@ -272,9 +272,7 @@ impl Pmu {
     /// `Err` the `PFM_REG_RETFL_*` bit.
     pub(crate) fn validate_pmc(&self, reg: usize, value: u64, policy: Policy) -> Result<u64, u32> {
         if let Some(m) = &self.hw {
-            return m
-                .validate_pmc(reg, value, policy)
-                .map_err(PmcError::retfl);
+            return m.validate_pmc(reg, value, policy).map_err(PmcError::retfl);
         }
         if reg >= SOFT_COUNTERS {
             return Err(abi::PFM_REG_RETFL_NOTAVAIL);

@@ -104,8 +104,12 @@ impl HwModel {
         if vendor_is(v, b"AuthenticAMD") {
             // The legacy counters have no CPUID bit; under a hypervisor they
             // are often absent: trust them only on bare metal.
-            return Amd64::probe(cpuid.amd_ext1_ecx, cpuid.amd_leaf_0x80000022, !cpuid.hypervisor)
-                .map(HwModel::Amd);
+            return Amd64::probe(
+                cpuid.amd_ext1_ecx,
+                cpuid.amd_leaf_0x80000022,
+                !cpuid.hypervisor,
+            )
+            .map(HwModel::Amd);
         }
         None
     }
@@ -416,6 +420,40 @@ mod tests {
             assert_eq!(it.next(), Some(want));
         }
         assert_eq!(it.next(), None);
+    }
+
+    #[test]
+    fn reservations_name_the_allocator_registers() {
+        // Intel v4, 4 GP counters, 48 bits, full-width writes: IA32_PMCn
+        // (not the IA32_A_PMCn alias the module writes) and PERFEVTSELn.
+        let leaf = CpuidRegs {
+            eax: 4 | 4 << 8 | 48 << 16 | 7 << 24,
+            ebx: 0,
+            ecx: 0,
+            edx: 3 | 48 << 5,
+        };
+        let intel = HwModel::Intel(IntelArch::probe(leaf, 1 << 13).unwrap());
+        let r: [(u32, u32); 4] = core::array::from_fn(|i| (0xc1 + i as u32, 0x186 + i as u32));
+        assert!(intel.reservations().eq(r.iter().copied()));
+        // AMD core extension: PERF_CTRn/PERF_CTLn interleaved at 0xC0010200.
+        let amd = HwModel::Amd(
+            Amd64::probe(
+                super::super::amd64::CPUID_PERFCTR_CORE,
+                CpuidRegs::default(),
+                false,
+            )
+            .unwrap(),
+        );
+        let r: [(u32, u32); 6] =
+            core::array::from_fn(|i| (0xc001_0201 + 2 * i as u32, 0xc001_0200 + 2 * i as u32));
+        assert!(amd.reservations().eq(r.iter().copied()));
+        // AMD legacy (bare metal): PERF_CTR0..3 at 0xC0010004, PERF_CTL0..3 at 0xC0010000.
+        let legacy = HwModel::Amd(Amd64::probe(0, CpuidRegs::default(), true).unwrap());
+        let r: [(u32, u32); 4] =
+            core::array::from_fn(|i| (0xc001_0004 + i as u32, 0xc001_0000 + i as u32));
+        assert!(legacy.reservations().eq(r.iter().copied()));
+        assert_eq!((intel.pmc_slots(), intel.pmd_slots()), (17, 19));
+        assert_eq!((amd.pmc_slots(), amd.pmd_slots()), (6, 6));
     }
 
     #[test]

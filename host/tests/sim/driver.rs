@@ -177,4 +177,3 @@ impl<'a, M: HwPmu> Driver<'a, M> {
         self.run(bus, |r, b| r.install(b, started));
     }
 }
-

@@ -315,8 +315,14 @@ fn kernel_log() -> Result<String, String> {
 /// load with ENODEV and a line saying why, and leaves nothing loaded.
 fn hardware_models_refused() -> TestResult {
     for (model, why) in [
-        ("intel_arch", "intel_arch: CPUID leaf 0xA announces no architectural perfmon"),
-        ("amd64", "amd64: CPUID announces no AMD64 core performance counters"),
+        (
+            "intel_arch",
+            "intel_arch: CPUID leaf 0xA announces no architectural perfmon",
+        ),
+        (
+            "amd64",
+            "amd64: CPUID announces no AMD64 core performance counters",
+        ),
     ] {
         let param = format!("pmu={model}");
         let path = module::module_path();
@@ -334,8 +340,9 @@ fn hardware_models_refused() -> TestResult {
         ensure!(!module::is_loaded(), "module loaded after insmod {param}");
         let log = kernel_log()?;
         ensure!(
-            log.lines()
-                .any(|l| l.contains("perfmon: ") && l.contains(why) && l.contains("refusing to load")),
+            log.lines().any(|l| l.contains("perfmon: ")
+                && l.contains(why)
+                && l.contains("refusing to load")),
             "no kernel line saying why {param} was refused"
         );
     }
