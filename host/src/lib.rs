@@ -25,5 +25,6 @@ pub mod pfm_x86 {
     pub mod amd64;
     pub mod driver;
     pub mod intel_arch;
+    pub mod intel_sim;
     pub mod model;
 }

@@ -19,23 +19,7 @@ pub mod amd;
 pub mod driver;
 pub mod intel;
 
-/// A general-protection fault raised by an MSR access.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Gp {
-    /// The MSR.
-    pub msr: u32,
-    /// The value written, `None` for a read.
-    pub value: Option<u64>,
-}
-
-/// The privilege level an event happens at.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Ring {
-    /// CPL > 0: counted when USR is set.
-    User,
-    /// CPL 0: counted when OS is set.
-    Kernel,
-}
+pub use pfm_host_tests::pfm_x86::intel_sim::{add_wrapping, mask, Gp, Ring};
 
 /// RDMSR and WRMSR, as the kernel side's `rdmsr_safe`/`wrmsr_safe`.
 pub trait MsrBus {
@@ -45,21 +29,4 @@ pub trait MsrBus {
     fn wrmsr(&mut self, msr: u32, value: u64) -> Result<(), Gp>;
     /// PMIs raised since the last call, and clears the count.
     fn take_pmis(&mut self) -> u64;
-}
-
-/// The low `n` bits.
-pub fn mask(n: u32) -> u64 {
-    if n >= 64 {
-        u64::MAX
-    } else {
-        (1u64 << n) - 1
-    }
-}
-
-/// Adds `n` to a `width`-bit counter; returns the new value and whether it
-/// wrapped (crossed 2^width) at least once.
-pub fn add_wrapping(counter: u64, n: u64, width: u32) -> (u64, bool) {
-    let total = counter as u128 + n as u128;
-    let wraps = total >> width;
-    ((total as u64) & mask(width), wraps != 0)
 }
