@@ -166,8 +166,9 @@ impl kernel::Module for PerfmonModule {
                 pr_err!("{msg}: refusing to load (try pmu=soft or pmu=auto)\n");
                 return Err(ENODEV);
             }
+            Err(pfm_x86::ProbeError::NoMemory) => return Err(ENOMEM),
             Err(pfm_x86::ProbeError::BadParam) => {
-                pr_err!("invalid parameters: pmu=auto|soft|intel_arch|amd64, soft_width=16..64\n");
+                pr_err!("invalid parameters: pmu=auto|soft|intel_arch|amd64|intel_arch_sim, soft_width=16..64\n");
                 return Err(EINVAL);
             }
         };
@@ -469,6 +470,7 @@ unsafe extern "C" fn pfm_sysfs_show(attr: c_uint, buf: *mut c_char) -> isize {
         5 => out.num(g.intr.vector_of_cpu0() as u64),
         6 => out.num(g.pmu.width as u64),
         7 => out.num(g.intr.interrupts()),
+        8 => out.num(g.pmu.msr_faults.load(Ordering::Relaxed)),
         _ => return EINVAL.to_errno() as isize,
     }
     out.text(b"\n");

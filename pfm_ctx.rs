@@ -20,7 +20,7 @@ use kernel::uaccess::{UserSlice, UserSliceWriter};
 use crate::abi;
 use crate::pfm_ctxsw::{self, Attachment};
 use crate::pfm_state::{Op, State, StateError};
-use crate::pfm_x86::{hw_regs, soft_count, CpuMsrs, PmdState, SoftDeltas};
+use crate::pfm_x86::{hw_regs, soft_count, PmdState, SoftDeltas};
 use crate::rust::{self as glue, new_irq_spinlock, IrqSpinLock};
 use crate::{ebadfd, globals};
 
@@ -209,7 +209,7 @@ impl CtxInner {
             &mut self.pmds,
             self.hw_used,
         )
-        .install(&mut CpuMsrs, true);
+        .install(&mut g.pmu.bus(), true);
         g.pmu.note(&out);
         g.intr.set_hw_owner(owner);
         self.hw_cpu = Some(cpu);
@@ -232,7 +232,7 @@ impl CtxInner {
             &mut self.pmds,
             self.hw_used,
         )
-        .stop(&mut CpuMsrs, false);
+        .stop(&mut g.pmu.bus(), false);
         g.pmu.note(&out);
         g.intr.set_hw_owner(core::ptr::null());
         self.hw_cpu = None;
@@ -259,7 +259,7 @@ impl CtxInner {
             &mut self.pmds,
             self.hw_used,
         )
-        .pmi(&mut CpuMsrs, started);
+        .pmi(&mut g.pmu.bus(), started);
         g.pmu.note(&out);
         if out.overflowed != 0 {
             self.overflowed(out.overflowed);

@@ -162,6 +162,17 @@ impl Vectors {
         }
     }
 
+    /// Delivers a PMI of the simulated PMU on this CPU where LVTPC would:
+    /// on the overflow vector, if LVTPC points at it. Interrupts off.
+    pub(crate) fn raise_sim_pmi(&self) {
+        if let Some(slot) = self.slot(glue::this_cpu() as usize) {
+            let vector = slot.vector.load(Ordering::Relaxed);
+            if vector != 0 && slot.lvtpc_ours.load(Ordering::Relaxed) {
+                glue::send_ipi_self(vector);
+            }
+        }
+    }
+
     /// Whether `att`'s context is on this CPU's hardware PMU. Interrupts off.
     pub(crate) fn is_hw_owner(&self, att: *const Attachment) -> bool {
         self.slot(glue::this_cpu() as usize)

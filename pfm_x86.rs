@@ -12,6 +12,7 @@
 
 use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
+use kernel::bindings;
 use kernel::prelude::*;
 
 use crate::abi;
@@ -75,6 +76,9 @@ pub(crate) struct Pmu {
     pub(crate) width: u32,
     /// The hardware model, `None` for soft.
     pub(crate) hw: Option<HwModel>,
+    /// `intel_arch_sim`: one simulated PMU per possible CPU, which the
+    /// hardware model's MSR accesses go to instead of the CPU's.
+    sim: Option<KVec<SimCpu>>,
     /// Whether the module holds the hardware counters (see [`Pmu::claim`]):
     /// `CLAIM_FREE`, `CLAIM_BUSY` (being claimed) or `CLAIM_HELD`.
     claim: AtomicU8,
@@ -95,14 +99,19 @@ pub(crate) enum ProbeError {
     NoHardware(&'static str),
     /// The parameters are invalid (`EINVAL`).
     BadParam,
+    /// No memory for the simulated PMUs (`ENOMEM`).
+    NoMemory,
 }
 
 pub mod amd64;
 pub mod driver;
 pub mod intel_arch;
+pub mod intel_sim;
 pub mod model;
 
 use driver::{HwModel, HwRegs, MsrBus, MsrFault, Outcome, ProbeCpuid};
+use intel_sim::{IntelCfg, IntelSim, Ring};
+use intel_arch::IntelArch;
 use model::{CpuidRegs, HwPmu, PmcError, Policy};
 
 /// CPUID `leaf` (subleaf 0), as the register models take it.
@@ -158,6 +167,104 @@ pub(crate) fn cpu_has_pmu() -> bool {
 /// This CPU's MSRs, through the `_safe` accessors.
 pub(crate) struct CpuMsrs;
 
+/// The PMU `intel_arch_sim` simulates: Intel architectural perfmon v4 with
+/// four 48-bit general-purpose counters, three 48-bit fixed counters and
+/// full-width writes.
+const SIM_CFG: IntelCfg = IntelCfg {
+    version: 4,
+    num_gp: 4,
+    gp_width: 48,
+    mask_len: 7,
+    unavailable: 0,
+    nfixed: 3,
+    fixed_bitmap: 0,
+    fixed_width: 48,
+    any_deprecated: false,
+    fw_write: true,
+};
+
+/// What the simulated CPU executes, per nanosecond of time it runs: core
+/// and reference cycles at 1 GHz, one instruction every other cycle.
+const SIM_EVENTS: [((u8, u8), u64, u64); 3] = [
+    ((0x3c, 0x00), 1, 1),
+    ((0x3c, 0x01), 1, 1),
+    ((0xc0, 0x00), 1, 2),
+];
+
+/// One CPU's simulated PMU and the time it was last advanced to.
+struct SimState {
+    sim: IntelSim,
+    last_ns: u64,
+}
+
+/// One CPU's simulated PMU (`intel_arch_sim`).
+///
+/// # Invariants
+///
+/// `state` is only accessed on its own CPU with interrupts off (every MSR
+/// access of the module is: under a context's lock, or in an IPI), so
+/// accesses never overlap.
+pub(crate) struct SimCpu {
+    state: core::cell::UnsafeCell<SimState>,
+}
+
+// SAFETY: See the type invariant: one CPU, interrupts off, at a time.
+unsafe impl Sync for SimCpu {}
+// SAFETY: As above.
+unsafe impl Send for SimCpu {}
+
+impl SimCpu {
+    /// Runs `access` on this CPU's simulated PMU after advancing it to now
+    /// (the CPU ran: every enabled counter counts, whoever runs, as on
+    /// hardware), then delivers the PMIs it raised. `None` if interrupts
+    /// are on (a caller bug, reported as a fault rather than a data race).
+    fn access<R>(&self, access: impl FnOnce(&mut IntelSim) -> R) -> Option<R> {
+        if !crate::rust::irqs_disabled() {
+            return None;
+        }
+        // SAFETY: This CPU's state with interrupts off (type invariant): no
+        // other access can run until we return.
+        let st = unsafe { &mut *self.state.get() };
+        let now = crate::rust::now_ns();
+        let ran = now.saturating_sub(st.last_ns);
+        st.last_ns = now;
+        for (event, mul, div) in SIM_EVENTS {
+            st.sim.count(event, Ring::User, ran * mul / div);
+        }
+        let r = access(&mut st.sim);
+        if st.sim.take_pmis() != 0 {
+            crate::globals().intr.raise_sim_pmi();
+        }
+        Some(r)
+    }
+}
+
+/// The MSR bus of the PMU the module runs: the CPU's MSRs, or this CPU's
+/// simulated PMU under `intel_arch_sim`.
+pub(crate) struct PmuBus<'a> {
+    /// `Some` under `intel_arch_sim`: this CPU's simulator, if it has one.
+    sim: Option<Option<&'a SimCpu>>,
+}
+
+impl MsrBus for PmuBus<'_> {
+    fn rdmsr(&mut self, msr: u32) -> Result<u64, MsrFault> {
+        match self.sim {
+            None => CpuMsrs.rdmsr(msr),
+            Some(cpu) => cpu
+                .and_then(|c| c.access(|s| s.rdmsr(msr)))
+                .unwrap_or(Err(MsrFault { msr })),
+        }
+    }
+    fn wrmsr(&mut self, msr: u32, value: u64) -> Result<(), MsrFault> {
+        match self.sim {
+            None => CpuMsrs.wrmsr(msr, value),
+            Some(cpu) => cpu
+                .and_then(|c| c.access(|s| s.wrmsr(msr, value)))
+                .unwrap_or(Err(MsrFault { msr })),
+        }
+    }
+}
+
 impl MsrBus for CpuMsrs {
     fn rdmsr(&mut self, msr: u32) -> Result<u64, MsrFault> {
         crate::rust::rdmsr_safe(msr).ok_or(MsrFault { msr })
@@ -182,10 +289,41 @@ impl Pmu {
         let make = |width, hw| Pmu {
             width,
             hw,
+            sim: None,
             claim: AtomicU8::new(CLAIM_FREE),
             msr_faults: AtomicU64::new(0),
             busy_warned_at: AtomicU64::new(0),
         };
+        if name == b"intel_arch_sim" {
+            let model = IntelArch::probe(SIM_CFG.cpuid(), SIM_CFG.perf_capabilities())
+                .map(HwModel::Intel)
+                .ok_or(ProbeError::BadParam)?;
+            // SAFETY: `nr_cpu_ids` is set at boot and constant afterwards.
+            let n = unsafe { bindings::nr_cpu_ids } as usize;
+            let alloc = || -> Result<KVec<SimCpu>> {
+                let mut cpus = KVec::with_capacity(n, GFP_KERNEL)?;
+                for _ in 0..n {
+                    let state = SimState {
+                        sim: IntelSim::new(SIM_CFG),
+                        last_ns: 0,
+                    };
+                    cpus.push(
+                        SimCpu {
+                            state: core::cell::UnsafeCell::new(state),
+                        },
+                        GFP_KERNEL,
+                    )?;
+                }
+                Ok(cpus)
+            };
+            let cpus = alloc().map_err(|_| ProbeError::NoMemory)?;
+            let mut pmu = make(model.counter_width(), Some(model));
+            pmu.sim = Some(cpus);
+            return Ok((
+                pmu,
+                "requested with pmu=intel_arch_sim: Intel arch perfmon v4 simulated in software on every CPU (a test model)",
+            ));
+        }
         let hw = HwModel::probe(&read_probe_cpuid());
         let hw_pmu = |m: HwModel| make(m.counter_width(), Some(m));
         match (name, hw) {
@@ -211,9 +349,20 @@ impl Pmu {
 
     /// The model's name.
     pub(crate) fn name(&self) -> &'static str {
-        match &self.hw {
-            Some(m) => m.name(),
-            None => "soft",
+        match (&self.hw, &self.sim) {
+            (Some(_), Some(_)) => "intel_arch_sim",
+            (Some(m), None) => m.name(),
+            (None, _) => "soft",
+        }
+    }
+
+    /// The MSR bus of this CPU (interrupts off).
+    pub(crate) fn bus(&self) -> PmuBus<'_> {
+        PmuBus {
+            sim: self
+                .sim
+                .as_ref()
+                .map(|cpus| cpus.get(crate::rust::this_cpu() as usize)),
         }
     }
 
@@ -237,6 +386,7 @@ impl Pmu {
     pub(crate) fn describe(&self, info: &mut abi::PfmInfo) {
         if let Some(m) = &self.hw {
             m.describe(info);
+            copy_name(&mut info.model, self.name().as_bytes());
             return;
         }
         copy_name(&mut info.model, self.name().as_bytes());
@@ -357,7 +507,7 @@ impl Pmu {
         unsafe extern "C" fn quiesce_here(_info: *mut kernel::ffi::c_void) {
             let pmu = &crate::globals().pmu;
             if let Some(m) = &pmu.hw {
-                pmu.note(&driver::quiesce(m, &mut CpuMsrs));
+                pmu.note(&driver::quiesce(m, &mut pmu.bus()));
             }
         }
         // SAFETY: `quiesce_here` touches this CPU's MSRs only; no `info`.

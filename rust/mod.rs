@@ -61,6 +61,7 @@ mod ffi {
         pub(crate) fn pfm_wrmsr_safe(msr: u32, value: u64) -> c_int;
         pub(crate) fn pfm_perfmon_capable() -> bool;
         pub(crate) fn pfm_on_each_cpu(func: unsafe extern "C" fn(*mut c_void), info: *mut c_void);
+        pub(crate) fn pfm_irqs_disabled() -> bool;
         pub(crate) fn pfm_local_irq_save() -> c_ulong;
         pub(crate) fn pfm_local_irq_restore(flags: c_ulong);
 
@@ -378,6 +379,12 @@ pub(crate) fn perfmon_capable() -> bool {
 pub(crate) unsafe fn on_each_cpu(func: unsafe extern "C" fn(*mut c_void), info: *mut c_void) {
     // SAFETY: The caller's guarantees.
     unsafe { ffi::pfm_on_each_cpu(func, info) }
+}
+
+/// `irqs_disabled()`: interrupts are off on this CPU.
+pub(crate) fn irqs_disabled() -> bool {
+    // SAFETY: No preconditions.
+    unsafe { ffi::pfm_irqs_disabled() }
 }
 
 /// `local_irq_save()`: disables interrupts on this CPU; returns the flags

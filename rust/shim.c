@@ -83,11 +83,13 @@ PFM_ATTR(attached_threads, 4);
 PFM_ATTR(vector, 5);
 PFM_ATTR(counter_width, 6);
 PFM_ATTR(overflow_interrupts, 7);
+PFM_ATTR(msr_faults, 8);
 static struct attribute *pfm_attrs[] = {
 	&pfm_attr_abi_version.attr, &pfm_attr_pmu_model.attr,
 	&pfm_attr_live_contexts.attr, &pfm_attr_zombie_contexts.attr,
 	&pfm_attr_attached_threads.attr, &pfm_attr_vector.attr,
-	&pfm_attr_counter_width.attr, &pfm_attr_overflow_interrupts.attr, NULL,
+	&pfm_attr_counter_width.attr, &pfm_attr_overflow_interrupts.attr,
+	&pfm_attr_msr_faults.attr, NULL,
 };
 static const struct attribute_group pfm_attr_group = { .attrs = pfm_attrs };
 static struct kobject *pfm_kobj;
@@ -160,5 +162,6 @@ int pfm_rdmsr_safe(u32 msr, u64 *v) { return rdmsrl_safe(msr, v); }
 int pfm_wrmsr_safe(u32 msr, u64 v) { return wrmsrl_safe(msr, v); }
 bool pfm_perfmon_capable(void) { return perfmon_capable(); }
 void pfm_on_each_cpu(void (*fn)(void *), void *info) { on_each_cpu(fn, info, 1); }
+bool pfm_irqs_disabled(void) { return irqs_disabled(); }
 unsigned long pfm_local_irq_save(void) { unsigned long f; local_irq_save(f); return f; }
 void pfm_local_irq_restore(unsigned long f) { local_irq_restore(f); }

@@ -49,6 +49,7 @@ int pfm_rdmsr_safe(u32 msr, u64 *v);
 int pfm_wrmsr_safe(u32 msr, u64 v);
 bool pfm_perfmon_capable(void);
 void pfm_on_each_cpu(void (*fn)(void *), void *info);
+bool pfm_irqs_disabled(void);
 unsigned long pfm_local_irq_save(void);
 void pfm_local_irq_restore(unsigned long f);
 
