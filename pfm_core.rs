@@ -225,6 +225,7 @@ impl kernel::Module for PerfmonModule {
         let fops = KBox::pin(FileOps(fops), GFP_KERNEL)?;
 
         let this = PerfmonModule { globals, fops };
+        this.globals.pmu.start_sim_ticks();
         if let Err(e) = this.globals.intr.start() {
             this.teardown(false);
             return Err(e);
@@ -251,6 +252,7 @@ impl PerfmonModule {
     fn teardown(&self, sysfs: bool) {
         // A hardware model's PMCs off, LVTPC back, then the counters back
         // to perf_events: nothing of ours can interrupt perf's NMI handler.
+        self.globals.pmu.stop_sim_ticks();
         self.globals.pmu.quiesce_all();
         self.globals.intr.stop();
         self.globals.pmu.unclaim();

@@ -10,10 +10,11 @@
 //! usable PMU (every machine here, QEMU TCG included) they are refused with
 //! `ENODEV`, and nothing touches an MSR.
 
-use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 
 use kernel::bindings;
 use kernel::prelude::*;
+use kernel::types::Opaque;
 
 use crate::abi;
 pub(crate) use crate::pfm_counter::PmdState;
@@ -206,7 +207,17 @@ struct SimState {
 /// accesses never overlap.
 pub(crate) struct SimCpu {
     state: core::cell::UnsafeCell<SimState>,
+    /// The CPU's clock tick: advances the simulated PMU every
+    /// [`SIM_TICK_NS`], so its PMIs also arrive while a thread runs, as a
+    /// hardware PMI would (initialised and started on its CPU by
+    /// [`Pmu::start_sim_ticks`]).
+    tick: Opaque<bindings::hrtimer>,
+    /// `tick` is initialised and must be cancelled.
+    tick_started: AtomicBool,
 }
+
+/// How often each CPU's simulated PMU advances on its own (1 ms).
+const SIM_TICK_NS: i64 = 1_000_000;
 
 // SAFETY: See the type invariant: one CPU, interrupts off, at a time.
 unsafe impl Sync for SimCpu {}
@@ -237,6 +248,44 @@ impl SimCpu {
         }
         Some(r)
     }
+}
+
+/// Initialises and starts this CPU's simulator tick, once (IPI callback).
+unsafe extern "C" fn start_tick_here(_info: *mut kernel::ffi::c_void) {
+    let Some(cpus) = &crate::globals().pmu.sim else {
+        return;
+    };
+    let Some(c) = cpus.get(crate::rust::this_cpu() as usize) else {
+        return;
+    };
+    if c.tick_started.load(Ordering::Acquire) {
+        return;
+    }
+    let t = c.tick.get();
+    let mode = bindings::hrtimer_mode_HRTIMER_MODE_REL_PINNED_HARD;
+    // SAFETY: `t` is this CPU's timer storage, in a vector that no longer
+    // moves and outlives the timer (cancelled in `stop_sim_ticks`).
+    unsafe {
+        bindings::hrtimer_init(t, bindings::CLOCK_MONOTONIC as i32, mode);
+        (*t).function = Some(sim_tick);
+        bindings::hrtimer_start_range_ns(t, SIM_TICK_NS, 0, mode);
+    }
+    c.tick_started.store(true, Ordering::Release);
+}
+
+/// A simulator tick (hard IRQ): the CPU ran; its PMU advances and raises
+/// the PMIs of the counters that wrapped.
+unsafe extern "C" fn sim_tick(t: *mut bindings::hrtimer) -> bindings::hrtimer_restart {
+    let pmu = &crate::globals().pmu;
+    // The PMU of the CPU this runs on (a timer that hotplug moved to
+    // another CPU advances that one's).
+    if let Some(Some(c)) = pmu.bus().sim {
+        c.access(|_| ());
+    }
+    // SAFETY: `t` is the running timer; restarting it from its callback
+    // is how periodic hrtimers work.
+    unsafe { bindings::hrtimer_forward(t, bindings::ktime_get(), SIM_TICK_NS) };
+    bindings::hrtimer_restart_HRTIMER_RESTART
 }
 
 /// The MSR bus of the PMU the module runs: the CPU's MSRs, or this CPU's
@@ -310,6 +359,8 @@ impl Pmu {
                     cpus.push(
                         SimCpu {
                             state: core::cell::UnsafeCell::new(state),
+                            tick: Opaque::uninit(),
+                            tick_started: AtomicBool::new(false),
                         },
                         GFP_KERNEL,
                     )?;
@@ -353,6 +404,30 @@ impl Pmu {
             (Some(_), Some(_)) => "intel_arch_sim",
             (Some(m), None) => m.name(),
             (None, _) => "soft",
+        }
+    }
+
+    /// `intel_arch_sim`: starts each online CPU's tick (module init, after
+    /// `globals()` is set; the simulators no longer move).
+    pub(crate) fn start_sim_ticks(&self) {
+        if self.sim.is_none() {
+            return;
+        }
+        // SAFETY: `start_tick_here` only touches this CPU's simulator.
+        unsafe { crate::rust::on_each_cpu(start_tick_here, core::ptr::null_mut()) };
+    }
+
+    /// `intel_arch_sim`: stops every tick (module exit, process context).
+    pub(crate) fn stop_sim_ticks(&self) {
+        let Some(cpus) = &self.sim else {
+            return;
+        };
+        for c in cpus.iter() {
+            if c.tick_started.swap(false, Ordering::AcqRel) {
+                // SAFETY: Initialised by `start_tick_here`; waits for a
+                // running callback.
+                unsafe { bindings::hrtimer_cancel(c.tick.get()) };
+            }
         }
     }
 

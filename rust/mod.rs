@@ -243,7 +243,7 @@ pub(crate) unsafe fn mm_dumpable(mm: *mut bindings::mm_struct) -> u32 {
 pub(crate) fn layout_mismatch() -> Option<(usize, usize, usize)> {
     use bindings::{file, file_operations as fops, task_struct as task};
     use core::mem::{offset_of, size_of};
-    let rust: [usize; 21] = [
+    let rust: [usize; 23] = [
         offset_of!(task, __state),
         offset_of!(task, flags),
         offset_of!(file, private_data),
@@ -265,6 +265,8 @@ pub(crate) fn layout_mismatch() -> Option<(usize, usize, usize)> {
         size_of::<bindings::wait_queue_entry>(),
         size_of::<bindings::spinlock_t>(),
         size_of::<bindings::work_struct>(),
+        size_of::<bindings::hrtimer>(),
+        offset_of!(bindings::hrtimer, function),
     ];
     // SAFETY: `pfm_c_layout` is a constant array of `pfm_c_layout_len` entries.
     let c = unsafe {

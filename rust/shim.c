@@ -10,6 +10,7 @@
 #include <linux/sched/coredump.h>
 #include <linux/workqueue.h>
 #include <linux/cred.h>
+#include <linux/hrtimer.h>
 #include <linux/irq.h>
 #include <linux/irq_work.h>
 #include <linux/irqdomain.h>
@@ -123,7 +124,7 @@ const unsigned long pfm_c_layout[] = {
 	offsetof(struct file_operations, fasync), offsetof(struct file_operations, llseek),
 	sizeof(struct preempt_notifier), sizeof(struct preempt_ops), sizeof(struct callback_head),
 	sizeof(struct wait_queue_head), sizeof(struct wait_queue_entry), sizeof(spinlock_t),
-	sizeof(struct work_struct),
+	sizeof(struct work_struct), sizeof(struct hrtimer), offsetof(struct hrtimer, function),
 };
 const unsigned long pfm_c_layout_len = ARRAY_SIZE(pfm_c_layout);
 
