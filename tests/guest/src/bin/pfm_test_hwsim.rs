@@ -82,12 +82,13 @@ fn near(a: u64, b: u64, rel_pct: u64, abs: u64) -> bool {
 }
 
 /// Cycles counted against the thread's running time (scheduler runtime):
-/// never more (+1 ms for the clocks' granularity), and at least 90% — the
-/// counters run from the switch-in hook to the switch-out hook, while the
-/// runtime also covers the switch path itself (a few us per switch, tens
-/// with KASAN).
+/// never more (+1 ms for the clocks' granularity), and at least 80% — the
+/// counters run from the switch-in hook to the switch-out hook and stop
+/// during the PMI handler, while the runtime also covers the switch path and
+/// the handler (a few us each; tens to ~100 us under KASAN and TCG, where
+/// 93-95% was measured). Wall time on a shared CPU would be ~200%.
 fn cycles_match_running(cycles: u64, running: u64) -> bool {
-    cycles <= running + 1_000_000 && cycles >= running / 10 * 9
+    cycles <= running + 1_000_000 && cycles >= running / 10 * 8
 }
 
 fn info_describes_the_model() -> TestResult {
@@ -232,54 +233,64 @@ fn shared_cpu_counts_only_the_target() -> TestResult {
 }
 
 /// Overflow periods of 3 ms of cycles on PMD0 and 5 ms on the fixed cycle
-/// counter: the PMIs (the simulator raises them on the overflow vector when
-/// a counter wraps, at its 1 ms tick or an MSR access) give one message per
-/// overflow, and the values stay exact.
+/// counter, and PMD1 counting the same cycles without a period: the PMIs
+/// (the simulator raises them on the overflow vector when a counter wraps,
+/// at its 1 ms tick or an MSR access) keep every value exact — each periodic
+/// value is -P plus the total modulo P — and nearly every overflow gets a
+/// message of its own (overflows folded by one PMI, or pending together,
+/// share one: a message says which PMDs overflowed, not how often).
 fn overflow_periods_through_pmis() -> TestResult {
     const P0: u64 = 3_000_000;
     const P1: u64 = 5_000_000;
     let irqs0 = sysfs_u64("overflow_interrupts")?;
     let ctx = programmed(
-        &[(0, CYCLES_USR), (PMC_FIXED_CTRL, FIXED1_USR)],
-        &[(0, P0.wrapping_neg(), true), (PMD_FIXED1, P1.wrapping_neg(), true)],
+        &[(0, CYCLES_USR), (1, CYCLES_USR), (PMC_FIXED_CTRL, FIXED1_USR)],
+        &[
+            (0, P0.wrapping_neg(), true),
+            (1, 0, false),
+            (PMD_FIXED1, P1.wrapping_neg(), true),
+        ],
     )?;
     ctx.set_nonblocking(true).ctx("O_NONBLOCK")?;
     ctx.load(0).ctx("LOAD")?;
     ctx.start().ctx("START")?;
     let (mut n0, mut n1) = (0u64, 0u64);
-    let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_millis(400) {
-        work::spin(Duration::from_millis(2));
+    let mut drain = |ctx: &Context| -> Result<(), String> {
         while let Some(m) = ctx.read_message().ctx("read")? {
             n0 += m.ovfl_pmds & 1;
             n1 += (m.ovfl_pmds >> PMD_FIXED1) & 1;
         }
+        Ok(())
+    };
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_millis(400) {
+        work::spin(Duration::from_millis(2));
+        drain(&ctx)?;
     }
     ctx.stop().ctx("STOP")?;
-    while let Some(m) = ctx.read_message().ctx("read")? {
-        n0 += m.ovfl_pmds & 1;
-        n1 += (m.ovfl_pmds >> PMD_FIXED1) & 1;
-    }
-    let (v, running) = values(&ctx, &[0, PMD_FIXED1])?;
+    drain(&ctx)?;
+    let (v, running) = values(&ctx, &[0, 1, PMD_FIXED1])?;
     let irqs = sysfs_u64("overflow_interrupts")? - irqs0;
-    // Each value restarted from -P at every overflow: what it counted past
-    // the last one is v + P.
-    let (rest0, rest1) = (v[0].wrapping_add(P0), v[1].wrapping_add(P1));
+    let total = v[1];
+    let (rest0, rest1) = (v[0].wrapping_add(P0), v[2].wrapping_add(P1));
     diag(format!(
-        "running {running} ns: PMD0 {n0} overflows + {rest0}, PMD17 {n1} overflows + {rest1}, {irqs} interrupts"
+        "running {running} ns, {total} cycles: PMD0 rest {rest0}, {n0} messages of {} overflows; PMD17 rest {rest1}, {n1} of {}; {irqs} interrupts",
+        total / P0,
+        total / P1
     ));
-    ensure!(rest0 < P0 && rest1 < P1, "a value left its period");
-    let total0 = n0 * P0 + rest0;
-    let total1 = n1 * P1 + rest1;
+    ensure!(cycles_match_running(total, running), "cycles vs running time");
     ensure!(
-        cycles_match_running(total0, running) && cycles_match_running(total1, running),
-        "overflows x period + rest ({total0}, {total1}) vs running time {running}"
+        rest0 == total % P0 && rest1 == total % P1,
+        "periodic values not exact: rests {rest0} {rest1}, expected {} {}",
+        total % P0,
+        total % P1
     );
-    // Both counters count the same cycles: equal totals, up to the part of
-    // one MSR access sequence between reading one and the other.
-    ensure!(near(total0, total1, 0, 100_000), "GP {total0} vs fixed {total1} cycles");
-    ensure!(n0 == total0 / P0 && n1 == total1 / P1, "overflow counts");
-    ensure!(n0 >= 30 && n1 >= 20, "too few overflows");
+    let (o0, o1) = (total / P0, total / P1);
+    ensure!(
+        n0 <= o0 && n1 <= o1 && n0 >= o0 / 4 * 3 && n1 >= o1 / 4 * 3,
+        "messages {n0}/{o0}, {n1}/{o1}"
+    );
+    ensure!(o0 >= 30, "too few overflows");
     ensure!(irqs >= n0.max(n1), "{irqs} overflow interrupts for {n0} overflows");
     Ok(())
 }
