@@ -197,11 +197,30 @@ pub const fn low_mask(n: u32) -> u64 {
     }
 }
 
+/// The fewest events a counter is armed for: a PMD whose value is closer to
+/// its next overflow (a tiny sampling period) is armed to wrap this many
+/// events later, so PMIs come at most once per `MIN_ARM_EVENTS` events of a
+/// counter instead of in a storm. Nothing is lost: the fold at that PMI
+/// counts every 64-bit overflow the events crossed (`pfm_counter::advance`).
+pub const MIN_ARM_EVENTS: u64 = 1 << 17;
+
 /// The counter value that makes a `hw`-bit counter wrap when the low `usable`
-/// bits of `virt` wrap: `(2^hw - 2^usable) + (virt mod 2^usable)`.
+/// bits of `virt` wrap: `2^hw - d`, where `d = 2^usable - (virt mod
+/// 2^usable)` is the number of events to that wrap — or, if fewer,
+/// [`MIN_ARM_EVENTS`] (at most `2^usable`).
 pub const fn arm_value(virt: u64, usable: u32, hw: u32) -> u64 {
     let u = if usable > hw { hw } else { usable };
-    (low_mask(hw) & !low_mask(u)) | (virt & low_mask(u))
+    // Events to the wrap, minus one (fits in 64 bits even for u = 64).
+    let mut d1 = low_mask(u) - (virt & low_mask(u));
+    let floor = if MIN_ARM_EVENTS - 1 < low_mask(u) {
+        MIN_ARM_EVENTS - 1
+    } else {
+        low_mask(u)
+    };
+    if d1 < floor {
+        d1 = floor;
+    }
+    low_mask(hw) - d1
 }
 
 /// A hardware PMU model, as the kernel side drives it (see the module doc for
@@ -386,15 +405,32 @@ mod tests {
             ] {
                 let raw = arm_value(v, u, w);
                 assert_eq!(raw & !low_mask(w), 0, "fits in {w} bits");
-                // Events until the hardware wraps == events until v's low u bits wrap.
+                // Events until the hardware wraps == events until v's low u
+                // bits wrap, or the minimum if that is closer.
                 let to_hw_wrap = (low_mask(w) - raw) as u128 + 1;
                 let to_virt_wrap = (low_mask(u) - (v & low_mask(u))) as u128 + 1;
-                assert_eq!(to_hw_wrap, to_virt_wrap, "u {u} w {w} v {v:#x}");
+                let floor = (MIN_ARM_EVENTS as u128).min(low_mask(u) as u128 + 1);
+                assert_eq!(to_hw_wrap, to_virt_wrap.max(floor), "u {u} w {w} v {v:#x}");
                 if u < w {
                     assert_ne!(raw & bit(w - 1), 0, "top bit set when armed");
                 }
             }
         }
+    }
+
+    #[test]
+    fn tiny_periods_arm_the_minimum() {
+        // Period 1: the value is 2^64 - 1, one event from overflowing.
+        for (u, w) in [(47u32, 48u32), (31, 40), (31, 48), (63, 64)] {
+            let raw = arm_value(u64::MAX, u, w);
+            assert_eq!(low_mask(w) - raw + 1, MIN_ARM_EVENTS as u64, "u {u} w {w}");
+            assert_ne!(raw & bit(w - 1), 0, "top bit set when armed");
+        }
+        // A counter too narrow for the minimum arms for its whole period.
+        assert_eq!(arm_value(u64::MAX, 15, 16), 0x8000);
+        // Exactly the minimum away: unchanged; one more: the wrap itself.
+        let v = 0u64.wrapping_sub(MIN_ARM_EVENTS + 1);
+        assert_eq!(low_mask(48) - arm_value(v, 47, 48) + 1, MIN_ARM_EVENTS + 1);
     }
 
     #[test]

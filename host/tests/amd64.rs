@@ -12,7 +12,7 @@ use pfm_host_tests::pfm_x86::amd64::*;
 use pfm_host_tests::pfm_x86::model::{CpuidRegs, HwPmu, PmcError, Policy, RegKind};
 use sim::amd::{AmdCfg, AmdSim};
 use sim::driver::Driver;
-use sim::{mask, MsrBus, Ring};
+use sim::{mask, short_of_wrap, MsrBus, Ring};
 
 const KERNEL_OK: Policy = Policy { allow_kernel: true };
 const USER_ONLY: Policy = Policy {
@@ -286,7 +286,8 @@ fn every_register_write_path_is_accepted_by_the_hardware() {
             ] {
                 let w = m.pmd_write(pmd, v).unwrap();
                 assert_eq!(w.msr, d.msr);
-                assert_eq!(w.raw, 1 << 47 | (v & mask(47)), "top bit set when armed");
+                assert_eq!(w.raw, mask(48) - short_of_wrap(v, 47), "armed");
+                assert_ne!(w.raw & 1 << 47, 0, "top bit set when armed");
                 assert_eq!(sim.wrmsr(w.msr, w.value), Ok(()));
                 assert_eq!(sim.rdmsr(w.msr), Ok(w.raw));
                 if cfg.core_ext && pmd < 4 {
@@ -345,7 +346,7 @@ fn counter_wrap_at_48_bits() {
             ] {
                 let mut sim = AmdSim::new(cfg);
                 program(&m, &mut sim, pmd, v);
-                let short = mask(47) - (v & mask(47));
+                let short = short_of_wrap(v, 47);
                 sim.count(0xc0, 0, Ring::User, short);
                 let raw = sim.rdmsr(d.msr).unwrap();
                 assert_eq!(raw, mask(48));
@@ -382,8 +383,9 @@ fn v2_status_acknowledgement() {
     let mut sim = AmdSim::new(V2);
     assert_eq!(sim.rdmsr(g.ctrl), Ok(0x3f), "GP counters enabled at RESET");
     for pmd in [1usize, 4] {
+        // One event before the wrap as armed (the minimum arming distance).
         program(&m, &mut sim, pmd, u64::MAX);
-        sim.count(0xc0, 0, Ring::User, 1);
+        sim.count(0xc0, 0, Ring::User, short_of_wrap(u64::MAX, 47) + 1);
     }
     let status = sim.rdmsr(g.status).unwrap();
     assert_eq!(m.status_pmds(status), 0b10010);

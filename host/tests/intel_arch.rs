@@ -11,7 +11,7 @@ use pfm_host_tests::pfm_x86::intel_arch::*;
 use pfm_host_tests::pfm_x86::model::{CpuidRegs, HwPmu, PmcError, Policy, RegKind};
 use sim::driver::Driver;
 use sim::intel::{fixed_event, IntelCfg, IntelSim};
-use sim::{mask, MsrBus, Ring};
+use sim::{mask, short_of_wrap, MsrBus, Ring};
 
 const KERNEL_OK: Policy = Policy { allow_kernel: true };
 const USER_ONLY: Policy = Policy {
@@ -458,7 +458,9 @@ fn sign_extended_writes() {
     let m = model(&sim.cfg);
     for v in [0u64, 0x7fff_ffff, 0x8000_0000, 0x1_2345_6789, u64::MAX] {
         let w = m.pmd_write(0, v).unwrap();
-        assert_eq!(w.raw, 0xff_8000_0000 | (v & 0x7fff_ffff));
+        // Bits 39:31 all ones, the low 31 bits the events to the wrap (or
+        // the minimum arming distance).
+        assert_eq!(w.raw, mask(40) - short_of_wrap(v, 31));
         assert_eq!(w.raw >> 31, 0x1ff);
         sim.wrmsr(w.msr, w.value).unwrap();
         assert_eq!(sim.rdmsr(w.msr), Ok(w.raw));
@@ -477,7 +479,11 @@ fn sign_extended_writes() {
         m.pmd_write(0, 0x1234_8000_0000).unwrap().raw,
         0x9234_8000_0000
     );
-    assert_eq!(m.pmd_write(0, u64::MAX).unwrap().raw, mask(48));
+    // One event from the overflow: armed the minimum distance away.
+    assert_eq!(
+        m.pmd_write(0, u64::MAX).unwrap().raw,
+        mask(48) - short_of_wrap(u64::MAX, 47)
+    );
 }
 
 /// Programs counter `pmd` of `m` on `sim` to count `ev` in user mode,
@@ -520,7 +526,7 @@ fn counter_wrap_at_each_width() {
                 let mut sim = IntelSim::new(cfg);
                 let ev = program(&m, &mut sim, pmd, v);
                 // Events to the wrap, less one (2^64 - 1 at most).
-                let short = mask(d.width) - (v & mask(d.width));
+                let short = short_of_wrap(v, d.width);
                 sim.count(ev, Ring::User, short);
                 let raw = sim.rdmsr(d.msr).unwrap();
                 assert_eq!(raw, mask(d.hw_width), "{cfg:?} pmd {pmd} v {v:#x}");
@@ -561,7 +567,7 @@ fn status_acknowledgement() {
     // Wrap GP 0, GP 2 and fixed 3 (PMD 19).
     for pmd in [0usize, 2, 19] {
         let ev = program(&m, &mut sim, pmd, u64::MAX);
-        sim.count(ev, Ring::User, 1);
+        sim.count(ev, Ring::User, short_of_wrap(u64::MAX, 47) + 1);
     }
     sim.global_status |= GLOBAL_STATUS_COND_CHGD;
     let status = sim.rdmsr(g.status).unwrap();
@@ -708,6 +714,37 @@ fn global_enable_ordering_is_exact() {
     for cfg in configs() {
         run_periods(cfg, 1000, 100_000, 333, true);
         run_periods(cfg, 1 << 31, 3 << 31, 1 << 29, true);
+    }
+}
+
+#[test]
+fn tiny_periods_do_not_storm() {
+    // A period of 1: every event overflows, but the counter is armed at
+    // least MIN_ARM_EVENTS away, so PMIs stay rare and every overflow is
+    // still counted at the folds.
+    use pfm_host_tests::pfm_x86::model::MIN_ARM_EVENTS;
+    for cfg in configs() {
+        let m = model(&cfg);
+        if m.num_gp() == 0 {
+            continue;
+        }
+        let mut sim = IntelSim::new(cfg);
+        let mut drv = Driver::new(&m);
+        drv.write_pmc(0, 0x1412e, USER_ONLY).unwrap();
+        let start = period_to_value(1);
+        drv.write_pmd(0, start, start).unwrap();
+        drv.load(&mut sim);
+        drv.start(&mut sim);
+        let n = 1_000_000u64;
+        let mut pmis = 0;
+        for _ in 0..n / 100 {
+            sim.count((0x2e, 0x41), Ring::User, 100);
+            pmis += drv.service(&mut sim);
+        }
+        drv.stop(&mut sim);
+        assert!(pmis <= n / MIN_ARM_EVENTS + 1, "{cfg:?}: {pmis} PMIs");
+        assert_eq!(drv.pmds[0].overflows, n, "{cfg:?}");
+        assert_eq!(drv.pmds[0].value, start, "{cfg:?}");
     }
 }
 

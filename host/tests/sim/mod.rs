@@ -30,3 +30,14 @@ pub trait MsrBus {
     /// PMIs raised since the last call, and clears the count.
     fn take_pmis(&mut self) -> u64;
 }
+
+/// Events a counter armed for the 64-bit value `v` (armed width `width`)
+/// counts before its wrap, minus one: up to the wrap of `v`'s low `width`
+/// bits, or the module's minimum (`model::MIN_ARM_EVENTS`) if that is
+/// closer.
+pub fn short_of_wrap(v: u64, width: u32) -> u64 {
+    use pfm_host_tests::pfm_x86::model::MIN_ARM_EVENTS;
+    let to_wrap = mask(width) - (v & mask(width));
+    let floor = (MIN_ARM_EVENTS - 1).min(mask(width));
+    to_wrap.max(floor)
+}

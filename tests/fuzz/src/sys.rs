@@ -375,6 +375,12 @@ pub fn setpgid(pid: i32, pgid: i32) -> Result<i64, i32> {
     check(unsafe { libc::setpgid(pid, pgid) } as i64)
 }
 
+/// Whether the caller runs as root (CAP_PERFMON: kernel-mode counting).
+pub fn privileged() -> bool {
+    // SAFETY: no arguments.
+    unsafe { libc::geteuid() == 0 }
+}
+
 /// Drops to user `uid` and group `gid` (real, effective and saved).
 pub fn become_user(uid: u32, gid: u32) -> Result<(), i32> {
     // SAFETY: no pointers beyond NULL with a zero count.

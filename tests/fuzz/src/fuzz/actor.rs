@@ -5,6 +5,7 @@
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 
+use super::model::model;
 use super::shared::*;
 use crate::rng::Rng;
 use crate::sys::{
@@ -394,13 +395,40 @@ impl Actor {
         }
     }
 
+    /// A PMC number of the model (soft: the draw it always was).
+    fn pick_reg(&mut self, regs: &[u16]) -> u16 {
+        let n = regs.len().max(1) as u64;
+        let i = self.rng.below(n) as usize;
+        regs.get(i).copied().unwrap_or(0)
+    }
+
+    /// A PMC value for `reg` of a hardware model: any of the user's bits,
+    /// the kernel-mode ones half the time.
+    fn hw_pmc_value(&mut self, reg: u16) -> u64 {
+        let m = model();
+        let i = (reg as usize).min(abi::PFM_MAX_PMCS - 1);
+        let mut v = self.rng.next_u64() & !m.rsvd[i];
+        if self.rng.chance(1, 2) {
+            v &= !m.os_bits[i];
+        }
+        v
+    }
+
     /// A PMC element; `valid` says whether the module must accept it.
     pub(super) fn gen_pmc(&mut self) -> (abi::PfmPmc, bool) {
+        let m = model();
+        let reg_num = self.pick_reg(&m.pmcs);
+        let reg_value = if m.soft {
+            self.rng.below(4)
+        } else {
+            self.hw_pmc_value(reg_num)
+        };
+        let privileged = sys::privileged();
         let mut p = abi::PfmPmc {
-            reg_num: self.rng.below(4) as u16,
+            reg_num,
             reg_set: 0,
             reg_flags: 0,
-            reg_value: self.rng.below(4),
+            reg_value,
             reserved: [0; 2],
         };
         if self.rng.chance(1, 4) {
@@ -418,15 +446,25 @@ impl Actor {
                 }
                 _ => p.reserved[self.rng.below(2) as usize] = self.rng.interesting_u64() | 1,
             }
-            return (p, false);
+            // A register or value that is wrong for soft may be right for
+            // another model: the model's own rules decide.
+            let valid = !m.soft
+                && p.reg_set == 0
+                && p.reserved == [0; 2]
+                && p.reg_flags & abi::PFM_REGFL_IN_MASK == 0
+                && m.pmc_ok(p.reg_num, p.reg_value, privileged);
+            return (p, valid);
         }
-        (p, true)
+        let valid = m.soft || m.pmc_ok(p.reg_num, p.reg_value, privileged);
+        (p, valid)
     }
 
     /// A PMD element to write; `valid` says whether the module must accept it.
     pub(super) fn gen_pmd(&mut self) -> (abi::PfmPmd, bool) {
+        let m = model();
+        let reg_num = self.pick_reg(&m.pmds);
         let mut p = abi::PfmPmd {
-            reg_num: self.rng.below(4) as u16,
+            reg_num,
             reg_flags: if self.rng.chance(1, 2) {
                 abi::PFM_REGFL_OVFL_NOTIFY
             } else {
@@ -436,7 +474,11 @@ impl Actor {
             reg_long_reset: self.pmd_value(),
             reg_short_reset: self.pmd_value(),
             reg_last_reset_val: self.rng.interesting_u64(),
-            reg_reset_pmds: self.rng.below(16),
+            reg_reset_pmds: if m.soft {
+                self.rng.below(16)
+            } else {
+                self.rng.next_u64() & m.impl_pmds
+            },
             ..Default::default()
         };
         if self.rng.chance(1, 4) {
@@ -450,15 +492,23 @@ impl Actor {
                 3 => p.reg_reset_pmds |= 1 << self.rng.range(4, 63),
                 _ => p.reserved[self.rng.below(2) as usize] = self.rng.interesting_u64() | 1,
             }
-            return (p, false);
+            let valid = !m.soft
+                && p.reg_set == 0
+                && p.reserved == [0; 2]
+                && p.reg_flags & abi::PFM_REGFL_IN_MASK & !abi::PFM_REGFL_OVFL_NOTIFY == 0
+                && p.reg_num < 64
+                && m.impl_pmds & (1 << p.reg_num) != 0
+                && p.reg_reset_pmds & !m.impl_pmds == 0;
+            return (p, valid);
         }
         (p, true)
     }
 
     /// A PMD element to read.
     pub(super) fn gen_pmd_read(&mut self) -> (abi::PfmPmd, bool) {
+        let m = model();
         let mut p = abi::PfmPmd {
-            reg_num: self.rng.below(4) as u16,
+            reg_num: self.pick_reg(&m.pmds),
             ..Default::default()
         };
         if self.rng.chance(1, 3) {
@@ -473,7 +523,11 @@ impl Actor {
             } else {
                 p.reg_set = self.rng.range(1, 0xffff) as u16;
             }
-            return (p, false);
+            let valid = !m.soft
+                && p.reg_set == 0
+                && p.reg_num < 64
+                && m.impl_pmds & (1 << p.reg_num) != 0;
+            return (p, valid);
         }
         (p, true)
     }

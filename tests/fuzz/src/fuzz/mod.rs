@@ -46,6 +46,7 @@ use crate::sys::{self, PAGE};
 
 mod actor;
 mod churn;
+mod model;
 mod ops;
 mod shared;
 
@@ -334,6 +335,8 @@ pub fn run(cfg: &Config) -> Report {
         .store(sys::stat_rdev(sys::DEV).unwrap_or(0), Ordering::Relaxed);
     // Asked once, before any thread exists (see sys::online_cpus).
     let _ = sys::online_cpus();
+    // The oracle's model of the PMU, before any worker is forked.
+    let _ = model::load();
     sys::set_child_subreaper();
     process_signals();
     // The process group leader: does nothing, wakes up often (it is also

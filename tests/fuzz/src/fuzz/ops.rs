@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 
 use super::actor::*;
 
+use super::model::model;
 use super::shared::*;
 use crate::rng::Rng;
 use crate::sys::{self, abi, PAGE};
@@ -128,12 +129,13 @@ impl Actor {
         }
         if op == Op::GetInfo {
             let info: abi::PfmInfo = self.arena.get(addr);
+            let m = model();
             if info.abi_version != abi::PFM_ABI_VERSION
                 || info.size as usize != len
-                || info.num_pmcs != 4
-                || info.num_pmds != 4
-                || info.impl_pmcs != 0xf
-                || info.impl_pmds != 0xf
+                || info.num_pmcs as usize != m.pmcs.len()
+                || info.num_pmds as usize != m.pmds.len()
+                || info.impl_pmcs != m.impl_pmcs
+                || info.impl_pmds != m.impl_pmds
                 || !(16..=64).contains(&info.counter_width)
             {
                 self.anomaly(
@@ -159,7 +161,7 @@ impl Actor {
             if !ok_state
                 || st.flags & !abi::PFM_CTXFL_MASK != 0
                 || st.status & !7 != 0
-                || st.used_pmds & !0xf != 0
+                || st.used_pmds & !model().impl_pmds != 0
                 || st.reserved != [0; 3]
             {
                 self.anomaly(
@@ -606,7 +608,7 @@ impl Actor {
                 for i in 0..n as usize / 64 {
                     let m: abi::PfmMsg = self.arena.get(addr + i * 64);
                     let ok = match m.msg_type {
-                        abi::PFM_MSG_OVFL => m.ovfl_pmds != 0 && m.ovfl_pmds & !0xf == 0,
+                        abi::PFM_MSG_OVFL => m.ovfl_pmds != 0 && m.ovfl_pmds & !model().impl_pmds == 0,
                         abi::PFM_MSG_END | abi::PFM_MSG_REVOKED => true,
                         _ => false,
                     };
@@ -773,15 +775,21 @@ impl Actor {
         let ncnt = self.rng.range(1, 4) as usize;
         let mut pmcs = Vec::new();
         let mut pmds = Vec::new();
+        let model = model();
         for i in 0..ncnt {
-            let reg = if ncnt == 4 {
-                i as u16
+            let (pmc, ev, reg) = if model.soft {
+                let reg = if ncnt == 4 {
+                    i as u16
+                } else {
+                    self.rng.below(4) as u16
+                };
+                (reg, self.rng.pick(&[1u64, 2, 2, 2, 3]), reg)
             } else {
-                self.rng.below(4) as u16
+                let k = self.rng.below(model.counting.len().max(1) as u64) as usize;
+                model.counting.get(k).copied().unwrap_or((0, 0, 0))
             };
-            let ev = self.rng.pick(&[1u64, 2, 2, 2, 3]);
             pmcs.push(abi::PfmPmc {
-                reg_num: reg,
+                reg_num: pmc,
                 reg_value: ev,
                 ..Default::default()
             });
@@ -807,7 +815,7 @@ impl Actor {
                 reg_value: 0u64.wrapping_sub(pv),
                 reg_short_reset: 0u64.wrapping_sub(ps),
                 reg_long_reset: 0u64.wrapping_sub(pl),
-                reg_reset_pmds: self.rng.below(16),
+                reg_reset_pmds: self.rng.below(16) & model.impl_pmds,
                 ..Default::default()
             });
         }
@@ -969,16 +977,27 @@ impl Actor {
     /// `PFM_IOC_READ_VALUES`: a PMD mask and a values array.
     pub(super) fn op_read_values(&mut self) {
         let (_, fd) = self.pick_fd();
-        let mut mask = self.rng.range(1, 15);
+        let implemented = model().impl_pmds;
+        let mut mask = if model().soft {
+            self.rng.range(1, 15)
+        } else {
+            (self.rng.next_u64() & implemented).max(implemented & implemented.wrapping_neg())
+        };
         let bad_mask = self.rng.chance(1, 10);
         if bad_mask {
             mask = if self.rng.chance(1, 3) {
                 0
             } else {
-                mask | 1 << self.rng.range(4, 63)
+                // An unimplemented PMD.
+                let unimpl = !implemented & !0xf;
+                let mut b = self.rng.range(4, 63);
+                while unimpl & (1 << b) == 0 {
+                    b = (b + 1) % 64;
+                }
+                mask | 1 << b
             };
         }
-        let n = (mask & 0xf).count_ones() as usize;
+        let n = (mask & implemented).count_ones() as usize;
         let vp = self.pick_ptr(88);
         let vaddr = self.place_in(vp, n.max(1) * 8, true);
         let mut v = abi::PfmValues {
