@@ -20,7 +20,7 @@ use kernel::uaccess::{UserSlice, UserSliceWriter};
 use crate::abi;
 use crate::pfm_ctxsw::{self, Attachment};
 use crate::pfm_state::{Op, State, StateError};
-use crate::pfm_x86::{hw_regs, soft_count, PmdState, SoftDeltas};
+use crate::pfm_x86::{hw_regs, soft_count, PmdState, PmiThrottle, SoftDeltas};
 use crate::rust::{self as glue, new_irq_spinlock, IrqSpinLock};
 use crate::{ebadfd, globals};
 
@@ -110,6 +110,8 @@ pub(crate) struct CtxInner {
     /// Invariant (kept by [`CtxInner::hw_sync`]): installed only where
     /// the context counts and its thread runs.
     pub(crate) hw_cpu: Option<i32>,
+    /// Hardware model: keeps the PMI rate bounded (see `PmiThrottle`).
+    pub(crate) throttle: PmiThrottle,
     /// PMD state, one per PMD number of the model.
     pub(crate) pmds: KVec<PmdState>,
     /// PMDs written.
@@ -202,12 +204,14 @@ impl CtxInner {
             return;
         };
         let owner: *const Attachment = &**att;
+        let min_arm = self.throttle.min_arm();
         let out = hw_regs(
             model,
             &self.pmcs,
             self.pmc_used,
             &mut self.pmds,
             self.hw_used,
+            min_arm,
         )
         .install(&mut g.pmu.bus(), true);
         g.pmu.note(&out);
@@ -225,12 +229,14 @@ impl CtxInner {
         if self.hw_cpu != Some(glue::this_cpu()) {
             return;
         }
+        let min_arm = self.throttle.min_arm();
         let out = hw_regs(
             model,
             &self.pmcs,
             self.pmc_used,
             &mut self.pmds,
             self.hw_used,
+            min_arm,
         )
         .stop(&mut g.pmu.bus(), false);
         g.pmu.note(&out);
@@ -252,12 +258,14 @@ impl CtxInner {
             return;
         }
         let started = self.counting();
+        let min_arm = self.throttle.pmi(glue::now_ns());
         let out = hw_regs(
             model,
             &self.pmcs,
             self.pmc_used,
             &mut self.pmds,
             self.hw_used,
+            min_arm,
         )
         .pmi(&mut g.pmu.bus(), started);
         g.pmu.note(&out);
@@ -498,6 +506,7 @@ impl Context {
                         ev_pmds: [0; 4],
                         hw_used: 0,
                         hw_cpu: None,
+                        throttle: PmiThrottle::new(),
                         pmds,
                         used_pmds: 0,
                         attach: None,

@@ -110,6 +110,7 @@ pub mod intel_arch;
 pub mod intel_sim;
 pub mod model;
 
+pub(crate) use driver::PmiThrottle;
 use driver::{HwModel, HwRegs, MsrBus, MsrFault, Outcome, ProbeCpuid};
 use intel_sim::{IntelCfg, IntelSim, Ring};
 use intel_arch::IntelArch;
@@ -623,6 +624,7 @@ pub(crate) fn hw_regs<'a>(
     pmc_used: u64,
     pmds: &'a mut [PmdState],
     used: u64,
+    min_arm: u64,
 ) -> HwRegs<'a, HwModel> {
     HwRegs {
         model,
@@ -631,6 +633,7 @@ pub(crate) fn hw_regs<'a>(
         pmds,
         used,
         tally: None,
+        min_arm,
     }
 }
 

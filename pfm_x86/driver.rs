@@ -201,6 +201,9 @@ pub struct HwRegs<'a, M: HwPmu> {
     /// Where to add each PMD's number of 64-bit overflows (one fold can
     /// cross several periods), if the caller wants them.
     pub tally: Option<&'a mut [u64]>,
+    /// The fewest events a counter is armed for (at least
+    /// [`super::model::MIN_ARM_EVENTS`]; raised while PMIs come too fast).
+    pub min_arm: u64,
 }
 
 /// What an access sequence found.
@@ -252,7 +255,7 @@ impl<M: HwPmu> HwRegs<'_, M> {
         let Some(p) = self.pmds.get_mut(pmd) else {
             return;
         };
-        if let Some(w) = self.model.pmd_write(pmd, p.value) {
+        if let Some(w) = self.model.pmd_write_min(pmd, p.value, self.min_arm) {
             if out.note(bus.wrmsr(w.msr, w.value)).is_some() {
                 p.hw.raw = w.raw;
             }
@@ -393,6 +396,67 @@ impl<M: HwPmu> HwRegs<'_, M> {
     }
 }
 
+/// PMIs a context may take per [`PMI_WINDOW_NS`] before its counters are
+/// armed further from their wraps: 4 per millisecond, perf record's default
+/// sampling frequency.
+pub const PMIS_PER_WINDOW: u32 = 4;
+/// The window of [`PMIS_PER_WINDOW`].
+pub const PMI_WINDOW_NS: u64 = 1_000_000;
+/// The farthest a counter is ever armed for (no armed width exceeds 63).
+pub const MAX_ARM_EVENTS: u64 = 1 << 62;
+
+/// Keeps a context's PMI rate bounded: past [`PMIS_PER_WINDOW`] PMIs in a
+/// window, the arming distance ([`HwRegs::min_arm`]) grows fourfold; each
+/// calm window (half the limit or fewer) halves it back toward
+/// [`MIN_ARM_EVENTS`](super::model::MIN_ARM_EVENTS). Only when PMIs come
+/// (and the hardware wraps): the values stay exact, several overflows just
+/// share a PMI (and a message).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PmiThrottle {
+    window_start: u64,
+    count: u32,
+    min_arm: u64,
+}
+
+impl Default for PmiThrottle {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PmiThrottle {
+    /// No PMI seen: the minimum distance.
+    pub const fn new() -> Self {
+        PmiThrottle {
+            window_start: 0,
+            count: 0,
+            min_arm: super::model::MIN_ARM_EVENTS,
+        }
+    }
+
+    /// The arming distance to use now.
+    pub const fn min_arm(&self) -> u64 {
+        self.min_arm
+    }
+
+    /// Records a PMI at `now` (ns); returns the arming distance for the
+    /// counters it re-arms.
+    pub fn pmi(&mut self, now: u64) -> u64 {
+        if now.wrapping_sub(self.window_start) >= PMI_WINDOW_NS {
+            if self.count <= PMIS_PER_WINDOW / 2 {
+                self.min_arm = (self.min_arm / 2).max(super::model::MIN_ARM_EVENTS);
+            }
+            self.window_start = now;
+            self.count = 0;
+        }
+        self.count += 1;
+        if self.count > PMIS_PER_WINDOW {
+            self.min_arm = self.min_arm.saturating_mul(4).min(MAX_ARM_EVENTS);
+        }
+        self.min_arm
+    }
+}
+
 /// Leaves every PMC of `model` disabled and its global control off: what
 /// the module leaves behind when it gives the PMU back.
 pub fn quiesce<M: HwPmu, B: MsrBus>(model: &M, bus: &mut B) -> Outcome {
@@ -454,6 +518,38 @@ mod tests {
         assert!(legacy.reservations().eq(r.iter().copied()));
         assert_eq!((intel.pmc_slots(), intel.pmd_slots()), (17, 19));
         assert_eq!((amd.pmc_slots(), amd.pmd_slots()), (6, 6));
+    }
+
+    #[test]
+    fn throttle_bounds_the_pmi_rate_and_recovers() {
+        use super::super::model::MIN_ARM_EVENTS;
+        let mut t = PmiThrottle::new();
+        // 4 per ms: allowed, the distance stays.
+        for i in 0..40u64 {
+            assert_eq!(t.pmi(i * 250_000), MIN_ARM_EVENTS);
+        }
+        // A storm (one every 10 us): the distance grows at the 5th of a window.
+        let base = 10_000_000;
+        for i in 0..5u64 {
+            t.pmi(base + i * 10_000);
+        }
+        assert_eq!(t.min_arm(), MIN_ARM_EVENTS * 4);
+        for i in 5..100u64 {
+            t.pmi(base + i * 10_000);
+        }
+        assert!(t.min_arm() > MIN_ARM_EVENTS << 20);
+        let high = t.min_arm();
+        assert!(high <= MAX_ARM_EVENTS);
+        // Calm again (one per 10 ms): halves per window back to the minimum.
+        let mut now = base + 100 * 10_000;
+        let mut last = high;
+        for _ in 0..200 {
+            now += 10_000_000;
+            let d = t.pmi(now);
+            assert!(d <= last);
+            last = d;
+        }
+        assert_eq!(last, MIN_ARM_EVENTS);
     }
 
     #[test]

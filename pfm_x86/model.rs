@@ -209,14 +209,18 @@ pub const MIN_ARM_EVENTS: u64 = 1 << 17;
 /// 2^usable)` is the number of events to that wrap — or, if fewer,
 /// [`MIN_ARM_EVENTS`] (at most `2^usable`).
 pub const fn arm_value(virt: u64, usable: u32, hw: u32) -> u64 {
+    arm_value_min(virt, usable, hw, MIN_ARM_EVENTS)
+}
+
+/// [`arm_value`] with `min_events` (at least 1) instead of
+/// [`MIN_ARM_EVENTS`]: the kernel side raises it for a context whose PMIs
+/// come too fast.
+pub const fn arm_value_min(virt: u64, usable: u32, hw: u32, min_events: u64) -> u64 {
     let u = if usable > hw { hw } else { usable };
+    let min1 = if min_events == 0 { 0 } else { min_events - 1 };
     // Events to the wrap, minus one (fits in 64 bits even for u = 64).
     let mut d1 = low_mask(u) - (virt & low_mask(u));
-    let floor = if MIN_ARM_EVENTS - 1 < low_mask(u) {
-        MIN_ARM_EVENTS - 1
-    } else {
-        low_mask(u)
-    };
+    let floor = if min1 < low_mask(u) { min1 } else { low_mask(u) };
     if d1 < floor {
         d1 = floor;
     }
@@ -288,8 +292,14 @@ pub trait HwPmu {
 
     /// How to load PMD `pmd` with the 64-bit virtual value `virt`.
     fn pmd_write(&self, pmd: usize, virt: u64) -> Option<CounterWrite> {
+        self.pmd_write_min(pmd, virt, MIN_ARM_EVENTS)
+    }
+
+    /// [`HwPmu::pmd_write`], armed at least `min_events` events from the
+    /// wrap (see [`arm_value_min`]).
+    fn pmd_write_min(&self, pmd: usize, virt: u64, min_events: u64) -> Option<CounterWrite> {
         let d = self.pmd_desc(pmd)?;
-        let raw = arm_value(virt, d.width, d.hw_width);
+        let raw = arm_value_min(virt, d.width, d.hw_width, min_events);
         Some(CounterWrite {
             msr: d.msr,
             value: raw,
@@ -428,6 +438,9 @@ mod tests {
         }
         // A counter too narrow for the minimum arms for its whole period.
         assert_eq!(arm_value(u64::MAX, 15, 16), 0x8000);
+        // A raised minimum, capped at the whole period.
+        assert_eq!(low_mask(48) - arm_value_min(u64::MAX, 47, 48, 1 << 30) + 1, 1 << 30);
+        assert_eq!(arm_value_min(u64::MAX, 31, 40, 1 << 40), low_mask(40) - low_mask(31));
         // Exactly the minimum away: unchanged; one more: the wrap itself.
         let v = 0u64.wrapping_sub(MIN_ARM_EVENTS + 1);
         assert_eq!(low_mask(48) - arm_value(v, 47, 48) + 1, MIN_ARM_EVENTS + 1);

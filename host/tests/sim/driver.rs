@@ -114,6 +114,7 @@ impl<'a, M: HwPmu> Driver<'a, M> {
             pmds: &mut self.state,
             used: self.used,
             tally: Some(&mut self.tally),
+            min_arm: pfm_host_tests::pfm_x86::model::MIN_ARM_EVENTS,
         };
         let out = seq(&mut regs, &mut Strict(bus));
         assert_eq!(out.fault, None);
