@@ -348,17 +348,25 @@ impl<M: HwPmu> HwRegs<'_, M> {
     }
 
     /// The overflow interrupt (the context is installed on this CPU):
-    /// stops counting, folds every counter, re-arms the wrapped ones,
-    /// acknowledges their status and counts again if `started`. Stopping
-    /// first keeps the counts exact: nothing counts between a read and its
-    /// re-arm.
+    /// if a counter of the context wrapped (GLOBAL_STATUS, or a counter's
+    /// clear top bit where there is none), stops counting, folds every
+    /// counter, re-arms the wrapped ones, acknowledges their status and
+    /// counts again if `started`. Stopping first keeps the counts exact:
+    /// nothing counts between a read and its re-arm. An interrupt without a
+    /// wrap (the module's own self-IPI on the same vector, or a spurious
+    /// one) touches nothing but the status or counter reads.
     pub fn pmi<B: MsrBus>(&mut self, bus: &mut B, started: bool) -> Outcome {
         let mut out = Outcome::default();
         let used = self.used_pmds();
         match self.model.global_msrs() {
             Some(g) => {
+                let pending = out.note(bus.rdmsr(g.status)).unwrap_or(0);
+                if self.model.status_pmds(pending) & used == 0 {
+                    return out;
+                }
                 out.note(bus.wrmsr(g.ctrl, 0));
-                let status = out.note(bus.rdmsr(g.status)).unwrap_or(0);
+                // Counters may have wrapped since the first read.
+                let status = out.note(bus.rdmsr(g.status)).unwrap_or(pending);
                 let wrapped = self.model.status_pmds(status) & used;
                 for pmd in bits(used) {
                     self.fold(bus, pmd, &mut out);
@@ -375,6 +383,17 @@ impl<M: HwPmu> HwRegs<'_, M> {
                 }
             }
             None => {
+                let mut any = false;
+                for pmd in bits(used) {
+                    if let Some(d) = self.model.pmd_desc(pmd) {
+                        if let Some(raw) = out.note(bus.rdmsr(d.msr)) {
+                            any |= self.model.pmd_raw_overflowed(pmd, raw);
+                        }
+                    }
+                }
+                if !any {
+                    return out;
+                }
                 self.write_pmcs(bus, false, &mut out);
                 for pmd in bits(used) {
                     let Some(raw) = self.fold(bus, pmd, &mut out) else {
