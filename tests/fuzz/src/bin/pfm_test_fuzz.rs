@@ -7,7 +7,12 @@
 //! zombie and attachment is gone (bounded wait) and that rmmod succeeds. The
 //! harness adds the kernel splat scan and kmemleak.
 //!
-//! PFM_FUZZ_OPS and PFM_FUZZ_SEED override the operation count and seed.
+//! Then the same on `pmu=intel_arch_sim` (40,000 operations): the
+//! hardware models' MSR save and restore, PMIs and throttling under the
+//! same churn, with the oracle's model read from GET_INFO.
+//!
+//! PFM_FUZZ_OPS, PFM_FUZZ_SIM_OPS and PFM_FUZZ_SEED override the operation
+//! counts and the seed.
 
 use std::time::Duration;
 
@@ -17,6 +22,8 @@ use pfm_fuzz::tap::{diag, Tap};
 
 const SEED: u64 = 0x5eed_0008;
 const OPS: u64 = 100_000;
+/// Operations of the second run, on the simulated hardware model.
+const SIM_OPS: u64 = 40_000;
 
 fn env_num(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -25,29 +32,30 @@ fn env_num(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-fn main() {
-    let mut tap = Tap::new(6);
+/// One fixed-seed run on the module loaded with `params`: six TAP results.
+fn run_one(tap: &mut Tap, params: &[&str], seed: u64, ops: u64) {
+    let label = params.join(" ");
     let cfg = Config {
-        seed: env_num("PFM_FUZZ_SEED", SEED),
-        ops: env_num("PFM_FUZZ_OPS", OPS),
+        seed,
+        ops,
         progress_secs: 30,
         ..Config::default()
     };
     diag(format!(
-        "seed {} ops {} procs {} threads {} (replay: pfm_fuzz --seed {} --ops {} --procs {} --threads {})",
+        "{label}: seed {} ops {} procs {} threads {} (replay: pfm_fuzz --insmod --module-params \"{label}\" --seed {} --ops {} --procs {} --threads {})",
         cfg.seed, cfg.ops, cfg.procs, cfg.threads, cfg.seed, cfg.ops, cfg.procs, cfg.threads
     ));
-    if let Err(e) = guest::insmod(&["pmu=soft", "soft_width=16"]) {
-        tap.result("insmod perfmon.ko pmu=soft soft_width=16", Err(e.clone()));
+    if let Err(e) = guest::insmod(params) {
+        tap.result(&format!("insmod perfmon.ko {label}"), Err(e.clone()));
         tap.bail_out(e);
     }
-    tap.result("insmod perfmon.ko pmu=soft soft_width=16", Ok(()));
+    tap.result(&format!("insmod perfmon.ko {label}"), Ok(()));
     let irqs_before = Counters::read().interrupts.unwrap_or(0);
     let report = fuzz::run(&cfg);
     diag(report.summary());
     let hung = report.hung.clone();
     tap.result(
-        &format!("{} operations, every process killed and reaped", report.ops),
+        &format!("{label}: {} operations, every process killed and reaped", report.ops),
         if !hung.is_empty() {
             Err(format!(
                 "{} processes could not be killed:\n{}",
@@ -61,7 +69,7 @@ fn main() {
         },
     );
     tap.result(
-        "every result followed the ABI's rules",
+        &format!("{label}: every result followed the ABI's rules"),
         if report.anomaly_count == 0 {
             Ok(())
         } else {
@@ -77,7 +85,7 @@ fn main() {
         .unwrap_or(0)
         .saturating_sub(irqs_before);
     tap.result(
-        "overflow interrupts were exercised",
+        &format!("{label}: overflow interrupts were exercised"),
         if irqs > 0 {
             Ok(())
         } else {
@@ -86,10 +94,30 @@ fn main() {
     );
     diag(format!("overflow interrupts during the run: {irqs}"));
     tap.result(
-        "live_contexts, zombie_contexts and attached_threads back to 0",
+        &format!("{label}: live_contexts, zombie_contexts and attached_threads back to 0"),
         guest::wait_idle(Duration::from_secs(15))
             .map(|t| diag(format!("drained {} ms after the run", t.as_millis()))),
     );
-    tap.result("rmmod perfmon", guest::rmmod(Duration::from_secs(5)));
+    tap.result(
+        &format!("{label}: rmmod perfmon"),
+        guest::rmmod(Duration::from_secs(5)),
+    );
+}
+
+fn main() {
+    let mut tap = Tap::new(12);
+    let seed = env_num("PFM_FUZZ_SEED", SEED);
+    run_one(
+        &mut tap,
+        &["pmu=soft", "soft_width=16"],
+        seed,
+        env_num("PFM_FUZZ_OPS", OPS),
+    );
+    run_one(
+        &mut tap,
+        &["pmu=intel_arch_sim"],
+        seed,
+        env_num("PFM_FUZZ_SIM_OPS", SIM_OPS),
+    );
     tap.finish();
 }

@@ -1,9 +1,11 @@
 //! The PMU model the module runs, as the fuzzer's oracle needs it: which
 //! registers exist, which PMC bits are the user's, which PMC values count.
-//! Read once from `PFM_IOC_GET_INFO` before any worker starts; the `soft`
+//! Read from `PFM_IOC_GET_INFO` at the start of each run, before any
+//! worker is forked; the `soft`
 //! profile makes exactly the random draws the fuzzer made before it knew
 //! other models, so soft seeds replay unchanged.
 
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::OnceLock;
 
 use perfmon::abi;
@@ -27,11 +29,18 @@ pub(crate) struct Model {
     pub(crate) counting: Vec<(u16, u64, u16)>,
 }
 
-static MODEL: OnceLock<Model> = OnceLock::new();
+/// The model of the last [`load`] (leaked: one per run), null for soft.
+static MODEL: AtomicPtr<Model> = AtomicPtr::new(std::ptr::null_mut());
+static SOFT: OnceLock<Model> = OnceLock::new();
 
-/// The model read by [`load`], or soft's.
+/// The model read by the last [`load`], or soft's.
 pub(crate) fn model() -> &'static Model {
-    MODEL.get_or_init(soft)
+    let p = MODEL.load(Ordering::Acquire);
+    if p.is_null() {
+        return SOFT.get_or_init(soft);
+    }
+    // SAFETY: `load` stores only leaked boxes, never freed.
+    unsafe { &*p }
 }
 
 fn soft() -> Model {
@@ -64,6 +73,7 @@ pub(crate) fn load() -> &'static Model {
     let name = String::from_utf8_lossy(&info.model);
     let name = name.trim_end_matches('\0');
     if name == "soft" {
+        MODEL.store(std::ptr::null_mut(), Ordering::Release);
         return model();
     }
     let mut os_bits = [0u64; abi::PFM_MAX_PMCS];
@@ -98,7 +108,8 @@ pub(crate) fn load() -> &'static Model {
         os_bits,
         counting,
     };
-    MODEL.get_or_init(|| m)
+    MODEL.store(Box::into_raw(Box::new(m)), Ordering::Release);
+    model()
 }
 
 impl Model {
