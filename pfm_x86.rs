@@ -112,8 +112,8 @@ pub mod model;
 
 pub(crate) use driver::PmiThrottle;
 use driver::{HwModel, HwRegs, MsrBus, MsrFault, Outcome, ProbeCpuid};
-use intel_sim::{IntelCfg, IntelSim, Ring};
 use intel_arch::IntelArch;
+use intel_sim::{IntelCfg, IntelSim, Ring};
 use model::{CpuidRegs, HwPmu, PmcError, Policy};
 
 /// CPUID `leaf` (subleaf 0), as the register models take it.

@@ -448,7 +448,8 @@ impl MsrBus for IntelSim {
     }
 
     fn wrmsr(&mut self, msr: u32, value: u64) -> Result<(), MsrFault> {
-        self.write(msr, value).map_err(|g| MsrFault { msr: g.msr })?;
+        self.write(msr, value)
+            .map_err(|g| MsrFault { msr: g.msr })?;
         self.inject();
         Ok(())
     }

@@ -220,7 +220,11 @@ pub const fn arm_value_min(virt: u64, usable: u32, hw: u32, min_events: u64) -> 
     let min1 = if min_events == 0 { 0 } else { min_events - 1 };
     // Events to the wrap, minus one (fits in 64 bits even for u = 64).
     let mut d1 = low_mask(u) - (virt & low_mask(u));
-    let floor = if min1 < low_mask(u) { min1 } else { low_mask(u) };
+    let floor = if min1 < low_mask(u) {
+        min1
+    } else {
+        low_mask(u)
+    };
     if d1 < floor {
         d1 = floor;
     }
@@ -439,8 +443,14 @@ mod tests {
         // A counter too narrow for the minimum arms for its whole period.
         assert_eq!(arm_value(u64::MAX, 15, 16), 0x8000);
         // A raised minimum, capped at the whole period.
-        assert_eq!(low_mask(48) - arm_value_min(u64::MAX, 47, 48, 1 << 30) + 1, 1 << 30);
-        assert_eq!(arm_value_min(u64::MAX, 31, 40, 1 << 40), low_mask(40) - low_mask(31));
+        assert_eq!(
+            low_mask(48) - arm_value_min(u64::MAX, 47, 48, 1 << 30) + 1,
+            1 << 30
+        );
+        assert_eq!(
+            arm_value_min(u64::MAX, 31, 40, 1 << 40),
+            low_mask(40) - low_mask(31)
+        );
         // Exactly the minimum away: unchanged; one more: the wrap itself.
         let v = 0u64.wrapping_sub(MIN_ARM_EVENTS + 1);
         assert_eq!(low_mask(48) - arm_value(v, 47, 48) + 1, MIN_ARM_EVENTS + 1);

@@ -55,7 +55,10 @@ fn run_one(tap: &mut Tap, params: &[&str], seed: u64, ops: u64) {
     diag(report.summary());
     let hung = report.hung.clone();
     tap.result(
-        &format!("{label}: {} operations, every process killed and reaped", report.ops),
+        &format!(
+            "{label}: {} operations, every process killed and reaped",
+            report.ops
+        ),
         if !hung.is_empty() {
             Err(format!(
                 "{} processes could not be killed:\n{}",

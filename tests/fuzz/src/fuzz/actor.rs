@@ -523,10 +523,8 @@ impl Actor {
             } else {
                 p.reg_set = self.rng.range(1, 0xffff) as u16;
             }
-            let valid = !m.soft
-                && p.reg_set == 0
-                && p.reg_num < 64
-                && m.impl_pmds & (1 << p.reg_num) != 0;
+            let valid =
+                !m.soft && p.reg_set == 0 && p.reg_num < 64 && m.impl_pmds & (1 << p.reg_num) != 0;
             return (p, valid);
         }
         (p, true)

@@ -608,7 +608,9 @@ impl Actor {
                 for i in 0..n as usize / 64 {
                     let m: abi::PfmMsg = self.arena.get(addr + i * 64);
                     let ok = match m.msg_type {
-                        abi::PFM_MSG_OVFL => m.ovfl_pmds != 0 && m.ovfl_pmds & !model().impl_pmds == 0,
+                        abi::PFM_MSG_OVFL => {
+                            m.ovfl_pmds != 0 && m.ovfl_pmds & !model().impl_pmds == 0
+                        }
                         abi::PFM_MSG_END | abi::PFM_MSG_REVOKED => true,
                         _ => false,
                     };

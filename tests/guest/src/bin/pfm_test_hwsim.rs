@@ -102,7 +102,11 @@ fn info_describes_the_model() -> TestResult {
     ));
     ensure!(model == "intel_arch_sim", "model {model}");
     ensure!(i.impl_pmcs == 0xf | 1 << 16, "impl_pmcs {:#x}", i.impl_pmcs);
-    ensure!(i.impl_pmds == 0xf | 0x7 << 16, "impl_pmds {:#x}", i.impl_pmds);
+    ensure!(
+        i.impl_pmds == 0xf | 0x7 << 16,
+        "impl_pmds {:#x}",
+        i.impl_pmds
+    );
     ensure!(i.counter_width == 47, "counter_width {}", i.counter_width);
     // INT (20), ANY (21), PC (19) and bits 63:32 are not the user's.
     let owned = 1 << 19 | 1 << 20 | 1 << 21 | 0xffff_ffff << 32;
@@ -111,7 +115,10 @@ fn info_describes_the_model() -> TestResult {
         "PERFEVTSEL0 reserved mask {:#x}",
         i.pmc_rsvd_mask[0]
     );
-    ensure!(i.pmc_rsvd_mask[4] == u64::MAX, "absent PMC4 not all reserved");
+    ensure!(
+        i.pmc_rsvd_mask[4] == u64::MAX,
+        "absent PMC4 not all reserved"
+    );
     Ok(())
 }
 
@@ -157,7 +164,11 @@ fn reserved_bits_refused() -> TestResult {
 /// A thread's own cycles: its running time, on a GP and a fixed counter.
 fn self_cycles_are_running_time() -> TestResult {
     let ctx = programmed(
-        &[(0, CYCLES_USR), (1, INSTR_USR), (PMC_FIXED_CTRL, FIXED1_USR)],
+        &[
+            (0, CYCLES_USR),
+            (1, INSTR_USR),
+            (PMC_FIXED_CTRL, FIXED1_USR),
+        ],
         &[(0, 0, false), (1, 0, false), (PMD_FIXED1, 0, false)],
     )?;
     ctx.load(0).ctx("LOAD")?;
@@ -173,8 +184,14 @@ fn self_cycles_are_running_time() -> TestResult {
         v[0], v[1], v[2]
     ));
     ensure!(running > 250_000_000, "ran only {running} ns");
-    ensure!(cycles_match_running(v[0], running), "cycles vs running time");
-    ensure!(near(v[1], v[0] / 2, 1, 100_000), "instructions vs cycles / 2");
+    ensure!(
+        cycles_match_running(v[0], running),
+        "cycles vs running time"
+    );
+    ensure!(
+        near(v[1], v[0] / 2, 1, 100_000),
+        "instructions vs cycles / 2"
+    );
     ensure!(near(v[2], v[0], 1, 100_000), "fixed vs GP cycles");
     Ok(())
 }
@@ -244,7 +261,11 @@ fn overflow_periods_through_pmis() -> TestResult {
     const P1: u64 = 5_000_000;
     let irqs0 = sysfs_u64("overflow_interrupts")?;
     let ctx = programmed(
-        &[(0, CYCLES_USR), (1, CYCLES_USR), (PMC_FIXED_CTRL, FIXED1_USR)],
+        &[
+            (0, CYCLES_USR),
+            (1, CYCLES_USR),
+            (PMC_FIXED_CTRL, FIXED1_USR),
+        ],
         &[
             (0, P0.wrapping_neg(), true),
             (1, 0, false),
@@ -278,7 +299,10 @@ fn overflow_periods_through_pmis() -> TestResult {
         total / P0,
         total / P1
     ));
-    ensure!(cycles_match_running(total, running), "cycles vs running time");
+    ensure!(
+        cycles_match_running(total, running),
+        "cycles vs running time"
+    );
     ensure!(
         rest0 == total % P0 && rest1 == total % P1,
         "periodic values not exact: rests {rest0} {rest1}, expected {} {}",
@@ -291,7 +315,10 @@ fn overflow_periods_through_pmis() -> TestResult {
         "messages {n0}/{o0}, {n1}/{o1}"
     );
     ensure!(o0 >= 30, "too few overflows");
-    ensure!(irqs >= n0.max(n1), "{irqs} overflow interrupts for {n0} overflows");
+    ensure!(
+        irqs >= n0.max(n1),
+        "{irqs} overflow interrupts for {n0} overflows"
+    );
     Ok(())
 }
 
