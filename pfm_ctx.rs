@@ -20,7 +20,8 @@ use kernel::uaccess::{UserSlice, UserSliceWriter};
 use crate::abi;
 use crate::pfm_ctxsw::{self, Attachment};
 use crate::pfm_state::{Op, State, StateError};
-use crate::pfm_x86::{hw_regs, soft_count, PmdState, PmiThrottle, SoftDeltas};
+use crate::pfm_x86::driver::{HwModel, HwRegs};
+use crate::pfm_x86::{soft_count, PmdState, PmiThrottle, SoftDeltas};
 use crate::rust::{self as glue, new_irq_spinlock, IrqSpinLock};
 use crate::{ebadfd, globals};
 
@@ -197,6 +198,19 @@ impl CtxInner {
         }
     }
 
+    /// The context's registers, as the hardware driver takes them.
+    fn hw_regs<'a>(&'a mut self, model: &'a HwModel, min_arm: u64) -> HwRegs<'a, HwModel> {
+        HwRegs {
+            model,
+            pmcs: &self.pmcs,
+            pmc_used: self.pmc_used,
+            pmds: &mut self.pmds,
+            used: self.hw_used,
+            tally: None,
+            min_arm,
+        }
+    }
+
     /// Puts the counters on this CPU's PMU, counting.
     fn hw_install(&mut self, cpu: i32) {
         let g = globals();
@@ -205,15 +219,7 @@ impl CtxInner {
         };
         let owner: *const Attachment = &**att;
         let min_arm = self.throttle.min_arm();
-        let out = hw_regs(
-            model,
-            &self.pmcs,
-            self.pmc_used,
-            &mut self.pmds,
-            self.hw_used,
-            min_arm,
-        )
-        .install(&mut g.pmu.bus(), true);
+        let out = self.hw_regs(model, min_arm).install(&mut g.pmu.bus(), true);
         g.pmu.note(&out);
         g.intr.set_hw_owner(owner);
         self.hw_cpu = Some(cpu);
@@ -230,15 +236,7 @@ impl CtxInner {
             return;
         }
         let min_arm = self.throttle.min_arm();
-        let out = hw_regs(
-            model,
-            &self.pmcs,
-            self.pmc_used,
-            &mut self.pmds,
-            self.hw_used,
-            min_arm,
-        )
-        .stop(&mut g.pmu.bus(), false);
+        let out = self.hw_regs(model, min_arm).stop(&mut g.pmu.bus(), false);
         g.pmu.note(&out);
         g.intr.set_hw_owner(core::ptr::null());
         self.hw_cpu = None;
@@ -259,15 +257,7 @@ impl CtxInner {
         }
         let started = self.counting();
         let min_arm = self.throttle.pmi(glue::now_ns());
-        let out = hw_regs(
-            model,
-            &self.pmcs,
-            self.pmc_used,
-            &mut self.pmds,
-            self.hw_used,
-            min_arm,
-        )
-        .pmi(&mut g.pmu.bus(), started);
+        let out = self.hw_regs(model, min_arm).pmi(&mut g.pmu.bus(), started);
         g.pmu.note(&out);
         if out.overflowed != 0 {
             self.overflowed(out.overflowed);

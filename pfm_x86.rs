@@ -111,7 +111,7 @@ pub mod intel_sim;
 pub mod model;
 
 pub(crate) use driver::PmiThrottle;
-use driver::{HwModel, HwRegs, MsrBus, MsrFault, Outcome, ProbeCpuid};
+use driver::{HwModel, MsrBus, MsrFault, Outcome, ProbeCpuid};
 use intel_arch::IntelArch;
 use intel_sim::{IntelCfg, IntelSim, Ring};
 use model::{CpuidRegs, HwPmu, PmcError, Policy};
@@ -611,26 +611,6 @@ impl Pmu {
                 );
             }
         }
-    }
-}
-
-/// A context's hardware registers, as the driver takes them.
-pub(crate) fn hw_regs<'a>(
-    model: &'a HwModel,
-    pmcs: &'a [u64],
-    pmc_used: u64,
-    pmds: &'a mut [PmdState],
-    used: u64,
-    min_arm: u64,
-) -> HwRegs<'a, HwModel> {
-    HwRegs {
-        model,
-        pmcs,
-        pmc_used,
-        pmds,
-        used,
-        tally: None,
-        min_arm,
     }
 }
 
