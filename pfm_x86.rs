@@ -145,8 +145,11 @@ fn read_probe_cpuid() -> ProbeCpuid {
     if driver::vendor_is(&vendor, b"GenuineIntel") && vendor.eax >= 0xa {
         p.leaf_0xa = cpuid(0xa);
         if leaf1_ecx & CPUID_1_ECX_PDCM != 0 {
+            // SAFETY: CPUID.01H:ECX.PDCM announces IA32_PERF_CAPABILITIES,
+            // a read-only MSR.
             p.perf_capabilities =
-                crate::rust::rdmsr_safe(intel_arch::MSR_IA32_PERF_CAPABILITIES).unwrap_or(0);
+                unsafe { crate::rust::rdmsr_safe(intel_arch::MSR_IA32_PERF_CAPABILITIES) }
+                    .unwrap_or(0);
         }
     }
     if driver::vendor_is(&vendor, b"AuthenticAMD") {
@@ -314,10 +317,15 @@ impl MsrBus for PmuBus<'_> {
 
 impl MsrBus for CpuMsrs {
     fn rdmsr(&mut self, msr: u32) -> Result<u64, MsrFault> {
-        crate::rust::rdmsr_safe(msr).ok_or(MsrFault { msr })
+        // SAFETY: The driver only names registers of the selected model,
+        // which CPUID announced (`HwModel::probe`), all free of read effects.
+        unsafe { crate::rust::rdmsr_safe(msr) }.ok_or(MsrFault { msr })
     }
     fn wrmsr(&mut self, msr: u32, value: u64) -> Result<(), MsrFault> {
-        if crate::rust::wrmsr_safe(msr, value) {
+        // SAFETY: As above; the values come from the model (reserved bits
+        // clear, host-tested against the simulators), and the driver runs
+        // only on a context installed after `Pmu::claim` took the counters.
+        if unsafe { crate::rust::wrmsr_safe(msr, value) } {
             Ok(())
         } else {
             Err(MsrFault { msr })

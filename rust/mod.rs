@@ -350,18 +350,30 @@ pub(crate) fn apic_write_lvtpc(value: u32) {
 }
 
 /// `rdmsrl_safe`: reads an MSR of this CPU; `None` if the access faulted.
-pub(crate) fn rdmsr_safe(msr: u32) -> Option<u64> {
+///
+/// # Safety
+///
+/// `msr` must be a performance-monitoring MSR that CPUID announces on this
+/// CPU (as the host-tested models derive them), whose read has no side
+/// effect.
+pub(crate) unsafe fn rdmsr_safe(msr: u32) -> Option<u64> {
     let mut v = 0u64;
-    // SAFETY: The `_safe` accessor turns a #GP into an error; `v` is valid
-    // for writes. Callers only name MSRs a host-tested model derived from CPUID.
+    // SAFETY: The caller's guarantee; the `_safe` accessor turns a #GP into
+    // an error; `v` is valid for writes.
     let ret = unsafe { ffi::pfm_rdmsr_safe(msr, &mut v) };
     (ret == 0).then_some(v)
 }
 
 /// `wrmsrl_safe`: writes an MSR of this CPU; `false` if the access faulted.
-pub(crate) fn wrmsr_safe(msr: u32, value: u64) -> bool {
-    // SAFETY: As for `rdmsr_safe`: the values come from the models, which
-    // never set reserved bits (host-tested against the manuals' simulators).
+///
+/// # Safety
+///
+/// `msr` must be a performance-monitoring MSR that CPUID announces on this
+/// CPU, owned by the module (claimed from perf_events), and `value` one the
+/// model produced for it (reserved bits clear).
+pub(crate) unsafe fn wrmsr_safe(msr: u32, value: u64) -> bool {
+    // SAFETY: The caller's guarantee; the `_safe` accessor turns a #GP into
+    // an error.
     unsafe { ffi::pfm_wrmsr_safe(msr, value) == 0 }
 }
 
