@@ -101,13 +101,16 @@ bench-profile: VARIANT = fast
 bench-profile: deps kernel module guest initramfs
 	@tests/bench/qemu-prof/profile.sh
 
-# ---- make fuzz DURATION=SECS [SEED=N]: a long pfm_fuzz run (scripts/fuzz.sh) ----
+# ---- make fuzz DURATION=SECS [SEED=N] [FUZZ_PARAMS="..."]: a long pfm_fuzz run ----
 #
-# The debug kernel by default (VARIANT=fast for more operations per second);
-# DURATION defaults to 1800. Prints the operations executed, the anomalies
+# (scripts/fuzz.sh.) The debug kernel by default (VARIANT=fast for more
+# operations per second); DURATION defaults to 1800; FUZZ_PARAMS are the
+# module's parameters (default "pmu=soft soft_width=16"; "pmu=intel_arch_sim"
+# for the hardware path). Prints the operations executed, the anomalies
 # and any kernel splat; own image and logs in build/fuzz/.
 DURATION ?= 1800
 .PHONY: fuzz
 fuzz: VARIANT = debug
+fuzz: export FUZZ_PARAMS := $(FUZZ_PARAMS)
 fuzz: deps kernel module guest
 	@scripts/fuzz.sh $(VARIANT) $(DURATION) $(SEED)

@@ -3,6 +3,9 @@
 #
 # usage: fuzz.sh VARIANT DURATION_SECS [SEED]
 #
+# FUZZ_PARAMS: the module's parameters (default "pmu=soft soft_width=16";
+# "pmu=intel_arch_sim" fuzzes the hardware path on the simulated PMU).
+#
 # Builds its own guest image (the standard one plus pfm_fuzz) and keeps its
 # logs in build/fuzz/, so it can run beside `make check`. The guest loads
 # the module, runs `pfm_fuzz --duration DURATION` (progress every minute on
@@ -29,7 +32,9 @@ install -m 755 "$bin" "$out/bin/pfm_fuzz"
 PFM_KO=${PFM_KO:-$PFM_BUILD/module-$variant/perfmon.ko} PFM_BUILD=$out EXTRA_TESTS=$out/bin \
 	"$PFM_TOP/scripts/initramfs.sh" "$variant" >/dev/null
 
-cmd="/tests/pfm_fuzz --insmod --rmmod --kmsg --progress 60 --duration $duration${seed:+ --seed $seed}"
+params=${FUZZ_PARAMS:-pmu=soft soft_width=16}
+case $params in *[!a-z0-9_=\ ]*) echo "fuzz: FUZZ_PARAMS: name=value words only" >&2; exit 2 ;; esac
+cmd="/tests/pfm_fuzz --insmod --module-params \"$params\" --rmmod --kmsg --progress 60 --duration $duration${seed:+ --seed $seed}"
 echo "fuzz: $variant kernel, $duration s: $cmd" >&2
 set +e
 GUEST_TIMEOUT=${GUEST_TIMEOUT:-$(( duration + 900 ))} PFM_BUILD=$out "$PFM_TOP/scripts/vm.sh" "$variant" cmd "$cmd"
