@@ -473,6 +473,8 @@ unsafe extern "C" fn pfm_sysfs_show(attr: c_uint, buf: *mut c_char) -> isize {
         6 => out.num(g.pmu.width as u64),
         7 => out.num(g.intr.interrupts()),
         8 => out.num(g.pmu.msr_faults.load(Ordering::Relaxed)),
+        9 => out.num(g.pmu.full_restores.load(Ordering::Relaxed)),
+        10 => out.num(g.pmu.lazy_restores.load(Ordering::Relaxed)),
         _ => return EINVAL.to_errno() as isize,
     }
     out.text(b"\n");

@@ -111,6 +111,12 @@ pub(crate) struct CtxInner {
     /// Invariant (kept by [`CtxInner::hw_sync`]): installed only where
     /// the context counts and its thread runs.
     pub(crate) hw_cpu: Option<i32>,
+    /// Hardware model: the CPU and PMU register generation at which the
+    /// counters left the PMU with every register still in place (nothing
+    /// wrapped or overflowed at that stop); a switch-in there, if no other
+    /// context wrote the PMU since, only restarts counting. Cleared by any
+    /// register write.
+    pub(crate) hw_resume: Option<(i32, u64)>,
     /// Hardware model: keeps the PMI rate bounded (see `PmiThrottle`).
     pub(crate) throttle: PmiThrottle,
     /// PMD state, one per PMD number of the model.
@@ -219,7 +225,23 @@ impl CtxInner {
         };
         let owner: *const Attachment = &**att;
         let min_arm = self.throttle.min_arm();
-        let out = self.hw_regs(model, min_arm).install(&mut g.pmu.bus(), true);
+        let lazy = self.hw_resume.take() == Some((cpu, g.intr.hw_generation()));
+        let resumed = if lazy {
+            self.hw_regs(model, min_arm).resume(&mut g.pmu.bus())
+        } else {
+            None
+        };
+        let out = match resumed {
+            Some(out) => {
+                g.pmu.lazy_restores.fetch_add(1, Ordering::Relaxed);
+                out
+            }
+            None => {
+                g.pmu.full_restores.fetch_add(1, Ordering::Relaxed);
+                g.intr.bump_hw_generation();
+                self.hw_regs(model, min_arm).install(&mut g.pmu.bus(), true)
+            }
+        };
         g.pmu.note(&out);
         g.intr.set_hw_owner(owner);
         self.hw_cpu = Some(cpu);
@@ -239,6 +261,10 @@ impl CtxInner {
         let out = self.hw_regs(model, min_arm).stop(&mut g.pmu.bus(), false);
         g.pmu.note(&out);
         g.intr.set_hw_owner(core::ptr::null());
+        // A counter that wrapped is no longer armed: the next switch-in
+        // must write everything again.
+        self.hw_resume = (out.wrapped == 0 && out.overflowed == 0 && out.fault.is_none())
+            .then(|| (glue::this_cpu(), g.intr.hw_generation()));
         self.hw_cpu = None;
         if out.overflowed != 0 {
             self.overflowed(out.overflowed);
@@ -496,6 +522,7 @@ impl Context {
                         ev_pmds: [0; 4],
                         hw_used: 0,
                         hw_cpu: None,
+                        hw_resume: None,
                         throttle: PmiThrottle::new(),
                         pmds,
                         used_pmds: 0,
@@ -882,6 +909,7 @@ impl Context {
             check,
             |inner, _, pmcs: &mut [abi::PfmPmc]| {
                 inner.state.next(Op::WriteRegs).map_err(state_err)?;
+                inner.hw_resume = None;
                 for p in pmcs.iter() {
                     let reg = p.reg_num as usize;
                     // Checked above: valid, and within the table.
@@ -941,6 +969,7 @@ impl Context {
             check,
             |inner, _, pmds: &mut [abi::PfmPmd]| {
                 inner.state.next(Op::WriteRegs).map_err(state_err)?;
+                inner.hw_resume = None;
                 for p in pmds.iter() {
                     // Checked above: implemented, so within the table.
                     let Some(pmd) = inner.pmds.get_mut(p.reg_num as usize) else {
@@ -1061,6 +1090,7 @@ impl Context {
         let width = globals().pmu.width;
         self.with_live(|inner, _| -> Result {
             let next = inner.state.next(Op::Restart).map_err(state_err)?;
+            inner.hw_resume = None;
             for pmd in inner.pmds.iter_mut() {
                 if pmd.flags & abi::PFM_REGFL_OVFL_NOTIFY != 0 {
                     let reset = pmd.long_reset;
@@ -1106,6 +1136,7 @@ impl Context {
     /// Resets what a new attachment starts from.
     pub(crate) fn reset_for_load(inner: &mut CtxInner, tid: u32) {
         inner.tid = tid;
+        inner.hw_resume = None;
         inner.exited = false;
         inner.active = false;
         inner.on_cpu = None;

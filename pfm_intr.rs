@@ -43,6 +43,9 @@ pub(crate) struct CpuVector {
     /// Not a counted reference: set and cleared on this CPU with interrupts
     /// off, and cleared before the attachment can go (see `pfm_ctx`).
     hw_owner: AtomicPtr<Attachment>,
+    /// Bumped by every context that writes its registers into this CPU's
+    /// PMU: a context whose registers are still there may skip the restore.
+    hw_generation: AtomicU64,
 }
 
 impl CpuVector {
@@ -55,6 +58,7 @@ impl CpuVector {
             count: AtomicU64::new(0),
             pending: AtomicPtr::new(core::ptr::null_mut()),
             hw_owner: AtomicPtr::new(core::ptr::null_mut()),
+            hw_generation: AtomicU64::new(0),
         }
     }
 }
@@ -173,6 +177,20 @@ impl Vectors {
         }
     }
 
+    /// This CPU's PMU register generation (see `CpuVector::hw_generation`).
+    /// Interrupts off.
+    pub(crate) fn hw_generation(&self) -> u64 {
+        self.slot(glue::this_cpu() as usize)
+            .map_or(0, |s| s.hw_generation.load(Ordering::Relaxed))
+    }
+
+    /// A context wrote its registers into this CPU's PMU. Interrupts off.
+    pub(crate) fn bump_hw_generation(&self) {
+        if let Some(slot) = self.slot(glue::this_cpu() as usize) {
+            slot.hw_generation.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// Whether `att`'s context is on this CPU's hardware PMU. Interrupts off.
     pub(crate) fn is_hw_owner(&self, att: *const Attachment) -> bool {
         self.slot(glue::this_cpu() as usize)
@@ -233,6 +251,9 @@ unsafe extern "C" fn cpu_online(cpu: c_uint) -> c_int {
     }
     // SAFETY: `irq` is allocated.
     let vector = unsafe { glue::irq_vector(irq) };
+    // A CPU coming (back) online may have lost its PMU registers: no
+    // context may skip its restore on the strength of an older generation.
+    slot.hw_generation.fetch_add(1, Ordering::Relaxed);
     slot.vector.store(vector, Ordering::Relaxed);
     slot.irq.store(irq, Ordering::Release);
     if vecs.lvtpc_wanted.load(Ordering::Acquire) {

@@ -87,6 +87,10 @@ pub(crate) struct Pmu {
     pub(crate) msr_faults: AtomicU64,
     /// When the "counters held by perf_events" line was last printed.
     busy_warned_at: AtomicU64,
+    /// Hardware switch-ins that wrote every register (sysfs).
+    pub(crate) full_restores: AtomicU64,
+    /// Hardware switch-ins that only restarted counting (sysfs).
+    pub(crate) lazy_restores: AtomicU64,
 }
 
 const CLAIM_FREE: u8 = 0;
@@ -348,6 +352,8 @@ impl Pmu {
             claim: AtomicU8::new(CLAIM_FREE),
             msr_faults: AtomicU64::new(0),
             busy_warned_at: AtomicU64::new(0),
+            full_restores: AtomicU64::new(0),
+            lazy_restores: AtomicU64::new(0),
         };
         if name == b"intel_arch_sim" {
             let model = IntelArch::probe(SIM_CFG.cpuid(), SIM_CFG.perf_capabilities())

@@ -300,6 +300,29 @@ impl<M: HwPmu> HwRegs<'_, M> {
         out
     }
 
+    /// Puts the context back on a PMU that still holds its registers as
+    /// [`HwRegs::stop`] (without re-arming) left them — the same CPU, no
+    /// other context installed since, no register written and no value
+    /// reset in between — and starts counting: one GLOBAL_CTRL write where
+    /// the model has one, instead of every PMC and counter. perfmon2's lazy
+    /// restore.
+    ///
+    /// One PMC is read back first: a PMU that lost its state (a CPU reset
+    /// by suspend, firmware) no longer holds it, and `None` tells the
+    /// caller to [`HwRegs::install`] instead.
+    pub fn resume<B: MsrBus>(&mut self, bus: &mut B) -> Option<Outcome> {
+        let mut out = Outcome::default();
+        let enabled = self.model.global_msrs().is_some();
+        let pmc = bits(self.pmc_used).next()?;
+        let (v, d) = (self.pmcs.get(pmc)?, self.model.pmc_desc(pmc)?);
+        let held = out.note(bus.rdmsr(d.msr))?;
+        if held != self.model.pmc_hw_value(pmc, *v, enabled) {
+            return None;
+        }
+        self.start(bus, &mut out);
+        Some(out)
+    }
+
     /// Starts counting (the context is installed): one GLOBAL_CTRL write
     /// where the model has one.
     pub fn start<B: MsrBus>(&self, bus: &mut B, out: &mut Outcome) {

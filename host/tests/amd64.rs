@@ -429,9 +429,19 @@ fn run_periods_switching(cfg: AmdCfg, p: u64, n: u64, chunk: u64, inject: bool, 
         sim.count(0xc0, 0, Ring::User, c);
         drv.service(&mut sim);
         if switch {
-            drv.switch_out(&mut sim);
+            // Every other switch: lazy restore (nobody used the PMU).
+            let mut lazy = left / chunk % 2 == 0;
+            if lazy {
+                lazy = drv.switch_out_keep(&mut sim);
+            } else {
+                drv.switch_out(&mut sim);
+            }
             sim.count(0xc0, 0, Ring::User, 1000);
-            drv.switch_in(&mut sim);
+            if lazy {
+                drv.switch_in_lazy(&mut sim);
+            } else {
+                drv.switch_in(&mut sim);
+            }
         }
         left -= c;
     }

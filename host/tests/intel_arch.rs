@@ -655,14 +655,25 @@ fn run_periods_switching(cfg: IntelCfg, p: u64, n: u64, chunk: u64, inject: bool
         }
         drv.service(&mut sim);
         if switch {
-            drv.switch_out(&mut sim);
+            // Every other switch: another monitored thread ran in between
+            // (full restore); otherwise nobody did (lazy restore).
+            let mut lazy = left / chunk % 2 == 0;
+            if lazy {
+                lazy = drv.switch_out_keep(&mut sim);
+            } else {
+                drv.switch_out(&mut sim);
+            }
             sim.count(gp_ev, Ring::User, 1000);
             for f in 0..16 {
                 if m.fixed_mask() & (1 << f) != 0 {
                     sim.count(fixed_event(f), Ring::User, 1000);
                 }
             }
-            drv.switch_in(&mut sim);
+            if lazy {
+                drv.switch_in_lazy(&mut sim);
+            } else {
+                drv.switch_in(&mut sim);
+            }
         }
         left -= c;
     }
@@ -741,6 +752,31 @@ fn interrupt_without_a_wrap_changes_nothing() {
         assert_eq!(drv.pmds[0].overflows, 0, "{cfg:?}: nothing folded");
         drv.stop(&mut sim);
         assert_eq!(drv.pmds[0].overflows, 10, "{cfg:?}");
+    }
+}
+
+#[test]
+fn lazy_restore_refused_after_a_pmu_reset() {
+    for cfg in configs() {
+        let m = model(&cfg);
+        if m.num_gp() == 0 {
+            continue;
+        }
+        let mut sim = IntelSim::new(cfg);
+        let mut drv = Driver::new(&m);
+        drv.write_pmc(0, 0x1412e, USER_ONLY).unwrap();
+        drv.write_pmd(0, 0, 0).unwrap();
+        drv.load(&mut sim);
+        drv.start(&mut sim);
+        sim.count((0x2e, 0x41), Ring::User, 10);
+        assert!(drv.switch_out_keep(&mut sim));
+        // The CPU was reset (suspend): every register back to RESET.
+        sim = IntelSim::new(cfg);
+        assert!(drv.resume_refused(&mut sim), "{cfg:?}");
+        drv.switch_in(&mut sim);
+        sim.count((0x2e, 0x41), Ring::User, 5);
+        drv.stop(&mut sim);
+        assert_eq!(drv.pmds[0].value, 15, "{cfg:?}");
     }
 }
 

@@ -172,6 +172,36 @@ impl<'a, M: HwPmu> Driver<'a, M> {
         assert_eq!(out.fault, None);
     }
 
+    /// Takes the context off the PMU and leaves its registers there, as
+    /// when no other context runs before it comes back; returns whether a
+    /// lazy restore may follow (nothing wrapped or overflowed at the stop,
+    /// so every counter is still armed where the module put it).
+    pub fn switch_out_keep<B: MsrBus>(&mut self, bus: &mut B) -> bool {
+        let out = self.run(bus, |r, b| r.stop(b, false));
+        out.wrapped == 0 && out.overflowed == 0
+    }
+
+    /// Puts the context back on a PMU that kept its registers (lazy
+    /// restore): counting again with the start write alone.
+    pub fn switch_in_lazy<B: MsrBus>(&mut self, bus: &mut B) {
+        assert!(self.started);
+        self.run(bus, |r, b| r.resume(b).expect("the PMU kept the registers"));
+    }
+
+    /// A lazy restore on a PMU that lost its state: refused.
+    pub fn resume_refused<B: MsrBus>(&mut self, bus: &mut B) -> bool {
+        let mut regs = HwRegs {
+            model: self.model,
+            pmcs: &self.pmcs,
+            pmc_used: self.pmc_used,
+            pmds: &mut self.state,
+            used: self.used,
+            tally: None,
+            min_arm: pfm_host_tests::pfm_x86::model::MIN_ARM_EVENTS,
+        };
+        regs.resume(&mut Strict(bus)).is_none()
+    }
+
     /// Puts the context back (a switch-in), counting if started.
     pub fn switch_in<B: MsrBus>(&mut self, bus: &mut B) {
         let started = self.started;
