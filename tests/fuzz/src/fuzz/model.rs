@@ -27,7 +27,24 @@ pub(crate) struct Model {
     pub(crate) os_bits: [u64; abi::PFM_MAX_PMCS],
     /// (PMC, value, PMD) triples that make a PMD count (hardware models).
     pub(crate) counting: Vec<(u16, u64, u16)>,
+    /// Event select and unit mask pairs (`event | umask << 8`) an event
+    /// select register refuses: Intel's architectural events that CPUID
+    /// marks unavailable (those missing from GET_INFO's event list).
+    pub(crate) unavailable: Vec<u16>,
 }
+
+/// The SDM's architectural events (event select, unit mask), in CPUID.0AH
+/// bit order.
+const INTEL_ARCH_EVENTS: [(u8, u8); 8] = [
+    (0x3c, 0x00),
+    (0xc0, 0x00),
+    (0x3c, 0x01),
+    (0x2e, 0x4f),
+    (0x2e, 0x41),
+    (0xc4, 0x00),
+    (0xc5, 0x00),
+    (0xa4, 0x01),
+];
 
 /// The model of the last [`load`] (leaked: one per run), null for soft.
 static MODEL: AtomicPtr<Model> = AtomicPtr::new(std::ptr::null_mut());
@@ -57,6 +74,7 @@ fn soft() -> Model {
         rsvd,
         os_bits: [0; abi::PFM_MAX_PMCS],
         counting: Vec::new(),
+        unavailable: Vec::new(),
     }
 }
 
@@ -98,6 +116,16 @@ pub(crate) fn load() -> &'static Model {
             }
         }
     }
+    let listed: Vec<u16> = events.iter().map(|&c| c as u16).collect();
+    let unavailable = if name.starts_with("intel_arch") {
+        INTEL_ARCH_EVENTS
+            .iter()
+            .map(|&(e, u)| e as u16 | (u as u16) << 8)
+            .filter(|c| !listed.contains(c))
+            .collect()
+    } else {
+        Vec::new()
+    };
     let m = Model {
         soft: false,
         pmcs: bits(info.impl_pmcs),
@@ -107,6 +135,7 @@ pub(crate) fn load() -> &'static Model {
         rsvd: info.pmc_rsvd_mask,
         os_bits,
         counting,
+        unavailable,
     };
     MODEL.store(Box::into_raw(Box::new(m)), Ordering::Release);
     model()
@@ -121,5 +150,6 @@ impl Model {
             && self.impl_pmcs & (1 << i) != 0
             && value & self.rsvd[i] == 0
             && (privileged || value & self.os_bits[i] == 0)
+            && !(i < 16 && self.unavailable.contains(&(value as u16)))
     }
 }
