@@ -728,6 +728,17 @@ fn global_enable_ordering_is_exact() {
     }
 }
 
+/// A context counting user-mode LLC misses on PMD0 from `start` (also its
+/// reset value), installed on `sim` and started.
+fn counting_pmd0<'a>(m: &'a IntelArch, sim: &mut IntelSim, start: u64) -> Driver<'a, IntelArch> {
+    let mut drv = Driver::new(m);
+    drv.write_pmc(0, 0x1412e, USER_ONLY).unwrap();
+    drv.write_pmd(0, start, start).unwrap();
+    drv.load(sim);
+    drv.start(sim);
+    drv
+}
+
 #[test]
 fn interrupt_without_a_wrap_changes_nothing() {
     // The module's own self-IPIs share the PMI's vector: the PMI sequence
@@ -739,12 +750,8 @@ fn interrupt_without_a_wrap_changes_nothing() {
             continue;
         }
         let mut sim = IntelSim::new(cfg);
-        let mut drv = Driver::new(&m);
-        drv.write_pmc(0, 0x1412e, USER_ONLY).unwrap();
         let start = period_to_value(1);
-        drv.write_pmd(0, start, start).unwrap();
-        drv.load(&mut sim);
-        drv.start(&mut sim);
+        let mut drv = counting_pmd0(&m, &mut sim, start);
         sim.count((0x2e, 0x41), Ring::User, 10);
         let before = (sim.evtsel, sim.pmc, sim.global_ctrl);
         assert_eq!(drv.pmi(&mut sim), 0, "{cfg:?}");
@@ -763,11 +770,7 @@ fn lazy_restore_refused_after_a_pmu_reset() {
             continue;
         }
         let mut sim = IntelSim::new(cfg);
-        let mut drv = Driver::new(&m);
-        drv.write_pmc(0, 0x1412e, USER_ONLY).unwrap();
-        drv.write_pmd(0, 0, 0).unwrap();
-        drv.load(&mut sim);
-        drv.start(&mut sim);
+        let mut drv = counting_pmd0(&m, &mut sim, 0);
         sim.count((0x2e, 0x41), Ring::User, 10);
         assert!(drv.switch_out_keep(&mut sim));
         // The CPU was reset (suspend): every register back to RESET.
@@ -792,12 +795,8 @@ fn tiny_periods_do_not_storm() {
             continue;
         }
         let mut sim = IntelSim::new(cfg);
-        let mut drv = Driver::new(&m);
-        drv.write_pmc(0, 0x1412e, USER_ONLY).unwrap();
         let start = period_to_value(1);
-        drv.write_pmd(0, start, start).unwrap();
-        drv.load(&mut sim);
-        drv.start(&mut sim);
+        let mut drv = counting_pmd0(&m, &mut sim, start);
         let n = 1_000_000u64;
         let mut pmis = 0;
         for _ in 0..n / 100 {

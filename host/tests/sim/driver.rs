@@ -190,16 +190,14 @@ impl<'a, M: HwPmu> Driver<'a, M> {
 
     /// A lazy restore on a PMU that lost its state: refused.
     pub fn resume_refused<B: MsrBus>(&mut self, bus: &mut B) -> bool {
-        let mut regs = HwRegs {
-            model: self.model,
-            pmcs: &self.pmcs,
-            pmc_used: self.pmc_used,
-            pmds: &mut self.state,
-            used: self.used,
-            tally: None,
-            min_arm: pfm_host_tests::pfm_x86::model::MIN_ARM_EVENTS,
-        };
-        regs.resume(&mut Strict(bus)).is_none()
+        let mut refused = false;
+        self.run(bus, |r, b| {
+            r.resume(b).unwrap_or_else(|| {
+                refused = true;
+                Outcome::default()
+            })
+        });
+        refused
     }
 
     /// Puts the context back (a switch-in), counting if started.

@@ -172,7 +172,10 @@ fn self_cycles_are_running_time() -> TestResult {
         ],
         &[(0, 0, false), (1, 0, false), (PMD_FIXED1, 0, false)],
     )?;
-    let (full0, lazy0) = (sysfs_u64("hw_full_restores")?, sysfs_u64("hw_lazy_restores")?);
+    let (full0, lazy0) = (
+        sysfs_u64("hw_full_restores")?,
+        sysfs_u64("hw_lazy_restores")?,
+    );
     ctx.load(0).ctx("LOAD")?;
     ctx.start().ctx("START")?;
     for _ in 0..10 {
