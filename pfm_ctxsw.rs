@@ -471,16 +471,17 @@ unsafe extern "C" fn sched_out(
 ) {
     let att = attachment_of!(notifier, notifier);
     // A hardware model's counters leave the PMU with their thread, whatever
-    // the context's state (a zombie's included).
-    att.hw_drop_here();
+    // the context's state (a zombie's included): on every path below.
     // SAFETY: `task` is alive (counted reference); reading its state is what
     // the scheduler does itself. `__state` is TASK_DEAD for the final switch.
     let dead = unsafe { (*att.task_ptr()).__state } == bindings::TASK_DEAD;
     if !dead && !att.live.load(Ordering::Relaxed) {
+        att.hw_drop_here();
         return;
     }
     // SAFETY: A scheduler callback of the attachment's thread.
     if !dead && att.tool_ids.is_some() && unsafe { att.check_access() } {
+        att.hw_drop_here();
         return;
     }
     let wake;
@@ -489,7 +490,10 @@ unsafe extern "C" fn sched_out(
         let wanted = matches!(&inner.attach, Some(a) if core::ptr::eq(&**a, att));
         let cpu = glue::this_cpu();
         if wanted && att.live.load(Ordering::Relaxed) {
+            // Takes the hardware counters off the PMU too.
             inner.sched_out(cpu, dead);
+        } else if globals().intr.is_hw_owner(att) {
+            inner.hw_uninstall();
         }
         if dead {
             if wanted && inner.state.is_attached() {
