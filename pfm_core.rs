@@ -29,6 +29,7 @@ pub mod abi;
 #[allow(dead_code)]
 pub mod pfm_counter;
 mod pfm_ctx;
+mod pfm_msgq;
 mod pfm_ctxsw;
 mod pfm_intr;
 #[allow(dead_code)]

@@ -13,81 +13,18 @@ use core::sync::atomic::Ordering;
 
 use kernel::bindings;
 use kernel::prelude::*;
-use kernel::sync::Arc;
+use kernel::sync::{new_mutex, Arc, Mutex};
 use kernel::types::Opaque;
 use kernel::uaccess::{UserSlice, UserSliceWriter};
 
 use crate::abi;
 use crate::pfm_ctxsw::{self, Attachment};
+use crate::pfm_msgq::{MsgQueue, MSG_QUEUE_DEPTH};
 use crate::pfm_state::{Op, State, StateError};
 use crate::pfm_x86::driver::{HwModel, HwRegs};
 use crate::pfm_x86::{soft_count, PmdState, PmiThrottle, SoftDeltas};
 use crate::rust::{self as glue, new_irq_spinlock, IrqSpinLock};
 use crate::{ebadfd, globals};
-
-/// Messages a context queues before it masks (perfmon2's depth).
-pub(crate) const MSG_QUEUE_DEPTH: usize = 8;
-
-/// A fixed ring of messages for the tool.
-pub(crate) struct MsgQueue {
-    msgs: [abi::PfmMsg; MSG_QUEUE_DEPTH],
-    head: usize,
-    len: usize,
-    /// Overflows not queued because the ring was full.
-    pub(crate) lost: u64,
-}
-
-impl MsgQueue {
-    const fn new() -> Self {
-        Self {
-            msgs: [abi::PfmMsg {
-                msg_type: 0,
-                tid: 0,
-                cpu: 0,
-                pad: 0,
-                reserved0: 0,
-                ip: 0,
-                ovfl_pmds: 0,
-                tstamp: 0,
-                reserved: [0; 3],
-            }; MSG_QUEUE_DEPTH],
-            head: 0,
-            len: 0,
-            lost: 0,
-        }
-    }
-
-    /// Appends `msg`; returns `false` when full.
-    pub(crate) fn push(&mut self, msg: abi::PfmMsg) -> bool {
-        if self.len == MSG_QUEUE_DEPTH {
-            return false;
-        }
-        self.msgs[(self.head + self.len) % MSG_QUEUE_DEPTH] = msg;
-        self.len += 1;
-        true
-    }
-
-    /// Adds overflowed PMDs to the newest message (the queue is full).
-    fn merge_into_newest(&mut self, ovfl: u64) {
-        if self.len != 0 {
-            self.msgs[(self.head + self.len - 1) % MSG_QUEUE_DEPTH].ovfl_pmds |= ovfl;
-        }
-    }
-
-    fn pop(&mut self) -> Option<abi::PfmMsg> {
-        if self.len == 0 {
-            return None;
-        }
-        let msg = self.msgs[self.head];
-        self.head = (self.head + 1) % MSG_QUEUE_DEPTH;
-        self.len -= 1;
-        Some(msg)
-    }
-
-    fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-}
 
 /// The part of a context protected by its lock.
 pub(crate) struct CtxInner {
@@ -136,8 +73,11 @@ pub(crate) struct CtxInner {
     /// The CPU the target last ran on while attached.
     pub(crate) last_cpu: i32,
     /// The thread's scheduler runtime (`se.sum_exec_runtime`, made live)
-    /// when the counters were last advanced: task-clock is this runtime, the
-    /// thread CPU time `CLOCK_THREAD_CPUTIME_ID` reports.
+    /// when the counters were last advanced, or at its last switch-out:
+    /// task-clock is this runtime, the thread CPU time
+    /// `CLOCK_THREAD_CPUTIME_ID` reports. Only the thread's own running
+    /// advances that runtime, so between a switch-out and the next
+    /// switch-in it stays valid.
     pub(crate) run_base: u64,
     /// When the context was last started (caller's clock).
     pub(crate) enabled_start: u64,
@@ -303,11 +243,18 @@ impl CtxInner {
         }
     }
 
-    /// The thread (current) runs on `cpu` from now on; `runtime` is its
-    /// scheduler runtime where counting resumes: the start of its time slice
-    /// at a switch-in (the slice began when the scheduler picked it), the
-    /// live runtime when installed mid-slice.
-    pub(crate) fn sched_in(&mut self, cpu: i32, runtime: u64) {
+    /// The thread (current) runs on `cpu` from now on, after a context
+    /// switch: counting resumes from the runtime its last switch-out left
+    /// in `run_base`.
+    ///
+    /// `se.sum_exec_runtime` is not sampled here: the scheduler fires the
+    /// sched-in notifiers after `finish_task_switch` has re-enabled
+    /// interrupts, so a tick, a wake-up preemption check from another CPU
+    /// or a remote `task_sched_runtime` (`/proc/PID/schedstat`, a thread
+    /// CPU clock) may already have accounted part of this time slice.
+    /// Whatever was added since the switch-out is this thread's own running
+    /// time, and the next switch-out counts it.
+    pub(crate) fn sched_in(&mut self, cpu: i32) {
         if self.counting() && cpu != self.last_cpu {
             self.count(&SoftDeltas {
                 migrations: 1,
@@ -316,21 +263,27 @@ impl CtxInner {
         }
         self.last_cpu = cpu;
         self.on_cpu = Some(cpu);
-        self.run_base = runtime;
         self.hw_sync();
+    }
+
+    /// The context starts following the thread (current) mid-slice, on
+    /// `cpu`: a self-LOAD, or a remote LOAD's install in the thread.
+    pub(crate) fn install_here(&mut self, cpu: i32) {
+        self.run_base = glue::current_runtime_ns();
+        self.sched_in(cpu);
     }
 
     /// The thread is switched out of `cpu`; `dead` for its final switch.
     /// The scheduler has just accounted its time slice, so the slice ends
-    /// exactly at its `sum_exec_runtime`.
+    /// exactly at its `sum_exec_runtime`, where the next one starts.
     pub(crate) fn sched_out(&mut self, cpu: i32, dead: bool) {
         self.hw_uninstall();
+        let runtime = glue::current_sum_exec_runtime();
         let mut d = SoftDeltas::default();
         if self.on_cpu == Some(cpu) {
-            let runtime = glue::current_sum_exec_runtime();
             d.task_clock = runtime.saturating_sub(self.run_base);
-            self.run_base = runtime;
         }
+        self.run_base = runtime;
         if self.counting() {
             self.time_running += d.task_clock;
             // perf_events stops counting a thread before its final switch
@@ -383,11 +336,7 @@ impl CtxInner {
                 };
                 // END must not be lost behind overflow messages: it replaces
                 // the oldest one if the ring is full.
-                if !self.msgs.push(end) {
-                    self.msgs.pop();
-                    self.msgs.lost += 1;
-                    self.msgs.push(end);
-                }
+                self.msgs.push_forced(end);
             } else {
                 // A zombie whose thread died: nobody reads it any more.
                 globals().zombies.fetch_sub(1, Ordering::Relaxed);
@@ -416,11 +365,7 @@ impl CtxInner {
             tstamp: now,
             ..abi::PfmMsg::default()
         };
-        if !self.msgs.push(msg) {
-            self.msgs.pop();
-            self.msgs.lost += 1;
-            self.msgs.push(msg);
-        }
+        self.msgs.push_forced(msg);
     }
 
     /// Closes the enabled-time window at `now`.
@@ -458,6 +403,9 @@ pub(crate) struct Context {
     pub(crate) inner: IrqSpinLock<CtxInner>,
     #[pin]
     waitq: Opaque<bindings::wait_queue_head>,
+    /// Held by a `read(2)` from taking messages to removing them.
+    #[pin]
+    reader: Mutex<()>,
     fasync: Opaque<*mut bindings::fasync_struct>,
 }
 
@@ -548,6 +496,7 @@ impl Context {
                     // SAFETY: `q` is valid for writes.
                     unsafe { glue::init_waitqueue_head(q) }
                 }),
+                reader <- new_mutex!((), "perfmon_reader"),
                 // INVARIANT: an empty fasync list.
                 fasync: Opaque::new(core::ptr::null_mut()),
             }),
@@ -721,24 +670,11 @@ impl Context {
                     bindings::TASK_INTERRUPTIBLE as i32,
                 );
             }
-            let mut taken = 0usize;
-            let mut batch = [abi::PfmMsg::default(); MSG_QUEUE_DEPTH];
-            let exited;
-            {
-                let mut inner = self.inner.lock();
-                while (taken + 1) * MSG <= out.len() && taken < MSG_QUEUE_DEPTH {
-                    match inner.msgs.pop() {
-                        Some(m) => {
-                            batch[taken] = m;
-                            taken += 1;
-                        }
-                        None => break,
-                    }
-                }
-                exited = inner.exited;
-            }
-            let done = taken != 0 || exited || nonblock;
-            if !done {
+            let (ready, exited) = {
+                let inner = self.inner.lock();
+                (!inner.msgs.is_empty(), inner.exited)
+            };
+            if !ready && !exited && !nonblock {
                 if kernel::current!().signal_pending() {
                     // SAFETY: Pairs with `prepare_to_wait_exclusive` above.
                     unsafe { bindings::finish_wait(self.waitq.get(), entry.get()) };
@@ -749,11 +685,12 @@ impl Context {
             }
             // SAFETY: Pairs with `prepare_to_wait_exclusive` above.
             unsafe { bindings::finish_wait(self.waitq.get(), entry.get()) };
-            if taken != 0 {
-                for m in &batch[..taken] {
-                    out.write(m)?;
+            if ready {
+                if let Some(r) = self.deliver(&mut out) {
+                    return r;
                 }
-                return Ok(taken * MSG);
+                // Another reader took them: wait again.
+                continue;
             }
             if exited {
                 return Ok(0);
@@ -761,6 +698,37 @@ impl Context {
             if nonblock {
                 return Err(EAGAIN);
             }
+        }
+    }
+
+    /// Copies the oldest messages that fit to `out` and removes from the
+    /// queue exactly those that reached it (`pfm_msgq`): a faulting copy
+    /// leaves every message queued. `None` if the queue was empty.
+    fn deliver(&self, out: &mut UserSliceWriter) -> Option<Result<usize>> {
+        const MSG: usize = core::mem::size_of::<abi::PfmMsg>();
+        // One reader between peek and commit, so no message reaches two.
+        let _reading = self.reader.lock();
+        let mut batch = [abi::PfmMsg::default(); MSG_QUEUE_DEPTH];
+        let room = (out.len() / MSG).min(MSG_QUEUE_DEPTH);
+        let (n, mark) = self.inner.lock().msgs.peek(&mut batch[..room]);
+        if n == 0 {
+            return None;
+        }
+        let mut delivered = 0;
+        let mut fault = None;
+        for m in &batch[..n] {
+            match out.write(m) {
+                Ok(()) => delivered += 1,
+                Err(e) => {
+                    fault = Some(e);
+                    break;
+                }
+            }
+        }
+        self.inner.lock().msgs.commit(mark, delivered);
+        match fault {
+            Some(e) if delivered == 0 => Some(Err(e)),
+            _ => Some(Ok(delivered * MSG)),
         }
     }
 
@@ -894,7 +862,7 @@ impl Context {
         let check = |p: &abi::PfmPmc| {
             if p.reg_set != 0 {
                 abi::PFM_REG_RETFL_NOSET
-            } else if p.reg_flags & abi::PFM_REGFL_IN_MASK != 0 || p.reserved != [0; 2] {
+            } else if p.reg_flags & !abi::PFM_REG_RETFL_MASK != 0 || p.reserved != [0; 2] {
                 abi::PFM_REG_RETFL_EINVAL
             } else {
                 pmu.validate_pmc(p.reg_num as usize, p.reg_value, policy)
@@ -953,7 +921,7 @@ impl Context {
                 abi::PFM_REG_RETFL_NOSET
             } else if !pmd_exists(implemented, p.reg_num) {
                 abi::PFM_REG_RETFL_NOTAVAIL
-            } else if p.reg_flags & abi::PFM_REGFL_IN_MASK & !abi::PFM_REGFL_OVFL_NOTIFY != 0
+            } else if p.reg_flags & !(abi::PFM_REGFL_PMD_MASK | abi::PFM_REG_RETFL_MASK) != 0
                 || p.reserved != [0; 2]
                 || p.reg_reset_pmds & !implemented != 0
             {
@@ -978,7 +946,7 @@ impl Context {
                     pmd.write(p.reg_value, width);
                     pmd.short_reset = p.reg_short_reset;
                     pmd.long_reset = p.reg_long_reset;
-                    pmd.flags = p.reg_flags & abi::PFM_REGFL_IN_MASK;
+                    pmd.flags = p.reg_flags & abi::PFM_REGFL_PMD_MASK;
                     pmd.reset_pmds = p.reg_reset_pmds;
                     inner.used_pmds |= 1 << p.reg_num;
                 }
@@ -995,6 +963,8 @@ impl Context {
                 abi::PFM_REG_RETFL_NOSET
             } else if !pmd_exists(implemented, p.reg_num) {
                 abi::PFM_REG_RETFL_NOTAVAIL
+            } else if p.reserved != [0; 2] {
+                abi::PFM_REG_RETFL_EINVAL
             } else {
                 0
             }
@@ -1144,7 +1114,7 @@ impl Context {
         inner.started = false;
         inner.time_enabled = 0;
         inner.time_running = 0;
-        while inner.msgs.pop().is_some() {}
+        inner.msgs.clear();
     }
 }
 

@@ -405,6 +405,15 @@ pub(crate) fn release(att: Arc<Attachment>) {
     }
 }
 
+/// Drops `att` here, in a file operation of this module: the open file
+/// holds a module reference until the operation returns, we run in process
+/// context with no lock held, and outside any scheduler callback, so even
+/// the last reference may be dropped at once (`release`'s reasons to defer
+/// do not hold). Its pending irq_work, if any, is waited for by `Drop`.
+fn release_in_fop(att: Arc<Attachment>) {
+    drop(att);
+}
+
 impl WorkItem for Attachment {
     type Pointer = Arc<Attachment>;
 
@@ -462,7 +471,7 @@ unsafe extern "C" fn sched_in(notifier: *mut bindings::preempt_notifier, cpu: ke
         return;
     }
     let mut inner = att.ctx.inner.lock();
-    inner.sched_in(cpu, glue::current_sum_exec_runtime());
+    inner.sched_in(cpu);
 }
 
 unsafe extern "C" fn sched_out(
@@ -552,9 +561,8 @@ unsafe extern "C" fn install_fn(head: *mut bindings::callback_head) {
                 att.live.store(false, Ordering::Relaxed);
                 ended = true;
             } else {
-                let cpu = glue::this_cpu();
                 inner.active = true;
-                inner.sched_in(cpu, glue::current_runtime_ns());
+                inner.install_here(glue::this_cpu());
                 // SAFETY: We are `task`, with the context lock held.
                 unsafe { att.register() };
             }
@@ -780,7 +788,7 @@ pub(crate) fn attach(ctx: &Arc<Context>, tid: u32) -> Result {
         let old = inner.attach.replace(att.clone());
         if is_self {
             inner.active = true;
-            inner.sched_in(glue::this_cpu(), glue::current_runtime_ns());
+            inner.install_here(glue::this_cpu());
             // SAFETY: We are the task, with the context lock held.
             unsafe { att.register() };
         }
@@ -834,7 +842,9 @@ fn let_go(att: Arc<Attachment>, prompt: bool) {
         // SAFETY: We are the task.
         unsafe { att.unregister() };
         att.retire();
-        release(att);
+        // Usually the last reference now: freed before the UNLOAD or the
+        // close returns (`live_contexts` says so at once).
+        release_in_fop(att);
         return;
     }
     if att.dead.load(Ordering::Relaxed) {

@@ -3,8 +3,8 @@
 //! The kernel module's pure files, compiled on the host so that `cargo test`
 //! runs their `#[cfg(test)]` modules and the simulator tests in `tests/`.
 //!
-//! The module tree mirrors the kernel crate's: `abi`, `pfm_state` and
-//! `pfm_counter` at the root, the hardware models under `pfm_x86`, so the
+//! The module tree mirrors the kernel crate's: `abi`, `pfm_state`,
+//! `pfm_counter` and `pfm_msgq` at the root, the hardware models under `pfm_x86`, so the
 //! files' `crate::` and `super::` paths mean the same thing in both.
 
 // `core` only, as in the kernel; the tests link std.
@@ -18,6 +18,9 @@ pub mod pfm_state;
 
 #[path = "../../pfm_counter.rs"]
 pub mod pfm_counter;
+
+#[path = "../../pfm_msgq.rs"]
+pub mod pfm_msgq;
 
 /// The x86 hardware PMU models (the kernel-free part of `pfm_x86.rs`).
 #[path = "../../pfm_x86"]

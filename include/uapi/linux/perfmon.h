@@ -30,7 +30,13 @@
 
 /* struct pfm_pmc.reg_flags / struct pfm_pmd.reg_flags, input bits. */
 #define PFM_REGFL_OVFL_NOTIFY	(1u << 0)	/* PMD: queue a message on overflow */
-#define PFM_REGFL_IN_MASK	0x0000ffffu
+#define PFM_REGFL_IN_MASK	0x0000ffffu	/* room for input flags */
+/*
+ * The input flags a PMD accepts today. Any other bit outside
+ * PFM_REG_RETFL_MASK (bits 16-23 included) fails with EINVAL; a PMC takes
+ * no input flag at all.
+ */
+#define PFM_REGFL_PMD_MASK	PFM_REGFL_OVFL_NOTIFY
 
 /*
  * reg_flags output bits: one per element of an array call, as in perfmon2.
@@ -61,7 +67,7 @@ struct pfm_pmd {
 	__u64 reg_short_reset;	/* reload value after a non-notified overflow */
 	__u64 reg_last_reset_val; /* out (read): value of the last reset */
 	__u64 reg_reset_pmds;	/* bitmask of PMDs also reset when this one overflows */
-	__u64 reserved[2];	/* must be 0 */
+	__u64 reserved[2];	/* must be 0 (READ_PMDS too) */
 };
 
 /*

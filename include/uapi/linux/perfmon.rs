@@ -34,8 +34,11 @@ pub const PFM_STATE_ZOMBIE: u32 = 4;
 
 /// PMD flag: queue a message when this PMD overflows.
 pub const PFM_REGFL_OVFL_NOTIFY: u32 = 1 << 0;
-/// The input part of `reg_flags`.
+/// The input part of `reg_flags` (bits a later ABI may define as inputs).
 pub const PFM_REGFL_IN_MASK: u32 = 0x0000_ffff;
+/// The input flags a PMD accepts today; every other bit outside
+/// `PFM_REG_RETFL_MASK` (bits 16-23 included) is refused with `EINVAL`.
+pub const PFM_REGFL_PMD_MASK: u32 = PFM_REGFL_OVFL_NOTIFY;
 /// Output flag: the register does not exist.
 pub const PFM_REG_RETFL_NOTAVAIL: u32 = 1 << 31;
 /// Output flag: the value or the flags are invalid.

@@ -43,6 +43,21 @@ pub fn dispatch() {
             }
             0
         }
+        // The target of an edges measurement (`edges::run_target`): edges
+        // on stdout, go bytes on stdin, workload ARG, ARG2 rounds.
+        "edges" => {
+            use std::os::fd::FromRawFd;
+            // SAFETY: fds 0 and 1 are this process's, used by nothing else here.
+            let (go, report) =
+                unsafe { (std::fs::File::from_raw_fd(0), std::fs::File::from_raw_fd(1)) };
+            match args
+                .get(3)
+                .and_then(|w| crate::edges::Workload::from_name(w))
+            {
+                Some(w) => crate::edges::run_target(report, go, w, num(4) as usize),
+                None => 2,
+            }
+        }
         // Become user ARG (uid = gid), then report on stdout what opening
         // /dev/perfmon, attaching to thread ARG2, and attaching to itself do.
         "attach-as-user" => attach_as_user(num(3) as u32, num(4) as u32),

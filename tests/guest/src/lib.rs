@@ -8,6 +8,7 @@
 //! and unloads the module as its last case (rmmod must succeed).
 
 pub mod child;
+pub mod edges;
 pub mod module;
 pub mod raw;
 pub mod tap;

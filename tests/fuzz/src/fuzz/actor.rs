@@ -451,7 +451,7 @@ impl Actor {
             let valid = !m.soft
                 && p.reg_set == 0
                 && p.reserved == [0; 2]
-                && p.reg_flags & abi::PFM_REGFL_IN_MASK == 0
+                && p.reg_flags & !abi::PFM_REG_RETFL_MASK == 0
                 && m.pmc_ok(p.reg_num, p.reg_value, privileged);
             return (p, valid);
         }
@@ -488,14 +488,14 @@ impl Actor {
             match self.rng.below(5) {
                 0 => p.reg_num = self.rng.pick(&[4u16, 5, 15, 31, 32, 63, 64, 0xffff]),
                 1 => p.reg_set = self.rng.range(1, 0xffff) as u16,
-                2 => p.reg_flags |= 1 << self.rng.range(1, 15),
+                2 => p.reg_flags |= 1 << self.rng.range(1, 23),
                 3 => p.reg_reset_pmds |= 1 << self.rng.range(4, 63),
                 _ => p.reserved[self.rng.below(2) as usize] = self.rng.interesting_u64() | 1,
             }
             let valid = !m.soft
                 && p.reg_set == 0
                 && p.reserved == [0; 2]
-                && p.reg_flags & abi::PFM_REGFL_IN_MASK & !abi::PFM_REGFL_OVFL_NOTIFY == 0
+                && p.reg_flags & !(abi::PFM_REGFL_PMD_MASK | abi::PFM_REG_RETFL_MASK) == 0
                 && p.reg_num < 64
                 && m.impl_pmds & (1 << p.reg_num) != 0
                 && p.reg_reset_pmds & !m.impl_pmds == 0;
@@ -512,10 +512,14 @@ impl Actor {
             ..Default::default()
         };
         if self.rng.chance(1, 3) {
-            // Everything but the number and the set is ignored on input.
+            // The values and flags are outputs: ignored on input.
             p.reg_value = self.rng.next_u64();
             p.reg_flags = self.rng.next_u64() as u32;
-            p.reserved = [self.rng.next_u64(), self.rng.next_u64()];
+        }
+        if self.rng.chance(1, 20) {
+            // The reserved fields must be 0, as everywhere.
+            p.reserved[self.rng.below(2) as usize] = self.rng.interesting_u64() | 1;
+            return (p, false);
         }
         if self.rng.chance(1, 10) {
             if self.rng.chance(1, 2) {

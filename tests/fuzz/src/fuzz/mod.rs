@@ -48,6 +48,7 @@ mod actor;
 mod churn;
 mod model;
 mod ops;
+mod probe;
 mod shared;
 
 use actor::{Actor, Kind};

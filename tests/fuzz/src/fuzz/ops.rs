@@ -52,6 +52,7 @@ impl Actor {
             Op::Reap => self.op_reap(false),
             Op::Epoll => self.op_epoll(),
             Op::Hotplug => self.op_hotplug(),
+            Op::Probe => self.op_probe(),
         }
         self.end();
         self.rng = main;

@@ -41,6 +41,7 @@ pub(super) enum Op {
     Reap,
     Epoll,
     Hotplug,
+    Probe,
 }
 
 /// Every ioctl of the ABI, in number order (nr 0, 1, ...).
@@ -59,7 +60,7 @@ pub(super) const KNOWN_IOCTLS: [u32; 12] = [
     abi::PFM_IOC_READ_VALUES,
 ];
 
-pub(super) const NOPS: usize = 29;
+pub(super) const NOPS: usize = 30;
 pub(super) const OPS: [Op; NOPS] = [
     Op::Open,
     Op::Close,
@@ -90,6 +91,7 @@ pub(super) const OPS: [Op; NOPS] = [
     Op::Reap,
     Op::Epoll,
     Op::Hotplug,
+    Op::Probe,
 ];
 
 /// Weights (per ~10,000) of the worker threads' operations. Process and
@@ -125,6 +127,7 @@ pub(super) const WEIGHTS: [u32; NOPS] = [
     60,   // Reap
     150,  // Epoll
     2,    // Hotplug (root workers only)
+    30,   // Probe (exact oracles on a private context; soft only)
 ];
 
 impl Op {
@@ -159,6 +162,7 @@ impl Op {
             Op::Reap => "reap",
             Op::Epoll => "epoll",
             Op::Hotplug => "hotplug",
+            Op::Probe => "probe",
         }
     }
 }

@@ -9,7 +9,10 @@
 //! (E2BIG); NULL, PROT_NONE, unmapped, read-only and kernel pointers
 //! (EFAULT, state and values unchanged); operations in the wrong state
 //! (EBADFD; LOAD of a loaded context EBUSY, as documented); LOAD targets
-//! (ESRCH, EPERM); read() misuse.
+//! (ESRCH, EPERM); read() misuse, and read() into bad memory, which must
+//! leave every message queued (overflows and END); READ_PMDS elements'
+//! reserved fields; reg_flags bits 16-23; live_contexts right after the
+//! close of a self-monitoring context.
 
 use std::os::fd::AsRawFd;
 use std::time::Duration;
@@ -160,6 +163,111 @@ fn pmc0_counts(ctx: &Context) -> Result<u64, String> {
     let v = read_pmd(ctx, 0)?;
     ctx.unload().ctx("UNLOAD")?;
     Ok(v)
+}
+
+/// read() into NULL, a PROT_NONE page and a read-only page: each EFAULT.
+fn faulting_reads(fd: i32) -> TestResult {
+    let none = Mapping::new(1, libc::PROT_NONE).map_err(errno_name)?;
+    let ro = Mapping::new(1, libc::PROT_READ).map_err(errno_name)?;
+    for (what, addr) in [
+        ("NULL", 0),
+        ("PROT_NONE", none.addr()),
+        ("read-only", ro.addr()),
+    ] {
+        // SAFETY: the kernel writes nowhere the program uses: the address
+        // is invalid or not writable, which is the point.
+        let r = unsafe { libc::read(fd, addr as *mut libc::c_void, 64) };
+        let e = std::io::Error::last_os_error().raw_os_error();
+        ensure!(
+            r == -1 && e == Some(libc::EFAULT),
+            "read() into {what}: {r} ({e:?}), expected EFAULT"
+        );
+    }
+    Ok(())
+}
+
+/// Messages read with a good buffer until EAGAIN (non-blocking fd).
+fn drain(fd: i32) -> Result<Vec<PfmMsg>, String> {
+    let mut out = Vec::new();
+    loop {
+        match raw::read_fd(fd, 64) {
+            Ok(b) if b.len() == 64 => {
+                let mut m = PfmMsg::default();
+                // SAFETY: `PfmMsg` is 64 bytes of plain integers.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(b.as_ptr(), &mut m as *mut PfmMsg as *mut u8, 64)
+                };
+                out.push(m);
+            }
+            Ok(b) if b.is_empty() => return Ok(out),
+            Ok(b) => return Err(format!("read() returned {} bytes", b.len())),
+            Err(libc::EAGAIN) => return Ok(out),
+            Err(e) => return Err(format!("read(): {}", errno_name(e))),
+        }
+    }
+}
+
+/// Period-1 notifying overflows of context-switches fill the queue (8)
+/// and mask the context; faulting reads must leave all 8 queued.
+fn faulting_reads_keep_overflow_messages() -> TestResult {
+    let ctx = open()?;
+    ctx.write_pmcs(&mut [pmc(0, PFM_SOFT_EV_CONTEXT_SWITCHES)])
+        .ctx("WRITE_PMCS")?;
+    let p = PfmPmd {
+        reg_flags: PFM_REGFL_OVFL_NOTIFY,
+        reg_short_reset: u64::MAX,
+        reg_long_reset: u64::MAX,
+        ..pmd(0, u64::MAX)
+    };
+    ctx.write_pmds(&mut [p]).ctx("WRITE_PMDS")?;
+    ctx.set_nonblocking(true).ctx("O_NONBLOCK")?;
+    ctx.load(0).ctx("LOAD")?;
+    ctx.start().ctx("START")?;
+    let full = module::wait_for(Duration::from_secs(5), || {
+        std::thread::sleep(Duration::from_millis(1));
+        state(&ctx).ok() == Some(CtxState::Masked)
+    });
+    ensure!(full, "the queue never filled (state {:?})", state(&ctx)?);
+    faulting_reads(fd(&ctx))?;
+    let msgs = drain(fd(&ctx))?;
+    ctx.unload().ctx("UNLOAD")?;
+    let ovfl = msgs.iter().filter(|m| m.msg_type == PFM_MSG_OVFL).count();
+    ensure!(
+        ovfl == 8 && msgs.len() == 8,
+        "{} messages ({ovfl} OVFL) after the faulting reads, expected the 8 queued",
+        msgs.len()
+    );
+    Ok(())
+}
+
+/// A child that exits while attached leaves END; faulting reads must not
+/// take it: poll says POLLIN (not POLLHUP), read gets END, then EOF.
+fn faulting_reads_keep_end() -> TestResult {
+    let mut child = pfm_guest::child::Child::spawn("sleeps", &["20"])?;
+    let ctx = open()?;
+    ctx.load(child.pid()).ctx("LOAD")?;
+    ctx.wait_active(Duration::from_secs(5)).ctx("ACTIVE")?;
+    child.wait_timeout(Duration::from_secs(10))?;
+    ctx.set_nonblocking(true).ctx("O_NONBLOCK")?;
+    let ended = module::wait_for(Duration::from_secs(5), || {
+        raw::poll_one(fd(&ctx), libc::POLLIN, 0).unwrap_or(0) != 0
+    });
+    ensure!(ended, "no END message after the child exited");
+    faulting_reads(fd(&ctx))?;
+    let ev = raw::poll_one(fd(&ctx), libc::POLLIN, 0).map_err(errno_name)?;
+    ensure!(
+        ev & libc::POLLIN != 0 && ev & libc::POLLHUP == 0,
+        "poll after the faulting reads: {ev:#x}, expected POLLIN without POLLHUP"
+    );
+    let msgs = drain(fd(&ctx))?;
+    ensure!(
+        msgs.len() == 1 && msgs[0].msg_type == PFM_MSG_END,
+        "messages after the faulting reads: {:?}",
+        msgs.iter().map(|m| m.msg_type).collect::<Vec<_>>()
+    );
+    let r = raw::read_fd(fd(&ctx), 64).map(|b| b.len());
+    ensure!(r == Ok(0), "read() after END: {r:?}, expected EOF (0)");
+    Ok(())
 }
 
 /// Wrong-size variant of `req` for an ioctl with argument `T`.
@@ -370,6 +478,47 @@ fn cases() -> Vec<Case> {
             }],
             0,
             PFM_REG_RETFL_MASK,
+        )
+    });
+    case!(
+        "PMD reg_flags bits 16-23 (neither input nor output): EINVAL",
+        || {
+            for bit in 16..24 {
+                pmds_rejected(
+                    PFM_IOC_WRITE_PMDS,
+                    &[PfmPmd {
+                        reg_flags: PFM_REGFL_OVFL_NOTIFY | 1 << bit,
+                        ..pmd(0, 0)
+                    }],
+                    0,
+                    PFM_REG_RETFL_EINVAL,
+                )
+                .map_err(|e| format!("bit {bit}: {e}"))?;
+                pmcs_rejected(
+                    &[PfmPmc {
+                        reg_flags: 1 << bit,
+                        ..pmc(0, 1)
+                    }],
+                    0,
+                    PFM_REG_RETFL_EINVAL,
+                )
+                .map_err(|e| format!("PMC bit {bit}: {e}"))?;
+            }
+            Ok(())
+        }
+    );
+    case!("READ_PMDS element reserved[1] != 0: EINVAL", || {
+        pmds_rejected(
+            PFM_IOC_READ_PMDS,
+            &[
+                pmd(0, 0),
+                PfmPmd {
+                    reserved: [0, 1],
+                    ..pmd(1, 0)
+                },
+            ],
+            1,
+            PFM_REG_RETFL_EINVAL,
         )
     });
     case!("PMD reserved[0] != 0: EINVAL", || {
@@ -817,6 +966,31 @@ fn cases() -> Vec<Case> {
         ctx.unload().ctx("UNLOAD")?;
         expect(r, libc::EAGAIN)
     });
+    case!(
+        "a faulting read() consumes no message: 8 queued, 3 EFAULTs, 8 read",
+        faulting_reads_keep_overflow_messages
+    );
+    case!(
+        "a faulting read() keeps END: POLLIN, then END, then EOF",
+        faulting_reads_keep_end
+    );
+    case!(
+        "close() of a self-monitoring context frees it before close returns",
+        || {
+            let before = module::live_contexts();
+            let ctx = open()?;
+            ctx.load(0).ctx("LOAD")?;
+            ctx.start().ctx("START")?;
+            let during = module::live_contexts();
+            drop(ctx);
+            let after = module::live_contexts();
+            ensure!(
+                after == before && during == before.map(|b| b + 1),
+                "live_contexts {before:?} before, {during:?} while open, {after:?} right after close"
+            );
+            Ok(())
+        }
+    );
     case!("write() to the context fails", || {
         let ctx = open()?;
         let r = raw::write_fd(fd(&ctx), &[0u8; 64]);

@@ -1,0 +1,159 @@
+//! pfm_test_accuracy: task-clock against what the monitored thread measures
+//! itself, on the workloads where counting is hardest.
+//!
+//! The monitored thread reads its own `CLOCK_THREAD_CPUTIME_ID` at the edges
+//! of every window (`pfm_guest::edges`); the tool reads perfmon and perf
+//! while the thread is blocked at the edge (or, self-monitoring, between
+//! the thread's two clock readings). Checked at every one of 41 edges:
+//!
+//! - task-clock from edge 0 lies within the interval the thread's own clock
+//!   gives (no tolerance: the interval's width is one write and one read
+//!   system call, or one READ ioctl and one perf read);
+//! - context-switches and cpu-migrations equal perf's over the same window
+//!   (both are frozen while the thread is blocked);
+//! - task-clock agrees with perf's as Documentation/perfmon.rst (Accuracy)
+//!   states.
+//!
+//! Workloads: sleep/wake (1 ms naps), ping-pong through a pipe with a
+//! partner on the same CPU, and moves between CPUs; for the thread itself,
+//! another thread of this process, and another process. A spectator thread
+//! reads the target's CPU clock from the other CPU all along, which makes
+//! the scheduler account the target's runtime at arbitrary instants, also
+//! inside its context switches (how `ps`, `top` or a profiler's sampling
+//! of /proc would), the case that made task-clock lose time before.
+
+use std::time::Duration;
+
+use pfm_guest::edges::{self, Edge, Verdict, Workload};
+use pfm_guest::tap::diag;
+use pfm_guest::{module, perf_group, soft_context, ResultExt, Tap, TestResult, PER_SWITCH_NS};
+
+const ROUNDS: usize = 40;
+const WORKLOADS: [Workload; 3] = [Workload::Sleep, Workload::PingPong, Workload::Migrate];
+/// Checks per measurement.
+const CHECKS: usize = 4;
+/// Measurements: self (sleep, migrate), another thread and another process
+/// (each workload).
+const MEASUREMENTS: usize = 2 + 2 * WORKLOADS.len();
+const PLAN: usize = 1 + MEASUREMENTS * CHECKS + 2;
+
+fn check_names(label: &str) -> [String; CHECKS] {
+    [
+        format!("{label}: task-clock within the thread's own CPU time at every edge"),
+        format!("{label}: context-switches equal perf's"),
+        format!("{label}: cpu-migrations equal perf's"),
+        format!("{label}: task-clock agrees with perf's (1% + 200 us + <= 100 us per switch)"),
+    ]
+}
+
+/// The four verdicts on a series of edges.
+fn judge(label: &str, edges: &[Edge]) -> [TestResult; CHECKS] {
+    let v = Verdict::of(edges);
+    diag(format!("{label}: {}", v.describe()));
+    let (first, last) = (&edges[0], &edges[edges.len() - 1]);
+    let d = |i: usize| {
+        (
+            last.pfm[i].wrapping_sub(first.pfm[i]),
+            last.perf[i].wrapping_sub(first.perf[i]),
+        )
+    };
+    let (clock, perf_clock) = d(0);
+    let (cs, perf_cs) = d(1);
+    let (mig, perf_mig) = d(2);
+    diag(format!(
+        "{label}: pfm task-clock {clock} cs {cs} mig {mig} | perf task-clock {perf_clock} cs {perf_cs} mig {perf_mig}"
+    ));
+    let own = if v.outside == 0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} of {} edges outside; worst {} ns at edge {} (negative: time lost)",
+            v.outside,
+            edges.len() - 1,
+            v.worst_ns,
+            v.worst_edge
+        ))
+    };
+    let eq = |what: &str, a: u64, b: u64| -> TestResult {
+        if a == b {
+            Ok(())
+        } else {
+            Err(format!("{what} {a} vs perf {b}"))
+        }
+    };
+    let per_switch = PER_SWITCH_NS * perf_cs;
+    let slack = perf_clock / 100 + pfm_guest::TASK_CLOCK_SLACK_NS;
+    let agrees =
+        if clock <= perf_clock + slack + per_switch && clock + slack + per_switch >= perf_clock {
+            Ok(())
+        } else {
+            Err(format!(
+                "task-clock {clock} vs perf {perf_clock} over {perf_cs} switches"
+            ))
+        };
+    [
+        own,
+        eq("context-switches", cs, perf_cs),
+        eq("cpu-migrations", mig, perf_mig),
+        agrees,
+    ]
+}
+
+fn report(t: &mut Tap, label: &str, res: Result<Vec<Edge>, String>) {
+    let names = check_names(label);
+    match res {
+        Ok(edges) => {
+            for (name, r) in names.iter().zip(judge(label, &edges)) {
+                t.result(name, r);
+            }
+        }
+        Err(e) => {
+            for name in &names {
+                t.fail(name, &e);
+            }
+        }
+    }
+}
+
+fn values3(v: &[u64]) -> [u64; 3] {
+    [v[0], v[1], v[2]]
+}
+
+fn self_edges(workload: Workload) -> Result<Vec<Edge>, String> {
+    let (ctx, _) = soft_context()?;
+    let group = perf_group(0)?;
+    ctx.load(0).ctx("LOAD self")?;
+    group.enable().ctx("perf enable")?;
+    ctx.start().ctx("START")?;
+    let edges = edges::run_self(workload, ROUNDS, || {
+        let c = ctx.read().ctx("READ")?;
+        let p = group.read().ctx("perf read")?;
+        Ok((values3(&c.values), [p[0].value, p[1].value, p[2].value]))
+    })?;
+    ctx.unload().ctx("UNLOAD")?;
+    Ok(edges)
+}
+
+fn main() {
+    pfm_guest::child::dispatch();
+    let mut t = Tap::new(PLAN);
+    pfm_guest::watchdog(Duration::from_secs(500));
+    t.require("insmod perfmon.ko", module::insmod(&[]));
+    for w in [Workload::Sleep, Workload::Migrate] {
+        let label = format!("self, {}", w.name());
+        report(&mut t, &label, self_edges(w));
+    }
+    for w in WORKLOADS {
+        let label = format!("another thread, {}", w.name());
+        report(&mut t, &label, edges::thread_edges(w, ROUNDS));
+    }
+    for w in WORKLOADS {
+        let label = format!("another process, {}", w.name());
+        report(&mut t, &label, edges::process_edges(w, ROUNDS));
+    }
+    t.run("no context left behind", || {
+        module::wait_contexts(0, Duration::from_secs(5))
+    });
+    t.run("rmmod perfmon", module::rmmod);
+    t.finish();
+}
