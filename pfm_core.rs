@@ -29,7 +29,8 @@ pub mod abi;
 #[allow(dead_code)]
 pub mod pfm_counter;
 mod pfm_ctx;
-mod pfm_msgq;
+#[allow(dead_code)]
+pub mod pfm_msgq;
 mod pfm_ctxsw;
 mod pfm_intr;
 #[allow(dead_code)]

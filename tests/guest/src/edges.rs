@@ -306,6 +306,8 @@ impl Verdict {
 
 /// The tool's side: LOAD on `tid`, then at each edge read the target's `t`,
 /// wait until it blocks, read both counters, let it go, read its `u`.
+/// The tool's side of [`run_target`]'s protocol; returns `rounds` edges
+/// (the LOAD happens at the target's edge 0, which is not returned).
 pub fn remote_edges(
     tid: u32,
     rounds: usize,
@@ -350,6 +352,11 @@ pub fn remote_edges(
         go.write_all(b"g").map_err(|e| format!("go: {e}"))?;
         go.flush().map_err(|e| format!("go: {e}"))?;
         let u = read_ns(report)?;
+        if i == 0 {
+            // The LOAD ran inside this edge (the install kicked the target
+            // out of its read): a wide interval; edge 1 is the reference.
+            continue;
+        }
         edges.push(Edge {
             t,
             u,

@@ -4,15 +4,17 @@
 //! The monitored thread reads its own `CLOCK_THREAD_CPUTIME_ID` at the edges
 //! of every window (`pfm_guest::edges`); the tool reads perfmon and perf
 //! while the thread is blocked at the edge (or, self-monitoring, between
-//! the thread's two clock readings). Checked at every one of 41 edges:
+//! the thread's two clock readings). Checked at every one of 41 edges (40 for
+//! another thread or process: the LOAD happens at the first):
 //!
 //! - task-clock from edge 0 lies within the interval the thread's own clock
 //!   gives (no tolerance: the interval's width is one write and one read
 //!   system call, or one READ ioctl and one perf read);
 //! - context-switches and cpu-migrations equal perf's over the same window
 //!   (both are frozen while the thread is blocked);
-//! - task-clock agrees with perf's as Documentation/perfmon.rst (Accuracy)
-//!   states.
+//! - task-clock is not below perf's (perf's window is narrower:
+//!   Documentation/perfmon.rst, Accuracy); above it, the thread's own clock
+//!   is the judge.
 //!
 //! Workloads: sleep/wake (1 ms naps), ping-pong through a pipe with a
 //! partner on the same CPU, and moves between CPUs; for the thread itself,
@@ -42,7 +44,7 @@ fn check_names(label: &str) -> [String; CHECKS] {
         format!("{label}: task-clock within the thread's own CPU time at every edge"),
         format!("{label}: context-switches equal perf's"),
         format!("{label}: cpu-migrations equal perf's"),
-        format!("{label}: task-clock agrees with perf's (1% + 200 us + <= 100 us per switch)"),
+        format!("{label}: task-clock not below perf's (1% + 200 us + 100 us per switch)"),
     ]
 }
 
@@ -81,16 +83,19 @@ fn judge(label: &str, edges: &[Edge]) -> [TestResult; CHECKS] {
             Err(format!("{what} {a} vs perf {b}"))
         }
     };
+    // perf's task-clock covers a narrower window than the thread's
+    // runtime (Documentation/perfmon.rst, Accuracy): perfmon's may not be
+    // below it by more than 1% + 200 us + 100 us per switch. Above it, the
+    // thread's own clock is the judge (the first check).
     let per_switch = PER_SWITCH_NS * perf_cs;
     let slack = perf_clock / 100 + pfm_guest::TASK_CLOCK_SLACK_NS;
-    let agrees =
-        if clock <= perf_clock + slack + per_switch && clock + slack + per_switch >= perf_clock {
-            Ok(())
-        } else {
-            Err(format!(
-                "task-clock {clock} vs perf {perf_clock} over {perf_cs} switches"
-            ))
-        };
+    let agrees = if clock + slack + per_switch >= perf_clock {
+        Ok(())
+    } else {
+        Err(format!(
+            "task-clock {clock} below perf's {perf_clock} over {perf_cs} switches"
+        ))
+    };
     [
         own,
         eq("context-switches", cs, perf_cs),
@@ -125,10 +130,19 @@ fn self_edges(workload: Workload) -> Result<Vec<Edge>, String> {
     ctx.load(0).ctx("LOAD self")?;
     group.enable().ctx("perf enable")?;
     ctx.start().ctx("START")?;
+    // perf is read before and after perfmon: a switch or a migration
+    // between the reads (the thread is running) would make the edge
+    // inexact for those counts, so such an edge is read again.
     let edges = edges::run_self(workload, ROUNDS, || {
-        let c = ctx.read().ctx("READ")?;
-        let p = group.read().ctx("perf read")?;
-        Ok((values3(&c.values), [p[0].value, p[1].value, p[2].value]))
+        for _ in 0..100 {
+            let before = group.read().ctx("perf read")?;
+            let c = ctx.read().ctx("READ")?;
+            let p = group.read().ctx("perf read")?;
+            if (1..3).all(|i| before[i].value == p[i].value) {
+                return Ok((values3(&c.values), [p[0].value, p[1].value, p[2].value]));
+            }
+        }
+        Err("a switch between every perf and perfmon read of an edge".into())
     })?;
     ctx.unload().ctx("UNLOAD")?;
     Ok(edges)
