@@ -80,15 +80,54 @@ pub struct Pair {
     pub perf: [u64; 3],
     /// perfmon's time_enabled and time_running.
     pub times: (u64, u64),
+    /// What the thread's own `CLOCK_THREAD_CPUTIME_ID` says task-clock
+    /// must be: read before and after START, and before and after STOP,
+    /// it bounds the runtime between the two (see [`OwnClock`]).
+    pub own: (u64, u64),
+}
+
+/// The monitored thread's own CPU time around START and STOP, which bounds
+/// what task-clock may count between them, exactly (Documentation/perfmon.rst,
+/// Accuracy).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OwnClock {
+    start: (u64, u64),
+    stop: (u64, u64),
+}
+
+impl OwnClock {
+    /// Runs `start` between two readings of the thread's clock.
+    pub fn around_start<R>(&mut self, start: impl FnOnce() -> R) -> R {
+        let t = edges::thread_cpu_ns();
+        let r = start();
+        self.start = (t, edges::thread_cpu_ns());
+        r
+    }
+
+    /// Runs `stop` between two readings of the thread's clock.
+    pub fn around_stop<R>(&mut self, stop: impl FnOnce() -> R) -> R {
+        let t = edges::thread_cpu_ns();
+        let r = stop();
+        self.stop = (t, edges::thread_cpu_ns());
+        r
+    }
+
+    /// The interval task-clock must lie in.
+    pub fn bounds(&self) -> (u64, u64) {
+        (
+            self.stop.0.saturating_sub(self.start.1),
+            self.stop.1.saturating_sub(self.start.0),
+        )
+    }
 }
 
 impl Pair {
     /// Diagnostic text.
     pub fn describe(&self) -> String {
         format!(
-            "task-clock pfm={} perf={} (gap {} ns/switch) | context-switches pfm={} perf={} | cpu-migrations pfm={} perf={} | time_enabled={} time_running={}",
-            self.pfm[0], self.perf[0], self.per_switch_gap_ns(), self.pfm[1], self.perf[1],
-            self.pfm[2], self.perf[2], self.times.0, self.times.1
+            "task-clock pfm={} perf={} (gap {} ns/switch) own clock [{}, {}] | context-switches pfm={} perf={} | cpu-migrations pfm={} perf={} | time_enabled={} time_running={}",
+            self.pfm[0], self.perf[0], self.per_switch_gap_ns(), self.own.0, self.own.1,
+            self.pfm[1], self.perf[1], self.pfm[2], self.perf[2], self.times.0, self.times.1
         )
     }
 
@@ -109,15 +148,19 @@ impl Pair {
     }
 
     /// task-clock as Documentation/perfmon.rst (Accuracy) promises for any
-    /// thread: never above perf's by more than 1% + `slack_ns`, and below
-    /// it by at most 1% + `slack_ns` + [`PER_SWITCH_NS`] per context switch
-    /// (perf's switch-in hook runs before the preempt notifier).
+    /// thread: within the thread's own CPU time over the window, exactly,
+    /// and never below perf's by more than 1% + `slack_ns` +
+    /// [`PER_SWITCH_NS`] per context switch (perf's window is narrower).
     pub fn task_clock_agrees(&self, slack_ns: u64) -> bool {
-        let (pfm, perf) = (self.pfm[0] as f64, self.perf[0] as f64);
-        let per_switch = (PER_SWITCH_NS * self.perf[1]) as f64;
-        let upper = perf * 1.01 + slack_ns as f64 + per_switch;
-        let lower = perf * 0.99 - slack_ns as f64 - per_switch;
-        pfm <= upper && pfm >= lower
+        let pfm = self.pfm[0];
+        let per_switch = PER_SWITCH_NS * self.perf[1];
+        let not_below_perf = pfm + self.perf[0] / 100 + slack_ns + per_switch >= self.perf[0];
+        self.task_clock_within_own() && not_below_perf
+    }
+
+    /// task-clock within the thread's own CPU time over the window.
+    pub fn task_clock_within_own(&self) -> bool {
+        (self.own.0..=self.own.1).contains(&self.pfm[0])
     }
 
     /// perfmon's task-clock minus perf's, per context switch, in ns.
@@ -159,15 +202,17 @@ pub fn measure_self(initial: [u64; 3], work: impl FnOnce()) -> Result<Pair, Stri
     let group = perf_group(0)?;
     ctx.load(0).ctx("load self")?;
     group.enable().ctx("perf enable")?;
-    ctx.start().ctx("start")?;
+    let mut own = OwnClock::default();
+    own.around_start(|| ctx.start()).ctx("start")?;
     work();
-    ctx.stop().ctx("stop")?;
+    own.around_stop(|| ctx.stop()).ctx("stop")?;
     group.disable().ctx("perf disable")?;
     let counts = ctx.read().ctx("read")?;
     let perf = group.read().ctx("perf read")?;
     ctx.unload().ctx("unload")?;
     let mut pair = Pair {
         times: (counts.time_enabled, counts.time_running),
+        own: own.bounds(),
         ..Default::default()
     };
     for i in 0..3 {

@@ -96,6 +96,18 @@ fn run_one(tap: &mut Tap, params: &[&str], seed: u64, ops: u64) {
         },
     );
     diag(format!("overflow interrupts during the run: {irqs}"));
+    // The probes' exact oracles (soft model only): task-clock against the
+    // thread's own clock, no message lost across a faulting read.
+    let soft = params.iter().any(|p| *p == "pmu=soft");
+    tap.result(
+        &format!("{label}: exact probes completed (soft model) or not applicable"),
+        if !soft || report.probes > 0 {
+            Ok(())
+        } else {
+            Err("no probe completed its checks".into())
+        },
+    );
+    diag(format!("exact probes completed: {}", report.probes));
     tap.result(
         &format!("{label}: live_contexts, zombie_contexts and attached_threads back to 0"),
         guest::wait_idle(Duration::from_secs(15))
@@ -108,7 +120,7 @@ fn run_one(tap: &mut Tap, params: &[&str], seed: u64, ops: u64) {
 }
 
 fn main() {
-    let mut tap = Tap::new(12);
+    let mut tap = Tap::new(14);
     let seed = env_num("PFM_FUZZ_SEED", SEED);
     run_one(
         &mut tap,

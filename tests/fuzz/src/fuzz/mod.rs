@@ -115,6 +115,9 @@ pub struct Report {
     pub execs: u64,
     /// Overflow setups (tiny periods, notify, notify-block).
     pub arms: u64,
+    /// Probes that completed both exact checks (task-clock against the
+    /// thread's own clock, messages kept across a faulting read).
+    pub probes: u64,
     /// CPU 1 offline/online cycles.
     pub hotplugs: u64,
     /// Anomalies dismissed: the fd was no longer a perfmon file.
@@ -150,8 +153,8 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "workers started: {}, children forked: {}, short threads: {}, execs: {}, overflow setups: {}, CPU 1 hotplug cycles: {}",
-            self.workers, self.forks, self.threads, self.execs, self.arms, self.hotplugs
+            "workers started: {}, children forked: {}, short threads: {}, execs: {}, overflow setups: {}, exact probes: {}, CPU 1 hotplug cycles: {}",
+            self.workers, self.forks, self.threads, self.execs, self.arms, self.probes, self.hotplugs
         );
         let _ = write!(s, "per operation:");
         for (i, (name, n)) in self.per_op.iter().enumerate() {
@@ -502,6 +505,7 @@ pub fn run(cfg: &Config) -> Report {
         threads: s.threads.load(Ordering::Relaxed),
         execs: s.execs.load(Ordering::Relaxed),
         arms: s.arms.load(Ordering::Relaxed),
+        probes: s.probes.load(Ordering::Relaxed),
         hotplugs: s.hotplugs.load(Ordering::Relaxed),
         reused: s.reused.load(Ordering::Relaxed),
         anomalies: anomaly_texts(),

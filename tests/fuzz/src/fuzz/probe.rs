@@ -13,6 +13,8 @@
 //!    into a bad buffer fails with EFAULT, and all 8 messages are still
 //!    there to read afterwards.
 
+use std::sync::atomic::Ordering;
+
 use super::actor::*;
 use super::model::model;
 use super::shared::*;
@@ -230,6 +232,8 @@ impl Actor {
                 Op::Probe,
                 format!("{got} messages after a faulting read, 8 were queued"),
             );
+            return;
         }
+        shared().probes.fetch_add(1, Ordering::Relaxed);
     }
 }

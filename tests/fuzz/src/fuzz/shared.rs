@@ -194,6 +194,8 @@ pub(super) struct Shared {
     pub(super) threads: AtomicU64,
     pub(super) execs: AtomicU64,
     pub(super) arms: AtomicU64,
+    /// Probes that completed their exact checks (see `probe.rs`).
+    pub(super) probes: AtomicU64,
     pub(super) anomalies: AtomicU64,
     pub(super) next_slot: AtomicU64,
     /// An actor is taking CPU 1 offline and back (one at a time).
