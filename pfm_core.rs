@@ -57,6 +57,12 @@ pub(crate) fn ebadfd() -> Error {
     Error::from_errno(-(bindings::EBADFD as i32))
 }
 
+/// `EDQUOT`: the per-user limit of attached threads is reached (not in
+/// 6.12's `kernel::error::code`).
+pub(crate) fn edquot() -> Error {
+    Error::from_errno(-(bindings::EDQUOT as i32))
+}
+
 // SAFETY: The ABI structures are `repr(C)` integers and integer arrays with
 // explicit padding fields: every bit pattern is valid and none has padding.
 unsafe impl FromBytes for abi::PfmPmc {}
@@ -238,10 +244,13 @@ impl kernel::Module for PerfmonModule {
             this.teardown(false);
             return Err(Error::from_errno(err));
         }
+        // Before the device: no attachment exists yet, so no exec misses it.
+        rust::exec_watch_register();
         // SAFETY: `fops` is pinned in the module object and outlives the
         // device (deregistered in `drop` first).
         let err = unsafe { rust::pfm_misc_register(&this.fops.0) };
         if err != 0 {
+            rust::exec_watch_unregister();
             this.teardown(true);
             return Err(Error::from_errno(err));
         }
@@ -276,6 +285,9 @@ impl Drop for PerfmonModule {
     fn drop(&mut self) {
         // SAFETY: Registered in `init`; no file is open (each holds a module reference).
         unsafe { rust::pfm_misc_deregister() };
+        // No attachment is left (each held a module reference): the exec
+        // watch has nothing to find any more.
+        rust::exec_watch_unregister();
         self.teardown(true);
         let _ = &self.fops;
     }

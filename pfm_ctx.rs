@@ -93,6 +93,9 @@ pub(crate) struct CtxInner {
     pub(crate) pending_ip: u64,
     /// Overflow interrupts taken (sysfs and tests).
     pub(crate) ovfl_interrupts: u64,
+    /// The thread is in an exec whose credentials are not checked yet
+    /// (`pfm_ctxsw::pfm_exec_hook`): overflows wait, without user IP.
+    pub(crate) exec_check: bool,
 }
 
 impl CtxInner {
@@ -309,9 +312,15 @@ impl CtxInner {
     /// thread's context, with the lock held.
     fn overflowed(&mut self, ovfl: u64) {
         if self.pending_ovfl == 0 {
-            // SAFETY: We run in the monitored thread (every caller of
-            // `count` does), whose user registers are on its stack.
-            self.pending_ip = unsafe { glue::user_ip(bindings::get_current()) };
+            // During an exec not yet checked, the user registers may be the
+            // new image's, which its loader may not be allowed to see.
+            self.pending_ip = if self.exec_check {
+                0
+            } else {
+                // SAFETY: We run in the monitored thread (every caller of
+                // `count` does), whose user registers are on its stack.
+                unsafe { glue::user_ip(bindings::get_current()) }
+            };
         }
         self.pending_ovfl |= ovfl;
         if let Some(att) = &self.attach {
@@ -450,13 +459,13 @@ impl Context {
     /// A new, UNLOADED context.
     pub(crate) fn new() -> Result<Arc<Self>> {
         let (n_pmcs, n_pmds) = globals().pmu.table_sizes();
-        let mut pmcs = KVec::with_capacity(n_pmcs, GFP_KERNEL)?;
-        let mut pmds = KVec::with_capacity(n_pmds, GFP_KERNEL)?;
+        let mut pmcs = KVec::with_capacity(n_pmcs, GFP_KERNEL_ACCOUNT)?;
+        let mut pmds = KVec::with_capacity(n_pmds, GFP_KERNEL_ACCOUNT)?;
         for _ in 0..n_pmcs {
-            pmcs.push(0, GFP_KERNEL)?;
+            pmcs.push(0, GFP_KERNEL_ACCOUNT)?;
         }
         for _ in 0..n_pmds {
-            pmds.push(PmdState::default(), GFP_KERNEL)?;
+            pmds.push(PmdState::default(), GFP_KERNEL_ACCOUNT)?;
         }
         let ctx = Arc::pin_init(
             pin_init!(Self {
@@ -488,6 +497,7 @@ impl Context {
                         pending_ovfl: 0,
                         pending_ip: 0,
                         ovfl_interrupts: 0,
+                        exec_check: false,
                     },
                     "perfmon_ctx"
                 ),
@@ -500,7 +510,7 @@ impl Context {
                 // INVARIANT: an empty fasync list.
                 fasync: Opaque::new(core::ptr::null_mut()),
             }),
-            GFP_KERNEL,
+            GFP_KERNEL_ACCOUNT,
         )?;
         globals().live_contexts.fetch_add(1, Ordering::Relaxed);
         Ok(ctx)
@@ -536,6 +546,10 @@ impl Context {
         let mut block = false;
         {
             let mut inner = self.inner.lock();
+            if inner.exec_check {
+                // Held until the exec's credentials are checked.
+                return false;
+            }
             let ovfl = core::mem::take(&mut inner.pending_ovfl);
             if ovfl == 0 {
                 return false;
@@ -1114,6 +1128,7 @@ impl Context {
         inner.started = false;
         inner.time_enabled = 0;
         inner.time_running = 0;
+        inner.exec_check = false;
         inner.msgs.clear();
     }
 }

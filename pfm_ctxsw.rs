@@ -28,7 +28,7 @@ use kernel::workqueue::{self, impl_has_work, new_work, Work, WorkItem};
 use crate::pfm_ctx::Context;
 use crate::pfm_state::{Op, State};
 use crate::rust::{self as glue, IrqWork};
-use crate::{ebadfd, globals, MAX_ATTACHED};
+use crate::{ebadfd, edquot, globals, MAX_ATTACHED};
 
 /// The attachment's notifier is not registered and will not be.
 const REG_NONE: u8 = 0;
@@ -77,10 +77,20 @@ pub(crate) struct Attachment {
     block_queued: AtomicBool,
     /// `cleanup_work` was queued (it runs once and does everything).
     cleanup_queued: AtomicBool,
-    /// The tool's real uid and gid, if it is allowed to monitor the thread
-    /// only as the same user (`None`: privileged, or self-monitoring).
+    #[pin]
+    exec_work: Opaque<bindings::callback_head>,
+    /// `exec_work` is queued on the thread.
+    exec_queued: AtomicBool,
+    /// The loader's real uid and gid if it was not privileged (a thread
+    /// monitoring itself included): the thread stays monitored only while
+    /// its credentials are ones this user may monitor (`None`: privileged).
     tool_ids: Option<(u32, u32)>,
-    /// The thread's credentials when last checked against `tool_ids`.
+    /// The real uid of the loader (the per-user limit's account).
+    owner_uid: u32,
+    /// The thread's real credentials as last found acceptable: a counted
+    /// reference (null when `tool_ids` is `None`), so comparing addresses
+    /// is exact (a freed credential's address cannot come back while we
+    /// hold it). Replaced only by the thread itself in process context.
     cred_seen: AtomicPtr<bindings::cred>,
     /// Monitoring was revoked in a scheduler callback; the irq_work queues
     /// the thread's cleanup.
@@ -97,11 +107,15 @@ static PREEMPT_OPS: bindings::preempt_ops = bindings::preempt_ops {
 };
 
 impl Attachment {
-    fn new(task: ARef<Task>, ctx: Arc<Context>, tool_ids: Option<(u32, u32)>) -> Result<Arc<Self>> {
-        let tptr = &*task as *const Task as *mut bindings::task_struct;
-        // SAFETY: `task` is referenced; the pointer is only compared.
-        let cred = unsafe { glue::task_cred_ptr(tptr) } as *mut bindings::cred;
-        Arc::pin_init(
+    /// A new attachment of `ctx` to `task`, as `access` allowed it. On
+    /// failure the credential reference in `access` is dropped.
+    fn new(task: ARef<Task>, ctx: Arc<Context>, access: Access) -> Result<Arc<Self>> {
+        let Access {
+            tool_ids,
+            owner_uid,
+            cred,
+        } = access;
+        let att = Arc::pin_init(
             pin_init!(Self {
                 // INVARIANT: `ops` is set; the link is unused until registration.
                 notifier <- Opaque::ffi_init(|n: *mut bindings::preempt_notifier| {
@@ -128,6 +142,11 @@ impl Attachment {
                     // SAFETY: `w` is valid for writes.
                     unsafe { w.write(bindings::callback_head { next: core::ptr::null_mut(), func: Some(block_fn) }) }
                 }),
+                exec_work <- Opaque::ffi_init(|w: *mut bindings::callback_head| {
+                    // SAFETY: `w` is valid for writes.
+                    unsafe { w.write(bindings::callback_head { next: core::ptr::null_mut(), func: Some(exec_fn) }) }
+                }),
+                exec_queued: AtomicBool::new(false),
                 irq_work <- IrqWork::new(irq_work_fn),
                 reap_work <- new_work!("perfmon_reap"),
                 task,
@@ -139,11 +158,17 @@ impl Attachment {
                 block_queued: AtomicBool::new(false),
                 cleanup_queued: AtomicBool::new(false),
                 tool_ids,
-                cred_seen: AtomicPtr::new(cred),
+                owner_uid,
+                cred_seen: AtomicPtr::new(cred as *mut bindings::cred),
                 revoked: AtomicBool::new(false),
             }),
-            GFP_KERNEL,
-        )
+            GFP_KERNEL_ACCOUNT,
+        );
+        if att.is_err() && !cred.is_null() {
+            // SAFETY: The reference `may_monitor` took, not handed over.
+            unsafe { glue::put_cred(cred) };
+        }
+        att
     }
 
     /// Queues, once, the task_work that removes the notifier from the thread
@@ -227,34 +252,53 @@ impl Attachment {
         }
     }
 
-    /// Whether the thread, running now in a scheduler callback, changed
-    /// credentials to ones its same-user tool may not monitor (a setuid
-    /// exec, or a setuid() to another user). Cheap when nothing changed:
-    /// one pointer comparison.
+    /// Whether the thread's credentials are no longer ones the loader may
+    /// monitor (a setuid exec, or a setuid() to another user): perf's and
+    /// ptrace's rule (`__ptrace_may_access`) on the thread's real
+    /// credentials: all of its uids and gids the loader's, and its mm
+    /// dumpable. Cheap when nothing changed since the last check: one
+    /// address comparison (exact: `cred_seen` holds a reference).
     ///
     /// # Safety
     ///
-    /// Must run in a scheduler callback of `task` (its `cred` and `mm`
-    /// cannot change under us: only the thread itself changes them).
+    /// Must run in `task` itself or in a scheduler callback of it (its
+    /// credentials and mm cannot change under us: only the thread itself
+    /// changes them).
     unsafe fn lost_access(&self) -> bool {
-        if self.tool_ids.is_none() {
-            return false;
-        }
-        let task = self.task_ptr();
-        // SAFETY: The caller's guarantee: `task` is current or being switched.
-        let cred = unsafe { glue::task_cred_ptr(task) } as *mut bindings::cred;
-        if cred == self.cred_seen.load(Ordering::Relaxed) {
-            return false;
-        }
-        self.cred_seen.store(cred, Ordering::Relaxed);
         let Some((uid, gid)) = self.tool_ids else {
             return false;
         };
-        // SAFETY: `cred` is the thread's live credentials (see above).
+        let task = self.task_ptr();
+        // SAFETY: The caller's guarantee: `task` is current or being switched.
+        let cred = unsafe { glue::task_real_cred_ptr(task) };
+        if cred == self.cred_seen.load(Ordering::Relaxed) as *const _ {
+            return false;
+        }
+        // SAFETY: `cred` is the thread's live real credentials (see above).
         let same_ids = unsafe { glue::cred_ids(cred) }.all_are(uid, gid);
         // SAFETY: As above; the thread's mm cannot go away under us.
         let dumpable = unsafe { glue::task_dumpable(task) } == Some(bindings::SUID_DUMP_USER);
         !(same_ids && dumpable)
+    }
+
+    /// The thread (current, process context) keeps its monitoring: remember
+    /// its present credentials as checked, so later switches compare one
+    /// address again.
+    ///
+    /// # Safety
+    ///
+    /// Must run in `task` itself, in process context.
+    unsafe fn accept_current_cred(&self) {
+        if self.tool_ids.is_none() {
+            return;
+        }
+        // SAFETY: We are the task: its real credentials are live.
+        let cred = unsafe { glue::get_cred(glue::task_real_cred_ptr(self.task_ptr())) };
+        let old = self.cred_seen.swap(cred as *mut _, Ordering::Relaxed);
+        if !old.is_null() {
+            // SAFETY: The reference this field held; process context.
+            unsafe { glue::put_cred(old) };
+        }
     }
 
     /// Ends monitoring in a scheduler callback when the thread gained
@@ -442,6 +486,12 @@ impl PinnedDrop for Attachment {
         // An overflow fallback raised just before the last reference went.
         self.irq_work.sync();
         globals().attached.fetch_sub(1, Ordering::Relaxed);
+        let cred = self.cred_seen.load(Ordering::Relaxed);
+        if !cred.is_null() {
+            // SAFETY: The reference `cred_seen` held; the last drop runs in
+            // process context (the reaper, or a file operation).
+            unsafe { glue::put_cred(cred) };
+        }
         // SAFETY: `attach` took this reference with `try_module_get`.
         unsafe { bindings::module_put(crate::this_module()) };
     }
@@ -552,9 +602,17 @@ unsafe extern "C" fn install_fn(head: *mut bindings::callback_head) {
     {
         let mut inner = att.ctx.inner.lock();
         let wanted = matches!(&inner.attach, Some(a) if Arc::ptr_eq(a, &att));
+        // An exec that committed after the LOAD's check (it waited for the
+        // exec_update_lock) runs no user code before this: check again.
+        // SAFETY: task_work callbacks run in the task they were queued on.
+        let lost = !exiting && unsafe { att.lost_access() };
         if wanted && att.live.load(Ordering::Relaxed) {
             let now = glue::now_ns();
-            if exiting {
+            if lost {
+                inner.revoke(now);
+                att.live.store(false, Ordering::Relaxed);
+                ended = true;
+            } else if exiting {
                 // Run from exit_task_work(): the thread will not return to
                 // user mode; end the monitoring now.
                 inner.target_exited(now);
@@ -571,6 +629,9 @@ unsafe extern "C" fn install_fn(head: *mut bindings::callback_head) {
     if ended {
         att.ctx.wake();
         att.retire();
+    } else if att.registered.load(Ordering::Relaxed) == REG_ACTIVE {
+        // SAFETY: We are the task, in process context.
+        unsafe { att.accept_current_cred() };
     } else if !att.live.load(Ordering::Relaxed)
         && att.registered.load(Ordering::Relaxed) == REG_NONE
     {
@@ -588,8 +649,10 @@ unsafe extern "C" fn block_fn(head: *mut bindings::callback_head) {
     // SAFETY: task_work callbacks run in the task they were queued on.
     let exiting = unsafe { (*att.task_ptr()).flags } & bindings::PF_EXITING != 0;
     // A thread on its way out (this runs from exit_task_work() too) does not
-    // wait for a RESTART that may never come.
-    if !exiting {
+    // wait for a RESTART that may never come; nor does one whose exec is
+    // not checked yet (the new image may not be its loader's to stall).
+    let exec_unchecked = att.ctx.inner.lock().exec_check;
+    if !exiting && !exec_unchecked {
         att.ctx
             .block_until_restart(|| att.live.load(Ordering::Relaxed));
     }
@@ -618,6 +681,96 @@ fn reap_zombie(att: &Attachment) {
     }
 }
 
+/// Every `execve()` (`rust/shim.c`'s exec watch), in the execing thread,
+/// before the new image is loaded: if the thread is monitored by a loader
+/// without privileges, the overflow path stops acting on it (no message,
+/// no user IP, no blocking) and a task_work re-checks the credentials once
+/// the exec is done, before the new image's first instruction
+/// ([`exec_fn`]). perf_events ends such monitoring in `begin_new_exec`
+/// (`perf_event_exit_task` when the new mm is not `SUID_DUMP_USER`), which
+/// a module cannot hook; the task_work runs on the way back to user mode.
+#[no_mangle]
+extern "C" fn pfm_exec_hook() {
+    let me = kernel::current!();
+    let me_ptr = &*me as *const Task as *mut bindings::task_struct;
+    let att = {
+        let reg = globals().registry.lock();
+        let found = reg
+            .iter()
+            .find(|a| {
+                a.task_ptr() == me_ptr && a.tool_ids.is_some() && a.live.load(Ordering::Relaxed)
+            })
+            .cloned();
+        found
+    };
+    let Some(att) = att else {
+        return;
+    };
+    // A script's interpreter comes back here: one check covers both.
+    if !att.exec_queued.swap(true, Ordering::AcqRel) {
+        {
+            let mut inner = att.ctx.inner.lock();
+            if matches!(&inner.attach, Some(a) if Arc::ptr_eq(a, &att)) {
+                inner.exec_check = true;
+            }
+        }
+        let work_ref = Arc::into_raw(att.clone());
+        // SAFETY: The leaked reference keeps `exec_work` alive until it
+        // runs; `exec_queued` keeps it from being queued twice.
+        let queued =
+            unsafe { glue::task_work_add(me_ptr, att.exec_work.get(), glue::TWA_RESUME) };
+        if queued.is_err() {
+            att.exec_queued.store(false, Ordering::Release);
+            // SAFETY: Not queued: take the leaked reference back.
+            release(unsafe { Arc::from_raw(work_ref) });
+        }
+    }
+    release(att);
+}
+
+/// After an exec (or a failed one), in the thread, before it returns to
+/// user mode: ends the monitoring if the loader may not monitor the new
+/// image (`PFM_MSG_REVOKED`), or resumes the overflow path.
+unsafe extern "C" fn exec_fn(head: *mut bindings::callback_head) {
+    let att = attachment_of!(head, exec_work);
+    // SAFETY: `pfm_exec_hook` leaked one reference for this task_work.
+    let att = unsafe { Arc::from_raw(att as *const Attachment) };
+    att.exec_queued.store(false, Ordering::Release);
+    // SAFETY: task_work callbacks run in the task they were queued on.
+    let exiting = unsafe { (*att.task_ptr()).flags } & bindings::PF_EXITING != 0;
+    // SAFETY: As above: we are the thread.
+    let lost = !exiting && unsafe { att.lost_access() };
+    let mut pending = false;
+    {
+        let mut inner = att.ctx.inner.lock();
+        inner.exec_check = false;
+        let wanted = matches!(&inner.attach, Some(a) if Arc::ptr_eq(a, &att));
+        if lost && wanted && att.live.load(Ordering::Relaxed) {
+            let (now, cpu) = (glue::now_ns(), glue::this_cpu());
+            inner.fold_running(cpu);
+            inner.pending_ovfl = 0;
+            inner.revoke(now);
+            att.live.store(false, Ordering::Relaxed);
+        } else {
+            pending = inner.pending_ovfl != 0;
+        }
+    }
+    if lost {
+        att.ctx.wake();
+        // SAFETY: We are the task.
+        unsafe { att.unregister() };
+        att.retire();
+    } else if !exiting {
+        // SAFETY: We are the task, in process context.
+        unsafe { att.accept_current_cred() };
+        if pending {
+            // Overflows held back during the exec.
+            att.irq_work_queue();
+        }
+    }
+    release(att);
+}
+
 /// Finds the task with thread id `tid` in the caller's pid namespace.
 fn find_task(tid: u32) -> Result<ARef<Task>> {
     let nr = i32::try_from(tid).map_err(|_| ESRCH)?;
@@ -635,17 +788,39 @@ fn find_task(tid: u32) -> Result<ARef<Task>> {
     Ok(unsafe { ARef::from_raw(task) })
 }
 
-/// Whether the caller may monitor `task`: perf_events' rule for another
-/// thread (`ptrace_may_access(task, PTRACE_MODE_READ_REALCREDS)`, or
+/// What a LOAD was allowed, as checked: handed to the attachment.
+struct Access {
+    /// The loader's real uid and gid if it is not privileged.
+    tool_ids: Option<(u32, u32)>,
+    /// The loader's real uid.
+    owner_uid: u32,
+    /// A reference to the target's real credentials as checked (null if
+    /// privileged).
+    cred: *const bindings::cred,
+}
+
+/// Whether the caller may monitor `task` (itself included): perf_events'
+/// rule (`ptrace_may_access(task, PTRACE_MODE_READ_REALCREDS)`, or
 /// CAP_PERFMON / CAP_SYS_ADMIN). `ptrace_may_access` is not exported to
-/// modules, so its credential test is done here: CAP_SYS_PTRACE, or the
+/// modules, so its credential test is done here, on real credentials: the
 /// same thread group, or the caller's real uid/gid equal to all of the
-/// target's uids/gids and the target dumpable.
+/// target's uids/gids and the target dumpable; CAP_SYS_PTRACE in the initial
+/// user namespace (stricter than ptrace's target namespace).
 ///
-/// `Ok(None)`: a privileged caller. `Ok(Some((uid, gid)))`: allowed as that
-/// user, and only while the thread keeps matching credentials (see
+/// The caller holds the target's `exec_update_lock` (or is the target), so
+/// what is checked is what an exec would have to change afterwards, and
+/// the attachment then watches for exactly that (see
 /// [`Attachment::lost_access`]). `Err(EACCES)`: refused.
-fn may_monitor(task: *mut bindings::task_struct) -> Result<Option<(u32, u32)>> {
+fn may_monitor(task: *mut bindings::task_struct) -> Result<Access> {
+    let me = kernel::current!();
+    let me_ptr: *mut bindings::task_struct = &*me as *const Task as *mut _;
+    // SAFETY: `get_task_cred` returns a referenced cred of a live task.
+    let mycred = unsafe { bindings::get_task_cred(me_ptr) };
+    // SAFETY: `mycred` is referenced.
+    let mine = unsafe { glue::cred_ids(mycred) };
+    // SAFETY: Drops the reference taken above.
+    unsafe { glue::put_cred(mycred) };
+    let ids = (mine.uids[0], mine.gids[0]);
     // SAFETY: `capable` has no preconditions.
     let privileged = unsafe {
         bindings::capable(bindings::CAP_PERFMON as i32)
@@ -653,48 +828,41 @@ fn may_monitor(task: *mut bindings::task_struct) -> Result<Option<(u32, u32)>> {
             || bindings::capable(bindings::CAP_SYS_PTRACE as i32)
     };
     if privileged {
-        return Ok(None);
+        return Ok(Access {
+            tool_ids: None,
+            owner_uid: ids.0,
+            cred: core::ptr::null(),
+        });
     }
-    let me = kernel::current!();
-    let me_ptr: *mut bindings::task_struct = &*me as *const Task as *mut _;
-    // SAFETY: `get_task_cred` returns a referenced cred of a live task.
-    let mycred = unsafe { bindings::get_task_cred(me_ptr) };
-    // SAFETY: `mycred` is referenced.
-    let mine = unsafe { glue::cred_ids(mycred) };
-    let ids = (mine.uids[0], mine.gids[0]);
     // SAFETY: `task` is referenced by the caller.
     let same_process = unsafe { glue::same_thread_group_as_current(task) };
-    // SAFETY: As above, for the target.
+    // SAFETY: As above, for the target: its real (objective) credentials.
     let tcred = unsafe { bindings::get_task_cred(task) };
     // SAFETY: `tcred` is referenced.
     let same_ids = unsafe { glue::cred_ids(tcred) }.all_are(ids.0, ids.1);
-    // SAFETY: Drop the references taken above.
-    unsafe {
-        glue::put_cred(tcred);
-        glue::put_cred(mycred);
-    }
-    if same_process {
-        return Ok(Some(ids));
-    }
-    if !same_ids {
+    let allowed = same_process || {
+        // A setuid program that dropped to the caller's ids is still not
+        // dumpable: refuse it, as ptrace does.
+        // SAFETY: `get_task_mm` returns a referenced mm or NULL (kernel thread, exiting).
+        let mm = unsafe { bindings::get_task_mm(task) };
+        !mm.is_null() && {
+            // SAFETY: `mm` is referenced.
+            let dumpable = unsafe { glue::mm_dumpable(mm) };
+            // SAFETY: Drops the `get_task_mm` reference.
+            unsafe { bindings::mmput(mm) };
+            same_ids && dumpable == bindings::SUID_DUMP_USER
+        }
+    };
+    if !allowed {
+        // SAFETY: Drops the reference taken above.
+        unsafe { glue::put_cred(tcred) };
         return Err(EACCES);
     }
-    // A setuid program that dropped to the caller's ids is still not
-    // dumpable: refuse it, as ptrace does.
-    // SAFETY: `get_task_mm` returns a referenced mm or NULL (kernel thread, exiting).
-    let mm = unsafe { bindings::get_task_mm(task) };
-    if mm.is_null() {
-        return Err(EACCES);
-    }
-    // SAFETY: `mm` is referenced.
-    let dumpable = unsafe { glue::mm_dumpable(mm) };
-    // SAFETY: Drops the `get_task_mm` reference.
-    unsafe { bindings::mmput(mm) };
-    if dumpable == bindings::SUID_DUMP_USER {
-        Ok(Some(ids))
-    } else {
-        Err(EACCES)
-    }
+    Ok(Access {
+        tool_ids: Some(ids),
+        owner_uid: ids.0,
+        cred: tcred,
+    })
 }
 
 /// Attachments a thread may hold awaiting its own cleanup (it runs them at
@@ -720,14 +888,28 @@ pub(crate) fn attach(ctx: &Arc<Context>, tid: u32) -> Result {
     if flags & bindings::PF_EXITING != 0 {
         return Err(ESRCH);
     }
-    let tool_ids = if is_self { None } else { may_monitor(tptr)? };
+    // From the permission check until the attachment is published, an exec
+    // of the target cannot change its credentials (perf_event_open does
+    // the same); one that commits later is seen by the install and by the
+    // exec watch. Self: the caller cannot be in an exec.
+    let _exec_guard = if is_self {
+        None
+    } else {
+        // SAFETY: `task` is referenced until the end of this function.
+        Some(unsafe { glue::ExecUpdateGuard::lock(tptr) }?)
+    };
+    let access = may_monitor(tptr)?;
     let shown_tid = if is_self { my_tid } else { tid };
 
     // SAFETY: `this_module` is this module, which is live (we run its code).
     if !unsafe { bindings::try_module_get(crate::this_module()) } {
+        if !access.cred.is_null() {
+            // SAFETY: The reference `may_monitor` took.
+            unsafe { glue::put_cred(access.cred) };
+        }
         return Err(ENODEV);
     }
-    let att = match Attachment::new(task, ctx.clone(), tool_ids) {
+    let att = match Attachment::new(task, ctx.clone(), access) {
         Ok(att) => att,
         Err(e) => {
             // SAFETY: Returns the reference taken above.
@@ -740,6 +922,20 @@ pub(crate) fn attach(ctx: &Arc<Context>, tid: u32) -> Result {
 
     {
         let mut reg = globals().registry.lock();
+        // One user cannot take every slot from the others (privileged
+        // loaders are not counted, as perf's per-user limits exempt them).
+        if att.tool_ids.is_some() {
+            let limit = glue::param_max_attached_per_user() as usize;
+            let mine = reg
+                .iter()
+                .filter(|a| a.tool_ids.is_some() && a.owner_uid == att.owner_uid)
+                .count();
+            if mine >= limit {
+                drop(reg);
+                release(att);
+                return Err(edquot());
+            }
+        }
         let mut pending = 0;
         let mut busy = false;
         for a in reg.iter().filter(|a| a.task_ptr() == tptr) {

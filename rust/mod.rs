@@ -21,6 +21,7 @@ mod ffi {
     extern "C" {
         pub(crate) fn pfm_param_pmu() -> *const c_char;
         pub(crate) fn pfm_param_soft_width() -> c_uint;
+        pub(crate) fn pfm_param_max_attached_per_user() -> c_uint;
         pub(crate) fn pfm_misc_register(fops: *const bindings::file_operations) -> c_int;
         pub(crate) fn pfm_misc_deregister();
         pub(crate) fn pfm_sysfs_register() -> c_int;
@@ -40,7 +41,12 @@ mod ffi {
         pub(crate) fn pfm_put_cred(cred: *const bindings::cred);
         pub(crate) fn pfm_init_waitqueue_head(q: *mut bindings::wait_queue_head);
         pub(crate) fn pfm_user_ip(task: *mut bindings::task_struct) -> c_ulong;
-        pub(crate) fn pfm_task_cred(task: *mut bindings::task_struct) -> *const bindings::cred;
+        pub(crate) fn pfm_task_real_cred(task: *mut bindings::task_struct) -> *const bindings::cred;
+        pub(crate) fn pfm_get_cred(cred: *const bindings::cred) -> *const bindings::cred;
+        pub(crate) fn pfm_exec_update_lock_read(task: *mut bindings::task_struct) -> c_int;
+        pub(crate) fn pfm_exec_update_unlock_read(task: *mut bindings::task_struct);
+        pub(crate) fn pfm_exec_watch_register();
+        pub(crate) fn pfm_exec_watch_unregister();
         pub(crate) fn pfm_current_tid() -> c_int;
         pub(crate) fn pfm_same_thread_group_as_current(task: *mut bindings::task_struct) -> bool;
         pub(crate) fn pfm_cred_ids(cred: *const bindings::cred, ids: *mut u32);
@@ -113,6 +119,13 @@ pub(crate) fn param_pmu() -> &'static CStr {
 pub(crate) fn param_soft_width() -> u32 {
     // SAFETY: Reads a module parameter that is read-only after load.
     unsafe { ffi::pfm_param_soft_width() }
+}
+
+/// The `max_attached_per_user` module parameter (root may change it at
+/// run time through /sys/module/perfmon/parameters).
+pub(crate) fn param_max_attached_per_user() -> u32 {
+    // SAFETY: A `READ_ONCE` of an unsigned int.
+    unsafe { ffi::pfm_param_max_attached_per_user() }
 }
 
 /// The CPU this code runs on; stable only while preemption or IRQs are off.
@@ -199,14 +212,71 @@ pub(crate) unsafe fn same_thread_group_as_current(task: *mut bindings::task_stru
     unsafe { ffi::pfm_same_thread_group_as_current(task) }
 }
 
-/// `task->cred`, only to be compared (not dereferenced without a reference).
+/// `task->real_cred`: the objective credentials, the ones others act on
+/// (`__task_cred`; `override_creds` swaps only `task->cred`). Compare it,
+/// or dereference it where it cannot change (in the task itself).
 ///
 /// # Safety
 ///
 /// `task` must be a live task.
-pub(crate) unsafe fn task_cred_ptr(task: *mut bindings::task_struct) -> *const bindings::cred {
+pub(crate) unsafe fn task_real_cred_ptr(task: *mut bindings::task_struct) -> *const bindings::cred {
     // SAFETY: Forwarded.
-    unsafe { ffi::pfm_task_cred(task) }
+    unsafe { ffi::pfm_task_real_cred(task) }
+}
+
+/// Takes a reference on `cred` (`get_cred`) and returns it.
+///
+/// # Safety
+///
+/// `cred` must be live for the duration of the call (referenced, or the
+/// current task's own).
+pub(crate) unsafe fn get_cred(cred: *const bindings::cred) -> *const bindings::cred {
+    // SAFETY: Forwarded.
+    unsafe { ffi::pfm_get_cred(cred) }
+}
+
+/// `down_read_interruptible(&task->signal->exec_update_lock)`: held, an
+/// exec of `task` cannot change its credentials or mm (perf_event_open's
+/// guard between its permission check and the event's installation).
+/// Released when the guard drops.
+pub(crate) struct ExecUpdateGuard {
+    task: *mut bindings::task_struct,
+}
+
+impl ExecUpdateGuard {
+    /// Takes the lock for reading; `EINTR` if a signal interrupts the wait.
+    ///
+    /// # Safety
+    ///
+    /// `task` must stay referenced until the guard drops.
+    pub(crate) unsafe fn lock(task: *mut bindings::task_struct) -> Result<Self> {
+        // SAFETY: `task` is referenced (caller), so is its signal_struct.
+        if unsafe { ffi::pfm_exec_update_lock_read(task) } != 0 {
+            return Err(EINTR);
+        }
+        Ok(Self { task })
+    }
+}
+
+impl Drop for ExecUpdateGuard {
+    fn drop(&mut self) {
+        // SAFETY: Taken in `lock`; the task is still referenced (its contract).
+        unsafe { ffi::pfm_exec_update_unlock_read(self.task) };
+    }
+}
+
+/// Makes every `execve()` call `pfm_exec_hook` first (a binary format
+/// that recognises nothing, at the head of the list).
+pub(crate) fn exec_watch_register() {
+    // SAFETY: The format is static; unregistered at module exit.
+    unsafe { ffi::pfm_exec_watch_register() }
+}
+
+/// Undoes [`exec_watch_register`]; no hook runs after it returns
+/// (an exec in it holds a module reference, so module exit waits).
+pub(crate) fn exec_watch_unregister() {
+    // SAFETY: Registered by `exec_watch_register`.
+    unsafe { ffi::pfm_exec_watch_unregister() }
 }
 
 /// `get_dumpable(task->mm)`, or `None` without an mm.

@@ -6,7 +6,9 @@
  * the sysfs attributes). Logic lives in Rust; see rust/mod.rs for the safe
  * wrappers over these.
  */
+#include <linux/binfmts.h>
 #include <linux/build_bug.h>
+#include <linux/sched/signal.h>
 #include <linux/sched/coredump.h>
 #include <linux/workqueue.h>
 #include <linux/cred.h>
@@ -56,7 +58,11 @@ static unsigned int soft_width = 64;
 module_param(soft_width, uint, 0444);
 MODULE_PARM_DESC(soft_width, "Counter width of the soft PMU model, 16..64 (default 64)");
 
+static unsigned int max_attached_per_user = 1024;
+module_param(max_attached_per_user, uint, 0644);
+MODULE_PARM_DESC(max_attached_per_user, "Threads one unprivileged user may have attached at once (default 1024 of the 4096 slots)");
 const char *pfm_param_pmu(void) { return pmu; }
+unsigned int pfm_param_max_attached_per_user(void) { return READ_ONCE(max_attached_per_user); }
 unsigned int pfm_param_soft_width(void) { return soft_width; }
 
 /* /dev/perfmon: the file operations are a Rust table (pfm_core.rs). */
@@ -140,7 +146,10 @@ int pfm_this_cpu(void) { return raw_smp_processor_id(); }
 void pfm_put_cred(const struct cred *c) { put_cred(c); }
 void pfm_init_waitqueue_head(wait_queue_head_t *q) { init_waitqueue_head(q); }
 unsigned long pfm_user_ip(struct task_struct *t) { return instruction_pointer(task_pt_regs(t)); }
-const struct cred *pfm_task_cred(struct task_struct *t) { return rcu_access_pointer(t->cred); }
+const struct cred *pfm_task_real_cred(struct task_struct *t) { return rcu_access_pointer(t->real_cred); }
+const struct cred *pfm_get_cred(const struct cred *c) { return get_cred(c); }
+int pfm_exec_update_lock_read(struct task_struct *t) { return down_read_interruptible(&t->signal->exec_update_lock); }
+void pfm_exec_update_unlock_read(struct task_struct *t) { up_read(&t->signal->exec_update_lock); }
 int pfm_current_tid(void) { return task_pid_vnr(current); }
 bool pfm_same_thread_group_as_current(struct task_struct *t) { return same_thread_group(t, current); }
 void pfm_cred_ids(const struct cred *c, u32 ids[6]) { ids[0] = c->uid.val; ids[1] = c->euid.val; ids[2] = c->suid.val; ids[3] = c->gid.val; ids[4] = c->egid.val; ids[5] = c->sgid.val; }
@@ -169,3 +178,13 @@ void pfm_on_each_cpu(void (*fn)(void *), void *info) { on_each_cpu(fn, info, 1);
 bool pfm_irqs_disabled(void) { return irqs_disabled(); }
 unsigned long pfm_local_irq_save(void) { unsigned long f; local_irq_save(f); return f; }
 void pfm_local_irq_restore(unsigned long f) { local_irq_restore(f); }
+
+/*
+ * Exec: a binary format that recognises nothing, first in the list, so
+ * every execve() calls pfm_exec_hook() (Rust, pfm_ctxsw.rs) in the execing
+ * thread before the real format loads the image.
+ */
+static int pfm_exec_load(struct linux_binprm *bprm) { pfm_exec_hook(); return -ENOEXEC; }
+static struct linux_binfmt pfm_exec_watch = { .module = THIS_MODULE, .load_binary = pfm_exec_load };
+void pfm_exec_watch_register(void) { __register_binfmt(&pfm_exec_watch, 1); }
+void pfm_exec_watch_unregister(void) { unregister_binfmt(&pfm_exec_watch); }

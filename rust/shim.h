@@ -15,6 +15,7 @@
 
 const char *pfm_param_pmu(void);
 unsigned int pfm_param_soft_width(void);
+unsigned int pfm_param_max_attached_per_user(void);
 int pfm_misc_register(const struct file_operations *fops);
 void pfm_misc_deregister(void);
 int pfm_sysfs_register(void);
@@ -28,7 +29,13 @@ int pfm_this_cpu(void);
 void pfm_put_cred(const struct cred *c);
 void pfm_init_waitqueue_head(wait_queue_head_t *q);
 unsigned long pfm_user_ip(struct task_struct *t);
-const struct cred *pfm_task_cred(struct task_struct *t);
+const struct cred *pfm_task_real_cred(struct task_struct *t);
+const struct cred *pfm_get_cred(const struct cred *c);
+int pfm_exec_update_lock_read(struct task_struct *t);
+void pfm_exec_update_unlock_read(struct task_struct *t);
+void pfm_exec_hook(void);	/* Rust */
+void pfm_exec_watch_register(void);
+void pfm_exec_watch_unregister(void);
 int pfm_current_tid(void);
 bool pfm_same_thread_group_as_current(struct task_struct *t);
 void pfm_cred_ids(const struct cred *c, u32 ids[6]);
