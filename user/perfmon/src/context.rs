@@ -102,6 +102,9 @@ pub enum MessageKind {
     Overflow,
     /// The monitored thread exited.
     End,
+    /// Monitoring ended because the thread gained credentials the loader
+    /// may not monitor (a setuid exec); the counts are frozen.
+    Revoked,
     /// A type this library does not know.
     Unknown(u32),
 }
@@ -135,6 +138,7 @@ impl Message {
         let kind = match u32_at(0) {
             PFM_MSG_OVFL => MessageKind::Overflow,
             PFM_MSG_END => MessageKind::End,
+            PFM_MSG_REVOKED => MessageKind::Revoked,
             other => MessageKind::Unknown(other),
         };
         Message {
