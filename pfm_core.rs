@@ -475,6 +475,9 @@ unsafe extern "C" fn pfm_sysfs_show(attr: c_uint, buf: *mut c_char) -> isize {
         8 => out.num(g.pmu.msr_faults.load(Ordering::Relaxed)),
         9 => out.num(g.pmu.full_restores.load(Ordering::Relaxed)),
         10 => out.num(g.pmu.lazy_restores.load(Ordering::Relaxed)),
+        11 => out.num(g.pmu.hw_claimed().into()),
+        12 => out.num(g.pmu.reserved_counters().into()),
+        13 => out.num(g.intr.lvtpc_cpus()),
         _ => return EINVAL.to_errno() as isize,
     }
     out.text(b"\n");

@@ -139,6 +139,14 @@ impl Vectors {
             .sum()
     }
 
+    /// CPUs whose LVTPC points at their vector (sysfs `hw_lvtpc_cpus`).
+    pub(crate) fn lvtpc_cpus(&self) -> u64 {
+        self.cpus
+            .iter()
+            .filter(|c| c.lvtpc_ours.load(Ordering::Relaxed))
+            .count() as u64
+    }
+
     fn slot(&self, cpu: usize) -> Option<&CpuVector> {
         self.cpus.get(cpu)
     }

@@ -614,6 +614,22 @@ impl Pmu {
         }
     }
 
+    /// Live hardware contexts holding the claim (sysfs `hw_claimed`).
+    pub(crate) fn hw_claimed(&self) -> u32 {
+        u32::from(self.claim.load(Ordering::Relaxed) == CLAIM_HELD)
+    }
+
+    /// General-purpose counters the module holds reserved (sysfs
+    /// `hw_reserved_counters`).
+    pub(crate) fn reserved_counters(&self) -> u32 {
+        match &self.hw {
+            Some(m) if self.claim.load(Ordering::Relaxed) == CLAIM_HELD => {
+                m.reservations().count() as u32
+            }
+            _ => 0,
+        }
+    }
+
     /// Records an MSR access that faulted (reported once).
     pub(crate) fn note(&self, out: &Outcome) {
         if let Some(f) = out.fault {
