@@ -174,7 +174,9 @@ impl kernel::Module for PerfmonModule {
         };
         pr_info!("PMU model {} ({} bits): {}\n", pmu.name(), pmu.width, why);
 
-        let intr = pfm_intr::Vectors::new(!pfm_x86::cpu_has_pmu())?;
+        // LVTPC from load on only for the soft model on a CPU without a PMU;
+        // a hardware model takes it while it holds the counters.
+        let intr = pfm_intr::Vectors::new(pmu.hw.is_none() && !pfm_x86::cpu_has_pmu())?;
         let registry = pfm_ctxsw::Registry::new()?;
         // SAFETY: A format string without arguments; flags and limits are valid.
         let wq = unsafe {
