@@ -10,7 +10,7 @@
 //! usable PMU (every machine here, QEMU TCG included) they are refused with
 //! `ENODEV`, and nothing touches an MSR.
 
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use kernel::bindings;
 use kernel::prelude::*;
@@ -18,6 +18,7 @@ use kernel::types::Opaque;
 
 use crate::abi;
 pub(crate) use crate::pfm_counter::PmdState;
+use crate::rust::IrqWork;
 
 /// Counters of the soft model.
 pub(crate) const SOFT_COUNTERS: usize = 4;
@@ -85,6 +86,8 @@ pub(crate) struct Pmu {
     claims: ClaimWord,
     /// MSR accesses that faulted (never expected: the models are host-tested).
     pub(crate) msr_faults: AtomicU64,
+    /// Prints the first MSR fault (hardware models).
+    fault_report: Option<Pin<KBox<FaultReport>>>,
     /// When the "counters held by perf_events" line was last printed.
     busy_warned_at: AtomicU64,
     /// Hardware switch-ins that wrote every register (sysfs).
@@ -103,6 +106,43 @@ impl HwClaim {
     pub(crate) const fn new() -> Self {
         Self(AtomicBool::new(false))
     }
+}
+
+/// The first MSR fault's report, printed from an irq_work: [`Pmu::note`]
+/// runs in the switch-out hook, under the runqueue lock, where a printk can
+/// deadlock (the console path may wake a task, which takes that lock).
+/// `printk_deferred` would do, but 6.12 exports neither `_printk_deferred`
+/// nor `__printk_deferred_enter` to modules.
+#[pin_data]
+struct FaultReport {
+    #[pin]
+    work: IrqWork,
+    /// The model's name.
+    model: &'static str,
+    /// The MSR of the first fault.
+    msr: AtomicU32,
+}
+
+impl FaultReport {
+    fn new(model: &'static str) -> impl PinInit<Self> {
+        pin_init!(Self {
+            work <- IrqWork::new(report_fault),
+            model,
+            msr: AtomicU32::new(0),
+        })
+    }
+}
+
+/// The irq_work of [`FaultReport`]: no lock of the scheduler is held here.
+unsafe extern "C" fn report_fault(work: *mut IrqWork) {
+    // SAFETY: `work` is the `work` field of a `FaultReport`, alive until
+    // the `Pmu` that owns it is dropped, which waits for this callback.
+    let r = unsafe { &*kernel::container_of!(work, FaultReport, work) };
+    pr_err!(
+        "{}: MSR {:#x} faulted; counts may be wrong (please report)\n",
+        r.model,
+        r.msr.load(Ordering::Relaxed)
+    );
 }
 
 /// Why a model could not be selected.
@@ -352,6 +392,17 @@ impl Pmu {
     /// `amd64`) with the soft counter width `soft_width`; returns the model
     /// and why it was picked.
     pub(crate) fn select(name: &[u8], soft_width: u32) -> Result<(Pmu, &'static str), ProbeError> {
+        let (mut pmu, why) = Self::select_model(name, soft_width)?;
+        if pmu.hw.is_some() {
+            let report = KBox::pin_init(FaultReport::new(pmu.name()), GFP_KERNEL)
+                .map_err(|_| ProbeError::NoMemory)?;
+            pmu.fault_report = Some(report);
+        }
+        Ok((pmu, why))
+    }
+
+    /// [`Pmu::select`] without the fault report.
+    fn select_model(name: &[u8], soft_width: u32) -> Result<(Pmu, &'static str), ProbeError> {
         if !(16..=64).contains(&soft_width) {
             return Err(ProbeError::BadParam);
         }
@@ -361,6 +412,7 @@ impl Pmu {
             sim: None,
             claims: ClaimWord::new(),
             msr_faults: AtomicU64::new(0),
+            fault_report: None,
             busy_warned_at: AtomicU64::new(0),
             full_restores: AtomicU64::new(0),
             lazy_restores: AtomicU64::new(0),
@@ -688,16 +740,26 @@ impl Pmu {
         }
     }
 
-    /// Records an MSR access that faulted (reported once).
+    /// Records an MSR access that faulted: counted (sysfs `msr_faults`),
+    /// the first one reported in the kernel log from an irq_work (this runs
+    /// under the runqueue lock at a switch-out: see [`FaultReport`]).
     pub(crate) fn note(&self, out: &Outcome) {
         if let Some(f) = out.fault {
             if self.msr_faults.fetch_add(1, Ordering::Relaxed) == 0 {
-                pr_err!(
-                    "{}: MSR {:#x} faulted; counts may be wrong (please report)\n",
-                    self.name(),
-                    f.msr
-                );
+                if let Some(r) = &self.fault_report {
+                    r.msr.store(f.msr, Ordering::Relaxed);
+                    r.work.queue();
+                }
             }
+        }
+    }
+}
+
+impl Drop for Pmu {
+    fn drop(&mut self) {
+        // A fault report still pending runs before its storage goes.
+        if let Some(r) = &self.fault_report {
+            r.work.sync();
         }
     }
 }
