@@ -182,7 +182,9 @@ impl kernel::Module for PerfmonModule {
         };
         pr_info!("PMU model {} ({} bits): {}\n", pmu.name(), pmu.width, why);
 
-        let intr = pfm_intr::Vectors::new(!pfm_x86::cpu_has_pmu())?;
+        // LVTPC from load on only for the soft model on a CPU without a PMU;
+        // a hardware model takes it while it holds the counters.
+        let intr = pfm_intr::Vectors::new(pmu.hw.is_none() && !pfm_x86::cpu_has_pmu())?;
         let registry = pfm_ctxsw::Registry::new()?;
         // SAFETY: A format string without arguments; flags and limits are valid.
         let wq = unsafe {
@@ -489,6 +491,9 @@ unsafe extern "C" fn pfm_sysfs_show(attr: c_uint, buf: *mut c_char) -> isize {
         8 => out.num(g.pmu.msr_faults.load(Ordering::Relaxed)),
         9 => out.num(g.pmu.full_restores.load(Ordering::Relaxed)),
         10 => out.num(g.pmu.lazy_restores.load(Ordering::Relaxed)),
+        11 => out.num(g.pmu.hw_claimed().into()),
+        12 => out.num(g.pmu.reserved_counters().into()),
+        13 => out.num(g.intr.lvtpc_cpus()),
         _ => return EINVAL.to_errno() as isize,
     }
     out.text(b"\n");

@@ -167,6 +167,8 @@ impl CtxInner {
             return;
         };
         let owner: *const Attachment = &**att;
+        // The attachment holds a claim: the PMI must reach the vector.
+        g.intr.own_lvtpc_here();
         let min_arm = self.throttle.min_arm();
         let lazy = self.hw_resume.take() == Some((cpu, g.intr.hw_generation()));
         let resumed = if lazy {
@@ -1102,8 +1104,6 @@ impl Context {
             let inner = self.inner.lock();
             inner.state.next(Op::Load).map_err(state_err)?;
         }
-        // A hardware model takes the counters from perf_events here, once.
-        globals().pmu.claim()?;
         pfm_ctxsw::attach(self, arg.tid)
     }
 

@@ -27,6 +27,7 @@ use kernel::workqueue::{self, impl_has_work, new_work, Work, WorkItem};
 
 use crate::pfm_ctx::Context;
 use crate::pfm_state::{Op, State};
+use crate::pfm_x86::HwClaim;
 use crate::rust::{self as glue, IrqWork};
 use crate::{ebadfd, edquot, globals, MAX_ATTACHED};
 
@@ -95,6 +96,9 @@ pub(crate) struct Attachment {
     /// Monitoring was revoked in a scheduler callback; the irq_work queues
     /// the thread's cleanup.
     revoked: AtomicBool,
+    /// A hardware model's claim on the counters, taken when the attachment
+    /// is published and given back at its drop.
+    hw_claim: HwClaim,
 }
 
 impl_has_work! {
@@ -161,6 +165,7 @@ impl Attachment {
                 owner_uid,
                 cred_seen: AtomicPtr::new(cred as *mut bindings::cred),
                 revoked: AtomicBool::new(false),
+                hw_claim: HwClaim::new(),
             }),
             GFP_KERNEL_ACCOUNT,
         );
@@ -485,6 +490,8 @@ impl PinnedDrop for Attachment {
     fn drop(self: Pin<&mut Self>) {
         // An overflow fallback raised just before the last reference went.
         self.irq_work.sync();
+        // The counters left every PMU before the attachment could go.
+        globals().pmu.hw_unclaim(&self.hw_claim);
         globals().attached.fetch_sub(1, Ordering::Relaxed);
         let cred = self.cred_seen.load(Ordering::Relaxed);
         if !cred.is_null() {
@@ -978,6 +985,17 @@ pub(crate) fn attach(ctx: &Arc<Context>, tid: u32) -> Result {
             drop(reg);
             release(att);
             return Err(ENOSPC);
+        }
+        // Every check passed: a hardware model claims the counters now.
+        if let Err(e) = globals().pmu.hw_claim(&att.hw_claim) {
+            let ours = reg.remove(&att);
+            drop(inner);
+            drop(reg);
+            if let Some(o) = ours {
+                release(o);
+            }
+            release(att);
+            return Err(e);
         }
         Context::reset_for_load(&mut inner, shown_tid);
         inner.state = State::Loaded;

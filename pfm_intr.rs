@@ -6,10 +6,12 @@
 //! the vector allocator instead. At load, every online CPU (and every CPU that
 //! comes online later, through a dynamic cpuhp state) gets one IRQ of the x86
 //! vector domain bound to it, with an edge flow handler and our handler
-//! (`/proc/interrupts` shows them as `perfmon`). Where no other PMU user can
-//! exist (the CPU announces no PMU), each CPU's LVTPC is pointed at its
-//! vector, and restored at unload; a hardware model points it there when it
-//! claims the counters (its first LOAD) and the PMI arrives on the vector.
+//! (`/proc/interrupts` shows them as `perfmon`). Under the soft model, where
+//! no other PMU user can exist (the CPU announces no PMU), each CPU's LVTPC
+//! is pointed at its vector, and restored at unload. A hardware model points
+//! a CPU's LVTPC there when a context first puts its counters on that CPU's
+//! PMU, so the PMI arrives on the vector, and gives it back when the last
+//! hardware context ends (`Pmu::hw_claim`).
 //!
 //! The soft PMU raises its overflows through the same vector with a
 //! self-IPI, so the whole path (interrupt, message, blocking) runs anywhere.
@@ -67,9 +69,10 @@ impl CpuVector {
 pub(crate) struct Vectors {
     cpus: KVec<CpuVector>,
     cpuhp_state: AtomicU32,
-    /// Point LVTPC at the vector: from load where the CPU announces no PMU
-    /// (no other PMU user can exist), from the hardware model's claim of
-    /// the counters otherwise.
+    /// Point every CPU's LVTPC at the vector from load on: the soft model
+    /// where the CPU announces no PMU (no other PMU user can exist). A
+    /// hardware model takes each CPU's LVTPC only while it holds the
+    /// counters ([`Vectors::own_lvtpc_here`]).
     lvtpc_wanted: AtomicBool,
 }
 
@@ -139,22 +142,39 @@ impl Vectors {
             .sum()
     }
 
+    /// CPUs whose LVTPC points at their vector (sysfs `hw_lvtpc_cpus`).
+    pub(crate) fn lvtpc_cpus(&self) -> u64 {
+        self.cpus
+            .iter()
+            .filter(|c| c.lvtpc_ours.load(Ordering::Relaxed))
+            .count() as u64
+    }
+
     fn slot(&self, cpu: usize) -> Option<&CpuVector> {
         self.cpus.get(cpu)
     }
 
-    /// Points every CPU's LVTPC at its vector, now and for CPUs that come
-    /// online later (the hardware model claimed the counters). Process
-    /// context.
-    pub(crate) fn take_lvtpc_everywhere(&self) {
-        self.lvtpc_wanted.store(true, Ordering::Release);
-        // SAFETY: Keeps the set of online CPUs stable around the calls.
-        unsafe { bindings::cpus_read_lock() };
-        // SAFETY: `take_lvtpc_here` only touches this CPU's slot and APIC;
-        // `info` is unused.
-        unsafe { glue::on_each_cpu(take_lvtpc_here, core::ptr::null_mut()) };
-        // SAFETY: Taken above.
-        unsafe { bindings::cpus_read_unlock() };
+    /// Points this CPU's LVTPC at its vector, if it does not already: a
+    /// hardware model's context is about to put its counters on this CPU's
+    /// PMU (so it holds a claim: see `Pmu::hw_claim`). Interrupts off.
+    pub(crate) fn own_lvtpc_here(&self) {
+        if let Some(slot) = self.slot(glue::this_cpu() as usize) {
+            take_lvtpc(slot);
+        }
+    }
+
+    /// Whether this CPU's LVTPC points at its vector. Interrupts off.
+    pub(crate) fn lvtpc_ours_here(&self) -> bool {
+        self.slot(glue::this_cpu() as usize)
+            .is_some_and(|s| s.lvtpc_ours.load(Ordering::Relaxed))
+    }
+
+    /// Restores this CPU's LVTPC to what it was before the module took it,
+    /// if the module holds it (the last hardware claim went). Interrupts off.
+    pub(crate) fn give_back_lvtpc_here(&self) {
+        if let Some(slot) = self.slot(glue::this_cpu() as usize) {
+            give_back_lvtpc(slot);
+        }
     }
 
     /// Records that `att`'s context is (non-null) or is no longer (null)
@@ -211,9 +231,11 @@ fn take_lvtpc(slot: &CpuVector) {
     slot.lvtpc_ours.store(true, Ordering::Relaxed);
 }
 
-unsafe extern "C" fn take_lvtpc_here(_info: *mut c_void) {
-    if let Some(slot) = globals().intr.slot(glue::this_cpu() as usize) {
-        take_lvtpc(slot);
+/// Restores this CPU's LVTPC if it points at our vector (IRQs off, or the
+/// CPU going offline).
+fn give_back_lvtpc(slot: &CpuVector) {
+    if slot.lvtpc_ours.swap(false, Ordering::Relaxed) {
+        glue::apic_write_lvtpc(slot.saved_lvtpc.load(Ordering::Relaxed));
     }
 }
 
@@ -270,9 +292,7 @@ unsafe extern "C" fn cpu_offline(cpu: c_uint) -> c_int {
     let Some(slot) = globals().intr.slot(cpu as usize) else {
         return 0;
     };
-    if slot.lvtpc_ours.swap(false, Ordering::Relaxed) {
-        glue::apic_write_lvtpc(slot.saved_lvtpc.load(Ordering::Relaxed));
-    }
+    give_back_lvtpc(slot);
     let irq = slot.irq.swap(0, Ordering::AcqRel);
     slot.vector.store(0, Ordering::Relaxed);
     if irq != 0 {

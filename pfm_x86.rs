@@ -10,7 +10,7 @@
 //! usable PMU (every machine here, QEMU TCG included) they are refused with
 //! `ENODEV`, and nothing touches an MSR.
 
-use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use kernel::bindings;
 use kernel::prelude::*;
@@ -18,6 +18,7 @@ use kernel::types::Opaque;
 
 use crate::abi;
 pub(crate) use crate::pfm_counter::PmdState;
+use crate::rust::IrqWork;
 
 /// Counters of the soft model.
 pub(crate) const SOFT_COUNTERS: usize = 4;
@@ -80,11 +81,13 @@ pub(crate) struct Pmu {
     /// `intel_arch_sim`: one simulated PMU per possible CPU, which the
     /// hardware model's MSR accesses go to instead of the CPU's.
     sim: Option<KVec<SimCpu>>,
-    /// Whether the module holds the hardware counters (see [`Pmu::claim`]):
-    /// `CLAIM_FREE`, `CLAIM_BUSY` (being claimed) or `CLAIM_HELD`.
-    claim: AtomicU8,
+    /// The hardware claim: live hardware contexts holding it, and whether
+    /// the counters are reserved (see [`Pmu::hw_claim`]).
+    claims: ClaimWord,
     /// MSR accesses that faulted (never expected: the models are host-tested).
     pub(crate) msr_faults: AtomicU64,
+    /// Prints the first MSR fault (hardware models).
+    fault_report: Option<Pin<KBox<FaultReport>>>,
     /// When the "counters held by perf_events" line was last printed.
     busy_warned_at: AtomicU64,
     /// Hardware switch-ins that wrote every register (sysfs).
@@ -93,9 +96,54 @@ pub(crate) struct Pmu {
     pub(crate) lazy_restores: AtomicU64,
 }
 
-const CLAIM_FREE: u8 = 0;
-const CLAIM_BUSY: u8 = 1;
-const CLAIM_HELD: u8 = 2;
+/// One hardware context's claim on the hardware (in its attachment): taken
+/// by [`Pmu::hw_claim`] when LOAD publishes the attachment, given back by
+/// [`Pmu::hw_unclaim`] when the attachment ends.
+pub(crate) struct HwClaim(AtomicBool);
+
+impl HwClaim {
+    /// No claim held yet.
+    pub(crate) const fn new() -> Self {
+        Self(AtomicBool::new(false))
+    }
+}
+
+/// The first MSR fault's report, printed from an irq_work: [`Pmu::note`]
+/// runs in the switch-out hook, under the runqueue lock, where a printk can
+/// deadlock (the console path may wake a task, which takes that lock).
+/// `printk_deferred` would do, but 6.12 exports neither `_printk_deferred`
+/// nor `__printk_deferred_enter` to modules.
+#[pin_data]
+struct FaultReport {
+    #[pin]
+    work: IrqWork,
+    /// The model's name.
+    model: &'static str,
+    /// The MSR of the first fault.
+    msr: AtomicU32,
+}
+
+impl FaultReport {
+    fn new(model: &'static str) -> impl PinInit<Self> {
+        pin_init!(Self {
+            work <- IrqWork::new(report_fault),
+            model,
+            msr: AtomicU32::new(0),
+        })
+    }
+}
+
+/// The irq_work of [`FaultReport`]: no lock of the scheduler is held here.
+unsafe extern "C" fn report_fault(work: *mut IrqWork) {
+    // SAFETY: `work` is the `work` field of a `FaultReport`, alive until
+    // the `Pmu` that owns it is dropped, which waits for this callback.
+    let r = unsafe { &*kernel::container_of!(work, FaultReport, work) };
+    pr_err!(
+        "{}: MSR {:#x} faulted; counts may be wrong (please report)\n",
+        r.model,
+        r.msr.load(Ordering::Relaxed)
+    );
+}
 
 /// Why a model could not be selected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,11 +157,13 @@ pub(crate) enum ProbeError {
 }
 
 pub mod amd64;
+pub mod claim;
 pub mod driver;
 pub mod intel_arch;
 pub mod intel_sim;
 pub mod model;
 
+use claim::ClaimWord;
 pub(crate) use driver::PmiThrottle;
 use driver::{HwModel, MsrBus, MsrFault, Outcome, ProbeCpuid};
 use intel_arch::IntelArch;
@@ -328,7 +378,7 @@ impl MsrBus for CpuMsrs {
     fn wrmsr(&mut self, msr: u32, value: u64) -> Result<(), MsrFault> {
         // SAFETY: As above; the values come from the model (reserved bits
         // clear, host-tested against the simulators), and the driver runs
-        // only on a context installed after `Pmu::claim` took the counters.
+        // only on a context installed after `Pmu::hw_claim` took the counters.
         if unsafe { crate::rust::wrmsr_safe(msr, value) } {
             Ok(())
         } else {
@@ -342,6 +392,17 @@ impl Pmu {
     /// `amd64`) with the soft counter width `soft_width`; returns the model
     /// and why it was picked.
     pub(crate) fn select(name: &[u8], soft_width: u32) -> Result<(Pmu, &'static str), ProbeError> {
+        let (mut pmu, why) = Self::select_model(name, soft_width)?;
+        if pmu.hw.is_some() {
+            let report = KBox::pin_init(FaultReport::new(pmu.name()), GFP_KERNEL)
+                .map_err(|_| ProbeError::NoMemory)?;
+            pmu.fault_report = Some(report);
+        }
+        Ok((pmu, why))
+    }
+
+    /// [`Pmu::select`] without the fault report.
+    fn select_model(name: &[u8], soft_width: u32) -> Result<(Pmu, &'static str), ProbeError> {
         if !(16..=64).contains(&soft_width) {
             return Err(ProbeError::BadParam);
         }
@@ -349,8 +410,9 @@ impl Pmu {
             width,
             hw,
             sim: None,
-            claim: AtomicU8::new(CLAIM_FREE),
+            claims: ClaimWord::new(),
             msr_faults: AtomicU64::new(0),
+            fault_report: None,
             busy_warned_at: AtomicU64::new(0),
             full_restores: AtomicU64::new(0),
             lazy_restores: AtomicU64::new(0),
@@ -529,44 +591,50 @@ impl Pmu {
         }
     }
 
-    /// Claims the hardware counters for the module, once, at the first LOAD
-    /// on a hardware model: every general-purpose counter through the NMI
-    /// reservation allocator that perf_events also uses, so the two never
-    /// program the same counter (perf's hardware events get `EBUSY` while
-    /// the module holds them), then every CPU's LVTPC for the overflow
-    /// vector. Held until the module is unloaded. `EBUSY` with a message
-    /// when perf_events (e.g. the NMI watchdog) holds them.
-    pub(crate) fn claim(&self) -> Result {
+    /// Takes one claim on the hardware for a hardware context's attachment
+    /// (`token`), at the point where LOAD publishes it: after the
+    /// permission check and every validity check passed, so a refused LOAD
+    /// takes nothing. No-op for the soft model.
+    ///
+    /// The first claim reserves every general-purpose counter through the
+    /// NMI reservation allocator that perf_events also uses. perf's x86
+    /// core reserves all of them whenever any hardware event of its own
+    /// exists (a perf user, the NMI watchdog — a perf cycles event — KVM's
+    /// vPMU, BTS), so success proves that none does, and none can be
+    /// created while the module holds them (`EBUSY` for perf). Later claims
+    /// only count. LVTPC is not touched here: a CPU's LVTPC is pointed at
+    /// the overflow vector when a context first puts its counters on that
+    /// CPU's PMU (`Vectors::own_lvtpc_here`), and given back with the
+    /// counters when the last claim goes ([`Pmu::hw_unclaim`]).
+    ///
+    /// `EBUSY`, with a message at most every 10 s, when perf holds the
+    /// counters. Any context (called under the registry and context
+    /// locks): only atomic operations, with interrupts off around them.
+    pub(crate) fn hw_claim(&self, token: &HwClaim) -> Result {
         let Some(m) = &self.hw else {
             return Ok(());
         };
-        loop {
-            match self.claim.compare_exchange(
-                CLAIM_FREE,
-                CLAIM_BUSY,
-                Ordering::Acquire,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => break,
-                Err(CLAIM_HELD) => return Ok(()),
-                // Another LOAD is claiming: microseconds.
-                Err(_) => core::hint::spin_loop(),
-            }
+        if token.0.load(Ordering::Relaxed) {
+            return Ok(());
         }
-        let mut taken = 0usize;
-        let mut ok = true;
-        for (ctr, evtsel) in m.reservations() {
-            if !crate::rust::reserve_counter(ctr, evtsel) {
-                ok = false;
-                break;
+        let reserve = || {
+            let mut taken = 0usize;
+            for (ctr, evtsel) in m.reservations() {
+                if !crate::rust::reserve_counter(ctr, evtsel) {
+                    for (ctr, evtsel) in m.reservations().take(taken) {
+                        crate::rust::release_counter(ctr, evtsel);
+                    }
+                    return false;
+                }
+                taken += 1;
             }
-            taken += 1;
-        }
+            true
+        };
+        // Interrupts off: a reservation runs alone while others spin.
+        let flags = crate::rust::local_irq_save();
+        let ok = self.claims.take(reserve);
+        crate::rust::local_irq_restore(flags);
         if !ok {
-            for (ctr, evtsel) in m.reservations().take(taken) {
-                crate::rust::release_counter(ctr, evtsel);
-            }
-            self.claim.store(CLAIM_FREE, Ordering::Release);
             // One line per 10 s at most: any user can retry LOAD in a loop.
             let now = crate::rust::now_ns();
             let last = self.busy_warned_at.load(Ordering::Relaxed);
@@ -579,51 +647,119 @@ impl Pmu {
             }
             return Err(EBUSY);
         }
-        crate::globals().intr.take_lvtpc_everywhere();
-        self.claim.store(CLAIM_HELD, Ordering::Release);
+        token.0.store(true, Ordering::Relaxed);
         Ok(())
     }
 
-    /// Leaves every CPU's PMCs disabled if the module claimed them: stale
-    /// enable bits would count (and interrupt) once perf_events enables its
-    /// global control again. Module unload, before LVTPC is given back.
-    pub(crate) fn quiesce_all(&self) {
-        if self.hw.is_none() || self.claim.load(Ordering::Acquire) != CLAIM_HELD {
+    /// Gives back the claim `token` holds, if it holds one: when a hardware
+    /// context's attachment ends (its drop, after its counters left every
+    /// PMU). The last claim to go leaves every PMC disabled on each CPU
+    /// whose LVTPC the module took, gives those LVTPCs back, then releases
+    /// the counters to perf_events — each step only if no new claim came
+    /// meanwhile. Process context (IPIs every CPU and waits).
+    pub(crate) fn hw_unclaim(&self, token: &HwClaim) {
+        if self.hw.is_none() || !token.0.swap(false, Ordering::Relaxed) {
             return;
         }
-        unsafe extern "C" fn quiesce_here(_info: *mut kernel::ffi::c_void) {
-            let pmu = &crate::globals().pmu;
-            if let Some(m) = &pmu.hw {
-                pmu.note(&driver::quiesce(m, &mut pmu.bus()));
-            }
+        if self.claims.put() {
+            self.give_back();
         }
-        // SAFETY: `quiesce_here` touches this CPU's MSRs only; no `info`.
-        unsafe { crate::rust::on_each_cpu(quiesce_here, core::ptr::null_mut()) };
     }
 
-    /// Gives back what [`Pmu::claim`] took; LVTPC is restored by the
-    /// vectors' teardown. Module unload only, after every context is gone.
+    /// After the last claim went: every CPU's PMCs off and LVTPC back (each
+    /// CPU checks, interrupts off, that still no claim exists), then the
+    /// counters back to perf_events if still unclaimed. Process context.
+    fn give_back(&self) {
+        unsafe extern "C" fn give_back_here(_info: *mut kernel::ffi::c_void) {
+            let g = crate::globals();
+            let pmu = &g.pmu;
+            if pmu.claims.holders() != 0 {
+                return;
+            }
+            // No claim, so no context's counters are on this PMU: only
+            // stale enable bits could be, where a context counted (where
+            // LVTPC is ours); they would count, and interrupt perf's NMI
+            // handler, once perf enables its global control again.
+            if let Some(m) = &pmu.hw {
+                if g.intr.lvtpc_ours_here() {
+                    pmu.note(&driver::quiesce(m, &mut pmu.bus()));
+                }
+            }
+            g.intr.give_back_lvtpc_here();
+        }
+        // SAFETY: `give_back_here` touches this CPU's PMU and LVTPC only,
+        // with interrupts off (an IPI callback); no `info`.
+        unsafe { crate::rust::on_each_cpu(give_back_here, core::ptr::null_mut()) };
+        self.unclaim();
+    }
+
+    /// Module unload, after every context is gone (each attachment gave its
+    /// claim back): a no-op unless a claim was leaked, in which case the
+    /// PMCs are left disabled and LVTPC and the counters given back anyway.
+    pub(crate) fn quiesce_all(&self) {
+        if self.hw.is_none() || !self.claims.reserved() {
+            return;
+        }
+        pr_err!(
+            "{} hardware claim(s) left at unload (a bug): giving the counters back\n",
+            self.claims.holders()
+        );
+        while self.claims.holders() != 0 {
+            self.claims.put();
+        }
+        self.give_back();
+    }
+
+    /// Releases the counters to perf_events if they are reserved and no
+    /// claim holds them (after the last claim's give-back; and at module
+    /// unload, after [`Pmu::quiesce_all`] and the vectors' teardown).
     pub(crate) fn unclaim(&self) {
         let Some(m) = &self.hw else {
             return;
         };
-        if self.claim.swap(CLAIM_FREE, Ordering::AcqRel) == CLAIM_HELD {
+        let flags = crate::rust::local_irq_save();
+        self.claims.release_if_unused(|| {
             for (ctr, evtsel) in m.reservations() {
                 crate::rust::release_counter(ctr, evtsel);
             }
+        });
+        crate::rust::local_irq_restore(flags);
+    }
+
+    /// Live hardware contexts holding the claim (sysfs `hw_claimed`).
+    pub(crate) fn hw_claimed(&self) -> u32 {
+        self.claims.holders()
+    }
+
+    /// General-purpose counters the module holds reserved (sysfs
+    /// `hw_reserved_counters`).
+    pub(crate) fn reserved_counters(&self) -> u32 {
+        match &self.hw {
+            Some(m) if self.claims.reserved() => m.reservations().count() as u32,
+            _ => 0,
         }
     }
 
-    /// Records an MSR access that faulted (reported once).
+    /// Records an MSR access that faulted: counted (sysfs `msr_faults`),
+    /// the first one reported in the kernel log from an irq_work (this runs
+    /// under the runqueue lock at a switch-out: see [`FaultReport`]).
     pub(crate) fn note(&self, out: &Outcome) {
         if let Some(f) = out.fault {
             if self.msr_faults.fetch_add(1, Ordering::Relaxed) == 0 {
-                pr_err!(
-                    "{}: MSR {:#x} faulted; counts may be wrong (please report)\n",
-                    self.name(),
-                    f.msr
-                );
+                if let Some(r) = &self.fault_report {
+                    r.msr.store(f.msr, Ordering::Relaxed);
+                    r.work.queue();
+                }
             }
+        }
+    }
+}
+
+impl Drop for Pmu {
+    fn drop(&mut self) {
+        // A fault report still pending runs before its storage goes.
+        if let Some(r) = &self.fault_report {
+            r.work.sync();
         }
     }
 }

@@ -93,13 +93,17 @@ PFM_ATTR(overflow_interrupts, 7);
 PFM_ATTR(msr_faults, 8);
 PFM_ATTR(hw_full_restores, 9);
 PFM_ATTR(hw_lazy_restores, 10);
+PFM_ATTR(hw_claimed, 11);
+PFM_ATTR(hw_reserved_counters, 12);
+PFM_ATTR(hw_lvtpc_cpus, 13);
 static struct attribute *pfm_attrs[] = {
 	&pfm_attr_abi_version.attr, &pfm_attr_pmu_model.attr,
 	&pfm_attr_live_contexts.attr, &pfm_attr_zombie_contexts.attr,
 	&pfm_attr_attached_threads.attr, &pfm_attr_vector.attr,
 	&pfm_attr_counter_width.attr, &pfm_attr_overflow_interrupts.attr,
 	&pfm_attr_msr_faults.attr, &pfm_attr_hw_full_restores.attr,
-	&pfm_attr_hw_lazy_restores.attr, NULL,
+	&pfm_attr_hw_lazy_restores.attr, &pfm_attr_hw_claimed.attr,
+	&pfm_attr_hw_reserved_counters.attr, &pfm_attr_hw_lvtpc_cpus.attr, NULL,
 };
 static const struct attribute_group pfm_attr_group = { .attrs = pfm_attrs };
 static struct kobject *pfm_kobj;

@@ -26,6 +26,7 @@ pub mod pfm_msgq;
 #[path = "../../pfm_x86"]
 pub mod pfm_x86 {
     pub mod amd64;
+    pub mod claim;
     pub mod driver;
     pub mod intel_arch;
     pub mod intel_sim;
