@@ -307,6 +307,9 @@ unsafe fn file_context<'a>(file: *mut bindings::file) -> kernel::sync::ArcBorrow
 }
 
 unsafe extern "C" fn fop_open(_inode: *mut bindings::inode, file: *mut bindings::file) -> c_int {
+    if let Err(e) = pfm_ctxsw::may_open() {
+        return e.to_errno();
+    }
     match Context::new() {
         Ok(ctx) => {
             // SAFETY: `file` is being opened; we own `private_data`.

@@ -847,6 +847,13 @@ fn may_monitor(task: *mut bindings::task_struct) -> Result<Access> {
     let tcred = unsafe { bindings::get_task_cred(task) };
     // SAFETY: `tcred` is referenced.
     let same_ids = unsafe { glue::cred_ids(tcred) }.all_are(ids.0, ids.1);
+    if !same_process {
+        if let Err(e) = yama_allows(task) {
+            // SAFETY: Drops the reference taken above.
+            unsafe { glue::put_cred(tcred) };
+            return Err(e);
+        }
+    }
     let allowed = same_process || {
         // A setuid program that dropped to the caller's ids is still not
         // dumpable: refuse it, as ptrace does.
@@ -870,6 +877,36 @@ fn may_monitor(task: *mut bindings::task_struct) -> Result<Access> {
         owner_uid: ids.0,
         cred: tcred,
     })
+}
+
+/// `kernel.perf_event_paranoid` as perf applies it when a context is
+/// created (`open`): above 2 (Debian's default 3), only CAP_SYS_ADMIN may
+/// (`EACCES`, as perf_event_open). Levels 2 and below need nothing more
+/// here: kernel-mode counting is refused to callers without CAP_PERFMON
+/// at every level (`Pmu::caller_policy`), as perf does from level 2 on.
+/// Unreadable (no /proc in the caller's root): treated as 3.
+pub(crate) fn may_open() -> Result {
+    let paranoid =
+        glue::read_sysctl_int(kernel::c_str!("/proc/sys/kernel/perf_event_paranoid"))
+            .unwrap_or(3);
+    if paranoid > 2 && !glue::sys_admin_capable() {
+        return Err(EACCES);
+    }
+    Ok(())
+}
+
+/// Yama's `ptrace_scope` for an unprivileged LOAD of another process's
+/// thread, since the ptrace access check perf calls (LSM hooks included)
+/// is not exported to modules: 1 allows descendants only, 2 and 3 nobody
+/// without privileges (`EPERM`, as ptrace). Without Yama, nothing more.
+/// Stricter than Yama: its `PR_SET_PTRACER` exceptions are not honoured.
+fn yama_allows(task: *mut bindings::task_struct) -> Result {
+    match glue::read_sysctl_int(kernel::c_str!("/proc/sys/kernel/yama/ptrace_scope")) {
+        None | Some(0) => Ok(()),
+        // SAFETY: `task` is referenced by the caller.
+        Some(1) if unsafe { glue::is_descendant_of_current(task) } => Ok(()),
+        Some(_) => Err(EPERM),
+    }
 }
 
 /// Attachments a thread may hold awaiting its own cleanup (it runs them at

@@ -45,6 +45,15 @@ mod ffi {
         pub(crate) fn pfm_get_cred(cred: *const bindings::cred) -> *const bindings::cred;
         pub(crate) fn pfm_exec_update_lock_read(task: *mut bindings::task_struct) -> c_int;
         pub(crate) fn pfm_exec_update_unlock_read(task: *mut bindings::task_struct);
+        pub(crate) fn pfm_rcu_read_lock();
+        pub(crate) fn pfm_rcu_read_unlock();
+        pub(crate) fn pfm_task_group_leader(
+            task: *mut bindings::task_struct,
+        ) -> *mut bindings::task_struct;
+        pub(crate) fn pfm_task_real_parent(
+            task: *mut bindings::task_struct,
+        ) -> *mut bindings::task_struct;
+        pub(crate) fn pfm_task_pid(task: *mut bindings::task_struct) -> c_int;
         pub(crate) fn pfm_exec_watch_register();
         pub(crate) fn pfm_exec_watch_unregister();
         pub(crate) fn pfm_current_tid() -> c_int;
@@ -263,6 +272,66 @@ impl Drop for ExecUpdateGuard {
         // SAFETY: Taken in `lock`; the task is still referenced (its contract).
         unsafe { ffi::pfm_exec_update_unlock_read(self.task) };
     }
+}
+
+/// The value of an integer sysctl file (`/proc/sys/...`), read the way
+/// user space would; `None` if it does not exist or does not parse. For
+/// the settings 6.12 does not export to modules (`perf_event_paranoid`,
+/// Yama's `ptrace_scope`). Process context.
+pub(crate) fn read_sysctl_int(path: &kernel::str::CStr) -> Option<i32> {
+    // SAFETY: `path` is a NUL-terminated string; read-only open.
+    let file = unsafe { bindings::filp_open(path.as_char_ptr(), bindings::O_RDONLY as i32, 0) };
+    // ERR_PTR values are the top 4095 addresses.
+    if file.is_null() || file as usize >= (-4095isize) as usize {
+        return None;
+    }
+    let mut buf = [0u8; 16];
+    let mut pos: bindings::loff_t = 0;
+    // SAFETY: `file` is open; `buf` is valid for its length.
+    let n = unsafe {
+        bindings::kernel_read(file, buf.as_mut_ptr().cast(), buf.len(), &mut pos)
+    };
+    // SAFETY: Opened above; no owner (not an fd table's file).
+    unsafe { bindings::filp_close(file, core::ptr::null_mut()) };
+    let n = usize::try_from(n).ok()?.min(buf.len());
+    let text = core::str::from_utf8(&buf[..n]).ok()?;
+    text.trim().parse().ok()
+}
+
+/// Whether `task` is a descendant of the current process (Yama's
+/// `task_is_descendant`: its ancestry, by process, reaches the caller's).
+///
+/// # Safety
+///
+/// `task` must be referenced by the caller.
+pub(crate) unsafe fn is_descendant_of_current(task: *mut bindings::task_struct) -> bool {
+    // SAFETY: An RCU read-side section around the walk: the parents seen
+    // stay valid until it ends.
+    unsafe { ffi::pfm_rcu_read_lock() };
+    // SAFETY: `current` is valid; its group leader too (RCU).
+    let me = unsafe { ffi::pfm_task_group_leader(bindings::get_current()) };
+    let mut walker = task;
+    let mut found = false;
+    // SAFETY: `task` is referenced; every parent reached is RCU-protected.
+    while !walker.is_null() && unsafe { ffi::pfm_task_pid(walker) } > 0 {
+        // SAFETY: As above.
+        walker = unsafe { ffi::pfm_task_group_leader(walker) };
+        if walker == me {
+            found = true;
+            break;
+        }
+        // SAFETY: As above.
+        walker = unsafe { ffi::pfm_task_real_parent(walker) };
+    }
+    // SAFETY: Ends the section begun above.
+    unsafe { ffi::pfm_rcu_read_unlock() };
+    found
+}
+
+/// `capable(CAP_SYS_ADMIN)`.
+pub(crate) fn sys_admin_capable() -> bool {
+    // SAFETY: No preconditions.
+    unsafe { bindings::capable(bindings::CAP_SYS_ADMIN as i32) }
 }
 
 /// Makes every `execve()` call `pfm_exec_hook` first (a binary format

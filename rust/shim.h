@@ -33,6 +33,11 @@ const struct cred *pfm_task_real_cred(struct task_struct *t);
 const struct cred *pfm_get_cred(const struct cred *c);
 int pfm_exec_update_lock_read(struct task_struct *t);
 void pfm_exec_update_unlock_read(struct task_struct *t);
+void pfm_rcu_read_lock(void);
+void pfm_rcu_read_unlock(void);
+struct task_struct *pfm_task_group_leader(struct task_struct *t);
+struct task_struct *pfm_task_real_parent(struct task_struct *t);
+int pfm_task_pid(struct task_struct *t);
 void pfm_exec_hook(void);	/* Rust */
 void pfm_exec_watch_register(void);
 void pfm_exec_watch_unregister(void);

@@ -15,6 +15,8 @@
 //!   thread of the tool's process) and self.
 //! - The per-user limit (`max_attached_per_user`): uid 1000 gets EDQUOT
 //!   past it while another user can still LOAD.
+//! - `kernel.perf_event_paranoid`: 3 refuses an unprivileged open (EACCES),
+//!   2 lets an unprivileged user count in user mode only (`intel_arch_sim`).
 
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
@@ -28,7 +30,7 @@ use pfm_guest::raw;
 use pfm_guest::tap::diag;
 use pfm_guest::{ensure, module, ResultExt, Tap, TestResult};
 
-const PLAN: usize = 7;
+const PLAN: usize = 8;
 const SUID_COPY: &str = "/tmp/pfm-suid-trust";
 /// Naps the setuid image takes: each is a context switch that must not
 /// be counted.
@@ -391,6 +393,36 @@ fn limit(uid: u32, n: usize, hold: Duration) -> i32 {
     0
 }
 
+/// Child mode `trust-open UID`: as UID, open /dev/perfmon and write PMC0
+/// with an Intel event counting in user mode, then also in kernel mode.
+fn open_as(uid: u32) -> i32 {
+    if raw::become_user(uid, uid).is_err() {
+        println!("error=setuid");
+        return 3;
+    }
+    let ctx = match Context::open() {
+        Ok(c) => c,
+        Err(e) => {
+            println!("open={}", perfmon::errno_name(e.errno().unwrap_or(0)));
+            return 0;
+        }
+    };
+    println!("open=ok");
+    for (name, value) in [("pmc_usr", 0x41_003c_u64), ("pmc_os", 0x43_003c)] {
+        let r = ctx.write_pmcs(&mut [PfmPmc {
+            reg_num: 0,
+            reg_value: value,
+            ..Default::default()
+        }]);
+        let v = match r {
+            Ok(()) => "ok",
+            Err(e) => perfmon::errno_name(e.errno().unwrap_or(0)),
+        };
+        println!("{name}={v}");
+    }
+    0
+}
+
 fn own_dispatch() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) != Some(CHILD_FLAG) {
@@ -414,6 +446,7 @@ fn own_dispatch() {
         Some("trust-selfexec") => selfexec(),
         Some("trust-race") => race(num(3) as usize),
         Some("trust-access") => access_loop(),
+        Some("trust-open") => open_as(num(3) as u32),
         Some("trust-limit") => limit(
             num(3) as u32,
             num(4) as usize,
@@ -524,6 +557,51 @@ fn access_case() -> TestResult {
     Ok(())
 }
 
+fn set_paranoid(level: i32) -> TestResult {
+    std::fs::write("/proc/sys/kernel/perf_event_paranoid", level.to_string())
+        .ctx("write perf_event_paranoid")
+}
+
+/// perf_event_paranoid 3 (Debian's default): an unprivileged open is
+/// refused with EACCES, root's is not; at 2, an unprivileged user counts in
+/// user mode but not in kernel mode (on `intel_arch_sim`, whose PMCs have
+/// the OS bit).
+fn paranoid_case() -> TestResult {
+    let before = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ctx("read perf_event_paranoid")?;
+    let res = (|| {
+        set_paranoid(3)?;
+        let out = run_child(&["trust-open", "1000"], Duration::from_secs(30))?;
+        ensure!(
+            field(&out, "open") == Some("EACCES"),
+            "paranoid 3, uid 1000: {out}"
+        );
+        let out = run_child(&["trust-open", "0"], Duration::from_secs(30))?;
+        ensure!(field(&out, "open") == Some("ok"), "paranoid 3, root: {out}");
+        set_paranoid(2)?;
+        module::rmmod()?;
+        module::insmod(&["pmu=intel_arch_sim"])?;
+        let out = run_child(&["trust-open", "1000"], Duration::from_secs(30));
+        let root = run_child(&["trust-open", "0"], Duration::from_secs(30));
+        module::rmmod()?;
+        module::insmod(&[])?;
+        let (out, root) = (out?, root?);
+        ensure!(
+            field(&out, "open") == Some("ok")
+                && field(&out, "pmc_usr") == Some("ok")
+                && field(&out, "pmc_os") == Some("EINVAL"),
+            "paranoid 2, uid 1000 on intel_arch_sim: {out}"
+        );
+        ensure!(
+            field(&root, "pmc_os") == Some("ok"),
+            "paranoid 2, root on intel_arch_sim: {root}"
+        );
+        Ok(())
+    })();
+    set_paranoid(before.trim().parse().unwrap_or(2))?;
+    res
+}
+
 fn set_limit(n: u64) -> TestResult {
     std::fs::write(
         "/sys/module/perfmon/parameters/max_attached_per_user",
@@ -592,6 +670,10 @@ fn main() {
     t.run(
         "per-user limit: EDQUOT past max_attached_per_user while another user can LOAD",
         limit_case,
+    );
+    t.run(
+        "perf_event_paranoid: 3 refuses an unprivileged open (EACCES), 2 the kernel-mode bit",
+        paranoid_case,
     );
     t.run("rmmod perfmon", module::rmmod);
     let _ = std::fs::remove_file(SUID_COPY);
