@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use perfmon::perf::{PerfGroup, SoftwareEvent};
 use perfmon::process::{self, Interrupts, PausedChild};
-use perfmon::{Context, Counts, Event, MessageKind};
+use perfmon::{Context, Counts, CtxState, Event, MessageKind};
 
 use crate::args::{StatArgs, Target};
 use crate::output::Output;
@@ -139,6 +139,7 @@ fn stat_command(
     if let Err(e) = released {
         return Err(e.into());
     }
+    warn_if_revoked(ctx)?;
     // The thread has exited: its final counts stay readable.
     let counts = ctx.read()?;
     let perf_vals = perf_values(&perf);
@@ -189,6 +190,18 @@ fn delta(now: &Counts, prev: &Counts) -> Counts {
 struct Ending {
     interrupted: bool,
     exited: bool,
+}
+
+/// Says so if the module ended the monitoring at an exec into credentials
+/// this user may not monitor (a setuid program): the counts stop there.
+fn warn_if_revoked(ctx: &Context) -> Result<(), Failure> {
+    let st = ctx.state()?;
+    if st.state == CtxState::Unloaded && !st.has_exited() {
+        eprintln!(
+            "pfm: warning: monitoring ended when the thread exec'd a program you may not monitor (setuid or setgid); the counts stop there"
+        );
+    }
+    Ok(())
 }
 
 fn stat_thread(
@@ -256,13 +269,20 @@ fn stat_thread(
             break;
         }
         if ready.first().copied().unwrap_or(false) {
+            let mut revoked = false;
             for msg in ctx.messages() {
-                if msg?.kind == MessageKind::End {
-                    ending.exited = true;
+                match msg?.kind {
+                    MessageKind::End => ending.exited = true,
+                    MessageKind::Revoked => revoked = true,
+                    _ => {}
                 }
             }
             if ending.exited || ctx.state()?.has_exited() {
                 ending.exited = true;
+                break;
+            }
+            if revoked {
+                warn_if_revoked(ctx)?;
                 break;
             }
             // Readable without a message or an exit: do not spin.

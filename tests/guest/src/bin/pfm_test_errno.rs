@@ -975,19 +975,22 @@ fn cases() -> Vec<Case> {
         faulting_reads_keep_end
     );
     case!(
-        "close() of a self-monitoring context frees it before close returns",
+        "close() of a self-monitoring context frees it before close returns (100 times)",
         || {
-            let before = module::live_contexts();
-            let ctx = open()?;
-            ctx.load(0).ctx("LOAD")?;
-            ctx.start().ctx("START")?;
-            let during = module::live_contexts();
-            drop(ctx);
-            let after = module::live_contexts();
-            ensure!(
-                after == before && during == before.map(|b| b + 1),
-                "live_contexts {before:?} before, {during:?} while open, {after:?} right after close"
-            );
+            for round in 0..100 {
+                let before = module::live_contexts();
+                let ctx = open()?;
+                ctx.load(0).ctx("LOAD")?;
+                ctx.start().ctx("START")?;
+                std::thread::sleep(Duration::from_micros(100));
+                let during = module::live_contexts();
+                drop(ctx);
+                let after = module::live_contexts();
+                ensure!(
+                    after == before && during == before.map(|b| b + 1),
+                    "round {round}: live_contexts {before:?} before, {during:?} while open, {after:?} right after close"
+                );
+            }
             Ok(())
         }
     );

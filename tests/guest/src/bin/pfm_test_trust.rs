@@ -15,6 +15,8 @@
 //!   thread of the tool's process) and self.
 //! - The per-user limit (`max_attached_per_user`): uid 1000 gets EDQUOT
 //!   past it while another user can still LOAD.
+//! - `pfm stat` of a setuid program as uid 1000 ends normally and warns
+//!   that the counts stop at the exec.
 //! - `kernel.perf_event_paranoid`: 3 refuses an unprivileged open (EACCES),
 //!   2 lets an unprivileged user count in user mode only (`intel_arch_sim`).
 
@@ -30,7 +32,7 @@ use pfm_guest::raw;
 use pfm_guest::tap::diag;
 use pfm_guest::{ensure, module, ResultExt, Tap, TestResult};
 
-const PLAN: usize = 8;
+const PLAN: usize = 9;
 const SUID_COPY: &str = "/tmp/pfm-suid-trust";
 /// Naps the setuid image takes: each is a context switch that must not
 /// be counted.
@@ -423,6 +425,28 @@ fn open_as(uid: u32) -> i32 {
     0
 }
 
+/// Child mode `trust-pfm-stat`: as uid 1000, `pfm stat` of the setuid
+/// copy; prints pfm's exit status and its warning line, if any.
+fn pfm_stat_suid() -> i32 {
+    if raw::become_user(1000, 1000).is_err() {
+        println!("error=setuid");
+        return 3;
+    }
+    let out = Command::new("/bin/pfm")
+        .args(["stat", "--", SUID_COPY, CHILD_FLAG, "suid-naps", "5"])
+        .stdin(Stdio::null())
+        .output();
+    match out {
+        Ok(o) => {
+            let err = String::from_utf8_lossy(&o.stderr);
+            let warned = err.contains("monitoring ended");
+            println!("status={} warned={warned}", o.status.code().unwrap_or(-1));
+        }
+        Err(e) => println!("error=spawn {e}"),
+    }
+    0
+}
+
 fn own_dispatch() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) != Some(CHILD_FLAG) {
@@ -447,6 +471,7 @@ fn own_dispatch() {
         Some("trust-race") => race(num(3) as usize),
         Some("trust-access") => access_loop(),
         Some("trust-open") => open_as(num(3) as u32),
+        Some("trust-pfm-stat") => pfm_stat_suid(),
         Some("trust-limit") => limit(
             num(3) as u32,
             num(4) as usize,
@@ -670,6 +695,17 @@ fn main() {
     t.run(
         "per-user limit: EDQUOT past max_attached_per_user while another user can LOAD",
         limit_case,
+    );
+    t.run(
+        "pfm stat of a setuid program as uid 1000: ends normally and says the counts stop at the exec",
+        || {
+            let out = run_child(&["trust-pfm-stat"], Duration::from_secs(60))?;
+            ensure!(
+                field(&out, "status") == Some("0") && field(&out, "warned") == Some("true"),
+                "{out}"
+            );
+            Ok(())
+        },
     );
     t.run(
         "perf_event_paranoid: 3 refuses an unprivileged open (EACCES), 2 the kernel-mode bit",
