@@ -253,7 +253,8 @@ pub(crate) struct ExecUpdateGuard {
 }
 
 impl ExecUpdateGuard {
-    /// Takes the lock for reading; `EINTR` if a signal interrupts the wait.
+    /// Takes the lock for reading; `ERESTARTSYS` if a signal interrupts
+    /// the wait (the call restarts under `SA_RESTART`, else `EINTR`).
     ///
     /// # Safety
     ///
@@ -261,7 +262,7 @@ impl ExecUpdateGuard {
     pub(crate) unsafe fn lock(task: *mut bindings::task_struct) -> Result<Self> {
         // SAFETY: `task` is referenced (caller), so is its signal_struct.
         if unsafe { ffi::pfm_exec_update_lock_read(task) } != 0 {
-            return Err(EINTR);
+            return Err(ERESTARTSYS);
         }
         Ok(Self { task })
     }

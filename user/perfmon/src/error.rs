@@ -341,6 +341,7 @@ pub fn errno_name(errno: i32) -> &'static str {
         libc::EMFILE => "EMFILE",
         libc::ENOTTY => "ENOTTY",
         libc::ENOSPC => "ENOSPC",
+        libc::EDQUOT => "EDQUOT",
         libc::ERANGE => "ERANGE",
         libc::ENOSYS => "ENOSYS",
         libc::EOPNOTSUPP => "EOPNOTSUPP",
@@ -399,7 +400,8 @@ impl fmt::Display for Error {
                     (Op::Open, ErrorKind::PermissionDenied) => write!(
                         f,
                         "cannot open /dev/perfmon: permission denied \
-                         (ask an administrator to make it accessible, e.g. chmod 0666 /dev/perfmon)"
+                         (kernel.perf_event_paranoid above 2 allows only root: lower it, \
+                         or ask an administrator to make the device accessible)"
                     ),
                     (Op::Load, ErrorKind::PermissionDenied) => write!(
                         f,
@@ -414,6 +416,11 @@ impl fmt::Display for Error {
                     (Op::Load, ErrorKind::NoSuchThread) => {
                         write!(f, "{op}: no such thread: {who} does not exist ({name})")
                     }
+                    (Op::Load, _) if *errno == libc::EDQUOT => write!(
+                        f,
+                        "{op}: you have as many threads attached as one user may ({name}); \
+                         see /sys/module/perfmon/parameters/max_attached_per_user"
+                    ),
                     (Op::Load, ErrorKind::Busy) => write!(
                         f,
                         "{op}: {who} is already monitored by another perfmon context ({name})"

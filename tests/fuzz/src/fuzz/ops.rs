@@ -342,6 +342,8 @@ impl Actor {
                     libc::EACCES,
                     libc::ENOSPC,
                     libc::EAGAIN,
+                    libc::EDQUOT,
+                    libc::EINTR,
                 ],
             );
         }
@@ -350,7 +352,8 @@ impl Actor {
         }
         if let Some((errs, why)) = refusal {
             let mut allowed: Vec<i32> = errs.to_vec();
-            allowed.extend_from_slice(&[libc::EBUSY, libc::EBADFD]);
+            // EINTR: a signal while waiting for the target's exec.
+            allowed.extend_from_slice(&[libc::EBUSY, libc::EBADFD, libc::EINTR]);
             return self.expect_err(Op::Load, r, &allowed, why);
         }
         self.allow(
@@ -364,6 +367,9 @@ impl Actor {
                 libc::EACCES,
                 libc::ENOSPC,
                 libc::EAGAIN,
+                // The per-user limit; a signal while waiting for an exec.
+                libc::EDQUOT,
+                libc::EINTR,
             ],
         );
         if r.is_ok() && self.uid != 0 && tid != 0 && tid != sys::gettid() {
@@ -889,6 +895,8 @@ impl Actor {
                 libc::EPERM,
                 libc::ENOSPC,
                 libc::EAGAIN,
+                libc::EDQUOT,
+                libc::EINTR,
             ],
         );
         if r.is_ok() {
