@@ -416,9 +416,14 @@ impl Registry {
         self.slots.iter()
     }
 
+    /// Whether every slot is taken.
+    fn is_full(&self) -> bool {
+        self.slots.len() >= MAX_ATTACHED
+    }
+
     /// Adds `att`; `false` at the limit.
     fn insert(&mut self, att: &Arc<Attachment>) -> bool {
-        if self.slots.len() >= MAX_ATTACHED {
+        if self.is_full() {
             return false;
         }
         // Within the capacity (type invariant): `push` does not allocate.
@@ -968,7 +973,8 @@ pub(crate) fn attach(ctx: &Arc<Context>, tid: u32) -> Result {
         let mut reg = globals().registry.lock();
         // One user cannot take every slot from the others (privileged
         // loaders are not counted, as perf's per-user limits exempt them).
-        if att.tool_ids.is_some() {
+        // A full registry is ENOSPC for everyone, whoever holds it.
+        if att.tool_ids.is_some() && !reg.is_full() {
             let limit = glue::param_max_attached_per_user() as usize;
             let mine = reg
                 .iter()
