@@ -342,13 +342,18 @@ fn main() {
     let sleeper = Sleeper::start();
     let base = Counters::read();
     tap.run("open(/dev/perfmon) with the n-th fault failing", || {
+        // Only open(2) runs armed: the fd is closed after the round.
+        let fd = std::cell::Cell::new(-1);
         let s = sweep(
             &fnth,
             LIMIT,
             CLEAN,
-            || Ctx::open().map(drop),
+            || sys::open_pfm().map(|f| fd.set(f)),
             |n, e| counters_back(base, &format!("n={n}: after {}", errno(e))),
-            |n| counters_back(base, &format!("n={n}: after close")),
+            |n| {
+                let _ = sys::close(fd.replace(-1));
+                counters_back(base, &format!("n={n}: after close"))
+            },
         )?;
         diag(format!("open: {s}"));
         Ok(())
