@@ -19,38 +19,40 @@ pub struct Knobs {
     saved: Vec<(String, String)>,
 }
 
-/// (file under /sys/kernel/debug, value for the sweep). `min-order` of
-/// fail_page_alloc stays at its default (1): order-0 pages (page faults,
-/// page tables) would otherwise fail in the test's own user-space code
-/// between arming and the system call.
+/// (file, value for the sweep). `min-order` of fail_page_alloc stays at
+/// its default (1): order-0 pages (page faults, page tables) would
+/// otherwise fail in the test's own user-space code between arming and
+/// the system call. `rcu_expedited` is not fault injection: it makes the
+/// many RCU grace periods of a failed module load (the loader's cleanup,
+/// lockdep's key freeing) take microseconds instead of jiffies.
 const SWEEP_KNOBS: &[(&str, &str)] = &[
-    ("failslab/ignore-gfp-wait", "N"),
-    ("failslab/verbose", "0"),
-    ("fail_page_alloc/ignore-gfp-wait", "N"),
-    ("fail_page_alloc/ignore-gfp-highmem", "N"),
-    ("fail_page_alloc/verbose", "0"),
-    ("fail_usercopy/verbose", "0"),
+    ("/sys/kernel/debug/failslab/ignore-gfp-wait", "N"),
+    ("/sys/kernel/debug/failslab/verbose", "0"),
+    ("/sys/kernel/debug/fail_page_alloc/ignore-gfp-wait", "N"),
+    ("/sys/kernel/debug/fail_page_alloc/ignore-gfp-highmem", "N"),
+    ("/sys/kernel/debug/fail_page_alloc/verbose", "0"),
+    ("/sys/kernel/debug/fail_usercopy/verbose", "0"),
+    ("/sys/kernel/rcu_expedited", "1"),
 ];
-
-const DEBUGFS: &str = "/sys/kernel/debug";
 
 impl Knobs {
     /// Sets the knobs of [`SWEEP_KNOBS`]; an absent knob (a kernel without
     /// that fault type) is skipped, a knob that cannot be written fails.
     pub fn set_for_sweep() -> Result<Knobs, String> {
         let mut saved = Vec::new();
-        for (name, value) in SWEEP_KNOBS {
-            let path = format!("{DEBUGFS}/{name}");
+        for (path, value) in SWEEP_KNOBS {
+            let path = path.to_string();
             let Ok(old) = std::fs::read_to_string(&path) else {
                 continue;
             };
             write_str(&path, value)?;
             saved.push((path, old.trim().to_string()));
         }
-        if saved.is_empty() {
-            return Err(format!(
-                "no failslab/fail_page_alloc knobs under {DEBUGFS} (FAULT_INJECTION_DEBUG_FS off?)"
-            ));
+        if !saved.iter().any(|(p, _)| p.contains("failslab")) {
+            Knobs { saved }.restore();
+            return Err(
+                "no /sys/kernel/debug/failslab (FAILSLAB or FAULT_INJECTION_DEBUG_FS off?)".into(),
+            );
         }
         Ok(Knobs { saved })
     }
@@ -59,7 +61,13 @@ impl Knobs {
     pub fn describe(&self) -> String {
         self.saved
             .iter()
-            .map(|(p, v)| format!("{} (was {v})", p.trim_start_matches("/sys/kernel/debug/")))
+            .map(|(p, v)| {
+                format!(
+                    "{} (was {v})",
+                    p.trim_start_matches("/sys/kernel/debug/")
+                        .trim_start_matches("/sys/kernel/")
+                )
+            })
             .collect::<Vec<_>>()
             .join(", ")
     }
@@ -176,22 +184,24 @@ impl std::fmt::Display for Sweep {
 
 /// Sweeps `op` with the n-th site failing for n = 1, 2, ... until it
 /// succeeds with no fault injected (at most `limit` rounds). A failure
-/// must be injected and have an errno of `clean`; `after_fail(errno)` and
-/// `after_ok()` check (and reset) the state after each round.
+/// must be injected and have an errno of `clean`; `after_fail(n, errno)`
+/// and `after_ok(n, injected)` check the state after each round and reset
+/// it for the next (a success despite an injected fault is not the last
+/// round).
 pub fn sweep(
     fnth: &FailNth,
     limit: u32,
     clean: &[i32],
     mut op: impl FnMut() -> Result<(), i32>,
     mut after_fail: impl FnMut(u32, i32) -> Result<(), String>,
-    mut after_ok: impl FnMut(u32) -> Result<(), String>,
+    mut after_ok: impl FnMut(u32, bool) -> Result<(), String>,
 ) -> Result<Sweep, String> {
     let mut s = Sweep::default();
     for n in 1..=limit {
         let (r, injected) = fnth.run(n, &mut op)?;
         match r {
             Ok(()) => {
-                after_ok(n)?;
+                after_ok(n, injected)?;
                 if !injected {
                     s.points = n - 1;
                     return Ok(s);

@@ -66,23 +66,31 @@ fn module_gone() -> TestResult {
 fn sweep_load(fnth: &FailNth, ko: i32, params: &str) -> TestResult {
     let p = std::ffi::CString::new(params).map_err(|e| e.to_string())?;
     module_gone().map_err(|e| format!("before the sweep: {e}"))?;
+    let t = std::time::Instant::now();
     let s = sweep(
         fnth,
         LIMIT,
         CLEAN,
         || sys::finit_module(ko, &p).map(|_| ()),
         |n, e| module_gone().map_err(|w| format!("n={n}: after {}: {w}", errno(e))),
-        |n| {
-            if guest::wait_for(Duration::from_secs(2), || {
-                std::path::Path::new("/dev/perfmon").exists()
-            }) {
-                Ok(())
-            } else {
-                Err(format!("n={n}: loaded, but no /dev/perfmon"))
+        |n, injected| {
+            ensure!(
+                guest::wait_for(Duration::from_secs(2), || {
+                    std::path::Path::new("/dev/perfmon").exists()
+                }),
+                "n={n}: loaded, but no /dev/perfmon"
+            );
+            if injected {
+                // Loaded despite the fault (a fallback took it): unload
+                // for the next round.
+                sys::delete_module(c"perfmon")
+                    .map_err(|e| format!("n={n}: delete_module: {}", errno(e)))?;
+                module_gone().map_err(|e| format!("n={n}: after rmmod: {e}"))?;
             }
+            Ok(())
         },
     )?;
-    diag(format!("load {params}: {s}"));
+    diag(format!("load {params}: {s} ({} s)", t.elapsed().as_secs()));
     ensure!(
         Counters::read().idle(),
         "fresh module not idle: {}",
@@ -174,7 +182,7 @@ fn sweep_regs(fnth: &FailNth, name: &str, op: fn(&Ctx) -> Result<(), i32>) -> Te
             );
             counters_back(base, &format!("n={n}: after {}", errno(e)))
         },
-        |_| Ok(()),
+        |_, _| Ok(()),
     )?;
     diag(format!("{name}: {s}"));
     drop(ctx);
@@ -201,7 +209,7 @@ fn sweep_load_ctx(fnth: &FailNth, name: &str, tid: u32) -> TestResult {
             );
             counters_back(base, &format!("n={n}: after {}", errno(e)))
         },
-        |n| {
+        |n, _| {
             let st = state(&ctx)?;
             ensure!(
                 st == abi::PFM_STATE_LOADED,
@@ -286,6 +294,27 @@ fn counts(tid: u32) -> TestResult {
     Ok(())
 }
 
+/// Sweeps `open("/dev/null")`: how many sites the current knobs let
+/// fail-nth see on a path that allocates (a struct file, the path name).
+fn probe_devnull(fnth: &FailNth) -> String {
+    let fd = std::cell::Cell::new(-1);
+    let r = sweep(
+        fnth,
+        100,
+        CLEAN,
+        || sys::open(c"/dev/null", libc::O_RDONLY).map(|f| fd.set(f)),
+        |_, _| Ok(()),
+        |_, _| {
+            let _ = sys::close(fd.replace(-1));
+            Ok(())
+        },
+    );
+    match r {
+        Ok(s) => s.to_string(),
+        Err(e) => e,
+    }
+}
+
 fn main() {
     let mut tap = Tap::new(PLAN);
     let fnth = match FailNth::open() {
@@ -297,6 +326,12 @@ fn main() {
             tap.finish();
         }
     };
+    // Whether fail-nth needs the debugfs knobs on this kernel: by default
+    // failslab and fail_page_alloc skip allocations that may sleep.
+    diag(format!(
+        "open(/dev/null) with the default knobs: {}",
+        probe_devnull(&fnth)
+    ));
     let knobs = match Knobs::set_for_sweep() {
         Ok(k) => k,
         Err(e) => {
@@ -307,6 +342,10 @@ fn main() {
         }
     };
     diag(format!("set for the sweeps: {}", knobs.describe()));
+    diag(format!(
+        "open(/dev/null) with the sweep's knobs: {}",
+        probe_devnull(&fnth)
+    ));
     let kmsg = Kmsg::open().ok();
     if guest::is_loaded() {
         let _ = unload();
@@ -350,7 +389,7 @@ fn main() {
             CLEAN,
             || sys::open_pfm().map(|f| fd.set(f)),
             |n, e| counters_back(base, &format!("n={n}: after {}", errno(e))),
-            |n| {
+            |n, _| {
                 let _ = sys::close(fd.replace(-1));
                 counters_back(base, &format!("n={n}: after close"))
             },
