@@ -85,9 +85,117 @@ mod ffi {
     pub(crate) struct IrqWorkRaw(pub(crate) [u8; 64]);
 }
 
-pub(crate) use ffi::{
-    pfm_misc_deregister, pfm_misc_register, pfm_sysfs_register, pfm_sysfs_unregister,
-};
+/// `/dev/perfmon`, registered (`misc_register`) until dropped.
+pub(crate) struct MiscRegistration(());
+
+impl MiscRegistration {
+    /// Registers `/dev/perfmon` with the file operations `fops`.
+    ///
+    /// # Safety
+    ///
+    /// `fops` must stay valid and unchanged until the registration is dropped.
+    pub(crate) unsafe fn register(fops: &bindings::file_operations) -> Result<Self> {
+        // SAFETY: The caller keeps `fops` alive for the registration; a
+        // failed `misc_register` leaves nothing registered.
+        let err = unsafe { ffi::pfm_misc_register(fops) };
+        if err != 0 {
+            return Err(Error::from_errno(err));
+        }
+        Ok(Self(()))
+    }
+}
+
+impl Drop for MiscRegistration {
+    fn drop(&mut self) {
+        // SAFETY: Registered by `register` (the only way to get `self`); no
+        // file of the device is open (each holds a module reference).
+        unsafe { ffi::pfm_misc_deregister() };
+    }
+}
+
+/// `/sys/kernel/perfmon`, registered until dropped.
+pub(crate) struct SysfsRegistration(());
+
+impl SysfsRegistration {
+    /// Creates `/sys/kernel/perfmon` and its attributes.
+    ///
+    /// # Safety
+    ///
+    /// The attributes' `show` callbacks (`pfm_sysfs_show`) read
+    /// `globals()`: it must stay valid until the registration is dropped.
+    pub(crate) unsafe fn register() -> Result<Self> {
+        // SAFETY: The caller keeps `globals()` valid; a failed registration
+        // leaves nothing behind (shim.c puts the kobject).
+        let err = unsafe { ffi::pfm_sysfs_register() };
+        if err != 0 {
+            return Err(Error::from_errno(err));
+        }
+        Ok(Self(()))
+    }
+}
+
+impl Drop for SysfsRegistration {
+    fn drop(&mut self) {
+        // SAFETY: Registered by `register`; removing the kobject waits for
+        // the `show` calls in progress (kernfs drains its active references).
+        unsafe { ffi::pfm_sysfs_unregister() };
+    }
+}
+
+/// One count on the preempt notifiers' static key (`preempt_notifier_inc`),
+/// given back when dropped. Patching the key sleeps: module init and exit.
+pub(crate) struct PreemptNotifierKey(());
+
+impl PreemptNotifierKey {
+    /// Enables the preempt notifiers.
+    pub(crate) fn inc() -> Self {
+        // SAFETY: No preconditions; balanced by `drop`.
+        unsafe { bindings::preempt_notifier_inc() };
+        Self(())
+    }
+}
+
+impl Drop for PreemptNotifierKey {
+    fn drop(&mut self) {
+        // SAFETY: Balances the `preempt_notifier_inc` of `inc`.
+        unsafe { bindings::preempt_notifier_dec() };
+    }
+}
+
+/// A workqueue of the module's own, destroyed (drained first) when dropped.
+pub(crate) struct Workqueue(core::ptr::NonNull<bindings::workqueue_struct>);
+
+// SAFETY: A workqueue is used from any thread; destroying it is allowed
+// from any process context.
+unsafe impl Send for Workqueue {}
+// SAFETY: See `Send`.
+unsafe impl Sync for Workqueue {}
+
+impl Workqueue {
+    /// `alloc_workqueue(name, 0, 0)`: a per-CPU workqueue.
+    /// `name` must not contain `%` (it is a format string).
+    pub(crate) fn new(name: &'static CStr) -> Result<Self> {
+        // SAFETY: `name` is a NUL-terminated format string without
+        // conversions, so no variadic argument is read; flags and limits are valid.
+        let wq = unsafe { bindings::alloc_workqueue(name.as_char_ptr(), 0, 0) };
+        core::ptr::NonNull::new(wq).map(Self).ok_or(ENOMEM)
+    }
+
+    /// The `struct workqueue_struct`, valid until `self` is dropped.
+    pub(crate) fn as_ptr(&self) -> *mut bindings::workqueue_struct {
+        self.0.as_ptr()
+    }
+}
+
+impl Drop for Workqueue {
+    fn drop(&mut self) {
+        // SAFETY: Allocated by `new`, destroyed once. `destroy_workqueue`
+        // drains it first: it returns after every work item queued on it,
+        // including those queued by its own items meanwhile, has returned
+        // from its function.
+        unsafe { bindings::destroy_workqueue(self.0.as_ptr()) };
+    }
+}
 
 /// `POLLIN` (uapi `asm-generic/poll.h`).
 pub(crate) const POLLIN: u32 = 0x0001;

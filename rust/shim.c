@@ -106,8 +106,10 @@ int pfm_sysfs_register(void)
 	if (!pfm_kobj)
 		return -ENOMEM;
 	err = sysfs_create_group(pfm_kobj, &pfm_attr_group);
-	if (err)
+	if (err) {
 		kobject_put(pfm_kobj);
+		pfm_kobj = NULL;
+	}
 	return err;
 }
 void pfm_sysfs_unregister(void) { kobject_put(pfm_kobj); }
