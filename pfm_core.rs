@@ -247,6 +247,9 @@ struct PerfmonModule {
     _fops: Pin<KBox<FileOps>>,
     _notifier_key: rust::PreemptNotifierKey,
     _reap_queue: ReapQueueInstalled,
+    /// Exit's last wait, for the code still returning through the module
+    /// after dropping the last attachment (see `pfm_ctxsw::release`).
+    _text_barrier: rust::ModuleTextBarrier,
     _published: Published,
     _globals: Pin<KBox<Globals>>,
 }
@@ -304,6 +307,7 @@ impl kernel::Module for PerfmonModule {
         // held by its guard (see `PerfmonModule`): on an error, the guards
         // taken so far drop in reverse order.
         let published = Published::new(&globals);
+        let text_barrier = rust::ModuleTextBarrier::new();
         let reap_queue = ReapQueueInstalled::new()?;
         // The preempt notifier static key: patched here (it sleeps), once.
         let notifier_key = rust::PreemptNotifierKey::inc();
@@ -329,6 +333,7 @@ impl kernel::Module for PerfmonModule {
             _fops: fops,
             _notifier_key: notifier_key,
             _reap_queue: reap_queue,
+            _text_barrier: text_barrier,
             _published: published,
             _globals: globals,
         })

@@ -395,6 +395,26 @@ impl Registry {
 /// reap workqueue (its `Drop` puts the task and the module reference, which
 /// must not run under a lock, in a scheduler callback or in module code
 /// that could be unloaded under it).
+///
+/// Why no module code runs after the module's last reference is gone
+/// (issue 12, item 9). An attachment's module reference is put only by
+/// its `Drop`, which runs only in the reap work (`WorkItem::run`): the
+/// final drop is always enqueued here. What runs in module text after
+/// that `module_put` is the rest of the drop and of the work function,
+/// and module exit's `destroy_workqueue` returns only once the work
+/// function has returned into the workqueue core (`ReapQueueInstalled`
+/// in pfm_core.rs). What runs in module text after a caller's reference
+/// is gone, once the reaper may have put the module's last reference and
+/// `rmmod` may be under way, is this function's own tail (after the
+/// decrement, or after the enqueue) and the caller's epilogue: the
+/// task_work callbacks (`install_fn`, `block_fn`, `cleanup_fn`), the
+/// overflow interrupt and irq_work, the CPU-offline callback. None of
+/// those tails sleeps; module exit waits them out last
+/// (`rust::wait_for_module_text_users`: an RCU grace period for the tails
+/// that run with interrupts or preemption off, then Tasks RCU, or on a
+/// non-preemptible kernel a context switch on every CPU, for the task_work
+/// tails, which run preemptible). Callers keep it so: after a `release`
+/// that may drop their last reference, return without sleeping.
 pub(crate) fn release(att: Arc<Attachment>) {
     if let Some(last) = Arc::into_unique_or_drop(att) {
         let arc: Arc<Attachment> = last.into();
@@ -569,6 +589,7 @@ unsafe extern "C" fn install_fn(head: *mut bindings::callback_head) {
         // Unloaded or closed before it could install: nothing on the thread.
         att.retire();
     }
+    // Possibly the module's last reference: return at once (see `release`).
     release(att);
 }
 
@@ -585,6 +606,7 @@ unsafe extern "C" fn block_fn(head: *mut bindings::callback_head) {
         att.ctx
             .block_until_restart(|| att.live.load(Ordering::Relaxed));
     }
+    // Possibly the module's last reference: return at once (see `release`).
     release(att);
 }
 
@@ -596,6 +618,7 @@ unsafe extern "C" fn cleanup_fn(head: *mut bindings::callback_head) {
     unsafe { att.unregister() };
     reap_zombie(&att);
     att.retire();
+    // Possibly the module's last reference: return at once (see `release`).
     release(att);
 }
 

@@ -64,6 +64,14 @@ mod ffi {
         pub(crate) fn pfm_irqs_disabled() -> bool;
         pub(crate) fn pfm_local_irq_save() -> c_ulong;
         pub(crate) fn pfm_local_irq_restore(flags: c_ulong);
+        pub(crate) fn pfm_have_tasks_rcu() -> bool;
+        pub(crate) fn pfm_synchronize_rcu_tasks();
+        pub(crate) fn pfm_cpu_online(cpu: c_uint) -> bool;
+        pub(crate) fn pfm_work_on_cpu(
+            cpu: c_int,
+            func: unsafe extern "C" fn(*mut c_void) -> core::ffi::c_long,
+            arg: *mut c_void,
+        ) -> core::ffi::c_long;
 
         // Exported by the kernel, declared in headers 6.12's bindings do not include.
         pub(crate) fn task_work_add(
@@ -195,6 +203,86 @@ impl Drop for Workqueue {
         // from its function.
         unsafe { bindings::destroy_workqueue(self.0.as_ptr()) };
     }
+}
+
+/// Module exit's wait for the code that may still run in the module's text
+/// after the module's last reference was dropped; see
+/// [`wait_for_module_text_users`]. The wait happens when this is dropped.
+pub(crate) struct ModuleTextBarrier(());
+
+impl ModuleTextBarrier {
+    /// Arms the barrier (module init).
+    pub(crate) fn new() -> Self {
+        Self(())
+    }
+}
+
+impl Drop for ModuleTextBarrier {
+    fn drop(&mut self) {
+        wait_for_module_text_users();
+    }
+}
+
+/// Does nothing, on the CPU `work_on_cpu` runs it on: that CPU switched to
+/// a kworker.
+unsafe extern "C" fn nothing_on_cpu(_arg: *mut c_void) -> core::ffi::c_long {
+    0
+}
+
+/// Returns once no thread is still executing instructions of this module
+/// that it was executing when the call started, provided no such thread can
+/// sleep voluntarily before it leaves the module's text (process context, no
+/// lock held).
+///
+/// Module exit runs once the module's reference count is zero; a thread that
+/// dropped one of the references (an attachment, through [`crate::pfm_ctxsw::release`])
+/// still returns through module code afterwards: the rest of `release`, the
+/// epilogue of a task_work callback (`install_fn`, `block_fn`,
+/// `cleanup_fn`), of the overflow interrupt or of an irq_work. None of those
+/// tails sleeps. The module's memory is freed when exit returns, so exit
+/// first waits them out:
+///
+/// - `synchronize_rcu()`: the tails that run with interrupts or preemption
+///   off (the overflow interrupt, the irq_work) are RCU read-side critical
+///   sections, and a grace period waits for each one in progress.
+/// - the preemptible tails (task_work callbacks, process context): with
+///   Tasks RCU (`CONFIG_TASKS_RCU`, which preemptible kernels with ftrace,
+///   kprobes or BPF have), `synchronize_rcu_tasks()` waits until every
+///   task has done a voluntary context switch, run in user mode or idled:
+///   a task preempted in the middle of a tail is still waited for, which
+///   plain RCU does not do (and on a non-preemptible kernel with
+///   `CONFIG_PREEMPT_COUNT`, as the debug test kernel is, plain RCU even
+///   counts a scheduler tick taken in a tail as a quiescent state). Without
+///   Tasks RCU the kernel is not preemptible (`shim.c` refuses to build
+///   otherwise): a tail cannot be preempted, so a CPU running one only
+///   switches to another task after the tail has returned; making every
+///   online CPU run a kworker (`work_on_cpu`) therefore waits for every
+///   tail in progress, like `synchronize_rcu_tasks_rude()`.
+pub(crate) fn wait_for_module_text_users() {
+    // SAFETY: Process context without locks (module exit).
+    unsafe { bindings::synchronize_rcu() };
+    // SAFETY: Reads a configuration constant.
+    if unsafe { ffi::pfm_have_tasks_rcu() } {
+        // SAFETY: Process context without locks.
+        unsafe { ffi::pfm_synchronize_rcu_tasks() };
+        return;
+    }
+    // SAFETY: Keeps the set of online CPUs stable during the loop (a CPU
+    // that goes offline has no task left running on it anyway).
+    unsafe { bindings::cpus_read_lock() };
+    // SAFETY: `nr_cpu_ids` is set at boot and constant afterwards.
+    let n = unsafe { bindings::nr_cpu_ids };
+    for cpu in 0..n {
+        // SAFETY: `cpu` < `nr_cpu_ids`.
+        if unsafe { ffi::pfm_cpu_online(cpu) } {
+            // SAFETY: `cpu` is online (hotplug held off above);
+            // `nothing_on_cpu` ignores its argument; `work_on_cpu` waits
+            // for it to return.
+            unsafe { ffi::pfm_work_on_cpu(cpu as c_int, nothing_on_cpu, core::ptr::null_mut()) };
+        }
+    }
+    // SAFETY: Taken above.
+    unsafe { bindings::cpus_read_unlock() };
 }
 
 /// `POLLIN` (uapi `asm-generic/poll.h`).

@@ -25,6 +25,8 @@
 #include <linux/moduleparam.h>
 #include <linux/poll.h>
 #include <linux/preempt.h>
+#include <linux/rcupdate.h>
+#include <linux/cpu.h>
 #include <linux/ptrace.h>
 #include <linux/sched/task_stack.h>
 #include <linux/smp.h>
@@ -171,3 +173,17 @@ void pfm_on_each_cpu(void (*fn)(void *), void *info) { on_each_cpu(fn, info, 1);
 bool pfm_irqs_disabled(void) { return irqs_disabled(); }
 unsigned long pfm_local_irq_save(void) { unsigned long f; local_irq_save(f); return f; }
 void pfm_local_irq_restore(unsigned long f) { local_irq_restore(f); }
+
+/*
+ * Module exit waits for threads still returning through module code
+ * (rust/mod.rs, wait_for_module_text_users): with Tasks RCU, or on a
+ * kernel that cannot preempt them. A preemptible kernel without Tasks RCU
+ * has neither guarantee.
+ */
+#if defined(CONFIG_PREEMPTION) && !defined(CONFIG_TASKS_RCU)
+#error "perfmon needs CONFIG_TASKS_RCU on a preemptible kernel (module exit waits for callbacks with synchronize_rcu_tasks)"
+#endif
+bool pfm_have_tasks_rcu(void) { return IS_ENABLED(CONFIG_TASKS_RCU); }
+void pfm_synchronize_rcu_tasks(void) { synchronize_rcu_tasks(); }
+bool pfm_cpu_online(unsigned int cpu) { return cpu_online(cpu); }
+long pfm_work_on_cpu(int cpu, long (*fn)(void *), void *arg) { return work_on_cpu(cpu, fn, arg); }
