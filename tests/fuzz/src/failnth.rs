@@ -38,9 +38,15 @@ const SWEEP_KNOBS: &[(&str, &str)] = &[
 impl Knobs {
     /// Sets the knobs of [`SWEEP_KNOBS`]; an absent knob (a kernel without
     /// that fault type) is skipped, a knob that cannot be written fails.
-    pub fn set_for_sweep() -> Result<Knobs, String> {
+    /// `keep_verbose`: leave `verbose` as it is (2 by default: a stack
+    /// trace of every injected fault in the kernel log, to see where each
+    /// one is; slow on a serial console).
+    pub fn set_for_sweep(keep_verbose: bool) -> Result<Knobs, String> {
         let mut saved = Vec::new();
         for (path, value) in SWEEP_KNOBS {
+            if keep_verbose && path.ends_with("/verbose") {
+                continue;
+            }
             let path = path.to_string();
             let Ok(old) = std::fs::read_to_string(&path) else {
                 continue;

@@ -6,9 +6,12 @@
 //! errno that leaves nothing behind, and no kernel splat may appear.
 //!
 //! 1. Loading the module (`finit_module` of /lib/perfmon.ko) with
-//!    `pmu=intel_arch_sim`, then with `pmu=soft`: after each failed load the
-//!    module, /dev/perfmon and /sys/kernel/perfmon are gone; the
-//!    `intel_arch_sim` module is unloaded again, the soft one stays for:
+//!    `pmu=intel_arch_sim`, whose init takes every step `pmu=soft`'s takes
+//!    and two more (the simulators' memory, their ticks): after each failed
+//!    load the module, /dev/perfmon and /sys/kernel/perfmon are gone. It
+//!    is unloaded again, then loaded with `pmu=soft` for the rest (swept
+//!    too with `PFM_FAILNTH_SWEEP_SOFT=1`: another ~100 s on the debug
+//!    kernel under TCG).
 //! 2. `open("/dev/perfmon")`: after a failure, live_contexts is back.
 //! 3. `PFM_IOC_WRITE_PMCS` and 4. `PFM_IOC_WRITE_PMDS`.
 //! 5. `PFM_IOC_LOAD` of the calling thread and 6. of another thread: after
@@ -21,7 +24,9 @@
 //!    checks kmemleak afterwards).
 //!
 //! Each path's number of fault-injection points is printed as a
-//! diagnostic. Needs FAULT_INJECTION, FAILSLAB, FAIL_PAGE_ALLOC,
+//! diagnostic. `PFM_FAILNTH_VERBOSE=1` leaves the kernel's `verbose`
+//! knobs alone, so that each injected fault logs its stack trace (where
+//! in the kernel or the module each point is). Needs FAULT_INJECTION, FAILSLAB, FAIL_PAGE_ALLOC,
 //! FAULT_INJECTION_DEBUG_FS and FAULT_INJECTION_USERCOPY (the debug
 //! kernel); skipped elsewhere.
 
@@ -332,7 +337,8 @@ fn main() {
         "open(/dev/null) with the default knobs: {}",
         probe_devnull(&fnth)
     ));
-    let knobs = match Knobs::set_for_sweep() {
+    let verbose = std::env::var_os("PFM_FAILNTH_VERBOSE").is_some();
+    let knobs = match Knobs::set_for_sweep(verbose) {
         Ok(k) => k,
         Err(e) => {
             for _ in 0..PLAN {
@@ -365,9 +371,27 @@ fn main() {
             unload()
         },
     );
-    let soft = tap.run("load with the n-th fault failing (pmu=soft)", || {
-        sweep_load(&fnth, ko, "pmu=soft")
-    });
+    let soft = if std::env::var_os("PFM_FAILNTH_SWEEP_SOFT").is_some() {
+        tap.run("load with the n-th fault failing (pmu=soft)", || {
+            sweep_load(&fnth, ko, "pmu=soft")
+        })
+    } else {
+        tap.run(
+            "load pmu=soft (swept with PFM_FAILNTH_SWEEP_SOFT=1)",
+            || {
+                module_gone()?;
+                sys::finit_module(ko, c"pmu=soft")
+                    .map_err(|e| format!("finit_module pmu=soft: {}", errno(e)))?;
+                ensure!(
+                    guest::wait_for(Duration::from_secs(2), || {
+                        std::path::Path::new("/dev/perfmon").exists()
+                    }),
+                    "loaded, but no /dev/perfmon"
+                );
+                Ok(())
+            },
+        )
+    };
     let _ = sys::close(ko);
     if !soft {
         knobs.restore();
