@@ -54,6 +54,16 @@ impl Knobs {
             write_str(&path, value)?;
             saved.push((path, old.trim().to_string()));
         }
+        if keep_verbose {
+            // Every injected fault's trace, not 10 per 5 s.
+            for t in ["failslab", "fail_page_alloc", "fail_usercopy"] {
+                let path = format!("/sys/kernel/debug/{t}/verbose_ratelimit_interval_ms");
+                if let Ok(old) = std::fs::read_to_string(&path) {
+                    write_str(&path, "0")?;
+                    saved.push((path, old.trim().to_string()));
+                }
+            }
+        }
         if !saved.iter().any(|(p, _)| p.contains("failslab")) {
             Knobs { saved }.restore();
             return Err(
