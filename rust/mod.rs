@@ -238,17 +238,21 @@ unsafe extern "C" fn nothing_on_cpu(_arg: *mut c_void) -> core::ffi::c_long {
 /// dropped one of the references (an attachment, through [`crate::pfm_ctxsw::release`])
 /// still returns through module code afterwards: the rest of `release`, the
 /// epilogue of a task_work callback (`install_fn`, `block_fn`,
-/// `cleanup_fn`), of the overflow interrupt or of an irq_work. None of those
-/// tails sleeps. The module's memory is freed when exit returns, so exit
-/// first waits them out:
+/// `cleanup_fn`), of the overflow interrupt, of an irq_work or of the
+/// CPU-offline callback. None of those tails sleeps. The module's memory is
+/// freed when exit returns, so exit first waits them out. (Holding one more
+/// module reference across a tail would not help: whoever drops that one
+/// returns through module code too. Only code outside the module can end
+/// such a wait: the workqueue core for the reaper, the scheduler here.)
 ///
 /// - `synchronize_rcu()`: the tails that run with interrupts or preemption
 ///   off (the overflow interrupt, the irq_work) are RCU read-side critical
 ///   sections, and a grace period waits for each one in progress.
-/// - the preemptible tails (task_work callbacks, process context): with
-///   Tasks RCU (`CONFIG_TASKS_RCU`, which preemptible kernels with ftrace,
-///   kprobes or BPF have), `synchronize_rcu_tasks()` waits until every
-///   task has done a voluntary context switch, run in user mode or idled:
+/// - the preemptible tails (task_work callbacks, and the CPU-offline
+///   callback in its hotplug thread): with Tasks RCU (`CONFIG_TASKS_RCU`,
+///   which preemptible kernels with ftrace, kprobes or BPF have),
+///   `synchronize_rcu_tasks()` waits until every task has done a
+///   voluntary context switch, run in user mode or idled:
 ///   a task preempted in the middle of a tail is still waited for, which
 ///   plain RCU does not do (and on a non-preemptible kernel with
 ///   `CONFIG_PREEMPT_COUNT`, as the debug test kernel is, plain RCU even
