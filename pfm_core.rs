@@ -29,10 +29,10 @@ pub mod abi;
 #[allow(dead_code)]
 pub mod pfm_counter;
 mod pfm_ctx;
-#[allow(dead_code)]
-pub mod pfm_msgq;
 mod pfm_ctxsw;
 mod pfm_intr;
+#[allow(dead_code)]
+pub mod pfm_msgq;
 #[allow(dead_code)]
 pub mod pfm_state;
 pub mod pfm_x86;
@@ -109,8 +109,8 @@ pub(crate) struct Globals {
     /// Every attachment, by thread.
     #[pin]
     pub(crate) registry: IrqSpinLock<pfm_ctxsw::Registry>,
-    /// Where attachments are finally freed.
-    reap_queue: *mut bindings::workqueue_struct,
+    /// Where attachments are finally freed (set by [`ReapQueueInstalled`]).
+    reap_queue: AtomicPtr<bindings::workqueue_struct>,
     /// The overflow vectors.
     pub(crate) intr: pfm_intr::Vectors,
 }
@@ -124,8 +124,11 @@ unsafe impl Send for Globals {}
 impl Globals {
     /// The reap workqueue.
     pub(crate) fn reap_queue(&self) -> &ReapQueue {
-        // SAFETY: Allocated in `init`, destroyed in `drop` after every user is gone.
-        unsafe { kernel::workqueue::Queue::from_raw(self.reap_queue) }
+        // SAFETY: Set by `init` before `/dev/perfmon` exists, so before any
+        // attachment; cleared only at exit after `destroy_workqueue` drained
+        // it, when no attachment is left (each holds a module reference)
+        // and the reaper has returned: every caller sees the live queue.
+        unsafe { kernel::workqueue::Queue::from_raw(self.reap_queue.load(Ordering::Acquire)) }
     }
 }
 
@@ -133,9 +136,11 @@ static GLOBALS: AtomicPtr<Globals> = AtomicPtr::new(core::ptr::null_mut());
 
 /// The module's shared state.
 pub(crate) fn globals() -> &'static Globals {
-    // SAFETY: Set in `init` before `/dev/perfmon` exists and cleared in
-    // `drop` after it is gone and no attachment (each holds a module
-    // reference) is left, so every caller sees a valid pointer.
+    // SAFETY: Set in `init` (`Published`) before anything that can call
+    // here exists, and cleared at exit after all of it is gone: the
+    // device, sysfs, the vectors and ticks, the reaper, and every
+    // attachment and context (each holds a module reference, directly or
+    // through its file).
     unsafe { &*GLOBALS.load(Ordering::Acquire) }
 }
 
@@ -154,9 +159,110 @@ unsafe impl Send for FileOps {}
 // SAFETY: See `Send`.
 unsafe impl Sync for FileOps {}
 
+/// `GLOBALS` points at the module's `Globals` until this is dropped.
+struct Published(());
+
+impl Published {
+    /// Publishes `g`, which must outlive the returned guard (the module
+    /// drops its `Globals` after it).
+    fn new(g: &Pin<KBox<Globals>>) -> Self {
+        GLOBALS.store(&**g as *const Globals as *mut Globals, Ordering::Release);
+        Self(())
+    }
+}
+
+impl Drop for Published {
+    fn drop(&mut self) {
+        GLOBALS.store(core::ptr::null_mut(), Ordering::Release);
+    }
+}
+
+/// The reap workqueue, installed in `Globals` until dropped.
+struct ReapQueueInstalled(Option<rust::Workqueue>);
+
+impl ReapQueueInstalled {
+    fn new() -> Result<Self> {
+        let wq = rust::Workqueue::new(kernel::c_str!("perfmon_reap"))?;
+        globals().reap_queue.store(wq.as_ptr(), Ordering::Release);
+        Ok(Self(Some(wq)))
+    }
+}
+
+impl Drop for ReapQueueInstalled {
+    fn drop(&mut self) {
+        // Every attachment has been released (each held a module
+        // reference), but the reaper may still be in the last one's drop,
+        // past its `module_put`, and may queue more of its own: destroying
+        // drains it. Only then is the pointer cleared.
+        drop(self.0.take());
+        globals()
+            .reap_queue
+            .store(core::ptr::null_mut(), Ordering::Release);
+    }
+}
+
+/// The overflow vectors on every CPU (cpuhp state) until dropped.
+struct VectorsStarted(());
+
+impl VectorsStarted {
+    fn new() -> Result<Self> {
+        globals().intr.start()?;
+        Ok(Self(()))
+    }
+}
+
+impl Drop for VectorsStarted {
+    fn drop(&mut self) {
+        // A hardware model's PMCs off, LVTPC back, then the counters back
+        // to perf_events: nothing of ours can interrupt perf's NMI handler.
+        // (The claim is taken by the first LOAD, through the vectors.)
+        let g = globals();
+        g.pmu.quiesce_all();
+        g.intr.stop();
+        g.pmu.unclaim();
+    }
+}
+
+/// `intel_arch_sim`'s per-CPU ticks, running until dropped.
+struct SimTicks(());
+
+impl SimTicks {
+    fn new() -> Self {
+        globals().pmu.start_sim_ticks();
+        Self(())
+    }
+}
+
+impl Drop for SimTicks {
+    fn drop(&mut self) {
+        globals().pmu.stop_sim_ticks();
+    }
+}
+
+/// What `init` set up: one guard per step, each undoing its step when
+/// dropped. Fields drop in declaration order, the reverse of the order
+/// `init` takes the steps in; until its last step succeeds, `init` holds
+/// the guards in locals, which drop in reverse order too. So whichever
+/// step fails, every earlier one is undone exactly once, in reverse order,
+/// and module exit undoes them all the same way.
 struct PerfmonModule {
-    globals: Pin<KBox<Globals>>,
-    fops: Pin<KBox<FileOps>>,
+    /// `/dev/perfmon`: gone first, so no new file (or context) appears.
+    _misc: rust::MiscRegistration,
+    /// The exec watch: no attachment is left once the device is gone and
+    /// every file closed (each attachment holds a module reference).
+    _exec_watch: rust::ExecWatch,
+    _sysfs: rust::SysfsRegistration,
+    _sim_ticks: SimTicks,
+    _vectors: VectorsStarted,
+    /// The device's file operations, used until `_misc` is gone.
+    _fops: Pin<KBox<FileOps>>,
+    _notifier_key: rust::PreemptNotifierKey,
+    _reap_queue: ReapQueueInstalled,
+    /// Exit's last wait, for the code still returning through the module
+    /// after dropping the last attachment (see `pfm_ctxsw::release`).
+    _text_barrier: rust::ModuleTextBarrier,
+    _published: Published,
+    _globals: Pin<KBox<Globals>>,
 }
 
 impl kernel::Module for PerfmonModule {
@@ -180,19 +286,12 @@ impl kernel::Module for PerfmonModule {
                 return Err(EINVAL);
             }
         };
-        pr_info!("PMU model {} ({} bits): {}\n", pmu.name(), pmu.width, why);
 
+        // Plain memory first: a failure frees what was allocated, nothing else.
         // LVTPC from load on only for the soft model on a CPU without a PMU;
         // a hardware model takes it while it holds the counters.
         let intr = pfm_intr::Vectors::new(pmu.hw.is_none() && !pfm_x86::cpu_has_pmu())?;
         let registry = pfm_ctxsw::Registry::new()?;
-        // SAFETY: A format string without arguments; flags and limits are valid.
-        let wq = unsafe {
-            bindings::alloc_workqueue(kernel::c_str!("perfmon_reap").as_char_ptr(), 0, 0)
-        };
-        if wq.is_null() {
-            return Err(ENOMEM);
-        }
         let globals = KBox::pin_init(
             pin_init!(Globals {
                 pmu,
@@ -200,28 +299,11 @@ impl kernel::Module for PerfmonModule {
                 zombies: AtomicUsize::new(0),
                 attached: AtomicUsize::new(0),
                 registry <- new_irq_spinlock!(registry, "perfmon_registry"),
-                reap_queue: wq,
+                reap_queue: AtomicPtr::new(core::ptr::null_mut()),
                 intr,
             }),
             GFP_KERNEL,
-        );
-        let globals = match globals {
-            Ok(g) => g,
-            Err(e) => {
-                // SAFETY: Allocated above, never used.
-                unsafe { bindings::destroy_workqueue(wq) };
-                return Err(e);
-            }
-        };
-        GLOBALS.store(
-            &*globals as *const Globals as *mut Globals,
-            Ordering::Release,
-        );
-
-        // The preempt notifier static key: patched here (it sleeps), once.
-        // SAFETY: No preconditions; balanced in `drop`.
-        unsafe { bindings::preempt_notifier_inc() };
-
+        )?;
         let mut fops = bindings::file_operations::default();
         fops.owner = this_module();
         fops.open = Some(fop_open);
@@ -234,64 +316,43 @@ impl kernel::Module for PerfmonModule {
         fops.llseek = Some(bindings::noop_llseek);
         let fops = KBox::pin(FileOps(fops), GFP_KERNEL)?;
 
-        let this = PerfmonModule { globals, fops };
-        this.globals.pmu.start_sim_ticks();
-        if let Err(e) = this.globals.intr.start() {
-            this.teardown(false);
-            return Err(e);
-        }
-        // SAFETY: The sysfs show callbacks read `GLOBALS`, set above.
-        let err = unsafe { rust::pfm_sysfs_register() };
-        if err != 0 {
-            this.teardown(false);
-            return Err(Error::from_errno(err));
-        }
+        // Then the steps with effects beyond this module's memory, each
+        // held by its guard (see `PerfmonModule`): on an error, the guards
+        // taken so far drop in reverse order.
+        let published = Published::new(&globals);
+        let text_barrier = rust::ModuleTextBarrier::new();
+        let reap_queue = ReapQueueInstalled::new()?;
+        // The preempt notifier static key: patched here (it sleeps), once.
+        let notifier_key = rust::PreemptNotifierKey::inc();
+        let vectors = VectorsStarted::new()?;
+        let sim_ticks = SimTicks::new();
+        // SAFETY: The show callbacks read `globals()`, published above
+        // until after `sysfs` is dropped (field order of `PerfmonModule`).
+        let sysfs = unsafe { rust::SysfsRegistration::register() }?;
         // Before the device: no attachment exists yet, so no exec misses it.
-        rust::exec_watch_register();
-        // SAFETY: `fops` is pinned in the module object and outlives the
-        // device (deregistered in `drop` first).
-        let err = unsafe { rust::pfm_misc_register(&this.fops.0) };
-        if err != 0 {
-            rust::exec_watch_unregister();
-            this.teardown(true);
-            return Err(Error::from_errno(err));
-        }
-        Ok(this)
-    }
-}
-
-impl PerfmonModule {
-    /// Undoes `init` after the device is gone.
-    fn teardown(&self, sysfs: bool) {
-        // A hardware model's PMCs off, LVTPC back, then the counters back
-        // to perf_events: nothing of ours can interrupt perf's NMI handler.
-        self.globals.pmu.stop_sim_ticks();
-        self.globals.pmu.quiesce_all();
-        self.globals.intr.stop();
-        self.globals.pmu.unclaim();
-        if sysfs {
-            // SAFETY: Registered in `init`.
-            unsafe { rust::pfm_sysfs_unregister() };
-        }
-        // Every attachment has been released (each held a module reference),
-        // but the reaper may still be returning from the last one: drain it.
-        // SAFETY: Allocated in `init`; nothing queues any more.
-        unsafe { bindings::destroy_workqueue(self.globals.reap_queue) };
-        // SAFETY: Balances `preempt_notifier_inc` in `init`.
-        unsafe { bindings::preempt_notifier_dec() };
-        GLOBALS.store(core::ptr::null_mut(), Ordering::Release);
-    }
-}
-
-impl Drop for PerfmonModule {
-    fn drop(&mut self) {
-        // SAFETY: Registered in `init`; no file is open (each holds a module reference).
-        unsafe { rust::pfm_misc_deregister() };
-        // No attachment is left (each held a module reference): the exec
-        // watch has nothing to find any more.
-        rust::exec_watch_unregister();
-        self.teardown(true);
-        let _ = &self.fops;
+        let exec_watch = rust::ExecWatch::register();
+        // SAFETY: `fops` is pinned in the module object and dropped after
+        // the registration (field order of `PerfmonModule`).
+        let misc = unsafe { rust::MiscRegistration::register(&fops.0) }?;
+        pr_info!(
+            "PMU model {} ({} bits): {}\n",
+            globals.pmu.name(),
+            globals.pmu.width,
+            why
+        );
+        Ok(PerfmonModule {
+            _misc: misc,
+            _exec_watch: exec_watch,
+            _sysfs: sysfs,
+            _sim_ticks: sim_ticks,
+            _vectors: vectors,
+            _fops: fops,
+            _notifier_key: notifier_key,
+            _reap_queue: reap_queue,
+            _text_barrier: text_barrier,
+            _published: published,
+            _globals: globals,
+        })
     }
 }
 

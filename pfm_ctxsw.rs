@@ -449,6 +449,28 @@ impl Registry {
 /// reap workqueue (its `Drop` puts the task and the module reference, which
 /// must not run under a lock, in a scheduler callback or in module code
 /// that could be unloaded under it).
+///
+/// Why no module code runs after the module's last reference is gone
+/// (issue 12, item 9). An attachment's module reference is put only by
+/// its `Drop`, which runs in the reap work (`WorkItem::run`): the final
+/// drop is always enqueued here. (The one exception, [`release_in_fop`],
+/// drops inside a file operation of this module, whose open file holds
+/// another module reference until the VFS has left our code.) What runs in module text after
+/// that `module_put` is the rest of the drop and of the work function,
+/// and module exit's `destroy_workqueue` returns only once the work
+/// function has returned into the workqueue core (`ReapQueueInstalled`
+/// in pfm_core.rs). What runs in module text after a caller's reference
+/// is gone, once the reaper may have put the module's last reference and
+/// `rmmod` may be under way, is this function's own tail (after the
+/// decrement, or after the enqueue) and the caller's epilogue: the
+/// task_work callbacks (`install_fn`, `block_fn`, `cleanup_fn`), the
+/// overflow interrupt and irq_work, the CPU-offline callback. None of
+/// those tails sleeps; module exit waits them out last
+/// (`rust::wait_for_module_text_users`: an RCU grace period for the tails
+/// that run with interrupts or preemption off, then Tasks RCU, or on a
+/// non-preemptible kernel a context switch on every CPU, for the task_work
+/// tails, which run preemptible). Callers keep it so: after a `release`
+/// that may drop their last reference, return without sleeping.
 pub(crate) fn release(att: Arc<Attachment>) {
     if let Some(last) = Arc::into_unique_or_drop(att) {
         let arc: Arc<Attachment> = last.into();
@@ -460,7 +482,8 @@ pub(crate) fn release(att: Arc<Attachment>) {
 }
 
 /// Drops `att` here, in a file operation of this module: the open file
-/// holds a module reference until the operation returns, we run in process
+/// holds a module reference (the file operations' owner) until the VFS has
+/// returned from the operation, we run in process
 /// context with no lock held, and outside any scheduler callback, so even
 /// the last reference may be dropped at once (`release`'s reasons to defer
 /// do not hold). Its pending irq_work, if any, is waited for by `Drop`.
@@ -650,6 +673,7 @@ unsafe extern "C" fn install_fn(head: *mut bindings::callback_head) {
         // Unloaded or closed before it could install: nothing on the thread.
         att.retire();
     }
+    // Possibly the module's last reference: return at once (see `release`).
     release(att);
 }
 
@@ -668,6 +692,7 @@ unsafe extern "C" fn block_fn(head: *mut bindings::callback_head) {
         att.ctx
             .block_until_restart(|| att.live.load(Ordering::Relaxed));
     }
+    // Possibly the module's last reference: return at once (see `release`).
     release(att);
 }
 
@@ -679,6 +704,7 @@ unsafe extern "C" fn cleanup_fn(head: *mut bindings::callback_head) {
     unsafe { att.unregister() };
     reap_zombie(&att);
     att.retire();
+    // Possibly the module's last reference: return at once (see `release`).
     release(att);
 }
 
@@ -729,8 +755,7 @@ extern "C" fn pfm_exec_hook() {
         let work_ref = Arc::into_raw(att.clone());
         // SAFETY: The leaked reference keeps `exec_work` alive until it
         // runs; `exec_queued` keeps it from being queued twice.
-        let queued =
-            unsafe { glue::task_work_add(me_ptr, att.exec_work.get(), glue::TWA_RESUME) };
+        let queued = unsafe { glue::task_work_add(me_ptr, att.exec_work.get(), glue::TWA_RESUME) };
         if queued.is_err() {
             att.exec_queued.store(false, Ordering::Release);
             // SAFETY: Not queued: take the leaked reference back.
@@ -892,8 +917,7 @@ fn may_monitor(task: *mut bindings::task_struct) -> Result<Access> {
 /// Unreadable (no /proc in the caller's root): treated as 3.
 pub(crate) fn may_open() -> Result {
     let paranoid =
-        glue::read_sysctl_int(kernel::c_str!("/proc/sys/kernel/perf_event_paranoid"))
-            .unwrap_or(3);
+        glue::read_sysctl_int(kernel::c_str!("/proc/sys/kernel/perf_event_paranoid")).unwrap_or(3);
     if paranoid > 2 && !glue::sys_admin_capable() {
         return Err(EACCES);
     }

@@ -41,7 +41,8 @@ mod ffi {
         pub(crate) fn pfm_put_cred(cred: *const bindings::cred);
         pub(crate) fn pfm_init_waitqueue_head(q: *mut bindings::wait_queue_head);
         pub(crate) fn pfm_user_ip(task: *mut bindings::task_struct) -> c_ulong;
-        pub(crate) fn pfm_task_real_cred(task: *mut bindings::task_struct) -> *const bindings::cred;
+        pub(crate) fn pfm_task_real_cred(task: *mut bindings::task_struct)
+            -> *const bindings::cred;
         pub(crate) fn pfm_get_cred(cred: *const bindings::cred) -> *const bindings::cred;
         pub(crate) fn pfm_exec_update_lock_read(task: *mut bindings::task_struct) -> c_int;
         pub(crate) fn pfm_exec_update_unlock_read(task: *mut bindings::task_struct);
@@ -79,6 +80,14 @@ mod ffi {
         pub(crate) fn pfm_irqs_disabled() -> bool;
         pub(crate) fn pfm_local_irq_save() -> c_ulong;
         pub(crate) fn pfm_local_irq_restore(flags: c_ulong);
+        pub(crate) fn pfm_have_tasks_rcu() -> bool;
+        pub(crate) fn pfm_synchronize_rcu_tasks();
+        pub(crate) fn pfm_cpu_online(cpu: c_uint) -> bool;
+        pub(crate) fn pfm_work_on_cpu(
+            cpu: c_int,
+            func: unsafe extern "C" fn(*mut c_void) -> core::ffi::c_long,
+            arg: *mut c_void,
+        ) -> core::ffi::c_long;
 
         // Exported by the kernel, declared in headers 6.12's bindings do not include.
         pub(crate) fn task_work_add(
@@ -100,9 +109,201 @@ mod ffi {
     pub(crate) struct IrqWorkRaw(pub(crate) [u8; 64]);
 }
 
-pub(crate) use ffi::{
-    pfm_misc_deregister, pfm_misc_register, pfm_sysfs_register, pfm_sysfs_unregister,
-};
+/// `/dev/perfmon`, registered (`misc_register`) until dropped.
+pub(crate) struct MiscRegistration(());
+
+impl MiscRegistration {
+    /// Registers `/dev/perfmon` with the file operations `fops`.
+    ///
+    /// # Safety
+    ///
+    /// `fops` must stay valid and unchanged until the registration is dropped.
+    pub(crate) unsafe fn register(fops: &bindings::file_operations) -> Result<Self> {
+        // SAFETY: The caller keeps `fops` alive for the registration; a
+        // failed `misc_register` leaves nothing registered.
+        let err = unsafe { ffi::pfm_misc_register(fops) };
+        if err != 0 {
+            return Err(Error::from_errno(err));
+        }
+        Ok(Self(()))
+    }
+}
+
+impl Drop for MiscRegistration {
+    fn drop(&mut self) {
+        // SAFETY: Registered by `register` (the only way to get `self`); no
+        // file of the device is open (each holds a module reference).
+        unsafe { ffi::pfm_misc_deregister() };
+    }
+}
+
+/// `/sys/kernel/perfmon`, registered until dropped.
+pub(crate) struct SysfsRegistration(());
+
+impl SysfsRegistration {
+    /// Creates `/sys/kernel/perfmon` and its attributes.
+    ///
+    /// # Safety
+    ///
+    /// The attributes' `show` callbacks (`pfm_sysfs_show`) read
+    /// `globals()`: it must stay valid until the registration is dropped.
+    pub(crate) unsafe fn register() -> Result<Self> {
+        // SAFETY: The caller keeps `globals()` valid; a failed registration
+        // leaves nothing behind (shim.c puts the kobject).
+        let err = unsafe { ffi::pfm_sysfs_register() };
+        if err != 0 {
+            return Err(Error::from_errno(err));
+        }
+        Ok(Self(()))
+    }
+}
+
+impl Drop for SysfsRegistration {
+    fn drop(&mut self) {
+        // SAFETY: Registered by `register`; removing the kobject waits for
+        // the `show` calls in progress (kernfs drains its active references).
+        unsafe { ffi::pfm_sysfs_unregister() };
+    }
+}
+
+/// One count on the preempt notifiers' static key (`preempt_notifier_inc`),
+/// given back when dropped. Patching the key sleeps: module init and exit.
+pub(crate) struct PreemptNotifierKey(());
+
+impl PreemptNotifierKey {
+    /// Enables the preempt notifiers.
+    pub(crate) fn inc() -> Self {
+        // SAFETY: No preconditions; balanced by `drop`.
+        unsafe { bindings::preempt_notifier_inc() };
+        Self(())
+    }
+}
+
+impl Drop for PreemptNotifierKey {
+    fn drop(&mut self) {
+        // SAFETY: Balances the `preempt_notifier_inc` of `inc`.
+        unsafe { bindings::preempt_notifier_dec() };
+    }
+}
+
+/// A workqueue of the module's own, destroyed (drained first) when dropped.
+pub(crate) struct Workqueue(core::ptr::NonNull<bindings::workqueue_struct>);
+
+// SAFETY: A workqueue is used from any thread; destroying it is allowed
+// from any process context.
+unsafe impl Send for Workqueue {}
+// SAFETY: See `Send`.
+unsafe impl Sync for Workqueue {}
+
+impl Workqueue {
+    /// `alloc_workqueue(name, 0, 0)`: a per-CPU workqueue.
+    /// `name` must not contain `%` (it is a format string).
+    pub(crate) fn new(name: &'static CStr) -> Result<Self> {
+        // SAFETY: `name` is a NUL-terminated format string without
+        // conversions, so no variadic argument is read; flags and limits are valid.
+        let wq = unsafe { bindings::alloc_workqueue(name.as_char_ptr(), 0, 0) };
+        core::ptr::NonNull::new(wq).map(Self).ok_or(ENOMEM)
+    }
+
+    /// The `struct workqueue_struct`, valid until `self` is dropped.
+    pub(crate) fn as_ptr(&self) -> *mut bindings::workqueue_struct {
+        self.0.as_ptr()
+    }
+}
+
+impl Drop for Workqueue {
+    fn drop(&mut self) {
+        // SAFETY: Allocated by `new`, destroyed once. `destroy_workqueue`
+        // drains it first: it returns after every work item queued on it,
+        // including those queued by its own items meanwhile, has returned
+        // from its function.
+        unsafe { bindings::destroy_workqueue(self.0.as_ptr()) };
+    }
+}
+
+/// Module exit's wait for the code that may still run in the module's text
+/// after the module's last reference was dropped; see
+/// [`wait_for_module_text_users`]. The wait happens when this is dropped.
+pub(crate) struct ModuleTextBarrier(());
+
+impl ModuleTextBarrier {
+    /// Arms the barrier (module init).
+    pub(crate) fn new() -> Self {
+        Self(())
+    }
+}
+
+impl Drop for ModuleTextBarrier {
+    fn drop(&mut self) {
+        wait_for_module_text_users();
+    }
+}
+
+/// Does nothing, on the CPU `work_on_cpu` runs it on: that CPU switched to
+/// a kworker.
+unsafe extern "C" fn nothing_on_cpu(_arg: *mut c_void) -> core::ffi::c_long {
+    0
+}
+
+/// Returns once no thread is still executing instructions of this module
+/// that it was executing when the call started, provided no such thread can
+/// sleep voluntarily before it leaves the module's text (process context, no
+/// lock held).
+///
+/// Module exit runs once the module's reference count is zero; a thread that
+/// dropped one of the references (an attachment, through [`crate::pfm_ctxsw::release`])
+/// still returns through module code afterwards: the rest of `release`, the
+/// epilogue of a task_work callback (`install_fn`, `block_fn`,
+/// `cleanup_fn`), of the overflow interrupt, of an irq_work or of the
+/// CPU-offline callback. None of those tails sleeps. The module's memory is
+/// freed when exit returns, so exit first waits them out. (Holding one more
+/// module reference across a tail would not help: whoever drops that one
+/// returns through module code too. Only code outside the module can end
+/// such a wait: the workqueue core for the reaper, the scheduler here.)
+///
+/// - `synchronize_rcu()`: the tails that run with interrupts or preemption
+///   off (the overflow interrupt, the irq_work) are RCU read-side critical
+///   sections, and a grace period waits for each one in progress.
+/// - the preemptible tails (task_work callbacks, and the CPU-offline
+///   callback in its hotplug thread): with Tasks RCU (`CONFIG_TASKS_RCU`,
+///   which preemptible kernels with ftrace, kprobes or BPF have),
+///   `synchronize_rcu_tasks()` waits until every task has done a
+///   voluntary context switch, run in user mode or idled:
+///   a task preempted in the middle of a tail is still waited for, which
+///   plain RCU does not do (and on a non-preemptible kernel with
+///   `CONFIG_PREEMPT_COUNT`, as the debug test kernel is, plain RCU even
+///   counts a scheduler tick taken in a tail as a quiescent state). Without
+///   Tasks RCU the kernel is not preemptible (`shim.c` refuses to build
+///   otherwise): a tail cannot be preempted, so a CPU running one only
+///   switches to another task after the tail has returned; making every
+///   online CPU run a kworker (`work_on_cpu`) therefore waits for every
+///   tail in progress, like `synchronize_rcu_tasks_rude()`.
+pub(crate) fn wait_for_module_text_users() {
+    // SAFETY: Process context without locks (module exit).
+    unsafe { bindings::synchronize_rcu() };
+    // SAFETY: Reads a configuration constant.
+    if unsafe { ffi::pfm_have_tasks_rcu() } {
+        // SAFETY: Process context without locks.
+        unsafe { ffi::pfm_synchronize_rcu_tasks() };
+        return;
+    }
+    // SAFETY: Keeps the set of online CPUs stable during the loop (a CPU
+    // that goes offline has no task left running on it anyway).
+    unsafe { bindings::cpus_read_lock() };
+    // SAFETY: `nr_cpu_ids` is set at boot and constant afterwards.
+    let n = unsafe { bindings::nr_cpu_ids };
+    for cpu in 0..n {
+        // SAFETY: `cpu` < `nr_cpu_ids`.
+        if unsafe { ffi::pfm_cpu_online(cpu) } {
+            // SAFETY: `cpu` is online (hotplug held off above);
+            // `nothing_on_cpu` ignores its argument; `work_on_cpu` waits
+            // for it to return.
+            unsafe { ffi::pfm_work_on_cpu(cpu as c_int, nothing_on_cpu, core::ptr::null_mut()) };
+        }
+    }
+    // SAFETY: Taken above.
+    unsafe { bindings::cpus_read_unlock() };
+}
 
 /// `POLLIN` (uapi `asm-generic/poll.h`).
 pub(crate) const POLLIN: u32 = 0x0001;
@@ -289,9 +490,7 @@ pub(crate) fn read_sysctl_int(path: &kernel::str::CStr) -> Option<i32> {
     let mut buf = [0u8; 16];
     let mut pos: bindings::loff_t = 0;
     // SAFETY: `file` is open; `buf` is valid for its length.
-    let n = unsafe {
-        bindings::kernel_read(file, buf.as_mut_ptr().cast(), buf.len(), &mut pos)
-    };
+    let n = unsafe { bindings::kernel_read(file, buf.as_mut_ptr().cast(), buf.len(), &mut pos) };
     // SAFETY: Opened above; no owner (not an fd table's file).
     unsafe { bindings::filp_close(file, core::ptr::null_mut()) };
     let n = usize::try_from(n).ok()?.min(buf.len());
@@ -335,18 +534,26 @@ pub(crate) fn sys_admin_capable() -> bool {
     unsafe { bindings::capable(bindings::CAP_SYS_ADMIN as i32) }
 }
 
-/// Makes every `execve()` call `pfm_exec_hook` first (a binary format
-/// that recognises nothing, at the head of the list).
-pub(crate) fn exec_watch_register() {
-    // SAFETY: The format is static; unregistered at module exit.
-    unsafe { ffi::pfm_exec_watch_register() }
+/// Every `execve()` calls `pfm_exec_hook` first while this lives (a binary
+/// format that recognises nothing, at the head of the list); dropping it
+/// unregisters the format, and no hook runs after that (an exec inside the
+/// hook holds a module reference, so module exit cannot be under way).
+pub(crate) struct ExecWatch(());
+
+impl ExecWatch {
+    /// Registers the format.
+    pub(crate) fn register() -> Self {
+        // SAFETY: The format is static; unregistered in `drop`.
+        unsafe { ffi::pfm_exec_watch_register() };
+        Self(())
+    }
 }
 
-/// Undoes [`exec_watch_register`]; no hook runs after it returns
-/// (an exec in it holds a module reference, so module exit waits).
-pub(crate) fn exec_watch_unregister() {
-    // SAFETY: Registered by `exec_watch_register`.
-    unsafe { ffi::pfm_exec_watch_unregister() }
+impl Drop for ExecWatch {
+    fn drop(&mut self) {
+        // SAFETY: Registered in `register`.
+        unsafe { ffi::pfm_exec_watch_unregister() }
+    }
 }
 
 /// `get_dumpable(task->mm)`, or `None` without an mm.

@@ -27,6 +27,8 @@
 #include <linux/moduleparam.h>
 #include <linux/poll.h>
 #include <linux/preempt.h>
+#include <linux/rcupdate.h>
+#include <linux/cpu.h>
 #include <linux/ptrace.h>
 #include <linux/sched/task_stack.h>
 #include <linux/smp.h>
@@ -116,8 +118,10 @@ int pfm_sysfs_register(void)
 	if (!pfm_kobj)
 		return -ENOMEM;
 	err = sysfs_create_group(pfm_kobj, &pfm_attr_group);
-	if (err)
+	if (err) {
 		kobject_put(pfm_kobj);
+		pfm_kobj = NULL;
+	}
 	return err;
 }
 void pfm_sysfs_unregister(void) { kobject_put(pfm_kobj); }
@@ -197,3 +201,17 @@ static int pfm_exec_load(struct linux_binprm *bprm) { pfm_exec_hook(); return -E
 static struct linux_binfmt pfm_exec_watch = { .module = THIS_MODULE, .load_binary = pfm_exec_load };
 void pfm_exec_watch_register(void) { __register_binfmt(&pfm_exec_watch, 1); }
 void pfm_exec_watch_unregister(void) { unregister_binfmt(&pfm_exec_watch); }
+
+/*
+ * Module exit waits for threads still returning through module code
+ * (rust/mod.rs, wait_for_module_text_users): with Tasks RCU, or on a
+ * kernel that cannot preempt them. A preemptible kernel without Tasks RCU
+ * has neither guarantee.
+ */
+#if defined(CONFIG_PREEMPTION) && !defined(CONFIG_TASKS_RCU)
+#error "perfmon needs CONFIG_TASKS_RCU on a preemptible kernel (module exit waits for callbacks with synchronize_rcu_tasks)"
+#endif
+bool pfm_have_tasks_rcu(void) { return IS_ENABLED(CONFIG_TASKS_RCU); }
+void pfm_synchronize_rcu_tasks(void) { synchronize_rcu_tasks(); }
+bool pfm_cpu_online(unsigned int cpu) { return cpu_online(cpu); }
+long pfm_work_on_cpu(int cpu, long (*fn)(void *), void *arg) { return work_on_cpu(cpu, fn, arg); }

@@ -64,5 +64,9 @@ void pfm_on_each_cpu(void (*fn)(void *), void *info);
 bool pfm_irqs_disabled(void);
 unsigned long pfm_local_irq_save(void);
 void pfm_local_irq_restore(unsigned long f);
+bool pfm_have_tasks_rcu(void);
+void pfm_synchronize_rcu_tasks(void);
+bool pfm_cpu_online(unsigned int cpu);
+long pfm_work_on_cpu(int cpu, long (*fn)(void *), void *arg);
 
 #endif /* PFM_SHIM_H */

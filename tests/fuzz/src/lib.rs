@@ -2,6 +2,7 @@
 //! matrix of issue 4): the engine of `pfm_fuzz` and `pfm_test_fuzz`, and the
 //! helpers of `pfm_test_hostile` and `pfm_test_teardown`.
 
+pub mod failnth;
 pub mod fuzz;
 pub mod guest;
 pub mod pfm;

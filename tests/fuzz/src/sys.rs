@@ -642,3 +642,44 @@ pub fn proc_state(pid: u32) -> Option<char> {
     let after = &stat[stat.rfind(')')? + 1..];
     after.trim_start().chars().next()
 }
+
+/// `finit_module(fd, params, 0)`: loads the module in file `fd`.
+pub fn finit_module(fd: i32, params: &std::ffi::CStr) -> Result<i64, i32> {
+    // SAFETY: `params` is NUL-terminated; the kernel only reads it.
+    check(unsafe { libc::syscall(libc::SYS_finit_module, fd as i64, params.as_ptr(), 0i64) })
+}
+
+/// `delete_module(name, O_NONBLOCK)`: unloads module `name` (EBUSY/EWOULDBLOCK
+/// while it is in use).
+pub fn delete_module(name: &std::ffi::CStr) -> Result<i64, i32> {
+    // SAFETY: `name` is NUL-terminated; the kernel only reads it.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_delete_module,
+            name.as_ptr(),
+            libc::O_NONBLOCK as i64,
+        )
+    })
+}
+
+/// `pread(fd, buf, off)` into a Rust buffer.
+pub fn pread_buf(fd: i32, buf: &mut [u8], off: i64) -> Result<usize, i32> {
+    // SAFETY: `buf` is valid for writes of its length.
+    check(unsafe { libc::pread(fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), off) } as i64)
+        .map(|n| n as usize)
+}
+
+/// `write(fd, data)`, one call: the number written or the errno.
+pub fn write_once(fd: i32, data: &[u8]) -> Result<usize, i32> {
+    // SAFETY: `data` is valid for reads of its length.
+    check(unsafe { libc::write(fd, data.as_ptr() as *const libc::c_void, data.len()) } as i64)
+        .map(|n| n as usize)
+}
+
+/// `ioctl(fd, cmd, arg)` with `arg` a valid, exclusively borrowed `T`
+/// whose size `cmd` encodes (the ABI's constants).
+pub fn ioctl_ref<T>(fd: i32, cmd: u32, arg: &mut T) -> Result<i64, i32> {
+    // SAFETY: `arg` is valid for reads and writes of `size_of::<T>()`, the
+    // size the command encodes, so the kernel stays inside it.
+    check(unsafe { libc::ioctl(fd, cmd as _, arg as *mut T) } as i64)
+}
