@@ -916,25 +916,35 @@ fn may_monitor(task: *mut bindings::task_struct) -> Result<Access> {
 /// at every level (`Pmu::caller_policy`), as perf does from level 2 on.
 /// Unreadable (no /proc in the caller's root): treated as 3.
 pub(crate) fn may_open() -> Result {
-    let paranoid =
-        glue::read_sysctl_int(kernel::c_str!("/proc/sys/kernel/perf_event_paranoid")).unwrap_or(3);
+    let paranoid = read_paranoid().ok().flatten().unwrap_or(3);
     if paranoid > 2 && !glue::sys_admin_capable() {
         return Err(EACCES);
     }
     Ok(())
 }
 
+/// `kernel.perf_event_paranoid` (see [`glue::read_sysctl_int`]).
+fn read_paranoid() -> Result<Option<i32>> {
+    glue::read_sysctl_int(kernel::c_str!("/proc/sys/kernel/perf_event_paranoid"))
+}
+
 /// Yama's `ptrace_scope` for an unprivileged LOAD of another process's
 /// thread, since the ptrace access check perf calls (LSM hooks included)
 /// is not exported to modules: 1 allows descendants only, 2 and 3 nobody
-/// without privileges (`EPERM`, as ptrace). Without Yama, nothing more.
-/// Stricter than Yama: its `PR_SET_PTRACER` exceptions are not honoured.
+/// without privileges (`EPERM`, as ptrace). Without Yama, nothing more;
+/// with Yama but its setting unreadable (no /proc in the caller's root),
+/// as 3. Stricter than Yama: its `PR_SET_PTRACER` exceptions are not
+/// honoured.
 fn yama_allows(task: *mut bindings::task_struct) -> Result {
     match glue::read_sysctl_int(kernel::c_str!("/proc/sys/kernel/yama/ptrace_scope")) {
-        None | Some(0) => Ok(()),
+        Ok(Some(0)) => Ok(()),
+        // No Yama, if /proc/sys answers at all (perf's own setting is
+        // always there); no /proc in the caller's root tells nothing.
+        Ok(None) if matches!(read_paranoid(), Ok(Some(_))) => Ok(()),
         // SAFETY: `task` is referenced by the caller.
-        Some(1) if unsafe { glue::is_descendant_of_current(task) } => Ok(()),
-        Some(_) => Err(EPERM),
+        Ok(Some(1)) if unsafe { glue::is_descendant_of_current(task) } => Ok(()),
+        // Yama is there but unreadable from here: the strictest reading.
+        Ok(_) | Err(_) => Err(EPERM),
     }
 }
 

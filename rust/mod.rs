@@ -477,15 +477,24 @@ impl Drop for ExecUpdateGuard {
 }
 
 /// The value of an integer sysctl file (`/proc/sys/...`), read the way
-/// user space would; `None` if it does not exist or does not parse. For
-/// the settings 6.12 does not export to modules (`perf_event_paranoid`,
-/// Yama's `ptrace_scope`). Process context.
-pub(crate) fn read_sysctl_int(path: &kernel::str::CStr) -> Option<i32> {
+/// user space would: `Ok(None)` if it does not exist (`ENOENT`), `Err` if
+/// it could not be read or parsed. For the settings 6.12 does not export to
+/// modules (`perf_event_paranoid`, Yama's `ptrace_scope`). Process context.
+pub(crate) fn read_sysctl_int(path: &kernel::str::CStr) -> Result<Option<i32>> {
     // SAFETY: `path` is a NUL-terminated string; read-only open.
     let file = unsafe { bindings::filp_open(path.as_char_ptr(), bindings::O_RDONLY as i32, 0) };
     // ERR_PTR values are the top 4095 addresses.
-    if file.is_null() || file as usize >= (-4095isize) as usize {
-        return None;
+    let addr = file as isize;
+    if (-4095..0).contains(&addr) {
+        let errno = addr as i32;
+        return if errno == -(bindings::ENOENT as i32) {
+            Ok(None)
+        } else {
+            Err(Error::from_errno(errno))
+        };
+    }
+    if file.is_null() {
+        return Err(EIO);
     }
     let mut buf = [0u8; 16];
     let mut pos: bindings::loff_t = 0;
@@ -493,9 +502,9 @@ pub(crate) fn read_sysctl_int(path: &kernel::str::CStr) -> Option<i32> {
     let n = unsafe { bindings::kernel_read(file, buf.as_mut_ptr().cast(), buf.len(), &mut pos) };
     // SAFETY: Opened above; no owner (not an fd table's file).
     unsafe { bindings::filp_close(file, core::ptr::null_mut()) };
-    let n = usize::try_from(n).ok()?.min(buf.len());
-    let text = core::str::from_utf8(&buf[..n]).ok()?;
-    text.trim().parse().ok()
+    let n = usize::try_from(n).map_err(|_| EIO)?.min(buf.len());
+    let text = core::str::from_utf8(&buf[..n]).map_err(|_| EIO)?;
+    text.trim().parse().map(Some).map_err(|_| EIO)
 }
 
 /// Whether `task` is a descendant of the current process (Yama's
