@@ -496,9 +496,18 @@ impl WorkItem for Attachment {
 
     fn run(this: Arc<Attachment>) {
         if this.dead.load(Ordering::Relaxed) && !this.reaping.load(Ordering::Relaxed) {
+            // `dead` is set inside the final switch, whose notifier loop
+            // still reads this notifier's link after our callback returns;
+            // an irq_work left on another CPU can get us here that early.
+            // The scheduler clears `on_cpu` once the switch is complete
+            // (`finish_task`): wait for it, as `wait_task_inactive` does.
+            // SAFETY: `task` is referenced by the attachment.
+            while unsafe { glue::task_on_cpu(this.task_ptr()) } {
+                glue::cpu_relax();
+            }
             // The thread is dead: unregister from its (unwalked) list and
             // drop every reference but ours.
-            // SAFETY: The thread did its final switch.
+            // SAFETY: The thread did its final switch, all of it.
             unsafe { this.unregister() };
             this.retire();
         }

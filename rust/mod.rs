@@ -55,6 +55,8 @@ mod ffi {
             task: *mut bindings::task_struct,
         ) -> *mut bindings::task_struct;
         pub(crate) fn pfm_task_pid(task: *mut bindings::task_struct) -> c_int;
+        pub(crate) fn pfm_task_on_cpu(task: *mut bindings::task_struct) -> bool;
+        pub(crate) fn pfm_cpu_relax();
         pub(crate) fn pfm_exec_watch_register();
         pub(crate) fn pfm_exec_watch_unregister();
         pub(crate) fn pfm_current_tid() -> c_int;
@@ -535,6 +537,23 @@ pub(crate) unsafe fn is_descendant_of_current(task: *mut bindings::task_struct) 
     // SAFETY: Ends the section begun above.
     unsafe { ffi::pfm_rcu_read_unlock() };
     found
+}
+
+/// Whether `task` is still on a CPU, its last switch not complete
+/// (`smp_load_acquire(&task->on_cpu)`).
+///
+/// # Safety
+///
+/// `task` must be referenced by the caller.
+pub(crate) unsafe fn task_on_cpu(task: *mut bindings::task_struct) -> bool {
+    // SAFETY: Reads one field of a referenced task (the caller's contract).
+    unsafe { ffi::pfm_task_on_cpu(task) }
+}
+
+/// `cpu_relax()`: a busy-wait's pause.
+pub(crate) fn cpu_relax() {
+    // SAFETY: No preconditions.
+    unsafe { ffi::pfm_cpu_relax() }
 }
 
 /// `capable(CAP_SYS_ADMIN)`.

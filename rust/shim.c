@@ -163,6 +163,8 @@ void pfm_rcu_read_unlock(void) { rcu_read_unlock(); }
 struct task_struct *pfm_task_group_leader(struct task_struct *t) { return READ_ONCE(t->group_leader); }
 struct task_struct *pfm_task_real_parent(struct task_struct *t) { return rcu_dereference(t->real_parent); }
 int pfm_task_pid(struct task_struct *t) { return t->pid; }
+bool pfm_task_on_cpu(struct task_struct *t) { return smp_load_acquire(&t->on_cpu); }
+void pfm_cpu_relax(void) { cpu_relax(); }
 int pfm_current_tid(void) { return task_pid_vnr(current); }
 bool pfm_same_thread_group_as_current(struct task_struct *t) { return same_thread_group(t, current); }
 void pfm_cred_ids(const struct cred *c, u32 ids[6]) { ids[0] = c->uid.val; ids[1] = c->euid.val; ids[2] = c->suid.val; ids[3] = c->gid.val; ids[4] = c->egid.val; ids[5] = c->sgid.val; }

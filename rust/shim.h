@@ -38,6 +38,8 @@ void pfm_rcu_read_unlock(void);
 struct task_struct *pfm_task_group_leader(struct task_struct *t);
 struct task_struct *pfm_task_real_parent(struct task_struct *t);
 int pfm_task_pid(struct task_struct *t);
+bool pfm_task_on_cpu(struct task_struct *t);
+void pfm_cpu_relax(void);
 void pfm_exec_hook(void);	/* Rust */
 void pfm_exec_watch_register(void);
 void pfm_exec_watch_unregister(void);
