@@ -455,8 +455,9 @@ impl Registry {
 /// its `Drop`, which runs in the reap work (`WorkItem::run`): the final
 /// drop is always enqueued here. (The one exception, [`release_in_fop`],
 /// drops inside a file operation of this module, whose open file holds
-/// another module reference until the VFS has left our code.) What runs in module text after
-/// that `module_put` is the rest of the drop and of the work function,
+/// another module reference until the VFS has left our code.) What runs
+/// in module text after that `module_put` is the rest of the drop and of
+/// the work function,
 /// and module exit's `destroy_workqueue` returns only once the work
 /// function has returned into the workqueue core (`ReapQueueInstalled`
 /// in pfm_core.rs). What runs in module text after a caller's reference
@@ -483,10 +484,10 @@ pub(crate) fn release(att: Arc<Attachment>) {
 
 /// Drops `att` here, in a file operation of this module: the open file
 /// holds a module reference (the file operations' owner) until the VFS has
-/// returned from the operation, we run in process
-/// context with no lock held, and outside any scheduler callback, so even
-/// the last reference may be dropped at once (`release`'s reasons to defer
-/// do not hold). Its pending irq_work, if any, is waited for by `Drop`.
+/// returned from the operation, we run in process context with no lock
+/// held, and outside any scheduler callback, so even the last reference
+/// may be dropped at once (`release`'s reasons to defer do not hold). Its
+/// pending irq_work, if any, is waited for by `Drop`.
 fn release_in_fop(att: Arc<Attachment>) {
     drop(att);
 }
