@@ -230,7 +230,15 @@ impl Actor {
                     self.allow(
                         Op::Fork,
                         r,
-                        &[libc::ESRCH, libc::EBUSY, libc::EACCES, libc::EAGAIN],
+                        // EINTR: a signal while the child's exec holds it.
+                        &[
+                            libc::ESRCH,
+                            libc::EBUSY,
+                            libc::EACCES,
+                            libc::EAGAIN,
+                            libc::EDQUOT,
+                            libc::EINTR,
+                        ],
                     );
                     let _ = sys::ioctl(fd, abi::PFM_IOC_START, 0);
                     self.calls += 2;
