@@ -136,11 +136,11 @@ static GLOBALS: AtomicPtr<Globals> = AtomicPtr::new(core::ptr::null_mut());
 
 /// The module's shared state.
 pub(crate) fn globals() -> &'static Globals {
-    // SAFETY: Set in `init` (`Published`) before anything that can call
-    // here exists, and cleared at exit after all of it is gone: the
-    // device, sysfs, the vectors and ticks, the reaper, and every
-    // attachment and context (each holds a module reference, directly or
-    // through its file).
+    // Set in `init` (`Published`) before anything that can call here
+    // exists, and cleared at exit after all of it is gone: the device,
+    // sysfs, the vectors and ticks, the reaper, and every attachment and
+    // context (each holds a module reference, directly or through its file).
+    // SAFETY: So every caller sees a pointer to the live `Globals`.
     unsafe { &*GLOBALS.load(Ordering::Acquire) }
 }
 

@@ -14,7 +14,6 @@ use core::sync::atomic::Ordering;
 use kernel::bindings;
 use kernel::prelude::*;
 use kernel::sync::{new_mutex, Arc, Mutex};
-use kernel::types::Opaque;
 use kernel::uaccess::{UserSlice, UserSliceWriter};
 
 use crate::abi;
@@ -316,12 +315,11 @@ impl CtxInner {
         if self.pending_ovfl == 0 {
             // During an exec not yet checked, the user registers may be the
             // new image's, which its loader may not be allowed to see.
+            // We run in the monitored thread (every caller of `count` does).
             self.pending_ip = if self.exec_check {
                 0
             } else {
-                // SAFETY: We run in the monitored thread (every caller of
-                // `count` does), whose user registers are on its stack.
-                unsafe { glue::user_ip(bindings::get_current()) }
+                glue::current_user_ip()
             };
         }
         self.pending_ovfl |= ovfl;
@@ -406,18 +404,18 @@ impl CtxInner {
 ///
 /// # Invariants
 ///
-/// `waitq` is an initialised wait queue head; `fasync` is the list head that
-/// `fasync_helper` maintains (NULL or a valid list).
+/// `waitq` and `fasync` are the wait queue and SIGIO owners of the one
+/// file this context is the private data of.
 #[pin_data(PinnedDrop)]
 pub(crate) struct Context {
     #[pin]
     pub(crate) inner: IrqSpinLock<CtxInner>,
     #[pin]
-    waitq: Opaque<bindings::wait_queue_head>,
+    waitq: glue::WaitQueue,
     /// Held by a `read(2)` from taking messages to removing them.
     #[pin]
     reader: Mutex<()>,
-    fasync: Opaque<*mut bindings::fasync_struct>,
+    fasync: glue::FasyncList,
 }
 
 // SAFETY: The raw fields are kernel objects with their own locking
@@ -503,14 +501,9 @@ impl Context {
                     },
                     "perfmon_ctx"
                 ),
-                // INVARIANT: initialised by `__init_waitqueue_head`.
-                waitq <- Opaque::ffi_init(|q: *mut bindings::wait_queue_head| {
-                    // SAFETY: `q` is valid for writes.
-                    unsafe { glue::init_waitqueue_head(q) }
-                }),
+                waitq <- glue::WaitQueue::new(),
                 reader <- new_mutex!((), "perfmon_reader"),
-                // INVARIANT: an empty fasync list.
-                fasync: Opaque::new(core::ptr::null_mut()),
+                fasync: glue::FasyncList::new(),
             }),
             GFP_KERNEL_ACCOUNT,
         )?;
@@ -522,23 +515,8 @@ impl Context {
     /// signals SIGIO owners. Must not be
     /// called with the runqueue lock held (use the attachment's irq_work).
     pub(crate) fn wake(&self) {
-        // SAFETY: `waitq` is initialised (type invariant).
-        unsafe {
-            bindings::__wake_up(
-                self.waitq.get(),
-                bindings::TASK_NORMAL,
-                0,
-                core::ptr::null_mut(),
-            )
-        };
-        // SAFETY: `fasync` is a valid fasync list head (type invariant).
-        unsafe {
-            bindings::kill_fasync(
-                self.fasync.get(),
-                bindings::SIGIO as i32,
-                bindings::POLL_IN as i32,
-            )
-        };
+        self.waitq.wake_all();
+        self.fasync.signal_io();
     }
 
     /// The overflow interrupt for this context: acts on the overflowed PMDs
@@ -613,35 +591,19 @@ impl Context {
     /// user mode) while the context is MASKED and still wants it; a signal
     /// releases it early (the counters stay stopped until RESTART).
     pub(crate) fn block_until_restart(&self, still_wanted: impl Fn() -> bool) {
-        loop {
-            let entry = Opaque::<bindings::wait_queue_entry>::uninit();
-            // SAFETY: `entry` lives until `finish_wait` below.
-            unsafe {
-                bindings::init_wait(entry.get());
-                bindings::prepare_to_wait(
-                    self.waitq.get(),
-                    entry.get(),
-                    bindings::TASK_INTERRUPTIBLE as i32,
-                );
-            }
-            let masked = self.inner.lock().state == State::Masked;
-            let stop = !masked || !still_wanted() || kernel::current!().signal_pending();
-            if !stop {
-                // SAFETY: Plain sleep; RESTART, UNLOAD and close wake us.
-                unsafe { bindings::schedule() };
-            }
-            // SAFETY: Pairs with `prepare_to_wait`.
-            unsafe { bindings::finish_wait(self.waitq.get(), entry.get()) };
-            if stop {
-                return;
-            }
-        }
+        // RESTART, UNLOAD and close wake us.
+        while !self.waitq.wait_unless(false, || {
+            self.inner.lock().state != State::Masked
+                || !still_wanted()
+                || kernel::current!().signal_pending()
+        }) {}
     }
 
     /// `fasync` file operation.
     pub(crate) fn fasync(&self, fd: i32, file: *mut bindings::file, on: i32) -> i32 {
-        // SAFETY: `file` is the open file; `fasync` is this context's list head.
-        unsafe { bindings::fasync_helper(fd, file, on, self.fasync.get()) }
+        // SAFETY: `file` is the open file this context belongs to (type
+        // invariant), which the context outlives.
+        unsafe { self.fasync.helper(fd, file, on) }
     }
 
     /// `poll` file operation.
@@ -655,7 +617,7 @@ impl Context {
         table: *mut bindings::poll_table_struct,
     ) -> u32 {
         // SAFETY: The caller's guarantees; the queue lives as long as the file.
-        unsafe { glue::poll_wait(file, self.waitq.get(), table) };
+        unsafe { glue::poll_wait(file, self.waitq.as_ptr(), table) };
         let inner = self.inner.lock();
         let mut mask = 0;
         if !inner.msgs.is_empty() {
@@ -674,33 +636,21 @@ impl Context {
             return Err(EINVAL);
         }
         loop {
-            // Wait entry registered before the condition is checked, so a
-            // wake-up between the check and `schedule` is not lost.
-            let entry = Opaque::<bindings::wait_queue_entry>::uninit();
-            // SAFETY: `entry` is valid for writes and lives until `finish_wait`.
-            unsafe {
-                bindings::init_wait(entry.get());
-                bindings::prepare_to_wait_exclusive(
-                    self.waitq.get(),
-                    entry.get(),
-                    bindings::TASK_INTERRUPTIBLE as i32,
-                );
-            }
-            let (ready, exited) = {
+            let (mut ready, mut exited, mut interrupted) = (false, false, false);
+            // Woken by `wake`; one reader per message (exclusive).
+            self.waitq.wait_unless(true, || {
                 let inner = self.inner.lock();
-                (!inner.msgs.is_empty(), inner.exited)
-            };
-            if !ready && !exited && !nonblock {
-                if kernel::current!().signal_pending() {
-                    // SAFETY: Pairs with `prepare_to_wait_exclusive` above.
-                    unsafe { bindings::finish_wait(self.waitq.get(), entry.get()) };
-                    return Err(ERESTARTSYS);
+                ready = !inner.msgs.is_empty();
+                exited = inner.exited;
+                if ready || exited || nonblock {
+                    return true;
                 }
-                // SAFETY: Plain sleep; woken by `wake`.
-                unsafe { bindings::schedule() };
+                interrupted = kernel::current!().signal_pending();
+                interrupted
+            });
+            if interrupted {
+                return Err(ERESTARTSYS);
             }
-            // SAFETY: Pairs with `prepare_to_wait_exclusive` above.
-            unsafe { bindings::finish_wait(self.waitq.get(), entry.get()) };
             if ready {
                 if let Some(r) = self.deliver(&mut out) {
                     return r;
