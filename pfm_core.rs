@@ -40,7 +40,7 @@ pub mod pfm_x86;
 mod rust;
 
 use pfm_ctx::Context;
-use pfm_ctxsw::ReapQueue;
+
 use rust::{new_irq_spinlock, IrqSpinLock};
 
 module! {
@@ -108,7 +108,7 @@ pub(crate) struct Globals {
     pub(crate) attached: AtomicUsize,
     /// Every attachment, by thread.
     #[pin]
-    pub(crate) registry: IrqSpinLock<pfm_ctxsw::Registry>,
+    pub(crate) registry: IrqSpinLock<pfm_ctxsw::Registry<Context>>,
     /// Where attachments are finally freed (set by [`ReapQueueInstalled`]).
     reap_queue: AtomicPtr<bindings::workqueue_struct>,
     /// The overflow vectors.
@@ -123,7 +123,7 @@ unsafe impl Send for Globals {}
 
 impl Globals {
     /// The reap workqueue.
-    pub(crate) fn reap_queue(&self) -> &ReapQueue {
+    pub(crate) fn reap_queue(&self) -> &kernel::workqueue::Queue {
         // SAFETY: Set by `init` before `/dev/perfmon` exists, so before any
         // attachment; cleared only at exit after `destroy_workqueue` drained
         // it, when no attachment is left (each holds a module reference)
@@ -291,7 +291,7 @@ impl kernel::Module for PerfmonModule {
         // LVTPC from load on only for the soft model on a CPU without a PMU;
         // a hardware model takes it while it holds the counters.
         let intr = pfm_intr::Vectors::new(pmu.hw.is_none() && !pfm_x86::cpu_has_pmu())?;
-        let registry = pfm_ctxsw::Registry::new()?;
+        let registry = pfm_ctxsw::Registry::<Context>::new()?;
         let globals = KBox::pin_init(
             pin_init!(Globals {
                 pmu,
@@ -594,4 +594,11 @@ impl SysfsBuf {
         }
         self.text(&digits[i..]);
     }
+}
+
+/// Every `execve()` (`rust/shim.c`'s exec watch), in the execing thread,
+/// before the new image is loaded (see `pfm_ctxsw::exec_hook`).
+#[no_mangle]
+extern "C" fn pfm_exec_hook() {
+    pfm_ctxsw::exec_hook::<Context>();
 }

@@ -24,7 +24,11 @@ use kernel::prelude::*;
 use kernel::sync::Arc;
 
 use crate::globals;
-use crate::pfm_ctxsw::{release, Attachment};
+use crate::pfm_ctx::Context;
+use crate::pfm_ctxsw::release;
+
+/// The attachment the vectors deliver to.
+type Attachment = crate::pfm_ctxsw::Attachment<Context>;
 use crate::rust as glue;
 
 /// One CPU's overflow vector.

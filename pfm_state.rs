@@ -62,10 +62,19 @@ pub enum Op {
     TargetExit,
     /// The zombie's thread (at return to user or exit) or a new attach cleans it up.
     Reap,
+    /// The thread gained privileges its loader lacks (a setuid exec): the
+    /// monitoring ends, the counts stay.
+    Revoke,
+    /// A notifying overflow found the message queue full: the context is
+    /// masked until RESTART instead of losing the overflow.
+    QueueFull,
+    /// A LOAD published the attachment but could not hand it to its thread
+    /// (the thread is exiting): back to UNLOADED.
+    LoadFailed,
 }
 
 /// Every operation, for exhaustive tests.
-pub const ALL_OPS: [Op; 13] = [
+pub const ALL_OPS: [Op; 16] = [
     Op::WriteRegs,
     Op::Read,
     Op::SetFlags,
@@ -79,6 +88,9 @@ pub const ALL_OPS: [Op; 13] = [
     Op::Close { remote: true },
     Op::TargetExit,
     Op::Reap,
+    Op::Revoke,
+    Op::QueueFull,
+    Op::LoadFailed,
 ];
 
 /// Every state, for exhaustive tests.
@@ -134,6 +146,15 @@ impl State {
 
             (Unloaded, Op::TargetExit) => Err(StateError::BadState),
             (_, Op::TargetExit) => Ok(Unloaded),
+
+            (Loaded, Op::Revoke) | (Masked, Op::Revoke) => Ok(Unloaded),
+            (_, Op::Revoke) => Err(StateError::BadState),
+
+            (Loaded, Op::QueueFull) | (Masked, Op::QueueFull) => Ok(Masked),
+            (_, Op::QueueFull) => Err(StateError::BadState),
+
+            (Loaded, Op::LoadFailed) | (Masked, Op::LoadFailed) => Ok(Unloaded),
+            (_, Op::LoadFailed) => Err(StateError::BadState),
         }
     }
 
@@ -150,6 +171,50 @@ impl State {
             State::Masked => 3,
             State::Zombie => 4,
         }
+    }
+}
+
+/// A context's state, changed only through the table.
+///
+/// # Invariants
+///
+/// Every value `state` takes after `new` is one [`State::next`] returned
+/// for the state before it.
+#[derive(Debug)]
+pub struct Lifecycle {
+    state: State,
+}
+
+impl Lifecycle {
+    /// A new context: UNLOADED.
+    pub const fn new() -> Self {
+        Self {
+            state: State::Unloaded,
+        }
+    }
+
+    /// The present state.
+    pub const fn get(&self) -> State {
+        self.state
+    }
+
+    /// The state `op` would lead to, without going there.
+    pub const fn check(&self, op: Op) -> Result<State, StateError> {
+        self.state.next(op)
+    }
+
+    /// Goes where the table says `op` leads, or stays and says why not.
+    pub fn apply(&mut self, op: Op) -> Result<State, StateError> {
+        let next = self.state.next(op)?;
+        // INVARIANT: `next` is what the table returned for `self.state`.
+        self.state = next;
+        Ok(next)
+    }
+}
+
+impl Default for Lifecycle {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -175,17 +240,17 @@ mod tests {
                     Op::WriteRegs | Op::Read | Op::Start | Op::Stop => Ok(Loaded),
                     Op::SetFlags | Op::Restart | Op::Reap => Err(BadState),
                     Op::Load => Err(Busy),
-                    Op::Unload | Op::TargetExit => Ok(Unloaded),
-                    Op::OverflowBlock => Ok(Masked),
+                    Op::Unload | Op::TargetExit | Op::Revoke | Op::LoadFailed => Ok(Unloaded),
+                    Op::OverflowBlock | Op::QueueFull => Ok(Masked),
                     Op::Close { remote: false } => Ok(Freed),
                     Op::Close { remote: true } => Ok(Zombie),
                 },
                 Masked => match op {
-                    Op::WriteRegs | Op::Read | Op::Stop => Ok(Masked),
+                    Op::WriteRegs | Op::Read | Op::Stop | Op::QueueFull => Ok(Masked),
                     Op::SetFlags | Op::Start | Op::OverflowBlock | Op::Reap => Err(BadState),
                     Op::Load => Err(Busy),
                     Op::Restart => Ok(Loaded),
-                    Op::Unload | Op::TargetExit => Ok(Unloaded),
+                    Op::Unload | Op::TargetExit | Op::Revoke | Op::LoadFailed => Ok(Unloaded),
                     Op::Close { remote: false } => Ok(Freed),
                     Op::Close { remote: true } => Ok(Zombie),
                 },
@@ -212,6 +277,31 @@ mod tests {
             assert!(State::Freed.next(op).is_err());
             if let Ok(s) = State::Zombie.next(op) {
                 assert_eq!(s, State::Freed);
+            }
+        }
+    }
+
+    #[test]
+    fn lifecycle_moves_only_where_the_table_says() {
+        for start in [State::Unloaded, State::Loaded, State::Masked, State::Zombie] {
+            for op in ALL_OPS {
+                let mut l = Lifecycle::new();
+                // Reach `start` through the table itself.
+                let path: &[Op] = match start {
+                    State::Unloaded => &[],
+                    State::Loaded => &[Op::Load],
+                    State::Masked => &[Op::Load, Op::OverflowBlock],
+                    _ => &[Op::Load, Op::Close { remote: true }],
+                };
+                for &p in path {
+                    assert!(l.apply(p).is_ok());
+                }
+                assert_eq!(l.get(), start);
+                let expect = start.next(op);
+                assert_eq!(l.check(op), expect);
+                assert_eq!(l.apply(op), expect, "{start:?} x {op:?}");
+                // A refused operation leaves the state where it was.
+                assert_eq!(l.get(), expect.unwrap_or(start));
             }
         }
     }

@@ -158,13 +158,13 @@ pub(crate) enum ProbeError {
 
 pub mod amd64;
 pub mod claim;
+pub(crate) mod counters;
 pub mod driver;
 pub mod intel_arch;
 pub mod intel_sim;
 pub mod model;
 
 use claim::ClaimWord;
-pub(crate) use driver::PmiThrottle;
 use driver::{HwModel, MsrBus, MsrFault, Outcome, ProbeCpuid};
 use intel_arch::IntelArch;
 use intel_sim::{IntelCfg, IntelSim, Ring};
@@ -520,14 +520,6 @@ impl Pmu {
         match &self.hw {
             Some(m) => m.impl_pmds(),
             None => (1u64 << SOFT_COUNTERS) - 1,
-        }
-    }
-
-    /// Sizes of a context's PMC and PMD tables.
-    pub(crate) fn table_sizes(&self) -> (usize, usize) {
-        match &self.hw {
-            Some(m) => (m.pmc_slots(), m.pmd_slots()),
-            None => (SOFT_COUNTERS, SOFT_COUNTERS),
         }
     }
 

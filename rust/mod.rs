@@ -12,6 +12,18 @@ use kernel::prelude::*;
 use kernel::sync::lock::{Backend, Lock};
 use kernel::types::Opaque;
 
+mod cred;
+mod module;
+mod sched;
+mod task;
+mod wait;
+
+pub(crate) use cred::*;
+pub(crate) use module::*;
+pub(crate) use sched::*;
+pub(crate) use task::*;
+pub(crate) use wait::*;
+
 mod ffi {
     use super::*;
 
@@ -307,12 +319,6 @@ pub(crate) fn wait_for_module_text_users() {
     unsafe { bindings::cpus_read_unlock() };
 }
 
-/// `POLLIN` (uapi `asm-generic/poll.h`).
-pub(crate) const POLLIN: u32 = 0x0001;
-/// `POLLRDNORM`.
-pub(crate) const POLLRDNORM: u32 = 0x0040;
-/// `POLLHUP`.
-pub(crate) const POLLHUP: u32 = 0x0010;
 
 /// `TWA_RESUME` of `enum task_work_notify_mode`: run at the next return to user mode.
 pub(crate) const TWA_RESUME: c_int = 1;
@@ -352,132 +358,6 @@ pub(crate) fn now_ns() -> u64 {
     unsafe { ffi::local_clock() }
 }
 
-/// The current thread's scheduler runtime in ns, live: its
-/// `se.sum_exec_runtime` plus what it ran since the scheduler last updated
-/// it (`exec_start` is on the `local_clock` time base, as `rq->clock` is).
-/// Call with IRQs off (the fields are updated by this CPU's scheduler).
-pub(crate) fn current_runtime_ns() -> u64 {
-    // SAFETY: `current` is a valid task; its `se` is written only by this
-    // CPU's scheduler, which IRQs-off callers exclude.
-    let (sum, start) = unsafe {
-        let t = bindings::get_current();
-        (
-            ffi::pfm_task_sum_exec_runtime(t),
-            ffi::pfm_task_exec_start(t),
-        )
-    };
-    sum + now_ns().saturating_sub(start)
-}
-
-/// The current thread's `se.sum_exec_runtime`: exact at a switch-in (the
-/// start of its time slice) and at a switch-out (the scheduler has just
-/// accounted the slice); stale by up to a tick in between.
-pub(crate) fn current_sum_exec_runtime() -> u64 {
-    // SAFETY: As for `current_runtime_ns`.
-    unsafe { ffi::pfm_task_sum_exec_runtime(bindings::get_current()) }
-}
-
-/// A thread's credential ids: real, effective and saved uid, then gid.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct CredIds {
-    /// uid, euid, suid.
-    pub(crate) uids: [u32; 3],
-    /// gid, egid, sgid.
-    pub(crate) gids: [u32; 3],
-}
-
-impl CredIds {
-    /// Whether every uid is `uid` and every gid is `gid`.
-    pub(crate) fn all_are(&self, uid: u32, gid: u32) -> bool {
-        self.uids.iter().all(|&u| u == uid) && self.gids.iter().all(|&g| g == gid)
-    }
-}
-
-/// The ids of `cred`.
-///
-/// # Safety
-///
-/// `cred` must be a live cred (referenced, or the current thread's own).
-pub(crate) unsafe fn cred_ids(cred: *const bindings::cred) -> CredIds {
-    let mut ids = [0u32; 6];
-    // SAFETY: `cred` is live (caller); `ids` has the 6 slots the shim fills.
-    unsafe { ffi::pfm_cred_ids(cred, ids.as_mut_ptr()) };
-    CredIds {
-        uids: [ids[0], ids[1], ids[2]],
-        gids: [ids[3], ids[4], ids[5]],
-    }
-}
-
-/// The calling thread's id in its own pid namespace (`task_pid_vnr`).
-pub(crate) fn current_tid() -> u32 {
-    // SAFETY: No preconditions.
-    unsafe { ffi::pfm_current_tid() as u32 }
-}
-
-/// Whether `task` is a thread of the calling process.
-///
-/// # Safety
-///
-/// `task` must be referenced.
-pub(crate) unsafe fn same_thread_group_as_current(task: *mut bindings::task_struct) -> bool {
-    // SAFETY: Forwarded.
-    unsafe { ffi::pfm_same_thread_group_as_current(task) }
-}
-
-/// `task->real_cred`: the objective credentials, the ones others act on
-/// (`__task_cred`; `override_creds` swaps only `task->cred`). Compare it,
-/// or dereference it where it cannot change (in the task itself).
-///
-/// # Safety
-///
-/// `task` must be a live task.
-pub(crate) unsafe fn task_real_cred_ptr(task: *mut bindings::task_struct) -> *const bindings::cred {
-    // SAFETY: Forwarded.
-    unsafe { ffi::pfm_task_real_cred(task) }
-}
-
-/// Takes a reference on `cred` (`get_cred`) and returns it.
-///
-/// # Safety
-///
-/// `cred` must be live for the duration of the call (referenced, or the
-/// current task's own).
-pub(crate) unsafe fn get_cred(cred: *const bindings::cred) -> *const bindings::cred {
-    // SAFETY: Forwarded.
-    unsafe { ffi::pfm_get_cred(cred) }
-}
-
-/// `down_read_interruptible(&task->signal->exec_update_lock)`: held, an
-/// exec of `task` cannot change its credentials or mm (perf_event_open's
-/// guard between its permission check and the event's installation).
-/// Released when the guard drops.
-pub(crate) struct ExecUpdateGuard {
-    task: *mut bindings::task_struct,
-}
-
-impl ExecUpdateGuard {
-    /// Takes the lock for reading; `ERESTARTSYS` if a signal interrupts
-    /// the wait (the call restarts under `SA_RESTART`, else `EINTR`).
-    ///
-    /// # Safety
-    ///
-    /// `task` must stay referenced until the guard drops.
-    pub(crate) unsafe fn lock(task: *mut bindings::task_struct) -> Result<Self> {
-        // SAFETY: `task` is referenced (caller), so is its signal_struct.
-        if unsafe { ffi::pfm_exec_update_lock_read(task) } != 0 {
-            return Err(ERESTARTSYS);
-        }
-        Ok(Self { task })
-    }
-}
-
-impl Drop for ExecUpdateGuard {
-    fn drop(&mut self) {
-        // SAFETY: Taken in `lock`; the task is still referenced (its contract).
-        unsafe { ffi::pfm_exec_update_unlock_read(self.task) };
-    }
-}
-
 /// The value of an integer sysctl file (`/proc/sys/...`), read the way
 /// user space would: `Ok(None)` if it does not exist (`ENOENT`), `Err` if
 /// it could not be read or parsed. For the settings 6.12 does not export to
@@ -509,57 +389,10 @@ pub(crate) fn read_sysctl_int(path: &kernel::str::CStr) -> Result<Option<i32>> {
     text.trim().parse().map(Some).map_err(|_| EIO)
 }
 
-/// Whether `task` is a descendant of the current process (Yama's
-/// `task_is_descendant`: its ancestry, by process, reaches the caller's).
-///
-/// # Safety
-///
-/// `task` must be referenced by the caller.
-pub(crate) unsafe fn is_descendant_of_current(task: *mut bindings::task_struct) -> bool {
-    // SAFETY: An RCU read-side section around the walk: the parents seen
-    // stay valid until it ends.
-    unsafe { ffi::pfm_rcu_read_lock() };
-    // SAFETY: `current` is valid; its group leader too (RCU).
-    let me = unsafe { ffi::pfm_task_group_leader(bindings::get_current()) };
-    let mut walker = task;
-    let mut found = false;
-    // SAFETY: `task` is referenced; every parent reached is RCU-protected.
-    while !walker.is_null() && unsafe { ffi::pfm_task_pid(walker) } > 0 {
-        // SAFETY: As above.
-        walker = unsafe { ffi::pfm_task_group_leader(walker) };
-        if walker == me {
-            found = true;
-            break;
-        }
-        // SAFETY: As above.
-        walker = unsafe { ffi::pfm_task_real_parent(walker) };
-    }
-    // SAFETY: Ends the section begun above.
-    unsafe { ffi::pfm_rcu_read_unlock() };
-    found
-}
-
-/// Whether `task` is still on a CPU, its last switch not complete
-/// (`smp_load_acquire(&task->on_cpu)`).
-///
-/// # Safety
-///
-/// `task` must be referenced by the caller.
-pub(crate) unsafe fn task_on_cpu(task: *mut bindings::task_struct) -> bool {
-    // SAFETY: Reads one field of a referenced task (the caller's contract).
-    unsafe { ffi::pfm_task_on_cpu(task) }
-}
-
 /// `cpu_relax()`: a busy-wait's pause.
 pub(crate) fn cpu_relax() {
     // SAFETY: No preconditions.
     unsafe { ffi::pfm_cpu_relax() }
-}
-
-/// `capable(CAP_SYS_ADMIN)`.
-pub(crate) fn sys_admin_capable() -> bool {
-    // SAFETY: No preconditions.
-    unsafe { bindings::capable(bindings::CAP_SYS_ADMIN as i32) }
 }
 
 /// Every `execve()` calls `pfm_exec_hook` first while this lives (a binary
@@ -582,28 +415,6 @@ impl Drop for ExecWatch {
         // SAFETY: Registered in `register`.
         unsafe { ffi::pfm_exec_watch_unregister() }
     }
-}
-
-/// `get_dumpable(task->mm)`, or `None` without an mm.
-///
-/// # Safety
-///
-/// `task` must be the current thread, or a thread in a scheduler callback
-/// (its mm cannot go away under us).
-pub(crate) unsafe fn task_dumpable(task: *mut bindings::task_struct) -> Option<u32> {
-    // SAFETY: Forwarded.
-    let d = unsafe { ffi::pfm_task_dumpable(task) };
-    u32::try_from(d).ok()
-}
-
-/// `get_dumpable(mm)`.
-///
-/// # Safety
-///
-/// `mm` must be referenced.
-pub(crate) unsafe fn mm_dumpable(mm: *mut bindings::mm_struct) -> u32 {
-    // SAFETY: Forwarded.
-    unsafe { ffi::pfm_mm_dumpable(mm) as u32 }
 }
 
 /// Checks that the kernel structures Rust touches have the layout the C
@@ -818,167 +629,6 @@ pub(crate) fn send_ipi_self(vector: u32) {
     unsafe { ffi::pfm_send_ipi_self(vector) }
 }
 
-/// Registers a `poll_table` entry for `queue` (the static inline `poll_wait`).
-///
-/// # Safety
-///
-/// `file` and `table` come from the VFS's `poll` call; `queue` outlives the file.
-pub(crate) unsafe fn poll_wait(
-    file: *mut bindings::file,
-    queue: *mut bindings::wait_queue_head,
-    table: *mut bindings::poll_table_struct,
-) {
-    // SAFETY: Forwarded from the caller's guarantees.
-    unsafe { ffi::pfm_poll_wait(file, queue, table) }
-}
-
-/// A wait queue (`wait_queue_head_t`).
-///
-/// # Invariants
-///
-/// `head` is initialised (`init_waitqueue_head`).
-#[pin_data]
-pub(crate) struct WaitQueue {
-    #[pin]
-    head: Opaque<bindings::wait_queue_head>,
-}
-
-// SAFETY: A wait queue has its own lock; it is used from any thread.
-unsafe impl Send for WaitQueue {}
-// SAFETY: See `Send`.
-unsafe impl Sync for WaitQueue {}
-
-impl WaitQueue {
-    /// An empty wait queue.
-    pub(crate) fn new() -> impl PinInit<Self> {
-        pin_init!(Self {
-            // INVARIANT: initialised by `init_waitqueue_head`.
-            head <- Opaque::ffi_init(|q: *mut bindings::wait_queue_head| {
-                // SAFETY: `q` is valid for writes and not in use yet.
-                unsafe { ffi::pfm_init_waitqueue_head(q) }
-            }),
-        })
-    }
-
-    /// The raw head, for `poll_wait`.
-    pub(crate) fn as_ptr(&self) -> *mut bindings::wait_queue_head {
-        self.head.get()
-    }
-
-    /// Wakes every waiter (`wake_up`). Not with the runqueue lock held.
-    pub(crate) fn wake_all(&self) {
-        // SAFETY: `head` is initialised (type invariant).
-        unsafe {
-            bindings::__wake_up(
-                self.head.get(),
-                bindings::TASK_NORMAL,
-                0,
-                core::ptr::null_mut(),
-            )
-        };
-    }
-
-    /// Sleeps (interruptibly) once, unless `done()` says there is no need:
-    /// the caller is queued before `done` runs, so a wake-up between the
-    /// check and the sleep is not lost. `exclusive`: one of the exclusive
-    /// waiters per wake-up. Returns what `done` returned; the caller loops.
-    pub(crate) fn wait_unless(&self, exclusive: bool, done: impl FnOnce() -> bool) -> bool {
-        let entry = Opaque::<bindings::wait_queue_entry>::uninit();
-        let state = bindings::TASK_INTERRUPTIBLE as i32;
-        // SAFETY: `entry` lives until `finish_wait` below; `head` is
-        // initialised (type invariant).
-        unsafe {
-            bindings::init_wait(entry.get());
-            if exclusive {
-                bindings::prepare_to_wait_exclusive(self.head.get(), entry.get(), state);
-            } else {
-                bindings::prepare_to_wait(self.head.get(), entry.get(), state);
-            }
-        }
-        let stop = done();
-        if !stop {
-            // SAFETY: A plain sleep; `wake_all` (or a signal) wakes us.
-            unsafe { bindings::schedule() };
-        }
-        // SAFETY: Pairs with the `prepare_to_wait*` above.
-        unsafe { bindings::finish_wait(self.head.get(), entry.get()) };
-        stop
-    }
-}
-
-/// A file's SIGIO owners, the list `fasync_helper` maintains.
-///
-/// # Invariants
-///
-/// The list head is NULL or a list `fasync_helper` built.
-pub(crate) struct FasyncList(Opaque<*mut bindings::fasync_struct>);
-
-// SAFETY: The list has its own locking (fasync_lock, RCU).
-unsafe impl Send for FasyncList {}
-// SAFETY: See `Send`.
-unsafe impl Sync for FasyncList {}
-
-impl FasyncList {
-    /// An empty list.
-    pub(crate) const fn new() -> Self {
-        // INVARIANT: NULL, the empty list.
-        Self(Opaque::new(core::ptr::null_mut()))
-    }
-
-    /// The `fasync` file operation: adds or removes `file`'s owner.
-    ///
-    /// # Safety
-    ///
-    /// `file` is the open file whose owners this list holds, and the list
-    /// lives as long as it.
-    pub(crate) unsafe fn helper(&self, fd: c_int, file: *mut bindings::file, on: c_int) -> c_int {
-        // SAFETY: The caller's guarantees; the head is valid (type invariant).
-        unsafe { bindings::fasync_helper(fd, file, on, self.0.get()) }
-    }
-
-    /// Sends SIGIO (`POLL_IN`) to every owner.
-    pub(crate) fn signal_io(&self) {
-        // SAFETY: The head is valid (type invariant).
-        unsafe {
-            bindings::kill_fasync(
-                self.0.get(),
-                bindings::SIGIO as i32,
-                bindings::POLL_IN as i32,
-            )
-        };
-    }
-}
-
-/// Drops a reference on a `cred` (the static inline `put_cred`).
-///
-/// # Safety
-///
-/// `cred` must be a referenced cred whose reference the caller gives up.
-pub(crate) unsafe fn put_cred(cred: *const bindings::cred) {
-    // SAFETY: Forwarded from the caller's guarantees.
-    unsafe { ffi::pfm_put_cred(cred) }
-}
-
-/// Queues a task_work on `task`.
-///
-/// # Safety
-///
-/// `work` must stay valid until its callback has run or the call failed; its
-/// `func` must be set.
-pub(crate) unsafe fn task_work_add(
-    task: *mut bindings::task_struct,
-    work: *mut bindings::callback_head,
-    mode: c_int,
-) -> Result {
-    // SAFETY: Forwarded from the caller's guarantees; `task` is referenced.
-    let ret = unsafe { ffi::task_work_add(task, work, mode) };
-    if ret < 0 {
-        Err(Error::from_errno(ret))
-    } else {
-        Ok(())
-    }
-}
-
 /// A spinlock that disables interrupts while held (`spin_lock_irqsave`),
 /// usable from process context, from the scheduler's preempt notifiers (which
 /// run with IRQs off) and from hard-IRQ context alike.
@@ -1061,4 +711,22 @@ impl IrqWork {
         // SAFETY: The work is initialised (type invariant).
         unsafe { ffi::irq_work_sync(self.raw.get()) }
     }
+}
+
+/// Runs `f` on `cpu` through an IPI and waits for it (temporary: replaced
+/// by `rust/cpu.rs`'s at merge).
+pub(crate) fn call_on_cpu<F: FnMut()>(cpu: i32, f: &mut F) -> Result {
+    unsafe extern "C" fn trampoline<F: FnMut()>(info: *mut c_void) {
+        // SAFETY: `info` is the `F` below; the caller waits for us.
+        let f = unsafe { &mut *info.cast::<F>() };
+        f();
+    }
+    // SAFETY: `wait = 1`: `f` outlives the remote execution.
+    let ret = unsafe {
+        bindings::smp_call_function_single(cpu, Some(trampoline::<F>), (f as *mut F).cast(), 1)
+    };
+    if ret != 0 {
+        return Err(Error::from_errno(ret));
+    }
+    Ok(())
 }

@@ -15,7 +15,10 @@ mkdir -p "$out/src"
 # Only the module's own files travel; rsync-like copy that keeps mtimes so
 # kbuild rebuilds only what changed.
 (cd "$PFM_TOP" && cp -a --parents Kbuild pfm_*.rs rust include "$out/src/")
-[ ! -d "$PFM_TOP/pfm_x86" ] || (cd "$PFM_TOP" && cp -a --parents pfm_x86 "$out/src/")
+# The top-level files' rooms: pfm_ctx/, pfm_ctxsw/, pfm_x86/, ...
+for room in "$PFM_TOP"/pfm_*/; do
+    [ ! -d "$room" ] || (cd "$PFM_TOP" && cp -a --parents "$(basename "$room")" "$out/src/")
+done
 # shellcheck disable=SC2046
 make -C "$kdir" M="$out/src" $(pfm_kmake_args) modules >&2
 cp "$out/src/perfmon.ko" "$out/perfmon.ko"

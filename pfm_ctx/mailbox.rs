@@ -1,0 +1,230 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The context's messages: the overflow interrupt that queues them, and
+//! the file's `read`, `poll` and `fasync`, which deliver them. The ring
+//! itself (`pfm_msgq`) lives under the context's lock, where the
+//! interrupt pushes; the [`Mailbox`] holds what waits on it.
+
+use kernel::bindings;
+use kernel::prelude::*;
+use kernel::sync::{new_mutex, Mutex};
+use kernel::uaccess::UserSliceWriter;
+
+use super::Context;
+use crate::abi;
+use crate::pfm_msgq::MSG_QUEUE_DEPTH;
+use crate::pfm_state::{Op, State};
+use crate::rust::{self as glue, FasyncList, WaitQueue};
+
+/// Who waits for a context's messages.
+///
+/// # Invariants
+///
+/// `waitq` and `fasync` are the wait queue and SIGIO owners of the one
+/// file whose context holds this mailbox.
+#[pin_data]
+pub(super) struct Mailbox {
+    #[pin]
+    waitq: WaitQueue,
+    /// Held by a `read(2)` from taking messages to removing them.
+    #[pin]
+    reader: Mutex<()>,
+    fasync: FasyncList,
+}
+
+// SAFETY: The raw fields are kernel objects with their own locking (the
+// wait queue's lock, fasync's RCU list).
+unsafe impl Send for Mailbox {}
+// SAFETY: See `Send`.
+unsafe impl Sync for Mailbox {}
+
+impl Mailbox {
+    pub(super) fn new() -> impl PinInit<Self> {
+        pin_init!(Self {
+            waitq <- WaitQueue::new(),
+            reader <- new_mutex!((), "perfmon_reader"),
+            fasync: FasyncList::new(),
+        })
+    }
+}
+
+impl Context {
+    /// Wakes readers, pollers and a thread blocked on an overflow, and
+    /// signals SIGIO owners. Must not be called with the runqueue lock held
+    /// (use the attachment's irq_work).
+    pub(crate) fn wake(&self) {
+        self.mailbox.waitq.wake_all();
+        self.mailbox.fasync.signal_io();
+    }
+
+    /// The overflow interrupt for this context: acts on the overflowed PMDs
+    /// (message, masking, blocking). Hard-IRQ context; returns whether the
+    /// monitored thread must block until RESTART.
+    pub(super) fn take_overflows(&self) -> bool {
+        let block;
+        {
+            let mut inner = self.inner.lock();
+            if inner.exec_check {
+                // Held until the exec's credentials are checked.
+                return false;
+            }
+            let ovfl = core::mem::take(&mut inner.pending_ovfl);
+            if ovfl == 0 {
+                return false;
+            }
+            match inner.state() {
+                // Lazy cleanup: stop a zombie's counters, do not re-arm.
+                State::Zombie => {
+                    inner.started = false;
+                    inner.sync_hw();
+                    return false;
+                }
+                State::Loaded | State::Masked => {}
+                State::Unloaded | State::Freed => return false,
+            }
+            let mut notify = 0u64;
+            for (i, pmd) in inner.counters.pmds().iter().enumerate() {
+                if ovfl & (1 << i) != 0 && pmd.flags & abi::PFM_REGFL_OVFL_NOTIFY != 0 {
+                    notify |= 1 << i;
+                }
+            }
+            if notify == 0 {
+                return false;
+            }
+            if inner.flags & abi::PFM_CTXFL_NO_MSG == 0 {
+                let msg = abi::PfmMsg {
+                    msg_type: abi::PFM_MSG_OVFL,
+                    tid: inner.tid,
+                    cpu: inner.on_cpu.unwrap_or(inner.last_cpu) as u16,
+                    ip: inner.pending_ip,
+                    ovfl_pmds: notify,
+                    tstamp: glue::now_ns(),
+                    ..abi::PfmMsg::default()
+                };
+                if !inner.msgs.push(msg) {
+                    // A full queue masks the context instead of losing the
+                    // overflow: it stays in the newest message until RESTART.
+                    inner.msgs.merge_into_newest(notify);
+                    inner.msgs.lost += 1;
+                    let _ = inner.transition(Op::QueueFull);
+                }
+            }
+            block = inner.flags & abi::PFM_CTXFL_NOTIFY_BLOCK != 0
+                && inner.transition(Op::OverflowBlock).is_ok();
+            // A masked context stops counting (hardware: leaves the PMU).
+            inner.sync_hw();
+        }
+        self.wake();
+        block
+    }
+
+    /// Blocks the calling thread (the monitored one, on its way back to
+    /// user mode) while the context is MASKED and still wants it; a signal
+    /// releases it early (the counters stay stopped until RESTART).
+    pub(super) fn wait_for_restart(&self, still_wanted: impl Fn() -> bool) {
+        // RESTART, UNLOAD and close wake us.
+        while !self.mailbox.waitq.wait_unless(false, || {
+            self.inner.lock().state() != State::Masked
+                || !still_wanted()
+                || kernel::current!().signal_pending()
+        }) {}
+    }
+
+    /// `fasync` file operation.
+    pub(crate) fn fasync(&self, fd: i32, file: *mut bindings::file, on: i32) -> i32 {
+        // SAFETY: `file` is the open file this context belongs to (type
+        // invariant of `Mailbox`), which the context outlives.
+        unsafe { self.mailbox.fasync.helper(fd, file, on) }
+    }
+
+    /// `poll` file operation.
+    ///
+    /// # Safety
+    ///
+    /// `file` and `table` come from the VFS's `poll` call on this context's file.
+    pub(crate) unsafe fn poll(
+        &self,
+        file: *mut bindings::file,
+        table: *mut bindings::poll_table_struct,
+    ) -> u32 {
+        // SAFETY: The caller's guarantees; the queue lives as long as the file.
+        unsafe { glue::poll_wait(file, self.mailbox.waitq.as_ptr(), table) };
+        let inner = self.inner.lock();
+        if !inner.msgs.is_empty() {
+            glue::POLLIN | glue::POLLRDNORM
+        } else if inner.exited {
+            glue::POLLHUP
+        } else {
+            0
+        }
+    }
+
+    /// `read` file operation: one or more whole messages.
+    pub(crate) fn read(&self, mut out: UserSliceWriter, nonblock: bool) -> Result<usize> {
+        const MSG: usize = core::mem::size_of::<abi::PfmMsg>();
+        if out.len() < MSG {
+            return Err(EINVAL);
+        }
+        loop {
+            let (mut ready, mut exited, mut interrupted) = (false, false, false);
+            // Woken by `wake`; one reader per message (exclusive).
+            self.mailbox.waitq.wait_unless(true, || {
+                let inner = self.inner.lock();
+                ready = !inner.msgs.is_empty();
+                exited = inner.exited;
+                if ready || exited || nonblock {
+                    return true;
+                }
+                interrupted = kernel::current!().signal_pending();
+                interrupted
+            });
+            if interrupted {
+                return Err(ERESTARTSYS);
+            }
+            if ready {
+                if let Some(r) = self.deliver(&mut out) {
+                    return r;
+                }
+                // Another reader took them: wait again.
+                continue;
+            }
+            if exited {
+                return Ok(0);
+            }
+            if nonblock {
+                return Err(EAGAIN);
+            }
+        }
+    }
+
+    /// Copies the oldest messages that fit to `out` and removes from the
+    /// queue exactly those that reached it (`pfm_msgq`): a faulting copy
+    /// leaves every message queued. `None` if the queue was empty.
+    fn deliver(&self, out: &mut UserSliceWriter) -> Option<Result<usize>> {
+        const MSG: usize = core::mem::size_of::<abi::PfmMsg>();
+        // One reader between peek and commit, so no message reaches two.
+        let _reading = self.mailbox.reader.lock();
+        let mut batch = [abi::PfmMsg::default(); MSG_QUEUE_DEPTH];
+        let room = (out.len() / MSG).min(MSG_QUEUE_DEPTH);
+        let (n, mark) = self.inner.lock().msgs.peek(&mut batch[..room]);
+        if n == 0 {
+            return None;
+        }
+        let mut delivered = 0;
+        let mut fault = None;
+        for m in &batch[..n] {
+            match out.write(m) {
+                Ok(()) => delivered += 1,
+                Err(e) => {
+                    fault = Some(e);
+                    break;
+                }
+            }
+        }
+        self.inner.lock().msgs.commit(mark, delivered);
+        match fault {
+            Some(e) if delivered == 0 => Some(Err(e)),
+            _ => Some(Ok(delivered * MSG)),
+        }
+    }
+}

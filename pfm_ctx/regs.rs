@@ -1,0 +1,254 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The register array calls (`WRITE_PMCS`, `WRITE_PMDS`, `READ_PMDS`) and
+//! `READ_VALUES`, as perfmon2 had them: every element read from user
+//! memory once and judged; one bad element fails the whole call.
+
+use kernel::prelude::*;
+use kernel::uaccess::UserSlice;
+
+use super::{CtxInner, Context};
+use crate::abi;
+use crate::globals;
+use crate::pfm_state::Op;
+
+/// Whether PMD `reg` exists in the bitmap `implemented`.
+fn pmd_exists(implemented: u64, reg: u16) -> bool {
+    reg < 64 && implemented & (1u64 << reg) != 0
+}
+
+/// An element of a register array call.
+trait RegElem: kernel::types::FromBytes + kernel::types::AsBytes + Default + Copy {
+    /// Replaces the `PFM_REG_RETFL_*` output bits of `reg_flags`.
+    fn set_retfl(&mut self, retfl: u32);
+}
+
+impl RegElem for abi::PfmPmc {
+    fn set_retfl(&mut self, retfl: u32) {
+        self.reg_flags = (self.reg_flags & !abi::PFM_REG_RETFL_MASK) | retfl;
+    }
+}
+
+impl RegElem for abi::PfmPmd {
+    fn set_retfl(&mut self, retfl: u32) {
+        self.reg_flags = (self.reg_flags & !abi::PFM_REG_RETFL_MASK) | retfl;
+    }
+}
+
+/// Elements a call keeps on the stack; longer arrays are copied into a
+/// heap buffer (the kernel stack is no place for the 4 KiB of a full call).
+const ON_STACK: usize = 8;
+
+/// `T`s as bytes.
+fn as_bytes<T: RegElem>(e: &[T]) -> &[u8] {
+    // SAFETY: `T: AsBytes`: no padding, every byte initialised.
+    unsafe { core::slice::from_raw_parts(e.as_ptr().cast::<u8>(), core::mem::size_of_val(e)) }
+}
+
+/// `T`s as bytes, to fill.
+fn as_bytes_mut<T: RegElem>(e: &mut [T]) -> &mut [u8] {
+    // SAFETY: `T: FromBytes`: any bytes are a valid `T`; no padding.
+    unsafe { core::slice::from_raw_parts_mut(e.as_mut_ptr().cast::<u8>(), core::mem::size_of_val(e)) }
+}
+
+impl Context {
+    /// The shape of the three register array calls: `check` gives each
+    /// element its `PFM_REG_RETFL_*` verdict; one bad element fails the
+    /// whole call with `EINVAL`, every element's `reg_flags` telling its
+    /// verdict and `done` the first bad index; otherwise `apply` runs on
+    /// the live context.
+    ///
+    /// `writes_state`: the call changes the context, so the array is written
+    /// back (`reg_flags` output bits cleared) before `apply`: a buffer that
+    /// cannot be written fails with `EFAULT` before anything is applied.
+    fn reg_array_call<T: RegElem, R>(
+        &self,
+        arg: &mut abi::PfmRegsArg,
+        regs: UserSlice,
+        writes_state: bool,
+        check: impl Fn(&T) -> u32,
+        apply: impl FnMut(&mut CtxInner, u64, &mut [T]) -> Result<R>,
+    ) -> Result<R> {
+        let n = arg.count as usize;
+        let mut stack = [T::default(); ON_STACK];
+        let mut heap;
+        let elems: &mut [T] = if n <= ON_STACK {
+            &mut stack[..n]
+        } else {
+            heap = KVec::from_elem(T::default(), n, GFP_KERNEL)?;
+            &mut heap[..]
+        };
+        let (mut reader, mut writer) = regs.reader_writer();
+        reader.read_slice(as_bytes_mut(elems))?;
+        self.judge_and_apply(arg, elems, &mut writer, writes_state, check, apply)
+    }
+
+    /// The rest of [`Context::reg_array_call`], on elements read.
+    fn judge_and_apply<T: RegElem, R>(
+        &self,
+        arg: &mut abi::PfmRegsArg,
+        elems: &mut [T],
+        writer: &mut kernel::uaccess::UserSliceWriter,
+        writes_state: bool,
+        check: impl Fn(&T) -> u32,
+        mut apply: impl FnMut(&mut CtxInner, u64, &mut [T]) -> Result<R>,
+    ) -> Result<R> {
+        if let Some(bad) = elems.iter().position(|e| check(e) != 0) {
+            arg.done = bad as u32;
+            for e in elems.iter_mut() {
+                let v = check(e);
+                e.set_retfl(v);
+            }
+            writer.write_slice(as_bytes(elems))?;
+            return Err(EINVAL);
+        }
+        for e in elems.iter_mut() {
+            e.set_retfl(0);
+        }
+        if writes_state {
+            writer.write_slice(as_bytes(elems))?;
+        }
+        let out = self.with_live(|inner, now| apply(inner, now, &mut *elems))?;
+        if !writes_state {
+            writer.write_slice(as_bytes(elems))?;
+        }
+        arg.done = elems.len() as u32;
+        Ok(out)
+    }
+
+    /// `PFM_IOC_WRITE_PMCS`.
+    pub(crate) fn write_pmcs(&self, arg: &mut abi::PfmRegsArg, regs: UserSlice) -> Result {
+        let pmu = &globals().pmu;
+        let policy = crate::pfm_x86::Pmu::caller_policy();
+        let check = |p: &abi::PfmPmc| {
+            if p.reg_set != 0 {
+                abi::PFM_REG_RETFL_NOSET
+            } else if p.reg_flags & !abi::PFM_REG_RETFL_MASK != 0 || p.reserved != [0; 2] {
+                abi::PFM_REG_RETFL_EINVAL
+            } else {
+                pmu.validate_pmc(p.reg_num as usize, p.reg_value, policy)
+                    .err()
+                    .unwrap_or(0)
+            }
+        };
+        let apply = |inner: &mut CtxInner, _, pmcs: &mut [abi::PfmPmc]| {
+            inner.transition(Op::WriteRegs)?;
+            // Checked above: every value is valid.
+            let values = pmcs.iter().filter_map(|p| {
+                let reg = p.reg_num as usize;
+                pmu.validate_pmc(reg, p.reg_value, policy)
+                    .ok()
+                    .map(|v| (reg, v))
+            });
+            inner.counters.write_pmcs(pmu, values);
+            Ok(())
+        };
+        self.reg_array_call(arg, regs, true, check, apply)
+    }
+
+    /// `PFM_IOC_WRITE_PMDS`.
+    pub(crate) fn write_pmds(&self, arg: &mut abi::PfmRegsArg, regs: UserSlice) -> Result {
+        let implemented = globals().pmu.impl_mask();
+        let width = globals().pmu.width;
+        let check = |p: &abi::PfmPmd| {
+            if p.reg_set != 0 {
+                abi::PFM_REG_RETFL_NOSET
+            } else if !pmd_exists(implemented, p.reg_num) {
+                abi::PFM_REG_RETFL_NOTAVAIL
+            } else if p.reg_flags & !(abi::PFM_REGFL_PMD_MASK | abi::PFM_REG_RETFL_MASK) != 0
+                || p.reserved != [0; 2]
+                || p.reg_reset_pmds & !implemented != 0
+            {
+                abi::PFM_REG_RETFL_EINVAL
+            } else {
+                0
+            }
+        };
+        let apply = |inner: &mut CtxInner, _, pmds: &mut [abi::PfmPmd]| {
+            inner.transition(Op::WriteRegs)?;
+            let table = inner.counters.pmds_mut();
+            for p in pmds.iter() {
+                // Checked above: implemented, so within the table.
+                let Some(pmd) = table.get_mut(p.reg_num as usize) else {
+                    continue;
+                };
+                pmd.write(p.reg_value, width);
+                pmd.short_reset = p.reg_short_reset;
+                pmd.long_reset = p.reg_long_reset;
+                pmd.flags = p.reg_flags & abi::PFM_REGFL_PMD_MASK;
+                pmd.reset_pmds = p.reg_reset_pmds;
+                inner.used_pmds |= 1 << p.reg_num;
+            }
+            Ok(())
+        };
+        self.reg_array_call(arg, regs, true, check, apply)
+    }
+
+    /// `PFM_IOC_READ_PMDS`.
+    pub(crate) fn read_pmds(&self, arg: &mut abi::PfmRegsArg, regs: UserSlice) -> Result {
+        let implemented = globals().pmu.impl_mask();
+        let check = |p: &abi::PfmPmd| {
+            if p.reg_set != 0 {
+                abi::PFM_REG_RETFL_NOSET
+            } else if !pmd_exists(implemented, p.reg_num) {
+                abi::PFM_REG_RETFL_NOTAVAIL
+            } else if p.reserved != [0; 2] {
+                abi::PFM_REG_RETFL_EINVAL
+            } else {
+                0
+            }
+        };
+        let apply = |inner: &mut CtxInner, now, pmds: &mut [abi::PfmPmd]| {
+            inner.transition(Op::Read)?;
+            let table = inner.counters.pmds();
+            for p in pmds.iter_mut() {
+                let Some(pmd) = table.get(p.reg_num as usize) else {
+                    continue;
+                };
+                p.reg_value = pmd.value;
+                p.reg_short_reset = pmd.short_reset;
+                p.reg_long_reset = pmd.long_reset;
+                p.reg_last_reset_val = pmd.last_reset;
+                p.reg_reset_pmds = pmd.reset_pmds;
+                p.reg_flags = pmd.flags;
+            }
+            Ok((inner.time_enabled(now), inner.time_running))
+        };
+        let (enabled, running) = self.reg_array_call(arg, regs, false, check, apply)?;
+        arg.time_enabled = enabled;
+        arg.time_running = running;
+        Ok(())
+    }
+
+    /// `PFM_IOC_READ_VALUES`: the values of the PMDs in `pmd_mask`, in PMD
+    /// order, into the user array `values`; the times into `arg`.
+    pub(crate) fn read_values(&self, arg: &mut abi::PfmValues) -> Result {
+        let implemented = globals().pmu.impl_mask();
+        if arg.reserved != [0; 2] || arg.pmd_mask == 0 || arg.pmd_mask & !implemented != 0 {
+            return Err(EINVAL);
+        }
+        let mut values = [0u64; abi::PFM_MAX_PMDS];
+        let mut n = 0;
+        let (enabled, running) = self.with_live(|inner, now| -> Result<(u64, u64)> {
+            inner.transition(Op::Read)?;
+            n = 0;
+            for (i, pmd) in inner.counters.pmds().iter().enumerate() {
+                if arg.pmd_mask & (1 << i) != 0 {
+                    values[n] = pmd.value;
+                    n += 1;
+                }
+            }
+            Ok((inner.time_enabled(now), inner.time_running))
+        })?;
+        let out = &values[..n];
+        // SAFETY: `u64`s are plain bytes: the slice's memory, viewed as bytes.
+        let bytes =
+            unsafe { core::slice::from_raw_parts(out.as_ptr().cast::<u8>(), out.len() * 8) };
+        UserSlice::new(arg.values as usize, bytes.len())
+            .writer()
+            .write_slice(bytes)?;
+        arg.time_enabled = enabled;
+        arg.time_running = running;
+        Ok(())
+    }
+}

@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Who may monitor whom: perf_event_open's rules, on what a module can
+//! reach (`ptrace_may_access`, the LSM hooks and `perf_event_paranoid`
+//! are not exported to modules in 6.12).
+
+use kernel::bindings;
+use kernel::prelude::*;
+use kernel::task::Task;
+
+use crate::rust::{self as glue, CredRef};
+
+/// What a LOAD was allowed, as checked: handed to the attachment.
+pub(super) struct Access {
+    /// The loader's real uid and gid if it is not privileged.
+    pub(super) tool_ids: Option<(u32, u32)>,
+    /// The loader's real uid.
+    pub(super) owner_uid: u32,
+    /// The target's real credentials as checked (`None` if privileged).
+    pub(super) cred: Option<CredRef>,
+}
+
+/// Whether the caller may monitor `task` (itself included): perf_events'
+/// rule (`ptrace_may_access(task, PTRACE_MODE_READ_REALCREDS)`, or
+/// CAP_PERFMON / CAP_SYS_ADMIN). `ptrace_may_access` is not exported to
+/// modules, so its credential test is done here, on real credentials: the
+/// same thread group, or the caller's real uid/gid equal to all of the
+/// target's uids/gids and the target dumpable; CAP_SYS_PTRACE in the initial
+/// user namespace (stricter than ptrace's target namespace).
+///
+/// The caller holds the target's `exec_update_lock` (or is the target), so
+/// what is checked is what an exec would have to change afterwards, and
+/// the attachment then watches for exactly that. `Err(EACCES)`: refused.
+pub(super) fn may_monitor(task: &Task) -> Result<Access> {
+    let me = kernel::current!();
+    let mine = CredRef::of_task(&me)?.ids();
+    let ids = (mine.uids[0], mine.gids[0]);
+    let privileged = glue::capable(bindings::CAP_PERFMON)
+        || glue::capable(bindings::CAP_SYS_ADMIN)
+        || glue::capable(bindings::CAP_SYS_PTRACE);
+    if privileged {
+        return Ok(Access {
+            tool_ids: None,
+            owner_uid: ids.0,
+            cred: None,
+        });
+    }
+    // SAFETY: `task` is referenced (we hold a reference to it).
+    let same_process = unsafe { glue::same_thread_group_as_current(glue::task_ptr(task)) };
+    let tcred = CredRef::of_task(task)?;
+    if !same_process {
+        yama_allows(task)?;
+    }
+    // A setuid program that dropped to the caller's ids is still not
+    // dumpable: refuse it, as ptrace does.
+    let allowed = same_process
+        || (tcred.ids().all_are(ids.0, ids.1) && glue::task_mm_user_dumpable(task));
+    if !allowed {
+        return Err(EACCES);
+    }
+    Ok(Access {
+        tool_ids: Some(ids),
+        owner_uid: ids.0,
+        cred: Some(tcred),
+    })
+}
+
+/// `kernel.perf_event_paranoid` as perf applies it when a context is
+/// created (`open`): above 2 (Debian's default 3), only CAP_SYS_ADMIN may
+/// (`EACCES`, as perf_event_open). Levels 2 and below need nothing more
+/// here: kernel-mode counting is refused to callers without CAP_PERFMON
+/// at every level (`Pmu::caller_policy`), as perf does from level 2 on.
+/// Unreadable (no /proc in the caller's root): treated as 3.
+pub(crate) fn may_open() -> Result {
+    let paranoid = read_paranoid().ok().flatten().unwrap_or(3);
+    if paranoid > 2 && !glue::sys_admin_capable() {
+        return Err(EACCES);
+    }
+    Ok(())
+}
+
+/// `kernel.perf_event_paranoid` (see [`glue::read_sysctl_int`]).
+fn read_paranoid() -> Result<Option<i32>> {
+    glue::read_sysctl_int(kernel::c_str!("/proc/sys/kernel/perf_event_paranoid"))
+}
+
+/// Yama's `ptrace_scope` for an unprivileged LOAD of another process's
+/// thread, since the ptrace access check perf calls (LSM hooks included)
+/// is not exported to modules: 1 allows descendants only, 2 and 3 nobody
+/// without privileges (`EPERM`, as ptrace). Without Yama, nothing more;
+/// with Yama but its setting unreadable (no /proc in the caller's root),
+/// as 3. Stricter than Yama: its `PR_SET_PTRACER` exceptions are not
+/// honoured.
+fn yama_allows(task: &Task) -> Result {
+    match glue::read_sysctl_int(kernel::c_str!("/proc/sys/kernel/yama/ptrace_scope")) {
+        Ok(Some(0)) => Ok(()),
+        // No Yama, if /proc/sys answers at all (perf's own setting is
+        // always there); no /proc in the caller's root tells nothing.
+        Ok(None) if matches!(read_paranoid(), Ok(Some(_))) => Ok(()),
+        // SAFETY: `task` is referenced by the caller.
+        Ok(Some(1)) if unsafe { glue::is_descendant_of_current(glue::task_ptr(task)) } => Ok(()),
+        // Yama is there but unreadable from here: the strictest reading.
+        Ok(_) | Err(_) => Err(EPERM),
+    }
+}

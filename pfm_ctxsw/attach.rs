@@ -1,0 +1,209 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! LOAD's thread side (find the thread, check, publish, hand the install
+//! to the thread) and letting an attachment go (UNLOAD, close).
+
+use core::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+
+use kernel::prelude::*;
+use kernel::sync::Arc;
+use kernel::task::Task;
+use kernel::types::ARef;
+use kernel::workqueue::new_work;
+
+use super::access::{may_monitor, Access};
+use super::{release, release_in_fop, Attachment, Life, Monitor, Watch, INSTALL};
+use crate::pfm_x86::HwClaim;
+use crate::rust::{self as glue, IrqWork, ModuleRef, Notify, PreemptNotifier, TaskWork};
+use crate::{edquot, globals};
+
+/// Attachments a thread may hold awaiting its own cleanup (it runs them at
+/// its next return to user mode); a LOAD beyond it fails with `EAGAIN`.
+const MAX_PENDING_PER_THREAD: usize = 4;
+
+impl<M: Monitor> Attachment<M> {
+    /// A new attachment of `ctx` to `task`, as `access` allowed it.
+    fn new(task: ARef<Task>, ctx: Arc<M>, access: Access, module: ModuleRef) -> Result<Arc<Self>> {
+        let Access {
+            tool_ids,
+            owner_uid,
+            cred,
+        } = access;
+        let watch = tool_ids.map(|ids| Watch {
+            ids,
+            // The reference moves into the field (put by `Drop`).
+            cred_seen: AtomicPtr::new(
+                cred.map_or(core::ptr::null_mut(), |c| {
+                    let p = c.as_ptr() as *mut _;
+                    core::mem::forget(c);
+                    p
+                }),
+            ),
+        });
+        Arc::pin_init(
+            pin_init!(Self {
+                notifier <- PreemptNotifier::new(),
+                install_work <- TaskWork::new(),
+                cleanup_work <- TaskWork::new(),
+                block_work <- TaskWork::new(),
+                exec_work <- TaskWork::new(),
+                irq_work <- IrqWork::new(super::irq_work_fn::<M>),
+                reap_work <- new_work!("perfmon_reap"),
+                task,
+                ctx,
+                life: Life(AtomicU8::new(Life::WANTED)),
+                watch,
+                owner_uid,
+                hw_claim: HwClaim::new(),
+                _module: module,
+            }),
+            GFP_KERNEL_ACCOUNT,
+        )
+    }
+}
+
+/// Why a LOAD's checks under the registry lock refuse it.
+fn registry_refusal<M: Monitor>(reg: &super::Registry<M>, att: &Attachment<M>) -> Result {
+    // One user cannot take every slot from the others (privileged loaders
+    // are not counted, as perf's per-user limits exempt them). A full
+    // registry is ENOSPC for everyone, whoever holds it.
+    if att.watch.is_some() && !reg.is_full() {
+        let limit = glue::param_max_attached_per_user() as usize;
+        let mine = reg
+            .iter()
+            .filter(|a| a.watch.is_some() && a.owner_uid == att.owner_uid)
+            .count();
+        if mine >= limit {
+            return Err(edquot());
+        }
+    }
+    let mut pending = 0;
+    for a in reg.iter().filter(|a| core::ptr::eq(&*a.task, &*att.task)) {
+        if a.life.wanted() {
+            return Err(EBUSY);
+        }
+        // A zombie (or a detached context on its way out) of this thread:
+        // a zombie is reclaimed now; the thread's cleanup still unregisters
+        // its notifier when it next runs.
+        a.ctx.reap_zombie();
+        pending += 1;
+    }
+    // A thread that does not run (stopped, or asleep in the kernel) keeps
+    // what it has to clean up: bound it, or LOAD/UNLOAD cycles on one
+    // stopped thread would fill every registry slot.
+    if pending >= MAX_PENDING_PER_THREAD {
+        return Err(EAGAIN);
+    }
+    Ok(())
+}
+
+/// `PFM_IOC_LOAD`'s thread side: attach `ctx` to thread `tid` (0: the
+/// caller).
+pub(crate) fn attach<M: Monitor>(ctx: &Arc<M>, tid: u32) -> Result {
+    let me = kernel::current!();
+    let my_tid = glue::current_tid();
+    let is_self = tid == 0 || tid == my_tid;
+    let task: ARef<Task> = if is_self {
+        ARef::from(&*me)
+    } else {
+        glue::find_task(tid)?
+    };
+    if glue::is_kthread(&task) {
+        return Err(EPERM);
+    }
+    if glue::is_exiting(&task) {
+        return Err(ESRCH);
+    }
+    // From the permission check until the attachment is published, an exec
+    // of the target cannot change its credentials (perf_event_open does
+    // the same); one that commits later is seen by the install and by the
+    // exec watch. Self: the caller cannot be in an exec.
+    let _exec_guard = if is_self {
+        None
+    } else {
+        // SAFETY: `task` is referenced until the end of this function.
+        Some(unsafe { glue::ExecUpdateGuard::lock(glue::task_ptr(&task)) }?)
+    };
+    let access = may_monitor(&task)?;
+    let shown_tid = if is_self { my_tid } else { tid };
+    // SAFETY: This module is live: we run its code.
+    let module = unsafe { ModuleRef::try_get(crate::this_module()) }.ok_or(ENODEV)?;
+    let att = Attachment::new(task, ctx.clone(), access, module)?;
+    globals().attached.fetch_add(1, Ordering::Relaxed);
+    if let Err(e) = publish(ctx, &att, shown_tid, is_self) {
+        release(att);
+        return Err(e);
+    }
+    if is_self {
+        release(att);
+        return Ok(());
+    }
+    // The target registers the notifier itself, promptly (TWA_SIGNAL kicks
+    // it out of an interruptible sleep like a signal would).
+    if TaskWork::<Attachment<M>, INSTALL>::queue(&att, &att.task, Notify::Signal).is_err() {
+        att.life.clear(Life::WANTED);
+        ctx.load_failed(&att);
+        att.retire();
+        release(att);
+        return Err(ESRCH);
+    }
+    release(att);
+    Ok(())
+}
+
+/// Publishes `att` in the registry and in its context, under the registry
+/// lock (lock order: registry, then context).
+fn publish<M: Monitor>(ctx: &Arc<M>, att: &Arc<Attachment<M>>, tid: u32, is_self: bool) -> Result {
+    let mut reg = M::registry().lock();
+    registry_refusal(&reg, att)?;
+    // SAFETY: We are the task (`is_self`), with the context lock held
+    // (`publish` runs `install` under it).
+    let register = || unsafe { att.register() };
+    let install: Option<&dyn Fn()> = if is_self { Some(&register) } else { None };
+    // Once the context's state allows the LOAD: a registry slot, then a
+    // hardware model's claim on the counters.
+    let mut refused = None;
+    let claim = || {
+        if !reg.insert(att) {
+            return Err(ENOSPC);
+        }
+        globals().pmu.hw_claim(&att.hw_claim).inspect_err(|_| {
+            refused = reg.remove(att);
+        })
+    };
+    let published = ctx.publish(att, tid, claim, install);
+    drop(reg);
+    if let Some(o) = refused {
+        release(o);
+    }
+    if let Some(old) = published? {
+        release(old);
+    }
+    Ok(())
+}
+
+/// Stops `att` from being wanted; removes it now if we are its thread,
+/// or queues its removal on the thread: `prompt`ly for an UNLOAD (the
+/// thread is kicked out of an interruptible sleep), lazily for a zombie
+/// (at the thread's next return to user mode, whenever that is).
+pub(crate) fn let_go<M: Monitor>(att: Arc<Attachment<M>>, prompt: bool) {
+    att.life.clear(Life::WANTED);
+    // A thread blocked on an overflow of this context is released.
+    att.ctx.wake();
+    if glue::is_current(&att.task) {
+        // SAFETY: We are the task.
+        unsafe { att.unregister() };
+        att.retire();
+        // Usually the last reference now: freed before the UNLOAD or the
+        // close returns (`live_contexts` says so at once).
+        release_in_fop(att);
+        return;
+    }
+    if att.life.has(Life::DEAD) {
+        // The reaper handles the dead.
+        release(att);
+        return;
+    }
+    att.queue_cleanup(prompt);
+    release(att);
+}

@@ -1,0 +1,306 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! One context's counters on the PMU model the module runs: the soft
+//! model's, advanced by the scheduler's accounting, or a hardware model's,
+//! which live on a CPU's PMU while their thread runs there. One value with
+//! one small interface (write registers, fold, install, uninstall, PMI), so
+//! the context never asks which model it has.
+//!
+//! Every method runs under the owning context's lock (interrupts off).
+//! Methods that can find 64-bit overflows return their mask; the context
+//! raises them.
+
+use core::sync::atomic::Ordering;
+
+use kernel::prelude::*;
+
+use super::driver::{HwModel, HwRegs, PmiThrottle};
+use super::{soft_count, Pmu, SoftDeltas, SOFT_COUNTERS};
+use crate::pfm_counter::PmdState;
+use crate::rust as glue;
+
+/// The soft model's counters, inline (no allocation of their own).
+pub(crate) struct SoftCounters {
+    /// PMC values: the event each PMC selects (checked: fits a `u8`).
+    pmcs: [u8; SOFT_COUNTERS],
+    /// Bit n of `ev_pmds[e]`: PMD n counts soft event e (recomputed from
+    /// `pmcs` at every PMC write).
+    ev_pmds: [u8; 4],
+    /// PMD state.
+    pmds: [PmdState; SOFT_COUNTERS],
+}
+
+/// A hardware model's counters.
+///
+/// # Invariants
+///
+/// `cpu` is `Some` exactly while the registers are on that CPU's PMU, and
+/// then that CPU's PMU names this context's owner (`Pmu::set_owner_here`).
+pub(crate) struct HwCounters {
+    /// PMC values as validated, one per PMC number of the model.
+    pmcs: KVec<u64>,
+    /// PMCs written.
+    pmc_used: u64,
+    /// PMD state, one per PMD number of the model.
+    pmds: KVec<PmdState>,
+    /// The PMDs the written PMCs make count.
+    used: u64,
+    /// The CPU whose PMU holds the counters now, if any.
+    cpu: Option<i32>,
+    /// The CPU and PMU register generation at which the counters left the
+    /// PMU with every register still in place (nothing wrapped or
+    /// overflowed at that stop); a switch-in there, if no other context
+    /// wrote the PMU since, only restarts counting. Cleared by any register
+    /// write.
+    resume: Option<(i32, u64)>,
+    /// Keeps the PMI rate bounded (see `PmiThrottle`).
+    throttle: PmiThrottle,
+}
+
+/// A context's counters.
+pub(crate) enum Counters {
+    /// The soft model.
+    Soft(SoftCounters),
+    /// A hardware model (its tables are sized by the model, so boxed: the
+    /// soft model does not pay for them).
+    Hw(KBox<HwCounters>),
+}
+
+/// A table of `n` copies of `v`, charged to the caller's memory cgroup.
+fn table<T: Clone>(n: usize, v: T) -> Result<KVec<T>> {
+    let mut t = KVec::with_capacity(n, GFP_KERNEL_ACCOUNT)?;
+    for _ in 0..n {
+        t.push(v.clone(), GFP_KERNEL_ACCOUNT)?;
+    }
+    Ok(t)
+}
+
+impl Counters {
+    /// Cleared counters for `pmu`'s model.
+    pub(crate) fn new(pmu: &Pmu) -> Result<Self> {
+        let Some(model) = &pmu.hw else {
+            return Ok(Self::Soft(SoftCounters {
+                pmcs: [0; SOFT_COUNTERS],
+                ev_pmds: [0; 4],
+                pmds: Default::default(),
+            }));
+        };
+        let hw = HwCounters {
+            pmcs: table(model.pmc_slots(), 0u64)?,
+            pmc_used: 0,
+            pmds: table(model.pmd_slots(), PmdState::default())?,
+            used: 0,
+            cpu: None,
+            resume: None,
+            throttle: PmiThrottle::new(),
+        };
+        Ok(Self::Hw(KBox::new(hw, GFP_KERNEL_ACCOUNT)?))
+    }
+
+    /// The PMDs' state.
+    pub(crate) fn pmds(&self) -> &[PmdState] {
+        match self {
+            Self::Soft(s) => &s.pmds,
+            Self::Hw(h) => &h.pmds,
+        }
+    }
+
+    /// The PMDs' state, to change: a hardware model's next switch-in
+    /// writes every register again.
+    pub(crate) fn pmds_mut(&mut self) -> &mut [PmdState] {
+        match self {
+            Self::Soft(s) => &mut s.pmds,
+            Self::Hw(h) => {
+                h.resume = None;
+                &mut h.pmds
+            }
+        }
+    }
+
+    /// Writes PMCs `(reg, value)`, values as `Pmu::validate_pmc` returned
+    /// them; registers outside the table are ignored.
+    pub(crate) fn write_pmcs(&mut self, pmu: &Pmu, pmcs: impl Iterator<Item = (usize, u64)>) {
+        match self {
+            Self::Soft(s) => {
+                for (reg, v) in pmcs {
+                    if let (Some(slot), Ok(v)) = (s.pmcs.get_mut(reg), u8::try_from(v)) {
+                        *slot = v;
+                    }
+                }
+                let mut ev = [0u8; 4];
+                for (i, &pmc) in s.pmcs.iter().enumerate() {
+                    if let Some(e) = ev.get_mut(usize::from(pmc)) {
+                        *e |= 1 << i;
+                    }
+                }
+                // Event 0 counts nothing (an unwritten PMC selects it).
+                ev[0] = 0;
+                s.ev_pmds = ev;
+            }
+            Self::Hw(h) => {
+                h.resume = None;
+                for (reg, v) in pmcs {
+                    if let Some(slot) = h.pmcs.get_mut(reg) {
+                        *slot = v;
+                        h.pmc_used |= 1 << reg;
+                    }
+                }
+                let mut used = 0;
+                for (i, &v) in h.pmcs.iter().enumerate() {
+                    if h.pmc_used & (1 << i) != 0 {
+                        used |= pmu.pmc_pmds(i, v);
+                    }
+                }
+                h.used = used;
+            }
+        }
+    }
+
+    /// Forgets where the registers were left: the next install writes
+    /// them all (a new attachment).
+    pub(crate) fn forget_placement(&mut self) {
+        if let Self::Hw(h) = self {
+            h.resume = None;
+        }
+    }
+
+    /// Advances the soft counters by what the thread did (`d`); a hardware
+    /// model counts by itself. Returns the PMDs that overflowed.
+    pub(crate) fn advance(&mut self, d: &SoftDeltas, width: u32) -> u64 {
+        match self {
+            Self::Soft(s) => soft_count(&s.ev_pmds, &mut s.pmds, d, width),
+            Self::Hw(_) => 0,
+        }
+    }
+
+    /// Keeps a hardware model's counters on this CPU's PMU exactly while
+    /// `wanted` (the context counts and its thread runs here): installs or
+    /// removes them, `owner` naming the context on the PMU. No-op for the
+    /// soft model. Returns the PMDs that overflowed.
+    pub(crate) fn sync_here(&mut self, pmu: &Pmu, wanted: bool, owner: *const ()) -> u64 {
+        let Self::Hw(h) = self else {
+            return 0;
+        };
+        let cpu = glue::this_cpu();
+        match h.cpu {
+            Some(c) if c == cpu && !wanted => h.uninstall(pmu),
+            None if wanted => {
+                h.install(pmu, cpu, owner);
+                0
+            }
+            _ => 0,
+        }
+    }
+
+    /// Takes a hardware model's counters off this CPU's PMU (stopped,
+    /// folded into the 64-bit values) if they are there. Returns the PMDs
+    /// that overflowed.
+    pub(crate) fn uninstall_here(&mut self, pmu: &Pmu) -> u64 {
+        match self {
+            Self::Hw(h) if h.cpu == Some(glue::this_cpu()) => h.uninstall(pmu),
+            _ => 0,
+        }
+    }
+
+    /// The hardware PMI on this CPU, whose PMU holds the counters: fold,
+    /// re-arm (if `counting`). Returns the PMDs that overflowed.
+    pub(crate) fn pmi_here(&mut self, pmu: &Pmu, counting: bool) -> u64 {
+        match self {
+            Self::Hw(h) if h.cpu == Some(glue::this_cpu()) => h.pmi(pmu, counting),
+            _ => 0,
+        }
+    }
+}
+
+impl HwCounters {
+    /// The registers, as the hardware driver takes them.
+    fn regs<'a>(&'a mut self, model: &'a HwModel) -> HwRegs<'a, HwModel> {
+        HwRegs {
+            model,
+            pmcs: &self.pmcs,
+            pmc_used: self.pmc_used,
+            pmds: &mut self.pmds,
+            used: self.used,
+            tally: None,
+            min_arm: self.throttle.min_arm(),
+        }
+    }
+
+    /// Puts the counters on this CPU's PMU, counting.
+    fn install(&mut self, pmu: &Pmu, cpu: i32, owner: *const ()) {
+        let Some(model) = &pmu.hw else {
+            return;
+        };
+        // The attachment holds a claim: the PMI must reach the vector.
+        crate::globals().intr.own_lvtpc_here();
+        let lazy = self.resume.take() == Some((cpu, owner_generation()));
+        let resumed = if lazy {
+            self.regs(model).resume(&mut pmu.bus())
+        } else {
+            None
+        };
+        let out = match resumed {
+            Some(out) => {
+                pmu.lazy_restores.fetch_add(1, Ordering::Relaxed);
+                out
+            }
+            None => {
+                pmu.full_restores.fetch_add(1, Ordering::Relaxed);
+                owner_bump_generation();
+                self.regs(model).install(&mut pmu.bus(), true)
+            }
+        };
+        pmu.note(&out);
+        // INVARIANT: on this CPU's PMU, which names the owner.
+        owner_set(owner);
+        self.cpu = Some(cpu);
+    }
+
+    /// Takes the counters off this CPU's PMU, where they are.
+    fn uninstall(&mut self, pmu: &Pmu) -> u64 {
+        let Some(model) = &pmu.hw else {
+            return 0;
+        };
+        let out = self.regs(model).stop(&mut pmu.bus(), false);
+        pmu.note(&out);
+        // INVARIANT: off the PMU, which names no owner.
+        owner_set(core::ptr::null());
+        // A counter that wrapped is no longer armed: the next switch-in
+        // must write everything again.
+        self.resume = (out.wrapped == 0 && out.overflowed == 0 && out.fault.is_none())
+            .then(|| (glue::this_cpu(), owner_generation()));
+        self.cpu = None;
+        out.overflowed
+    }
+
+    /// A PMI: fold and re-arm.
+    fn pmi(&mut self, pmu: &Pmu, counting: bool) -> u64 {
+        let Some(model) = &pmu.hw else {
+            return 0;
+        };
+        self.throttle.pmi(glue::now_ns());
+        let out = self.regs(model).pmi(&mut pmu.bus(), counting);
+        pmu.note(&out);
+        out.overflowed
+    }
+}
+
+/// Whether this CPU's PMU holds the counters of `owner`'s context.
+pub(crate) fn owner_is_here(owner: *const ()) -> bool {
+    crate::globals().intr.is_hw_owner(owner.cast())
+}
+
+/// This CPU's PMU names `owner` (null: nobody) as the context on it.
+fn owner_set(owner: *const ()) {
+    crate::globals().intr.set_hw_owner(owner.cast());
+}
+
+/// This CPU's PMU register generation.
+fn owner_generation() -> u64 {
+    crate::globals().intr.hw_generation()
+}
+
+/// A context wrote its registers into this CPU's PMU.
+fn owner_bump_generation() {
+    crate::globals().intr.bump_hw_generation()
+}

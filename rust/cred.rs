@@ -1,0 +1,241 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Credentials and the permission facts read off a task: its ids, whether
+//! it may be dumped (ptrace's test), capabilities, the exec lock that
+//! keeps them still during a check.
+
+use kernel::bindings;
+use kernel::prelude::*;
+use kernel::task::Task;
+
+use super::{ffi, task_ptr};
+
+/// A counted reference to a `struct cred`, put when dropped.
+///
+/// # Invariants
+///
+/// `0` is a referenced cred.
+pub(crate) struct CredRef(core::ptr::NonNull<bindings::cred>);
+
+// SAFETY: A cred reference may be taken and put from any thread.
+unsafe impl Send for CredRef {}
+// SAFETY: A cred is immutable once published.
+unsafe impl Sync for CredRef {}
+
+impl CredRef {
+    /// `task`'s objective credentials (`get_task_cred`).
+    pub(crate) fn of_task(task: &Task) -> Result<Self> {
+        // SAFETY: `task` is live; `get_task_cred` returns a referenced cred.
+        let c = unsafe { bindings::get_task_cred(task_ptr(task)) };
+        // INVARIANT: referenced (never NULL for a live task).
+        Ok(Self(core::ptr::NonNull::new(c as *mut _).ok_or(ESRCH)?))
+    }
+
+    /// The ids.
+    pub(crate) fn ids(&self) -> CredIds {
+        // SAFETY: Referenced (type invariant).
+        unsafe { cred_ids(self.0.as_ptr()) }
+    }
+
+    /// The address, for identity comparisons.
+    pub(crate) fn as_ptr(&self) -> *const bindings::cred {
+        self.0.as_ptr()
+    }
+}
+
+impl Drop for CredRef {
+    fn drop(&mut self) {
+        // SAFETY: The reference this value owned (type invariant).
+        unsafe { put_cred(self.0.as_ptr()) };
+    }
+}
+
+/// `task`'s mm is dumpable by its owner (`SUID_DUMP_USER`), as ptrace and
+/// perf require of an unprivileged observer; `false` without an mm.
+pub(crate) fn task_mm_user_dumpable(task: &Task) -> bool {
+    // SAFETY: `task` is live; `get_task_mm` returns a referenced mm or NULL.
+    let mm = unsafe { bindings::get_task_mm(task_ptr(task)) };
+    if mm.is_null() {
+        return false;
+    }
+    // SAFETY: `mm` is referenced.
+    let dumpable = unsafe { mm_dumpable(mm) };
+    // SAFETY: Drops the `get_task_mm` reference.
+    unsafe { bindings::mmput(mm) };
+    dumpable == bindings::SUID_DUMP_USER
+}
+
+/// `capable(cap)` for the calling thread.
+pub(crate) fn capable(cap: u32) -> bool {
+    // SAFETY: No preconditions.
+    unsafe { bindings::capable(cap as i32) }
+}
+
+/// A thread's credential ids: real, effective and saved uid, then gid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CredIds {
+    /// uid, euid, suid.
+    pub(crate) uids: [u32; 3],
+    /// gid, egid, sgid.
+    pub(crate) gids: [u32; 3],
+}
+
+impl CredIds {
+    /// Whether every uid is `uid` and every gid is `gid`.
+    pub(crate) fn all_are(&self, uid: u32, gid: u32) -> bool {
+        self.uids.iter().all(|&u| u == uid) && self.gids.iter().all(|&g| g == gid)
+    }
+}
+
+/// The ids of `cred`.
+///
+/// # Safety
+///
+/// `cred` must be a live cred (referenced, or the current thread's own).
+pub(crate) unsafe fn cred_ids(cred: *const bindings::cred) -> CredIds {
+    let mut ids = [0u32; 6];
+    // SAFETY: `cred` is live (caller); `ids` has the 6 slots the shim fills.
+    unsafe { ffi::pfm_cred_ids(cred, ids.as_mut_ptr()) };
+    CredIds {
+        uids: [ids[0], ids[1], ids[2]],
+        gids: [ids[3], ids[4], ids[5]],
+    }
+}
+
+/// The calling thread's id in its own pid namespace (`task_pid_vnr`).
+pub(crate) fn current_tid() -> u32 {
+    // SAFETY: No preconditions.
+    unsafe { ffi::pfm_current_tid() as u32 }
+}
+
+/// Whether `task` is a thread of the calling process.
+///
+/// # Safety
+///
+/// `task` must be referenced.
+pub(crate) unsafe fn same_thread_group_as_current(task: *mut bindings::task_struct) -> bool {
+    // SAFETY: Forwarded.
+    unsafe { ffi::pfm_same_thread_group_as_current(task) }
+}
+
+/// `task->real_cred`: the objective credentials, the ones others act on
+/// (`__task_cred`; `override_creds` swaps only `task->cred`). Compare it,
+/// or dereference it where it cannot change (in the task itself).
+///
+/// # Safety
+///
+/// `task` must be a live task.
+pub(crate) unsafe fn task_real_cred_ptr(task: *mut bindings::task_struct) -> *const bindings::cred {
+    // SAFETY: Forwarded.
+    unsafe { ffi::pfm_task_real_cred(task) }
+}
+
+/// Takes a reference on `cred` (`get_cred`) and returns it.
+///
+/// # Safety
+///
+/// `cred` must be live for the duration of the call (referenced, or the
+/// current task's own).
+pub(crate) unsafe fn get_cred(cred: *const bindings::cred) -> *const bindings::cred {
+    // SAFETY: Forwarded.
+    unsafe { ffi::pfm_get_cred(cred) }
+}
+
+/// `down_read_interruptible(&task->signal->exec_update_lock)`: held, an
+/// exec of `task` cannot change its credentials or mm (perf_event_open's
+/// guard between its permission check and the event's installation).
+/// Released when the guard drops.
+pub(crate) struct ExecUpdateGuard {
+    task: *mut bindings::task_struct,
+}
+
+impl ExecUpdateGuard {
+    /// Takes the lock for reading; `ERESTARTSYS` if a signal interrupts
+    /// the wait (the call restarts under `SA_RESTART`, else `EINTR`).
+    ///
+    /// # Safety
+    ///
+    /// `task` must stay referenced until the guard drops.
+    pub(crate) unsafe fn lock(task: *mut bindings::task_struct) -> Result<Self> {
+        // SAFETY: `task` is referenced (caller), so is its signal_struct.
+        if unsafe { ffi::pfm_exec_update_lock_read(task) } != 0 {
+            return Err(ERESTARTSYS);
+        }
+        Ok(Self { task })
+    }
+}
+
+impl Drop for ExecUpdateGuard {
+    fn drop(&mut self) {
+        // SAFETY: Taken in `lock`; the task is still referenced (its contract).
+        unsafe { ffi::pfm_exec_update_unlock_read(self.task) };
+    }
+}
+
+/// Whether `task` is a descendant of the current process (Yama's
+/// `task_is_descendant`: its ancestry, by process, reaches the caller's).
+///
+/// # Safety
+///
+/// `task` must be referenced by the caller.
+pub(crate) unsafe fn is_descendant_of_current(task: *mut bindings::task_struct) -> bool {
+    // SAFETY: An RCU read-side section around the walk: the parents seen
+    // stay valid until it ends.
+    unsafe { ffi::pfm_rcu_read_lock() };
+    // SAFETY: `current` is valid; its group leader too (RCU).
+    let me = unsafe { ffi::pfm_task_group_leader(bindings::get_current()) };
+    let mut walker = task;
+    let mut found = false;
+    // SAFETY: `task` is referenced; every parent reached is RCU-protected.
+    while !walker.is_null() && unsafe { ffi::pfm_task_pid(walker) } > 0 {
+        // SAFETY: As above.
+        walker = unsafe { ffi::pfm_task_group_leader(walker) };
+        if walker == me {
+            found = true;
+            break;
+        }
+        // SAFETY: As above.
+        walker = unsafe { ffi::pfm_task_real_parent(walker) };
+    }
+    // SAFETY: Ends the section begun above.
+    unsafe { ffi::pfm_rcu_read_unlock() };
+    found
+}
+
+/// `capable(CAP_SYS_ADMIN)`.
+pub(crate) fn sys_admin_capable() -> bool {
+    // SAFETY: No preconditions.
+    unsafe { bindings::capable(bindings::CAP_SYS_ADMIN as i32) }
+}
+
+/// `get_dumpable(task->mm)`, or `None` without an mm.
+///
+/// # Safety
+///
+/// `task` must be the current thread, or a thread in a scheduler callback
+/// (its mm cannot go away under us).
+pub(crate) unsafe fn task_dumpable(task: *mut bindings::task_struct) -> Option<u32> {
+    // SAFETY: Forwarded.
+    let d = unsafe { ffi::pfm_task_dumpable(task) };
+    u32::try_from(d).ok()
+}
+
+/// `get_dumpable(mm)`.
+///
+/// # Safety
+///
+/// `mm` must be referenced.
+pub(crate) unsafe fn mm_dumpable(mm: *mut bindings::mm_struct) -> u32 {
+    // SAFETY: Forwarded.
+    unsafe { ffi::pfm_mm_dumpable(mm) as u32 }
+}
+
+/// Drops a reference on a `cred` (the static inline `put_cred`).
+///
+/// # Safety
+///
+/// `cred` must be a referenced cred whose reference the caller gives up.
+pub(crate) unsafe fn put_cred(cred: *const bindings::cred) {
+    // SAFETY: Forwarded from the caller's guarantees.
+    unsafe { ffi::pfm_put_cred(cred) }
+}

@@ -1,0 +1,169 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The scheduler: preempt notifiers (a task's switch-in and switch-out
+//! callbacks) and the thread's CPU time as the scheduler accounts it.
+
+use core::marker::PhantomData;
+
+use kernel::bindings;
+use kernel::prelude::*;
+use kernel::types::Opaque;
+
+use super::{ffi, now_ns};
+
+/// What a [`PreemptNotifier`] calls. Both run in the scheduler with the
+/// runqueue lock held and interrupts off: nothing may sleep or wake a task.
+pub(crate) trait PreemptNotify: Sized {
+    /// The thread is switched in on `cpu` (this CPU).
+    fn sched_in(&self, cpu: i32);
+    /// The thread is switched out (for the last time if it is dying).
+    fn sched_out(&self);
+}
+
+/// Says where a type keeps its [`PreemptNotifier`].
+///
+/// # Safety
+///
+/// `OFFSET` must be the offset of a field of type `PreemptNotifier<Self>`.
+pub(crate) unsafe trait HasPreemptNotifier: Sized {
+    /// Offset of the field.
+    const OFFSET: usize;
+}
+
+/// A `struct preempt_notifier` embedded in a `T`.
+///
+/// # Invariants
+///
+/// `raw.ops` points to `Self::OPS`, whose callbacks find the `T` at
+/// `OFFSET` before the notifier.
+#[repr(C)]
+#[pin_data]
+pub(crate) struct PreemptNotifier<T> {
+    #[pin]
+    raw: Opaque<bindings::preempt_notifier>,
+    _owner: PhantomData<T>,
+}
+
+impl<T: PreemptNotify + HasPreemptNotifier> PreemptNotifier<T> {
+    const OPS: bindings::preempt_ops = bindings::preempt_ops {
+        sched_in: Some(Self::sched_in),
+        sched_out: Some(Self::sched_out),
+    };
+
+    /// A notifier on no task's list.
+    pub(crate) fn new() -> impl PinInit<Self> {
+        pin_init!(Self {
+            // INVARIANT: `ops` is `OPS`; the link is unused until registration.
+            raw <- Opaque::ffi_init(|n: *mut bindings::preempt_notifier| {
+                // SAFETY: `n` is valid for writes.
+                unsafe {
+                    n.write(bindings::preempt_notifier {
+                        link: bindings::hlist_node {
+                            next: core::ptr::null_mut(),
+                            pprev: core::ptr::null_mut(),
+                        },
+                        ops: &Self::OPS as *const _ as *mut _,
+                    })
+                }
+            }),
+            _owner: PhantomData,
+        })
+    }
+
+    /// Puts the notifier on the calling thread's list.
+    ///
+    /// # Safety
+    ///
+    /// `self` is inside a `T` that stays alive (and pinned) until
+    /// [`PreemptNotifier::unregister`]; not registered already. The
+    /// preempt-notifier key must be raised ([`PreemptNotifierKey`]).
+    pub(crate) unsafe fn register(&self) {
+        // SAFETY: The caller's guarantees; we run in the owning task.
+        unsafe { bindings::preempt_notifier_register(self.raw.get()) };
+    }
+
+    /// Takes the notifier off its thread's list.
+    ///
+    /// # Safety
+    ///
+    /// Registered; called in that thread, or once the thread has done its
+    /// final switch (nothing walks its list any more).
+    pub(crate) unsafe fn unregister(&self) {
+        // SAFETY: The caller's guarantees.
+        unsafe { bindings::preempt_notifier_unregister(self.raw.get()) };
+    }
+
+    /// The `T` around `notifier`.
+    ///
+    /// # Safety
+    ///
+    /// `notifier` is the `raw` field of a registered `PreemptNotifier<T>`,
+    /// whose `T` is alive (registration's contract).
+    unsafe fn owner<'a>(notifier: *mut bindings::preempt_notifier) -> &'a T {
+        // `raw` is the first field of the `repr(C)` notifier, at `OFFSET` in `T`.
+        let owner = notifier.cast::<u8>().wrapping_sub(T::OFFSET).cast::<T>();
+        // SAFETY: The caller's guarantee.
+        unsafe { &*owner }
+    }
+
+    unsafe extern "C" fn sched_in(notifier: *mut bindings::preempt_notifier, cpu: c_int) {
+        // SAFETY: The scheduler passes a registered notifier of ours.
+        unsafe { Self::owner(notifier) }.sched_in(cpu)
+    }
+
+    unsafe extern "C" fn sched_out(
+        notifier: *mut bindings::preempt_notifier,
+        _next: *mut bindings::task_struct,
+    ) {
+        // SAFETY: As for `sched_in`.
+        unsafe { Self::owner(notifier) }.sched_out()
+    }
+}
+
+use kernel::ffi::c_int;
+
+/// Implements [`HasPreemptNotifier`] for a field.
+macro_rules! impl_has_preempt_notifier {
+    ($(impl$({$($generics:tt)*})? HasPreemptNotifier for $self:ty { self.$field:ident })*) => {$(
+        // SAFETY: The closure checks the field's type; `offset_of!` its place.
+        unsafe impl$(<$($generics)+>)? $crate::rust::HasPreemptNotifier for $self {
+            const OFFSET: usize = {
+                fn _check$(<$($generics)+>)?(s: &$self) -> &$crate::rust::PreemptNotifier<$self> { &s.$field }
+                ::core::mem::offset_of!(Self, $field)
+            };
+        }
+    )*};
+}
+pub(crate) use impl_has_preempt_notifier;
+
+/// The current thread's scheduler runtime in ns, live: its
+/// `se.sum_exec_runtime` plus what it ran since the scheduler last updated
+/// it (`exec_start` is on the `local_clock` time base, as `rq->clock` is).
+/// Call with IRQs off (the fields are updated by this CPU's scheduler).
+pub(crate) fn current_runtime_ns() -> u64 {
+    // SAFETY: `current` is a valid task; its `se` is written only by this
+    // CPU's scheduler, which IRQs-off callers exclude.
+    let (sum, start) = unsafe {
+        let t = bindings::get_current();
+        (
+            ffi::pfm_task_sum_exec_runtime(t),
+            ffi::pfm_task_exec_start(t),
+        )
+    };
+    sum + now_ns().saturating_sub(start)
+}
+
+/// The current thread's `se.sum_exec_runtime`: exact at a switch-in (the
+/// start of its time slice) and at a switch-out (the scheduler has just
+/// accounted the slice); stale by up to a tick in between.
+pub(crate) fn current_sum_exec_runtime() -> u64 {
+    // SAFETY: As for `current_runtime_ns`.
+    unsafe { ffi::pfm_task_sum_exec_runtime(bindings::get_current()) }
+}
+
+/// Whether `task` is still on a CPU, its last switch not complete
+/// (`smp_load_acquire(&task->on_cpu)`).
+pub(crate) fn task_on_cpu(task: &kernel::task::Task) -> bool {
+    // SAFETY: Reads one field of a live task (a reference to it exists).
+    unsafe { ffi::pfm_task_on_cpu(super::task_ptr(task)) }
+}

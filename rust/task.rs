@@ -1,0 +1,218 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Tasks: finding one by thread id, the few facts read off one, and typed
+//! task_works (`task_work_add`), which run a callback in the task itself on
+//! its way back to user mode or at its exit.
+
+use core::marker::PhantomData;
+use core::sync::atomic::{AtomicBool, Ordering};
+
+use kernel::bindings;
+use kernel::ffi::c_int;
+use kernel::prelude::*;
+use kernel::sync::Arc;
+use kernel::task::Task;
+use kernel::types::{ARef, Opaque};
+
+use super::ffi;
+
+/// The C task behind `task`.
+pub(crate) fn task_ptr(task: &Task) -> *mut bindings::task_struct {
+    task as *const Task as *mut bindings::task_struct
+}
+
+/// Whether `task` is the calling thread.
+pub(crate) fn is_current(task: &Task) -> bool {
+    let me = kernel::current!();
+    core::ptr::eq(&*me, task)
+}
+
+/// Finds the task with thread id `tid` in the caller's pid namespace
+/// (`ESRCH` if there is none).
+pub(crate) fn find_task(tid: u32) -> Result<ARef<Task>> {
+    let nr = i32::try_from(tid).map_err(|_| ESRCH)?;
+    // SAFETY: `find_get_pid` takes a reference on the pid it returns.
+    let pid = unsafe { bindings::find_get_pid(nr) };
+    if pid.is_null() {
+        return Err(ESRCH);
+    }
+    // SAFETY: `pid` is referenced; `get_pid_task` returns a referenced task or NULL.
+    let task = unsafe { bindings::get_pid_task(pid, bindings::pid_type_PIDTYPE_PID) };
+    // SAFETY: Drops the reference `find_get_pid` took.
+    unsafe { bindings::put_pid(pid) };
+    let task = core::ptr::NonNull::new(task.cast::<Task>()).ok_or(ESRCH)?;
+    // SAFETY: `get_pid_task` took the reference this `ARef` now owns.
+    Ok(unsafe { ARef::from_raw(task) })
+}
+
+/// `task->flags`, read once.
+fn task_flags(task: &Task) -> u32 {
+    // SAFETY: `task` is a live task (a reference to it exists); `flags` is
+    // read racily, as the kernel's own `PF_*` tests of other tasks do.
+    unsafe { core::ptr::read_volatile(&(*task_ptr(task)).flags) }
+}
+
+/// Whether `task` is a kernel thread.
+pub(crate) fn is_kthread(task: &Task) -> bool {
+    task_flags(task) & bindings::PF_KTHREAD != 0
+}
+
+/// Whether `task` is exiting (`PF_EXITING`): exact in the task itself
+/// (a task_work run from `exit_task_work` sees it set).
+pub(crate) fn is_exiting(task: &Task) -> bool {
+    task_flags(task) & bindings::PF_EXITING != 0
+}
+
+/// Whether `task` is being switched out for the last time (`TASK_DEAD`).
+///
+/// # Safety
+///
+/// Must be called from a scheduler callback of `task` (its state is the
+/// one the scheduler is acting on).
+pub(crate) unsafe fn is_dying(task: &Task) -> bool {
+    // SAFETY: The caller's guarantee; `__state` is what the scheduler reads.
+    unsafe { (*task_ptr(task)).__state == bindings::TASK_DEAD }
+}
+
+/// How a queued task_work reaches a task that is not returning to user
+/// mode on its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Notify {
+    /// At its next return to user mode, whenever that is (`TWA_RESUME`).
+    Resume,
+    /// Kicked out of an interruptible sleep as a signal would
+    /// (`TWA_SIGNAL`).
+    Signal,
+}
+
+/// Why a task_work was not queued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// It is already queued and has not started running.
+    AlreadyQueued,
+    /// The task is past `exit_task_work()`: nothing runs there any more.
+    TaskGone,
+}
+
+/// A task_work embedded in a `T`, queued with one `Arc<T>` reference that
+/// the callback gets back ([`TaskWorkItem::run`]). `ID` tells several works
+/// of one type apart.
+///
+/// # Invariants
+///
+/// `head.func` is [`TaskWork::trampoline`]; `queued` is set exactly while
+/// `head` is on a task's list, and a leaked `Arc<T>` reference is held for
+/// it then.
+#[repr(C)]
+#[pin_data]
+pub(crate) struct TaskWork<T, const ID: u64 = 0> {
+    #[pin]
+    head: Opaque<bindings::callback_head>,
+    queued: AtomicBool,
+    _owner: PhantomData<T>,
+}
+
+/// What runs when a [`TaskWork`] of `Self` with this `ID` runs.
+pub(crate) trait TaskWorkItem<const ID: u64 = 0>: Sized {
+    /// Runs in the task the work was queued on (process context, no lock
+    /// held), with the reference that queued it.
+    fn run(this: Arc<Self>);
+}
+
+/// Says where a type keeps its [`TaskWork`] with `ID`.
+///
+/// # Safety
+///
+/// `OFFSET` must be the offset of a field of type `TaskWork<Self, ID>`;
+/// use [`impl_has_task_work`].
+pub(crate) unsafe trait HasTaskWork<const ID: u64 = 0>: Sized {
+    /// Offset of the field.
+    const OFFSET: usize;
+
+    /// The work inside `self`.
+    fn task_work(&self) -> &TaskWork<Self, ID> {
+        let base = self as *const Self as *const u8;
+        // SAFETY: `OFFSET` is the offset of a `TaskWork<Self, ID>` field
+        // (trait contract), inside `self`.
+        unsafe { &*base.add(Self::OFFSET).cast::<TaskWork<Self, ID>>() }
+    }
+}
+
+/// Implements [`HasTaskWork`] for a field.
+macro_rules! impl_has_task_work {
+    ($(impl$({$($generics:tt)*})? HasTaskWork<$id:tt> for $self:ty { self.$field:ident })*) => {$(
+        // SAFETY: `offset_of!` names a field the compiler checks has the
+        // right type through `task_work`'s cast only if it is one: the
+        // field must be declared as `TaskWork<Self, $id>`.
+        unsafe impl$(<$($generics)+>)? $crate::rust::HasTaskWork<$id> for $self {
+            const OFFSET: usize = {
+                // Type check: the field is a `TaskWork<Self, $id>`.
+                fn _check$(<$($generics)+>)?(s: &$self) -> &$crate::rust::TaskWork<$self, $id> { &s.$field }
+                ::core::mem::offset_of!(Self, $field)
+            };
+        }
+    )*};
+}
+pub(crate) use impl_has_task_work;
+
+impl<T: HasTaskWork<ID> + TaskWorkItem<ID>, const ID: u64> TaskWork<T, ID> {
+    /// A work not queued anywhere.
+    pub(crate) fn new() -> impl PinInit<Self> {
+        pin_init!(Self {
+            // INVARIANT: `func` is the trampoline; not queued.
+            head <- Opaque::ffi_init(|w: *mut bindings::callback_head| {
+                // SAFETY: `w` is valid for writes.
+                unsafe {
+                    w.write(bindings::callback_head {
+                        next: core::ptr::null_mut(),
+                        func: Some(Self::trampoline),
+                    })
+                }
+            }),
+            queued: AtomicBool::new(false),
+            _owner: PhantomData,
+        })
+    }
+
+    /// Whether the work is queued and has not started running.
+    pub(crate) fn is_queued(&self) -> bool {
+        self.queued.load(Ordering::Acquire)
+    }
+
+    /// Queues `this`'s work on `task`. On refusal nothing is queued and
+    /// no reference is kept.
+    pub(crate) fn queue(this: &Arc<T>, task: &Task, notify: Notify) -> Result<(), Refused> {
+        let work = this.task_work();
+        if work.queued.swap(true, Ordering::AcqRel) {
+            return Err(Refused::AlreadyQueued);
+        }
+        let mode: c_int = match notify {
+            Notify::Resume => super::TWA_RESUME,
+            Notify::Signal => super::TWA_SIGNAL,
+        };
+        // INVARIANT: the reference the list holds.
+        let leaked = Arc::into_raw(this.clone());
+        // SAFETY: The leaked reference keeps `head` alive until the callback
+        // has run; `queued` keeps it from being queued twice; `func` is set.
+        let ret = unsafe { ffi::task_work_add(task_ptr(task), work.head.get(), mode) };
+        if ret < 0 {
+            work.queued.store(false, Ordering::Release);
+            // SAFETY: Not queued: take the leaked reference back. The caller
+            // holds another, so this is not the last.
+            drop(unsafe { Arc::from_raw(leaked) });
+            return Err(Refused::TaskGone);
+        }
+        Ok(())
+    }
+
+    unsafe extern "C" fn trampoline(head: *mut bindings::callback_head) {
+        // `head` is the first field of the `repr(C)` `TaskWork`, which is
+        // at `OFFSET` in a `T`.
+        let owner = head.cast::<u8>().wrapping_sub(T::OFFSET).cast::<T>();
+        // SAFETY: `queue` leaked this reference for the queued work.
+        let this = unsafe { Arc::from_raw(owner) };
+        // INVARIANT: off the task's list now (task_work_run unlinked it).
+        this.task_work().queued.store(false, Ordering::Release);
+        T::run(this);
+    }
+}
