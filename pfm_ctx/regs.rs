@@ -7,7 +7,7 @@
 use kernel::prelude::*;
 use kernel::uaccess::UserSlice;
 
-use super::{CtxInner, Context};
+use super::{Context, CtxInner};
 use crate::abi;
 use crate::globals;
 use crate::pfm_state::Op;
@@ -48,7 +48,9 @@ fn as_bytes<T: RegElem>(e: &[T]) -> &[u8] {
 /// `T`s as bytes, to fill.
 fn as_bytes_mut<T: RegElem>(e: &mut [T]) -> &mut [u8] {
     // SAFETY: `T: FromBytes`: any bytes are a valid `T`; no padding.
-    unsafe { core::slice::from_raw_parts_mut(e.as_mut_ptr().cast::<u8>(), core::mem::size_of_val(e)) }
+    unsafe {
+        core::slice::from_raw_parts_mut(e.as_mut_ptr().cast::<u8>(), core::mem::size_of_val(e))
+    }
 }
 
 impl Context {

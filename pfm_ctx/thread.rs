@@ -69,7 +69,12 @@ impl Monitor for Context {
         Context::wake(self);
     }
 
-    fn install(&self, att: &Attachment<Self>, verdict: Verdict, register: impl FnOnce()) -> Installed {
+    fn install(
+        &self,
+        att: &Attachment<Self>,
+        verdict: Verdict,
+        register: impl FnOnce(),
+    ) -> Installed {
         let mut inner = self.inner.lock();
         if !inner.owns(att) {
             return Installed::NotWanted;

@@ -53,8 +53,8 @@ pub(super) fn may_monitor(task: &Task) -> Result<Access> {
     }
     // A setuid program that dropped to the caller's ids is still not
     // dumpable: refuse it, as ptrace does.
-    let allowed = same_process
-        || (tcred.ids().all_are(ids.0, ids.1) && glue::task_mm_user_dumpable(task));
+    let allowed =
+        same_process || (tcred.ids().all_are(ids.0, ids.1) && glue::task_mm_user_dumpable(task));
     if !allowed {
         return Err(EACCES);
     }

@@ -32,13 +32,11 @@ impl<M: Monitor> Attachment<M> {
         let watch = tool_ids.map(|ids| Watch {
             ids,
             // The reference moves into the field (put by `Drop`).
-            cred_seen: AtomicPtr::new(
-                cred.map_or(core::ptr::null_mut(), |c| {
-                    let p = c.as_ptr() as *mut _;
-                    core::mem::forget(c);
-                    p
-                }),
-            ),
+            cred_seen: AtomicPtr::new(cred.map_or(core::ptr::null_mut(), |c| {
+                let p = c.as_ptr() as *mut _;
+                core::mem::forget(c);
+                p
+            })),
         });
         Arc::pin_init(
             pin_init!(Self {
