@@ -23,7 +23,7 @@ use kernel::sync::Arc;
 
 use crate::abi;
 use crate::pfm_ctxsw::{self, Attachment};
-use crate::pfm_msgq::MsgQueue;
+use crate::pfm_msgq::{MsgQueue, Ring};
 use crate::pfm_state::{Lifecycle, Op, State, StateError};
 use crate::pfm_x86::counters::Counters;
 use crate::pfm_x86::SoftDeltas;
@@ -76,8 +76,9 @@ pub(crate) struct CtxInner {
     time_enabled: u64,
     /// ns the thread ran while started.
     time_running: u64,
-    /// Messages for the tool.
-    msgs: MsgQueue,
+    /// Messages for the tool (the overflow ring is allocated when a PMD
+    /// first asks for notification).
+    msgs: MsgQueue<KBox<Ring>>,
     /// Overflowed PMDs not yet handled by the overflow interrupt.
     pending_ovfl: u64,
     /// User instruction pointer of the thread when they overflowed.
@@ -264,15 +265,15 @@ impl CtxInner {
 
     /// The monitoring of the thread ends (`op`: its exit, or a revoke):
     /// the counts stay, the tool gets `msg_type` (END, REVOKED), which is
-    /// never lost (it replaces the oldest message on a full ring). Whether
-    /// the table allowed it.
+    /// never lost (it has a slot of its own, read after the overflow
+    /// messages). Whether the table allowed it.
     fn end(&mut self, op: Op, msg_type: u32) -> bool {
         let now = glue::now_ns();
         if self.transition(op).is_err() {
             return false;
         }
         self.stop_clock(now);
-        self.msgs.push_forced(abi::PfmMsg {
+        self.msgs.push_last(abi::PfmMsg {
             msg_type,
             tid: self.tid,
             cpu: self.last_cpu as u16,
@@ -343,6 +344,15 @@ impl CtxInner {
         self.msgs.clear();
     }
 }
+
+// Memory per monitored thread (`make bench --only many`): a soft
+// context, its counters inline and its message ring not yet allocated,
+// fits `kmalloc-512` with the `Arc` header, and an attachment
+// `kmalloc-256`. Without lock debugging, whose locks are larger.
+#[cfg(not(CONFIG_DEBUG_LOCK_ALLOC))]
+const _: () = assert!(core::mem::size_of::<Context>() <= 512 - 8);
+#[cfg(not(CONFIG_DEBUG_LOCK_ALLOC))]
+const _: () = assert!(core::mem::size_of::<Attachment<Context>>() <= 256 - 8);
 
 /// A monitoring context.
 #[pin_data(PinnedDrop)]

@@ -1,23 +1,29 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The context's message ring, and the rule that a message leaves it only
+//! The context's messages, and the rule that a message leaves them only
 //! once it has reached the tool.
+//!
+//! Overflow messages go to a fixed ring of [`MSG_QUEUE_DEPTH`], which a
+//! context gets only when one of its PMDs asks for notification (the
+//! storage is the caller's: most contexts only count and never need it).
+//! The message that ends a monitoring (END, REVOKED) has a slot of its own,
+//! read after every ring message: it is never lost behind overflows and
+//! never pushes one out.
 //!
 //! A `read(2)` cannot copy to user memory under the context's spinlock (the
 //! copy may fault and sleep), so it works in two steps: [`MsgQueue::peek`]
-//! copies the oldest messages out under the lock and notes their sequence
-//! numbers; the copy to user space runs unlocked; [`MsgQueue::commit`]
-//! removes exactly the messages that reached the tool. A read that faults
-//! commits nothing and every message stays queued, END included.
-//!
-//! Between the two steps the ring can only lose messages from its front,
-//! and only by [`MsgQueue::push_forced`] (END or REVOKED on a full ring), so
-//! sequence numbers say exactly which of the peeked messages are still
-//! queued, and which of the forced drops were in fact delivered (they are
-//! then not counted as lost). Readers are serialized by the caller (one
+//! copies the oldest messages out under the lock and notes where they were;
+//! the copy to user space runs unlocked; [`MsgQueue::commit`] removes
+//! exactly the messages that reached the tool. A read that faults commits
+//! nothing and every message stays queued, END included. Between the two
+//! steps the ring can only lose messages from its front by a new LOAD's
+//! [`MsgQueue::clear`], so sequence numbers say exactly which of the peeked
+//! messages are still queued. Readers are serialized by the caller (one
 //! peek/commit pair at a time), so no message reaches two readers.
 //!
 //! No kernel code: the host tests check it.
+
+use core::ops::DerefMut;
 
 use crate::abi::PfmMsg;
 
@@ -27,95 +33,146 @@ pub const MSG_QUEUE_DEPTH: usize = 8;
 /// Where a [`MsgQueue::peek`] found its messages.
 #[derive(Clone, Copy, Debug)]
 pub struct PeekMark {
-    /// Sequence number of the first message peeked.
+    /// Sequence number of the first ring message peeked.
     first: u64,
-    /// Forced drops before the peek.
-    forced: u64,
+    /// Ring messages peeked.
+    ring: usize,
+    /// The final message's sequence number, if it was peeked (after them).
+    last: Option<u32>,
 }
 
-/// A fixed ring of messages for the tool.
-///
-/// # Invariants
-///
-/// `head < MSG_QUEUE_DEPTH`, `len <= MSG_QUEUE_DEPTH`; the message with
-/// sequence number `removed + i` is at `(head + i) % MSG_QUEUE_DEPTH` for
-/// `i < len`.
-pub struct MsgQueue {
+/// A message slot not in use.
+const EMPTY: PfmMsg = PfmMsg {
+    msg_type: 0,
+    tid: 0,
+    cpu: 0,
+    pad: 0,
+    reserved0: 0,
+    ip: 0,
+    ovfl_pmds: 0,
+    tstamp: 0,
+    reserved: [0; 3],
+};
+
+/// Storage for the overflow messages.
+pub struct Ring {
     msgs: [PfmMsg; MSG_QUEUE_DEPTH],
-    head: usize,
-    len: usize,
-    /// Messages ever removed from the front: the sequence number of the
-    /// oldest queued message.
-    removed: u64,
-    /// Messages ever dropped by [`MsgQueue::push_forced`].
-    forced: u64,
-    /// Messages (or overflows) that never reached the tool: not queued
-    /// because the ring was full, or dropped to make room for END/REVOKED.
-    pub lost: u64,
 }
 
-impl Default for MsgQueue {
+impl Ring {
+    /// Empty storage.
+    pub const fn new() -> Self {
+        Self {
+            msgs: [EMPTY; MSG_QUEUE_DEPTH],
+        }
+    }
+}
+
+impl Default for Ring {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl MsgQueue {
-    /// An empty ring.
+/// A context's messages, its ring storage held through `S`.
+///
+/// # Invariants
+///
+/// `head < MSG_QUEUE_DEPTH`, `len <= MSG_QUEUE_DEPTH`, `len == 0` without
+/// a ring; the ring message with sequence number `removed + i` is at
+/// `(head + i) % MSG_QUEUE_DEPTH` for `i < len`.
+pub struct MsgQueue<S> {
+    ring: Option<S>,
+    /// Ring messages ever removed from the front: the sequence number of
+    /// the oldest queued one.
+    removed: u64,
+    /// Overflow messages that never reached the tool (the ring was full,
+    /// or missing), and final messages replaced unread.
+    pub lost: u64,
+    /// END or REVOKED, read after the ring's messages; none while its
+    /// `msg_type` is 0 (the field is kept whole, not in an `Option`: the
+    /// context is sized to a slab class).
+    last: PfmMsg,
+    /// Final messages ever set (or cleared): `last`'s sequence number
+    /// (compared for equality only, across one read).
+    last_seq: u32,
+    head: u8,
+    len: u8,
+}
+
+impl<S: DerefMut<Target = Ring>> Default for MsgQueue<S> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<S: DerefMut<Target = Ring>> MsgQueue<S> {
+    /// No messages, and no ring yet.
     pub const fn new() -> Self {
-        const EMPTY: PfmMsg = PfmMsg {
-            msg_type: 0,
-            tid: 0,
-            cpu: 0,
-            pad: 0,
-            reserved0: 0,
-            ip: 0,
-            ovfl_pmds: 0,
-            tstamp: 0,
-            reserved: [0; 3],
-        };
         // INVARIANT: empty, head at 0.
         Self {
-            msgs: [EMPTY; MSG_QUEUE_DEPTH],
+            ring: None,
+            removed: 0,
+            lost: 0,
+            last: EMPTY,
+            last_seq: 0,
             head: 0,
             len: 0,
-            removed: 0,
-            forced: 0,
-            lost: 0,
         }
     }
 
-    /// Appends `msg`; returns `false` when full.
+    /// Whether overflow messages have storage.
+    pub fn has_ring(&self) -> bool {
+        self.ring.is_some()
+    }
+
+    /// Gives the queue its ring storage, if it has none yet; otherwise
+    /// hands `ring` back.
+    pub fn set_ring(&mut self, ring: S) -> Option<S> {
+        if self.ring.is_some() {
+            return Some(ring);
+        }
+        self.ring = Some(ring);
+        None
+    }
+
+    /// Appends an overflow message; `false` when full (or without a ring).
     pub fn push(&mut self, msg: PfmMsg) -> bool {
-        if self.len == MSG_QUEUE_DEPTH {
+        let Some(ring) = self.ring.as_mut() else {
+            return false;
+        };
+        let (head, len) = (usize::from(self.head), usize::from(self.len));
+        if len == MSG_QUEUE_DEPTH {
             return false;
         }
-        self.msgs[(self.head + self.len) % MSG_QUEUE_DEPTH] = msg;
+        ring.msgs[(head + len) % MSG_QUEUE_DEPTH] = msg;
         self.len += 1;
         true
     }
 
-    /// Appends `msg`, which must not be lost (END, REVOKED): on a full
-    /// ring the oldest message makes room and is counted as lost.
-    pub fn push_forced(&mut self, msg: PfmMsg) {
-        if !self.push(msg) {
-            self.pop_front();
-            self.forced += 1;
+    /// Sets the final message (END, REVOKED: its `msg_type` is not 0),
+    /// read after every overflow message. One per attachment; one still
+    /// unread is replaced and counted as lost.
+    pub fn push_last(&mut self, msg: PfmMsg) {
+        if self.last.msg_type != 0 {
             self.lost += 1;
-            self.push(msg);
         }
+        self.last = msg;
+        self.last_seq = self.last_seq.wrapping_add(1);
     }
 
-    /// Adds overflowed PMDs to the newest message (the queue is full).
+    /// Adds overflowed PMDs to the newest overflow message (the ring is full).
     pub fn merge_into_newest(&mut self, ovfl: u64) {
-        if self.len != 0 {
-            self.msgs[(self.head + self.len - 1) % MSG_QUEUE_DEPTH].ovfl_pmds |= ovfl;
+        let (head, len) = (usize::from(self.head), usize::from(self.len));
+        if let (Some(ring), true) = (self.ring.as_mut(), len != 0) {
+            ring.msgs[(head + len - 1) % MSG_QUEUE_DEPTH].ovfl_pmds |= ovfl;
         }
     }
 
     fn pop_front(&mut self) {
         if self.len != 0 {
-            self.head = (self.head + 1) % MSG_QUEUE_DEPTH;
+            // `head < MSG_QUEUE_DEPTH`, which fits a `u8`.
+            self.head = ((usize::from(self.head) + 1) % MSG_QUEUE_DEPTH) as u8;
             self.len -= 1;
             self.removed += 1;
         }
@@ -125,55 +182,73 @@ impl MsgQueue {
     /// them queued; returns how many, and where they were, for
     /// [`MsgQueue::commit`].
     pub fn peek(&self, out: &mut [PfmMsg]) -> (usize, PeekMark) {
-        let n = out.len().min(self.len);
-        for (i, slot) in out.iter_mut().take(n).enumerate() {
-            *slot = self.msgs[(self.head + i) % MSG_QUEUE_DEPTH];
+        let (head, len) = (usize::from(self.head), usize::from(self.len));
+        let n = out.len().min(len);
+        if let Some(ring) = self.ring.as_ref() {
+            for (i, slot) in out.iter_mut().take(n).enumerate() {
+                *slot = ring.msgs[(head + i) % MSG_QUEUE_DEPTH];
+            }
         }
-        let mark = PeekMark {
+        let mut mark = PeekMark {
             first: self.removed,
-            forced: self.forced,
+            ring: n,
+            last: None,
         };
-        (n, mark)
+        match out.get_mut(n) {
+            Some(slot) if n == len && self.last.msg_type != 0 => {
+                *slot = self.last;
+                mark.last = Some(self.last_seq);
+                (n + 1, mark)
+            }
+            _ => (n, mark),
+        }
     }
 
     /// The first `delivered` messages of the [`MsgQueue::peek`] that
-    /// returned `mark` reached the tool: removes those still queued. Those
-    /// a forced push dropped in between were delivered after all, so they
-    /// no longer count as lost.
+    /// returned `mark` reached the tool: removes those still queued.
     pub fn commit(&mut self, mark: PeekMark, delivered: usize) {
-        let end = mark.first.saturating_add(delivered as u64);
+        let end = mark.first.saturating_add(delivered.min(mark.ring) as u64);
         // Readers are serialized: since the peek, messages left the front
-        // only through forced pushes (or a new LOAD's `clear`, which loses
-        // nothing), from `first` on.
-        let gone_delivered = self.removed.min(end).saturating_sub(mark.first);
-        let forced_since = self.forced - mark.forced;
-        self.lost = self.lost.saturating_sub(gone_delivered.min(forced_since));
+        // only through a new LOAD's `clear`, from `first` on.
         while self.removed < end && self.len != 0 {
             self.pop_front();
         }
+        if delivered > mark.ring && mark.last == Some(self.last_seq) {
+            self.last.msg_type = 0;
+        }
     }
 
-    /// Empties the ring (a new LOAD).
+    /// Empties the queue (a new LOAD); the ring storage stays.
     pub fn clear(&mut self) {
         while self.len != 0 {
             self.pop_front();
         }
+        self.last.msg_type = 0;
+        self.last_seq = self.last_seq.wrapping_add(1);
     }
 
     /// Whether no message is queued.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len == 0 && self.last.msg_type == 0
     }
 
     /// Messages queued.
     pub fn len(&self) -> usize {
-        self.len
+        usize::from(self.len) + usize::from(self.last.msg_type != 0)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    type Queue = MsgQueue<Box<Ring>>;
+
+    fn queue() -> Queue {
+        let mut q = Queue::new();
+        assert!(q.set_ring(Box::new(Ring::new())).is_none());
+        q
+    }
 
     fn msg(tstamp: u64) -> PfmMsg {
         PfmMsg {
@@ -182,15 +257,24 @@ mod tests {
         }
     }
 
-    fn stamps(q: &MsgQueue) -> Vec<u64> {
-        let mut out = [PfmMsg::default(); MSG_QUEUE_DEPTH];
+    /// A final message (END).
+    fn fin(tstamp: u64) -> PfmMsg {
+        PfmMsg {
+            msg_type: crate::abi::PFM_MSG_END,
+            tstamp,
+            ..PfmMsg::default()
+        }
+    }
+
+    fn stamps(q: &Queue) -> Vec<u64> {
+        let mut out = [PfmMsg::default(); MSG_QUEUE_DEPTH + 1];
         let (n, _) = q.peek(&mut out);
         out[..n].iter().map(|m| m.tstamp).collect()
     }
 
     #[test]
     fn a_read_that_faults_removes_nothing() {
-        let mut q = MsgQueue::new();
+        let mut q = queue();
         for i in 0..5 {
             assert!(q.push(msg(i)));
         }
@@ -207,48 +291,78 @@ mod tests {
     }
 
     #[test]
-    fn forced_push_while_reading_is_not_lost_twice() {
-        let mut q = MsgQueue::new();
+    fn without_a_ring_only_the_final_message_is_kept() {
+        let mut q = Queue::new();
+        assert!(!q.push(msg(1)));
+        assert!(q.is_empty());
+        q.push_last(fin(1000));
+        assert_eq!(stamps(&q), [1000]);
+        let mut out = [PfmMsg::default(); 1];
+        let (n, mark) = q.peek(&mut out);
+        q.commit(mark, n);
+        assert!(q.is_empty());
+        // A second ring is handed back.
+        assert!(q.set_ring(Box::new(Ring::new())).is_none());
+        assert!(q.set_ring(Box::new(Ring::new())).is_some());
+    }
+
+    #[test]
+    fn the_final_message_comes_after_a_full_ring_and_displaces_nothing() {
+        let mut q = queue();
         for i in 0..MSG_QUEUE_DEPTH as u64 {
             assert!(q.push(msg(i)));
         }
         assert!(!q.push(msg(99)));
         let mut out = [PfmMsg::default(); 2];
-        let (n, first) = q.peek(&mut out);
+        let (n, mark) = q.peek(&mut out);
         assert_eq!(n, 2);
-        // END arrives on the full ring while the copy runs: message 0 goes.
-        q.push_forced(msg(1000));
-        assert_eq!(q.lost, 1);
-        // Both peeked messages reached the tool: 0 was delivered after all.
-        q.commit(first, 2);
+        // END arrives on the full ring while the copy runs.
+        q.push_last(fin(1000));
+        q.commit(mark, 2);
         assert_eq!(q.lost, 0);
         assert_eq!(stamps(&q), [2, 3, 4, 5, 6, 7, 1000]);
     }
 
     #[test]
-    fn forced_drop_beyond_what_was_delivered_stays_lost() {
-        let mut q = MsgQueue::new();
-        for i in 0..MSG_QUEUE_DEPTH as u64 {
-            assert!(q.push(msg(i)));
-        }
+    fn the_final_message_leaves_only_once_delivered() {
+        let mut q = queue();
+        assert!(q.push(msg(1)));
+        q.push_last(fin(1000));
+        let mut out = [PfmMsg::default(); 4];
+        // A fault: nothing delivered, both stay.
+        let (n, mark) = q.peek(&mut out);
+        assert_eq!(n, 2);
+        q.commit(mark, 0);
+        assert_eq!(stamps(&q), [1, 1000]);
+        // Only the overflow message reached the tool.
+        let (_, mark) = q.peek(&mut out);
+        q.commit(mark, 1);
+        assert_eq!(stamps(&q), [1000]);
+        let (n, mark) = q.peek(&mut out);
+        q.commit(mark, n);
+        assert!(q.is_empty());
+        assert_eq!(q.lost, 0);
+    }
+
+    #[test]
+    fn a_final_message_set_while_reading_is_not_taken_for_the_old_one() {
+        let mut q = queue();
+        q.push_last(fin(1000));
         let mut out = [PfmMsg::default(); 1];
-        let (_, first) = q.peek(&mut out);
-        q.push_forced(msg(1000));
-        q.push_forced(msg(1001));
-        // Message 0 was delivered, message 1 was not: one lost.
-        q.commit(first, 1);
+        let (n, mark) = q.peek(&mut out);
+        // A new LOAD, and its END, while the copy of the old END runs.
+        q.clear();
+        q.push_last(fin(2000));
+        q.commit(mark, n);
+        assert_eq!(stamps(&q), [2000]);
+        // Replaced unread: counted.
+        q.push_last(fin(3000));
         assert_eq!(q.lost, 1);
-        assert_eq!(stamps(&q), [2, 3, 4, 5, 6, 7, 1000, 1001]);
-        // A fault after the drops: nothing delivered, the loss stands.
-        let (_, first) = q.peek(&mut out);
-        q.push_forced(msg(1002));
-        q.commit(first, 0);
-        assert_eq!(q.lost, 2);
     }
 
     #[test]
     fn a_load_while_reading_loses_nothing_more() {
-        let mut q = MsgQueue::new();
+        let mut q = queue();
         for i in 0..4 {
             assert!(q.push(msg(i)));
         }
@@ -263,7 +377,7 @@ mod tests {
 
     #[test]
     fn wraps_around_the_ring() {
-        let mut q = MsgQueue::new();
+        let mut q = queue();
         let mut out = [PfmMsg::default(); 3];
         for round in 0..10u64 {
             for i in 0..3 {

@@ -204,8 +204,9 @@ impl Context {
         const MSG: usize = core::mem::size_of::<abi::PfmMsg>();
         // One reader between peek and commit, so no message reaches two.
         let _reading = self.mailbox.reader.lock();
-        let mut batch = [abi::PfmMsg::default(); MSG_QUEUE_DEPTH];
-        let room = (out.len() / MSG).min(MSG_QUEUE_DEPTH);
+        // The ring's messages and the final one.
+        let mut batch = [abi::PfmMsg::default(); MSG_QUEUE_DEPTH + 1];
+        let room = (out.len() / MSG).min(batch.len());
         let (n, mark) = self.inner.lock().msgs.peek(&mut batch[..room]);
         if n == 0 {
             return None;

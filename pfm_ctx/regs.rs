@@ -10,6 +10,7 @@ use kernel::uaccess::UserSlice;
 use super::{Context, CtxInner};
 use crate::abi;
 use crate::globals;
+use crate::pfm_msgq::Ring;
 use crate::pfm_state::Op;
 
 /// Whether PMD `reg` exists in the bitmap `implemented`.
@@ -63,13 +64,14 @@ impl Context {
     /// `writes_state`: the call changes the context, so the array is written
     /// back (`reg_flags` output bits cleared) before `apply`: a buffer that
     /// cannot be written fails with `EFAULT` before anything is applied.
-    fn reg_array_call<T: RegElem, R>(
+    fn reg_array_call<T: RegElem, P, R>(
         &self,
         arg: &mut abi::PfmRegsArg,
         regs: UserSlice,
         writes_state: bool,
         check: impl Fn(&T) -> u32,
-        apply: impl FnMut(&mut CtxInner, u64, &mut [T]) -> Result<R>,
+        prepare: impl FnOnce(&[T]) -> Result<P>,
+        apply: impl FnMut(&mut CtxInner, u64, &mut [T], &mut P) -> Result<R>,
     ) -> Result<R> {
         let n = arg.count as usize;
         let mut stack = [T::default(); ON_STACK];
@@ -82,18 +84,21 @@ impl Context {
         };
         let (mut reader, mut writer) = regs.reader_writer();
         reader.read_slice(as_bytes_mut(elems))?;
-        self.judge_and_apply(arg, elems, &mut writer, writes_state, check, apply)
+        self.judge_and_apply(arg, elems, &mut writer, writes_state, check, prepare, apply)
     }
 
-    /// The rest of [`Context::reg_array_call`], on elements read.
-    fn judge_and_apply<T: RegElem, R>(
+    /// The rest of [`Context::reg_array_call`], on elements read: judged,
+    /// then `prepare`d outside the lock (what may sleep: allocations),
+    /// then applied.
+    fn judge_and_apply<T: RegElem, P, R>(
         &self,
         arg: &mut abi::PfmRegsArg,
         elems: &mut [T],
         writer: &mut kernel::uaccess::UserSliceWriter,
         writes_state: bool,
         check: impl Fn(&T) -> u32,
-        mut apply: impl FnMut(&mut CtxInner, u64, &mut [T]) -> Result<R>,
+        prepare: impl FnOnce(&[T]) -> Result<P>,
+        mut apply: impl FnMut(&mut CtxInner, u64, &mut [T], &mut P) -> Result<R>,
     ) -> Result<R> {
         if let Some(bad) = elems.iter().position(|e| check(e) != 0) {
             arg.done = bad as u32;
@@ -110,7 +115,8 @@ impl Context {
         if writes_state {
             writer.write_slice(as_bytes(elems))?;
         }
-        let out = self.with_live(|inner, now| apply(inner, now, &mut *elems))?;
+        let mut prepared = prepare(elems)?;
+        let out = self.with_live(|inner, now| apply(inner, now, &mut *elems, &mut prepared))?;
         if !writes_state {
             writer.write_slice(as_bytes(elems))?;
         }
@@ -133,7 +139,7 @@ impl Context {
                     .unwrap_or(0)
             }
         };
-        let apply = |inner: &mut CtxInner, _, pmcs: &mut [abi::PfmPmc]| {
+        let apply = |inner: &mut CtxInner, _, pmcs: &mut [abi::PfmPmc], _: &mut ()| {
             inner.transition(Op::WriteRegs)?;
             // Checked above: every value is valid.
             let values = pmcs.iter().filter_map(|p| {
@@ -145,7 +151,7 @@ impl Context {
             inner.counters.write_pmcs(pmu, values);
             Ok(())
         };
-        self.reg_array_call(arg, regs, true, check, apply)
+        self.reg_array_call(arg, regs, true, check, |_| Ok(()), apply)
     }
 
     /// `PFM_IOC_WRITE_PMDS`.
@@ -166,24 +172,50 @@ impl Context {
                 0
             }
         };
-        let apply = |inner: &mut CtxInner, _, pmds: &mut [abi::PfmPmd]| {
-            inner.transition(Op::WriteRegs)?;
-            let table = inner.counters.pmds_mut();
-            for p in pmds.iter() {
-                // Checked above: implemented, so within the table.
-                let Some(pmd) = table.get_mut(p.reg_num as usize) else {
-                    continue;
-                };
-                pmd.write(p.reg_value, width);
-                pmd.short_reset = p.reg_short_reset;
-                pmd.long_reset = p.reg_long_reset;
-                pmd.flags = p.reg_flags & abi::PFM_REGFL_PMD_MASK;
-                pmd.reset_pmds = p.reg_reset_pmds;
-                inner.used_pmds |= 1 << p.reg_num;
+        // The first PMD that asks for notification brings the message
+        // ring, allocated before the lock is taken.
+        let prepare = |pmds: &[abi::PfmPmd]| -> Result<Option<KBox<Ring>>> {
+            let asks = pmds
+                .iter()
+                .any(|p| p.reg_flags & abi::PFM_REGFL_OVFL_NOTIFY != 0);
+            if asks && !self.inner.lock().msgs.has_ring() {
+                return Ok(Some(KBox::new(Ring::new(), GFP_KERNEL_ACCOUNT)?));
             }
-            Ok(())
+            Ok(None)
         };
-        self.reg_array_call(arg, regs, true, check, apply)
+        let apply =
+            |inner: &mut CtxInner, _, pmds: &mut [abi::PfmPmd], ring: &mut Option<KBox<Ring>>| {
+                inner.transition(Op::WriteRegs)?;
+                if pmds
+                    .iter()
+                    .any(|p| p.reg_flags & abi::PFM_REGFL_OVFL_NOTIFY != 0)
+                {
+                    if let Some(r) = ring.take() {
+                        // One that another WRITE_PMDS installed first wins.
+                        drop(inner.msgs.set_ring(r));
+                    }
+                    if !inner.msgs.has_ring() {
+                        // Installed and lost in between: cannot happen (the
+                        // ring stays), but never count without storage.
+                        return Err(ENOMEM);
+                    }
+                }
+                let table = inner.counters.pmds_mut();
+                for p in pmds.iter() {
+                    // Checked above: implemented, so within the table.
+                    let Some(pmd) = table.get_mut(p.reg_num as usize) else {
+                        continue;
+                    };
+                    pmd.write(p.reg_value, width);
+                    pmd.short_reset = p.reg_short_reset;
+                    pmd.long_reset = p.reg_long_reset;
+                    pmd.flags = p.reg_flags & abi::PFM_REGFL_PMD_MASK;
+                    pmd.reset_pmds = p.reg_reset_pmds;
+                    inner.used_pmds |= 1 << p.reg_num;
+                }
+                Ok(())
+            };
+        self.reg_array_call(arg, regs, true, check, prepare, apply)
     }
 
     /// `PFM_IOC_READ_PMDS`.
@@ -200,7 +232,7 @@ impl Context {
                 0
             }
         };
-        let apply = |inner: &mut CtxInner, now, pmds: &mut [abi::PfmPmd]| {
+        let apply = |inner: &mut CtxInner, now, pmds: &mut [abi::PfmPmd], _: &mut ()| {
             inner.transition(Op::Read)?;
             let table = inner.counters.pmds();
             for p in pmds.iter_mut() {
@@ -216,7 +248,7 @@ impl Context {
             }
             Ok((inner.time_enabled(now), inner.time_running))
         };
-        let (enabled, running) = self.reg_array_call(arg, regs, false, check, apply)?;
+        let (enabled, running) = self.reg_array_call(arg, regs, false, check, |_| Ok(()), apply)?;
         arg.time_enabled = enabled;
         arg.time_running = running;
         Ok(())

@@ -120,7 +120,7 @@ mod ffi {
 
     /// Storage for a `struct irq_work`; `shim.c` asserts that it fits.
     #[repr(C, align(8))]
-    pub(crate) struct IrqWorkRaw(pub(crate) [u8; 64]);
+    pub(crate) struct IrqWorkRaw(pub(crate) [u8; 32]);
 }
 
 /// `/dev/perfmon`, registered (`misc_register`) until dropped.

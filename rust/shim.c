@@ -50,7 +50,7 @@ static_assert(sizeof(struct pfm_msg) == 64);
 static_assert(sizeof(struct pfm_values) == 48);
 
 /* Rust keeps a struct irq_work in opaque storage of this size (rust/mod.rs). */
-static_assert(sizeof(struct irq_work) <= 64 && __alignof__(struct irq_work) <= 8);
+static_assert(sizeof(struct irq_work) <= 32 && __alignof__(struct irq_work) <= 8);
 
 /* Module parameters (Rust modules cannot declare them in 6.12). */
 static char *pmu = "auto";
