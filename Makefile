@@ -70,6 +70,7 @@ initramfs: module guest
 
 # vm.sh removes check-latest.log before booting, so check-log.sh never judges a stale log.
 check: deps host-test kernel module guest initramfs
+	@scripts/check-layers.sh
 	@scripts/vm.sh $(VARIANT) check; \
 	 scripts/check-log.sh --host $(LOGS)/host-test.log $(LOGS)/check-latest.log
 
