@@ -183,6 +183,18 @@ struct Watch {
     cred_seen: AtomicPtr<bindings::cred>,
 }
 
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let cred = self.cred_seen.load(Ordering::Relaxed);
+        if !cred.is_null() {
+            // SAFETY: The reference `cred_seen` holds; an attachment is
+            // dropped in process context (the reaper, or a file operation),
+            // and a watch that never became one where it was made (LOAD).
+            unsafe { glue::put_cred(cred) };
+        }
+    }
+}
+
 /// One context attached to one thread.
 ///
 /// # Invariants
@@ -474,14 +486,7 @@ impl<M: Monitor> PinnedDrop for Attachment<M> {
         // The counters left every PMU before the attachment could go.
         globals().pmu.hw_unclaim(&self.hw_claim);
         globals().attached.fetch_sub(1, Ordering::Relaxed);
-        if let Some(watch) = &self.watch {
-            let cred = watch.cred_seen.load(Ordering::Relaxed);
-            if !cred.is_null() {
-                // SAFETY: The reference `cred_seen` held; the last drop
-                // runs in process context (the reaper, or a file operation).
-                unsafe { glue::put_cred(cred) };
-            }
-        }
+        // The watched credentials are put by `Watch`'s drop.
     }
 }
 
