@@ -40,7 +40,7 @@ pub mod pfm_x86;
 mod rust;
 
 use pfm_ctx::Context;
-use pfm_ctxsw::ReapQueue;
+use pfm_ctxsw::{Attachment, ReapQueue};
 use rust::{new_irq_spinlock, IrqSpinLock};
 
 module! {
@@ -112,7 +112,7 @@ pub(crate) struct Globals {
     /// Where attachments are finally freed (set by [`ReapQueueInstalled`]).
     reap_queue: AtomicPtr<bindings::workqueue_struct>,
     /// The overflow vectors.
-    pub(crate) intr: pfm_intr::Vectors,
+    pub(crate) intr: pfm_intr::Vectors<Attachment>,
 }
 
 // SAFETY: `reap_queue` is a workqueue, usable from any thread; the rest is
@@ -202,12 +202,11 @@ impl Drop for ReapQueueInstalled {
 }
 
 /// The overflow vectors on every CPU (cpuhp state) until dropped.
-struct VectorsStarted(());
+struct VectorsStarted(Option<pfm_intr::VectorsOnline<Attachment>>);
 
 impl VectorsStarted {
     fn new() -> Result<Self> {
-        globals().intr.start()?;
-        Ok(Self(()))
+        Ok(Self(Some(globals().intr.start()?)))
     }
 }
 
@@ -218,8 +217,23 @@ impl Drop for VectorsStarted {
         // (The claim is taken by the first LOAD, through the vectors.)
         let g = globals();
         g.pmu.quiesce_all();
-        g.intr.stop();
+        drop(self.0.take());
         g.pmu.unclaim();
+    }
+}
+
+/// The vectors deliver to the attachment, and find the owner of a CPU's
+/// PMU in the PMU layer: the crate root is the one place that knows all
+/// three.
+impl pfm_intr::Wiring for Attachment {
+    fn vectors() -> &'static pfm_intr::Vectors<Self> {
+        &globals().intr
+    }
+    fn pmu_owner_here() -> *const Self {
+        globals().pmu.owner_here().cast()
+    }
+    fn cpu_online(cpu: u32) {
+        globals().pmu.cpu_online(cpu);
     }
 }
 

@@ -169,7 +169,7 @@ impl CtxInner {
         // The attachment holds a claim: the PMI must reach the vector.
         g.intr.own_lvtpc_here();
         let min_arm = self.throttle.min_arm();
-        let lazy = self.hw_resume.take() == Some((cpu, g.intr.hw_generation()));
+        let lazy = self.hw_resume.take() == Some((cpu, g.pmu.generation_here()));
         let resumed = if lazy {
             self.hw_regs(model, min_arm).resume(&mut g.pmu.bus())
         } else {
@@ -182,12 +182,12 @@ impl CtxInner {
             }
             None => {
                 g.pmu.full_restores.fetch_add(1, Ordering::Relaxed);
-                g.intr.bump_hw_generation();
+                g.pmu.bump_generation_here();
                 self.hw_regs(model, min_arm).install(&mut g.pmu.bus(), true)
             }
         };
         g.pmu.note(&out);
-        g.intr.set_hw_owner(owner);
+        g.pmu.set_owner_here(owner.cast());
         self.hw_cpu = Some(cpu);
     }
 
@@ -204,11 +204,11 @@ impl CtxInner {
         let min_arm = self.throttle.min_arm();
         let out = self.hw_regs(model, min_arm).stop(&mut g.pmu.bus(), false);
         g.pmu.note(&out);
-        g.intr.set_hw_owner(core::ptr::null());
+        g.pmu.set_owner_here(core::ptr::null());
         // A counter that wrapped is no longer armed: the next switch-in
         // must write everything again.
         self.hw_resume = (out.wrapped == 0 && out.overflowed == 0 && out.fault.is_none())
-            .then(|| (glue::this_cpu(), g.intr.hw_generation()));
+            .then(|| (glue::this_cpu(), g.pmu.generation_here()));
         self.hw_cpu = None;
         if out.overflowed != 0 {
             self.overflowed(out.overflowed);

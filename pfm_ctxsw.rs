@@ -225,12 +225,12 @@ impl Attachment {
         let g = globals();
         // Cheap checks first: the soft model, or another owner (a re-check
         // under the lock makes it exact).
-        if g.pmu.hw.is_none() || !g.intr.is_hw_owner(self) {
+        if g.pmu.hw.is_none() || !g.pmu.is_owner_here(core::ptr::from_ref(self).cast()) {
             return;
         }
         let mut inner = self.ctx.inner.lock();
         // Under the lock (IRQs off): the owner of this CPU cannot change.
-        if g.intr.is_hw_owner(self) {
+        if g.pmu.is_owner_here(core::ptr::from_ref(self).cast()) {
             inner.hw_uninstall();
         }
     }
@@ -482,6 +482,20 @@ pub(crate) fn release(att: Arc<Attachment>) {
     }
 }
 
+/// What the overflow vectors deliver to: forwarders to the methods above.
+impl crate::pfm_intr::OverflowSink for Attachment {
+    unsafe fn hw_pmi(owner: *const Self) {
+        // SAFETY: The caller's contract: `owner` is alive.
+        unsafe { &*owner }.hw_pmi();
+    }
+    fn overflow_interrupt(this: &Arc<Self>) {
+        this.overflow_interrupt();
+    }
+    fn release(this: Arc<Self>) {
+        release(this);
+    }
+}
+
 /// Drops `att` here, in a file operation of this module: the open file
 /// holds a module reference (the file operations' owner) until the VFS has
 /// returned from the operation, we run in process context with no lock
@@ -596,7 +610,7 @@ unsafe extern "C" fn sched_out(
         if wanted && att.live.load(Ordering::Relaxed) {
             // Takes the hardware counters off the PMU too.
             inner.sched_out(cpu, dead);
-        } else if globals().intr.is_hw_owner(att) {
+        } else if globals().pmu.is_owner_here(core::ptr::from_ref(att).cast()) {
             inner.hw_uninstall();
         }
         if dead {

@@ -12,6 +12,14 @@ use kernel::prelude::*;
 use kernel::sync::lock::{Backend, Lock};
 use kernel::types::Opaque;
 
+pub(crate) mod cpu;
+pub(crate) mod hrtimer;
+pub(crate) mod irq;
+
+pub(crate) use cpu::on_each_cpu;
+pub(crate) use hrtimer::PeriodicTimer;
+pub(crate) use irq::{apic_read_lvtpc, apic_write_lvtpc, send_ipi_self};
+
 mod ffi {
     use super::*;
 
@@ -68,17 +76,9 @@ mod ffi {
         pub(crate) fn pfm_task_exec_start(task: *mut bindings::task_struct) -> u64;
         pub(crate) static pfm_c_layout: [core::ffi::c_ulong; 0];
         pub(crate) static pfm_c_layout_len: core::ffi::c_ulong;
-        pub(crate) fn pfm_irq_alloc_on_cpu(cpu: c_uint) -> c_int;
-        pub(crate) fn pfm_irq_set_edge_handler(irq: c_uint);
-        pub(crate) fn pfm_irq_vector(irq: c_uint) -> c_uint;
-        pub(crate) fn pfm_irq_dispose(irq: c_uint);
-        pub(crate) fn pfm_apic_read_lvtpc() -> u32;
-        pub(crate) fn pfm_apic_write_lvtpc(value: u32);
-        pub(crate) fn pfm_send_ipi_self(vector: c_uint);
         pub(crate) fn pfm_rdmsr_safe(msr: u32, value: *mut u64) -> c_int;
         pub(crate) fn pfm_wrmsr_safe(msr: u32, value: u64) -> c_int;
         pub(crate) fn pfm_perfmon_capable() -> bool;
-        pub(crate) fn pfm_on_each_cpu(func: unsafe extern "C" fn(*mut c_void), info: *mut c_void);
         pub(crate) fn pfm_irqs_disabled() -> bool;
         pub(crate) fn pfm_local_irq_save() -> c_ulong;
         pub(crate) fn pfm_local_irq_restore(flags: c_ulong);
@@ -667,60 +667,6 @@ pub(crate) fn current_user_ip() -> u64 {
     unsafe { ffi::pfm_user_ip(bindings::get_current()) as u64 }
 }
 
-/// Allocates one IRQ of the x86 vector domain bound to `cpu`: the IRQ
-/// number, or a negative errno.
-///
-/// # Safety
-///
-/// `cpu` must be online; may sleep.
-pub(crate) unsafe fn irq_alloc_on_cpu(cpu: c_uint) -> c_int {
-    // SAFETY: Forwarded from the caller's guarantees.
-    unsafe { ffi::pfm_irq_alloc_on_cpu(cpu) }
-}
-
-/// Gives `irq` the edge flow handler (the vector domain sets none).
-///
-/// # Safety
-///
-/// `irq` must have been allocated by [`irq_alloc_on_cpu`].
-pub(crate) unsafe fn irq_set_edge_handler(irq: c_uint) {
-    // SAFETY: Forwarded from the caller's guarantees.
-    unsafe { ffi::pfm_irq_set_edge_handler(irq) }
-}
-
-/// The vector `irq` was assigned.
-///
-/// # Safety
-///
-/// `irq` must have been allocated by [`irq_alloc_on_cpu`].
-pub(crate) unsafe fn irq_vector(irq: c_uint) -> u32 {
-    // SAFETY: Forwarded from the caller's guarantees.
-    unsafe { ffi::pfm_irq_vector(irq) }
-}
-
-/// Frees an IRQ from [`irq_alloc_on_cpu`] (`irq_dispose_mapping`).
-///
-/// # Safety
-///
-/// `irq` must not be requested any more.
-pub(crate) unsafe fn irq_dispose(irq: c_uint) {
-    // SAFETY: Forwarded from the caller's guarantees.
-    unsafe { ffi::pfm_irq_dispose(irq) }
-}
-
-/// This CPU's LVTPC register.
-pub(crate) fn apic_read_lvtpc() -> u32 {
-    // SAFETY: Reads the local APIC of this CPU.
-    unsafe { ffi::pfm_apic_read_lvtpc() }
-}
-
-/// Writes this CPU's LVTPC register.
-pub(crate) fn apic_write_lvtpc(value: u32) {
-    // SAFETY: Writes the local APIC of this CPU; callers pass a vector of
-    // ours or the value saved before.
-    unsafe { ffi::pfm_apic_write_lvtpc(value) }
-}
-
 /// `rdmsrl_safe`: reads an MSR of this CPU; `None` if the access faulted.
 ///
 /// # Safety
@@ -753,18 +699,6 @@ pub(crate) unsafe fn wrmsr_safe(msr: u32, value: u64) -> bool {
 pub(crate) fn perfmon_capable() -> bool {
     // SAFETY: Reads the current task's credentials.
     unsafe { ffi::pfm_perfmon_capable() }
-}
-
-/// Runs `func(info)` on every online CPU and waits (process context, no
-/// spinlock held).
-///
-/// # Safety
-///
-/// `func` must be safe to call in hard-IRQ context with `info`, which must
-/// stay valid until this returns.
-pub(crate) unsafe fn on_each_cpu(func: unsafe extern "C" fn(*mut c_void), info: *mut c_void) {
-    // SAFETY: The caller's guarantees.
-    unsafe { ffi::pfm_on_each_cpu(func, info) }
 }
 
 /// `irqs_disabled()`: interrupts are off on this CPU.
@@ -810,12 +744,6 @@ pub(crate) fn release_counter(ctr: u32, evtsel: u32) {
         ffi::release_evntsel_nmi(evtsel);
         ffi::release_perfctr_nmi(ctr);
     }
-}
-
-/// Sends `vector` to this CPU.
-pub(crate) fn send_ipi_self(vector: u32) {
-    // SAFETY: `vector` is one of ours, with a handler installed.
-    unsafe { ffi::pfm_send_ipi_self(vector) }
 }
 
 /// Registers a `poll_table` entry for `queue` (the static inline `poll_wait`).
