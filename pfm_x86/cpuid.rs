@@ -36,11 +36,11 @@ pub(crate) fn read_probe_cpuid() -> ProbeCpuid {
     if driver::vendor_is(&vendor, b"GenuineIntel") && vendor.eax >= 0xa {
         p.leaf_0xa = cpuid(0xa);
         if leaf1_ecx & CPUID_1_ECX_PDCM != 0 {
+            let msr = intel_arch::MSR_IA32_PERF_CAPABILITIES;
             // SAFETY: CPUID.01H:ECX.PDCM announces IA32_PERF_CAPABILITIES,
             // a read-only MSR.
-            p.perf_capabilities =
-                unsafe { crate::rust::rdmsr_safe(intel_arch::MSR_IA32_PERF_CAPABILITIES) }
-                    .unwrap_or(0);
+            let caps = unsafe { crate::rust::rdmsr_safe(msr) };
+            p.perf_capabilities = caps.unwrap_or(0);
         }
     }
     if driver::vendor_is(&vendor, b"AuthenticAMD") {
