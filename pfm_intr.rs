@@ -189,13 +189,8 @@ pub(crate) struct Vectors<S: OverflowSink> {
 impl<S: OverflowSink> Vectors<S> {
     /// One slot per possible CPU; no IRQ yet (see [`Vectors::start`]).
     pub(crate) fn new(program_lvtpc: bool) -> Result<Self> {
-        let n = glue::cpu::nr_cpu_ids();
-        let mut cpus = KVec::with_capacity(n, GFP_KERNEL)?;
-        for _ in 0..n {
-            cpus.push(CpuVector::new(), GFP_KERNEL)?;
-        }
         Ok(Self {
-            cpus,
+            cpus: glue::cpu::per_cpu_vec(CpuVector::new)?,
             lvtpc_wanted: program_lvtpc,
         })
     }

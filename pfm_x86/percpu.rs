@@ -31,15 +31,10 @@ pub(crate) struct CpuPmus(KVec<CpuPmu>);
 impl CpuPmus {
     /// One entry per possible CPU: no owner, generation 0.
     pub(crate) fn new() -> Result<Self> {
-        let n = glue::cpu::nr_cpu_ids();
-        let mut cpus = KVec::with_capacity(n, GFP_KERNEL)?;
-        for _ in 0..n {
-            let c = CpuPmu {
-                owner: AtomicPtr::new(core::ptr::null_mut()),
-                generation: AtomicU64::new(0),
-            };
-            cpus.push(c, GFP_KERNEL)?;
-        }
+        let cpus = glue::cpu::per_cpu_vec(|| CpuPmu {
+            owner: AtomicPtr::new(core::ptr::null_mut()),
+            generation: AtomicU64::new(0),
+        })?;
         Ok(Self(cpus))
     }
 

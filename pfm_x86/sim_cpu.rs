@@ -136,19 +136,13 @@ pub(crate) struct SimCpus(KVec<SimCpu>);
 impl SimCpus {
     /// One simulated PMU per possible CPU, ticks not started.
     pub(crate) fn new() -> Result<Self> {
-        let n = glue::cpu::nr_cpu_ids();
-        let mut cpus = KVec::with_capacity(n, GFP_KERNEL)?;
-        for _ in 0..n {
-            let state = SimState {
+        let cpus = glue::cpu::per_cpu_vec(|| SimCpu {
+            state: UnsafeCell::new(SimState {
                 sim: IntelSim::new(SIM_CFG),
                 last_ns: 0,
-            };
-            let cpu = SimCpu {
-                state: UnsafeCell::new(state),
-                tick: PeriodicTimer::new(SIM_TICK_NS, sim_tick),
-            };
-            cpus.push(cpu, GFP_KERNEL)?;
-        }
+            }),
+            tick: PeriodicTimer::new(SIM_TICK_NS, sim_tick),
+        })?;
         Ok(Self(cpus))
     }
 

@@ -143,3 +143,15 @@ pub(crate) fn nr_cpu_ids() -> usize {
     // SAFETY: `nr_cpu_ids` is set at boot and constant afterwards.
     unsafe { bindings::nr_cpu_ids as usize }
 }
+
+/// One `make()` per possible CPU, indexed by CPU number: the module's
+/// per-CPU tables (allocated once at load, never resized, so their entries
+/// do not move).
+pub(crate) fn per_cpu_vec<T>(mut make: impl FnMut() -> T) -> Result<KVec<T>> {
+    let n = nr_cpu_ids();
+    let mut v = KVec::with_capacity(n, GFP_KERNEL)?;
+    for _ in 0..n {
+        v.push(make(), GFP_KERNEL)?;
+    }
+    Ok(v)
+}
