@@ -89,6 +89,11 @@ unsafe fn file_context<'a>(file: *mut bindings::file) -> kernel::sync::ArcBorrow
     unsafe { <Arc<Context> as ForeignOwnable>::borrow((*file).private_data) }
 }
 
+/// `open`: a new context for the file.
+///
+/// # Safety
+///
+/// Called by the VFS with a `/dev/perfmon` file being opened.
 unsafe extern "C" fn fop_open(_inode: *mut bindings::inode, file: *mut bindings::file) -> c_int {
     if let Err(e) = pfm_ctxsw::may_open() {
         return e.to_errno();
@@ -103,6 +108,11 @@ unsafe extern "C" fn fop_open(_inode: *mut bindings::inode, file: *mut bindings:
     }
 }
 
+/// `release`.
+///
+/// # Safety
+///
+/// Called by the VFS with an open `/dev/perfmon` file (`file_context`).
 unsafe extern "C" fn fop_release(_inode: *mut bindings::inode, file: *mut bindings::file) -> c_int {
     // SAFETY: The last file operation: take back the reference from `fop_open`.
     let ctx = unsafe { <Arc<Context> as ForeignOwnable>::from_foreign((*file).private_data) };
@@ -110,6 +120,11 @@ unsafe extern "C" fn fop_release(_inode: *mut bindings::inode, file: *mut bindin
     0
 }
 
+/// `read`.
+///
+/// # Safety
+///
+/// Called by the VFS with an open `/dev/perfmon` file (`file_context`).
 unsafe extern "C" fn fop_read(
     file: *mut bindings::file,
     buf: *mut c_char,
@@ -126,6 +141,11 @@ unsafe extern "C" fn fop_read(
     }
 }
 
+/// `poll`.
+///
+/// # Safety
+///
+/// Called by the VFS with an open `/dev/perfmon` file (`file_context`).
 unsafe extern "C" fn fop_poll(
     file: *mut bindings::file,
     table: *mut bindings::poll_table_struct,
@@ -136,12 +156,22 @@ unsafe extern "C" fn fop_poll(
     unsafe { ctx.poll(file, table) }
 }
 
+/// `fasync`.
+///
+/// # Safety
+///
+/// Called by the VFS with an open `/dev/perfmon` file (`file_context`).
 unsafe extern "C" fn fop_fasync(fd: c_int, file: *mut bindings::file, on: c_int) -> c_int {
     // SAFETY: `file` is an open /dev/perfmon file.
     let ctx = unsafe { file_context(file) };
     ctx.fasync(fd, file, on)
 }
 
+/// `unlocked_ioctl`.
+///
+/// # Safety
+///
+/// Called by the VFS with an open `/dev/perfmon` file (`file_context`).
 unsafe extern "C" fn fop_ioctl(file: *mut bindings::file, cmd: c_uint, arg: c_ulong) -> c_long {
     // SAFETY: `file` is an open /dev/perfmon file.
     let ctx = unsafe { file_context(file) };
@@ -155,6 +185,10 @@ unsafe extern "C" fn fop_ioctl(file: *mut bindings::file, cmd: c_uint, arg: c_ul
 /// The compat (32-bit caller) ioctl, as `compat_ptr_ioctl`: the argument
 /// is a 32-bit user pointer, converted with [`compat_ptr`], then the native
 /// handler runs (the ABI's structures have one layout for both).
+///
+/// # Safety
+///
+/// Called by the VFS with an open `/dev/perfmon` file (`file_context`).
 unsafe extern "C" fn fop_compat_ioctl(
     file: *mut bindings::file,
     cmd: c_uint,

@@ -100,6 +100,10 @@ impl FaultReport {
 }
 
 /// The irq_work of [`FaultReport`]: no lock of the scheduler is held here.
+///
+/// # Safety
+///
+/// `work` is the `work` field of a live [`FaultReport`].
 unsafe extern "C" fn report_fault(work: *mut IrqWork) {
     // SAFETY: `work` is the `work` field of a `FaultReport`, alive until
     // the `Pmu` that owns it is dropped, which waits for this callback.

@@ -30,6 +30,9 @@ mod ffi {
 // itself until it moves here.
 #[allow(dead_code)]
 pub(crate) fn call_on_cpu<F: FnMut() + Send>(cpu: i32, f: &mut F) -> Result {
+    /// # Safety
+    ///
+    /// `info` is a `&mut F` that nothing else uses during the call.
     unsafe extern "C" fn trampoline<F: FnMut() + Send>(info: *mut c_void) {
         // SAFETY: `info` is the `&mut F` of `call_on_cpu`, which waits for
         // this call to return (`wait = 1`) and has no other use of it meanwhile.
@@ -57,6 +60,9 @@ pub(crate) fn call_on_cpu<F: FnMut() + Send>(cpu: i32, f: &mut F) -> Result {
 /// call has returned. Process context without spinlocks held (it waits for
 /// the other CPUs). `Sync`: the CPUs run `f` at the same time.
 pub(crate) fn on_each_cpu<F: Fn() + Sync>(f: &F) {
+    /// # Safety
+    ///
+    /// `info` is a `&F`, alive for the call.
     unsafe extern "C" fn trampoline<F: Fn() + Sync>(info: *mut c_void) {
         // SAFETY: `info` is the `&F` of `on_each_cpu`, which waits for
         // every call to return; `F: Sync` allows the concurrent calls.
@@ -127,13 +133,13 @@ impl<H: Hotplug> Drop for CpuhpState<H> {
 }
 
 /// The C entry of [`Hotplug::online`].
-unsafe extern "C" fn online<H: Hotplug>(cpu: c_uint) -> c_int {
+extern "C" fn online<H: Hotplug>(cpu: c_uint) -> c_int {
     H::online(cpu);
     0
 }
 
 /// The C entry of [`Hotplug::offline`].
-unsafe extern "C" fn offline<H: Hotplug>(cpu: c_uint) -> c_int {
+extern "C" fn offline<H: Hotplug>(cpu: c_uint) -> c_int {
     H::offline(cpu);
     0
 }

@@ -89,6 +89,10 @@ impl Drop for PeriodicTimer {
 
 /// The C entry of every [`PeriodicTimer`]: the tick, then the next expiry
 /// one period later.
+///
+/// # Safety
+///
+/// `t` is the `timer` of a started [`PeriodicTimer`].
 unsafe extern "C" fn expired(t: *mut bindings::hrtimer) -> bindings::hrtimer_restart {
     // SAFETY: `t` is the `timer` field at offset 0 of a started
     // `PeriodicTimer` (type invariant), alive until it is cancelled, which

@@ -114,6 +114,10 @@ impl<H> Drop for CpuIrq<'_, H> {
 }
 
 /// The C entry of every [`CpuIrq`]: the one place interrupts come in.
+///
+/// # Safety
+///
+/// `cookie` is the `&H` a live [`CpuIrq`] was requested with.
 unsafe extern "C" fn handle_irq<H: Handler>(
     _irq: c_int,
     cookie: *mut c_void,
