@@ -404,7 +404,7 @@ impl Context {
     /// Runs `op` on the context where its thread's live counters are: on
     /// the target's CPU through an IPI if it runs elsewhere, here otherwise.
     /// `op` sees the counters advanced to the current time.
-    fn with_live<R>(&self, mut op: impl FnMut(&mut CtxInner, u64) -> R) -> R {
+    fn with_live<R: Send>(&self, mut op: impl FnMut(&mut CtxInner, u64) -> R + Send) -> R {
         // A thread that keeps migrating could make us chase it forever:
         // after a few tries, read what was saved at its last switch.
         for _ in 0..4 {

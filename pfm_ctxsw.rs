@@ -448,6 +448,20 @@ pub(crate) fn release<M: Monitor>(att: Arc<Attachment<M>>) {
     }
 }
 
+/// The overflow vectors deliver to the attachment.
+impl<M: Monitor> crate::pfm_intr::OverflowSink for Attachment<M> {
+    unsafe fn hw_pmi(owner: *const Self) {
+        // SAFETY: The caller's contract: `owner` is alive.
+        unsafe { &*owner }.hw_pmi();
+    }
+    fn overflow_interrupt(this: &Arc<Self>) {
+        this.overflow_interrupt();
+    }
+    fn release(this: Arc<Self>) {
+        release(this);
+    }
+}
+
 /// Drops `att` here, in a file operation of this module: the open file
 /// holds a module reference until the VFS has returned from the operation,
 /// we run in process context with no lock held and outside any scheduler

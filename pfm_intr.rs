@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Overflow interrupts on a dynamically allocated APIC vector.
+//! Overflow interrupts on a dynamically allocated APIC vector: the vectors,
+//! LVTPC and the interrupt entry, and nothing else.
 //!
 //! perfmon2 hard-coded `LOCAL_PERFMON_VECTOR 0xee`; the seed review asked for
 //! the vector allocator instead. At load, every online CPU (and every CPU that
@@ -14,28 +15,69 @@
 //! hardware context ends (`Pmu::hw_claim`).
 //!
 //! The soft PMU raises its overflows through the same vector with a
-//! self-IPI, so the whole path (interrupt, message, blocking) runs anywhere.
+//! self-IPI ([`raise`]), so the whole path (interrupt, message, blocking)
+//! runs anywhere.
+//!
+//! The vectors know neither the context nor the PMU layer: they deliver to
+//! an [`OverflowSink`] (the attachment), and the crate root wires them to
+//! the PMU layer's per-CPU owner ([`Wiring`]).
 
+use core::cell::UnsafeCell;
+use core::marker::PhantomData;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
-use kernel::bindings;
-use kernel::ffi::{c_int, c_uint, c_void};
 use kernel::prelude::*;
 use kernel::sync::Arc;
 
-use crate::globals;
-use crate::pfm_ctx::Context;
-use crate::pfm_ctxsw::release;
+use crate::rust::cpu::{CpuhpState, Hotplug};
+use crate::rust::irq::{CpuIrq, Handler, APIC_LVT_MASKED};
+use crate::rust::{self as glue};
 
-/// The attachment the vectors deliver to.
-type Attachment = crate::pfm_ctxsw::Attachment<Context>;
-use crate::rust as glue;
+/// What the overflow vectors deliver to.
+pub(crate) trait OverflowSink: Send + Sync + Sized + 'static {
+    /// A PMI on the CPU whose PMU holds `owner`'s counters (hard IRQ).
+    ///
+    /// # Safety
+    ///
+    /// `owner` is the PMU layer's owner of this CPU, read with interrupts
+    /// off: its holder clears it, on this CPU with interrupts off, before
+    /// it can go away, so it is alive for the call.
+    unsafe fn hw_pmi(owner: *const Self);
+
+    /// An overflow [`raise`]d on this CPU (hard IRQ, or the CPU-offline
+    /// callback for one raised just before the CPU went away).
+    fn overflow_interrupt(this: &Arc<Self>);
+
+    /// Drops the reference [`raise`] took, after `overflow_interrupt`.
+    fn release(this: Arc<Self>);
+}
+
+/// How the vectors' entries (the interrupt, the hotplug callbacks,
+/// [`raise`]) reach what they serve: implemented by the crate root, the one
+/// place that knows the vectors, the PMU layer and the sink together.
+pub(crate) trait Wiring: OverflowSink {
+    /// The vectors that deliver to `Self`.
+    fn vectors() -> &'static Vectors<Self>;
+
+    /// Whose counters are on this CPU's PMU, or null (interrupts off).
+    fn pmu_owner_here() -> *const Self;
+
+    /// `cpu` came online: the PMU layer's hook (its registers may be lost).
+    fn cpu_online(cpu: u32);
+}
 
 /// One CPU's overflow vector.
-pub(crate) struct CpuVector {
-    /// Linux IRQ number, 0 when the CPU has none (offline or allocation failed).
-    irq: AtomicU32,
-    /// The vector the IRQ got on this CPU.
+///
+/// # Invariants
+///
+/// `irq` is only accessed by the hotplug callbacks of the slot's CPU
+/// ([`Vectors::cpu_online`], [`Vectors::cpu_offline`]), which the hotplug
+/// core runs one at a time.
+pub(crate) struct CpuVector<S: OverflowSink> {
+    /// The IRQ while the CPU is online (freed when taken out and dropped).
+    irq: UnsafeCell<Option<CpuIrq<'static, CpuVector<S>>>>,
+    /// The vector the IRQ got on this CPU, 0 when the CPU has none
+    /// (offline, or the allocation failed).
     vector: AtomicU32,
     /// LVTPC before we programmed it.
     saved_lvtpc: AtomicU32,
@@ -43,92 +85,114 @@ pub(crate) struct CpuVector {
     lvtpc_ours: AtomicBool,
     /// Interrupts taken.
     count: AtomicU64,
-    /// The attachment whose overflow is being signalled (one `Arc` reference).
-    pending: AtomicPtr<Attachment>,
-    /// The attachment whose context is on this CPU's hardware PMU, or null.
-    /// Not a counted reference: set and cleared on this CPU with interrupts
-    /// off, and cleared before the attachment can go (see `pfm_ctx`).
-    hw_owner: AtomicPtr<Attachment>,
-    /// Bumped by every context that writes its registers into this CPU's
-    /// PMU: a context whose registers are still there may skip the restore.
-    hw_generation: AtomicU64,
+    /// The sink whose overflow is being signalled (one `Arc` reference).
+    pending: AtomicPtr<S>,
 }
 
-impl CpuVector {
+// SAFETY: `irq` is accessed by one thread at a time (type invariant); the
+// rest is atomics, and `pending` holds an `Arc<S>` with `S: Send + Sync`.
+unsafe impl<S: OverflowSink> Sync for CpuVector<S> {}
+// SAFETY: See `Sync`.
+unsafe impl<S: OverflowSink> Send for CpuVector<S> {}
+
+impl<S: OverflowSink> CpuVector<S> {
     const fn new() -> Self {
         Self {
-            irq: AtomicU32::new(0),
+            irq: UnsafeCell::new(None),
             vector: AtomicU32::new(0),
             saved_lvtpc: AtomicU32::new(0),
             lvtpc_ours: AtomicBool::new(false),
             count: AtomicU64::new(0),
             pending: AtomicPtr::new(core::ptr::null_mut()),
-            hw_owner: AtomicPtr::new(core::ptr::null_mut()),
-            hw_generation: AtomicU64::new(0),
+        }
+    }
+
+    /// Delivers the overflow [`raise`] left here, if any.
+    fn deliver_pending(&self) {
+        let pending = self.pending.swap(core::ptr::null_mut(), Ordering::AcqRel);
+        if pending.is_null() {
+            return;
+        }
+        // SAFETY: `raise` stored an `Arc::into_raw` reference, which the
+        // swap above made ours.
+        let sink = unsafe { Arc::from_raw(pending) };
+        S::overflow_interrupt(&sink);
+        S::release(sink);
+    }
+
+    /// Points this CPU's LVTPC at the vector, once (interrupts off: an IPI
+    /// callback, or the hotplug callback with interrupts disabled around it).
+    fn take_lvtpc(&self) {
+        let vector = self.vector.load(Ordering::Relaxed);
+        if vector == 0 || self.lvtpc_ours.load(Ordering::Relaxed) {
+            return;
+        }
+        self.saved_lvtpc
+            .store(glue::apic_read_lvtpc(), Ordering::Relaxed);
+        glue::apic_write_lvtpc(vector);
+        self.lvtpc_ours.store(true, Ordering::Relaxed);
+    }
+
+    /// Restores this CPU's LVTPC if it points at our vector (interrupts
+    /// off, or the CPU going offline).
+    fn give_back_lvtpc(&self) {
+        if self.lvtpc_ours.swap(false, Ordering::Relaxed) {
+            glue::apic_write_lvtpc(self.saved_lvtpc.load(Ordering::Relaxed));
         }
     }
 }
 
-/// The vectors of every possible CPU and the cpuhp state that manages them.
-pub(crate) struct Vectors {
-    cpus: KVec<CpuVector>,
-    cpuhp_state: AtomicU32,
+/// The interrupt entry: the vector's IRQ on its CPU.
+impl<S: Wiring> Handler for CpuVector<S> {
+    fn handle(&self) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        if self.lvtpc_ours.load(Ordering::Relaxed) {
+            // Hardware masks LVTPC when it delivers a PMI: unmask, as perf does.
+            glue::apic_write_lvtpc(self.vector.load(Ordering::Relaxed) & !APIC_LVT_MASKED);
+        }
+        let owner = S::pmu_owner_here();
+        if !owner.is_null() {
+            // A hardware PMI: the owner's counters are on this CPU's PMU.
+            // SAFETY: The PMU layer's owner of this CPU, read in hard IRQ
+            // (interrupts off): alive (the contract of `hw_pmi`).
+            unsafe { S::hw_pmi(owner) };
+        }
+        self.deliver_pending();
+    }
+}
+
+/// The vectors' hotplug callbacks, for the sink `S`.
+pub(crate) struct VectorHotplug<S>(PhantomData<S>);
+
+impl<S: Wiring> Hotplug for VectorHotplug<S> {
+    fn online(cpu: u32) {
+        S::vectors().cpu_online(cpu);
+    }
+    fn offline(cpu: u32) {
+        S::vectors().cpu_offline(cpu);
+    }
+}
+
+/// The vectors of every online CPU, until dropped (see [`Vectors::start`]).
+pub(crate) type VectorsOnline<S> = CpuhpState<VectorHotplug<S>>;
+
+/// The vectors of every possible CPU.
+pub(crate) struct Vectors<S: OverflowSink> {
+    cpus: KVec<CpuVector<S>>,
     /// Point every CPU's LVTPC at the vector from load on: the soft model
     /// where the CPU announces no PMU (no other PMU user can exist). A
     /// hardware model takes each CPU's LVTPC only while it holds the
     /// counters ([`Vectors::own_lvtpc_here`]).
-    lvtpc_wanted: AtomicBool,
+    lvtpc_wanted: bool,
 }
 
-/// `APIC_LVT_MASKED`: the LVT entry's mask bit.
-const APIC_LVT_MASKED: u32 = 1 << 16;
-
-impl Vectors {
+impl<S: OverflowSink> Vectors<S> {
     /// One slot per possible CPU; no IRQ yet (see [`Vectors::start`]).
     pub(crate) fn new(program_lvtpc: bool) -> Result<Self> {
-        // SAFETY: `nr_cpu_ids` is set at boot and constant afterwards.
-        let n = unsafe { bindings::nr_cpu_ids } as usize;
-        let mut cpus = KVec::with_capacity(n, GFP_KERNEL)?;
-        for _ in 0..n {
-            cpus.push(CpuVector::new(), GFP_KERNEL)?;
-        }
         Ok(Self {
-            cpus,
-            cpuhp_state: AtomicU32::new(0),
-            lvtpc_wanted: AtomicBool::new(program_lvtpc),
+            cpus: glue::cpu::per_cpu_vec(CpuVector::new)?,
+            lvtpc_wanted: program_lvtpc,
         })
-    }
-
-    /// Sets up every online CPU now and every CPU that comes online later.
-    /// `globals()` must already point at the owner of `self`.
-    pub(crate) fn start(&self) -> Result {
-        // SAFETY: The callbacks are valid for the module's lifetime (the
-        // state is removed in `stop`); the name is static.
-        let ret = unsafe {
-            bindings::__cpuhp_setup_state(
-                bindings::cpuhp_state_CPUHP_AP_ONLINE_DYN,
-                kernel::c_str!("perfmon:online").as_char_ptr(),
-                true,
-                Some(cpu_online),
-                Some(cpu_offline),
-                false,
-            )
-        };
-        if ret < 0 {
-            return Err(Error::from_errno(ret));
-        }
-        self.cpuhp_state.store(ret as u32, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// Tears down every CPU's vector and restores LVTPC.
-    pub(crate) fn stop(&self) {
-        let state = self.cpuhp_state.swap(0, Ordering::Relaxed);
-        if state != 0 {
-            // SAFETY: `state` came from `__cpuhp_setup_state`; the teardown
-            // callback runs on every online CPU.
-            unsafe { bindings::__cpuhp_remove_state(state as bindings::cpuhp_state, true) };
-        }
     }
 
     /// CPU 0's vector, for `PFM_IOC_GET_INFO` and sysfs (0: none).
@@ -154,207 +218,110 @@ impl Vectors {
             .count() as u64
     }
 
-    fn slot(&self, cpu: usize) -> Option<&CpuVector> {
+    fn slot(&self, cpu: usize) -> Option<&CpuVector<S>> {
         self.cpus.get(cpu)
+    }
+
+    /// This CPU's slot (interrupts off).
+    fn here(&self) -> Option<&CpuVector<S>> {
+        self.slot(glue::this_cpu() as usize)
     }
 
     /// Points this CPU's LVTPC at its vector, if it does not already: a
     /// hardware model's context is about to put its counters on this CPU's
     /// PMU (so it holds a claim: see `Pmu::hw_claim`). Interrupts off.
     pub(crate) fn own_lvtpc_here(&self) {
-        if let Some(slot) = self.slot(glue::this_cpu() as usize) {
-            take_lvtpc(slot);
+        if let Some(slot) = self.here() {
+            slot.take_lvtpc();
         }
     }
 
     /// Whether this CPU's LVTPC points at its vector. Interrupts off.
     pub(crate) fn lvtpc_ours_here(&self) -> bool {
-        self.slot(glue::this_cpu() as usize)
+        self.here()
             .is_some_and(|s| s.lvtpc_ours.load(Ordering::Relaxed))
     }
 
     /// Restores this CPU's LVTPC to what it was before the module took it,
     /// if the module holds it (the last hardware claim went). Interrupts off.
     pub(crate) fn give_back_lvtpc_here(&self) {
-        if let Some(slot) = self.slot(glue::this_cpu() as usize) {
-            give_back_lvtpc(slot);
+        if let Some(slot) = self.here() {
+            slot.give_back_lvtpc();
         }
     }
+}
 
-    /// Records that `att`'s context is (non-null) or is no longer (null)
-    /// on this CPU's hardware PMU. Interrupts off.
-    pub(crate) fn set_hw_owner(&self, att: *const Attachment) {
-        if let Some(slot) = self.slot(glue::this_cpu() as usize) {
-            slot.hw_owner
-                .store(att as *mut Attachment, Ordering::Relaxed);
-        }
+impl<S: Wiring> Vectors<S> {
+    /// Sets up every online CPU now and every CPU that comes online later,
+    /// until the returned state is dropped (which tears every CPU's vector
+    /// down and restores LVTPC). `S::vectors()` must already be `self`.
+    pub(crate) fn start(&self) -> Result<VectorsOnline<S>> {
+        CpuhpState::setup(kernel::c_str!("perfmon:online"))
     }
 
-    /// Delivers a PMI of the simulated PMU on this CPU where LVTPC would:
-    /// on the overflow vector, if LVTPC points at it. Interrupts off.
-    pub(crate) fn raise_sim_pmi(&self) {
-        if let Some(slot) = self.slot(glue::this_cpu() as usize) {
-            let vector = slot.vector.load(Ordering::Relaxed);
-            if vector != 0 && slot.lvtpc_ours.load(Ordering::Relaxed) {
-                glue::send_ipi_self(vector);
+    /// The hotplug callback of a CPU coming online (on that CPU).
+    fn cpu_online(&'static self, cpu: u32) {
+        // First, whatever happens to the vector: the PMU may have lost its
+        // registers while the CPU was away.
+        S::cpu_online(cpu);
+        let Some(slot) = self.slot(cpu as usize) else {
+            return;
+        };
+        // SAFETY: `slot` is in `S::vectors()`, alive until the module's
+        // exit, after the hotplug state is removed, which runs
+        // `cpu_offline` (dropping the registration) on every online CPU.
+        let irq = match unsafe { CpuIrq::request(cpu, kernel::c_str!("perfmon"), slot) } {
+            Ok(irq) => irq,
+            Err(e) => {
+                pr_warn!(
+                    "CPU {cpu}: no overflow vector ({}); overflows use the fallback path\n",
+                    e.to_errno()
+                );
+                return;
             }
+        };
+        slot.vector.store(irq.vector(), Ordering::Relaxed);
+        // SAFETY: A hotplug callback of `cpu` (type invariant of `CpuVector`).
+        unsafe { *slot.irq.get() = Some(irq) };
+        if self.lvtpc_wanted {
+            // The cpuhp callback of a DYN state runs on `cpu` itself;
+            // interrupts off against a concurrent `own_lvtpc_here` IPI.
+            let flags = glue::local_irq_save();
+            slot.take_lvtpc();
+            glue::local_irq_restore(flags);
         }
     }
 
-    /// This CPU's PMU register generation (see `CpuVector::hw_generation`).
-    /// Interrupts off.
-    pub(crate) fn hw_generation(&self) -> u64 {
-        self.slot(glue::this_cpu() as usize)
-            .map_or(0, |s| s.hw_generation.load(Ordering::Relaxed))
-    }
-
-    /// A context wrote its registers into this CPU's PMU. Interrupts off.
-    pub(crate) fn bump_hw_generation(&self) {
-        if let Some(slot) = self.slot(glue::this_cpu() as usize) {
-            slot.hw_generation.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// Whether `att`'s context is on this CPU's hardware PMU. Interrupts off.
-    pub(crate) fn is_hw_owner(&self, att: *const Attachment) -> bool {
-        self.slot(glue::this_cpu() as usize)
-            .is_some_and(|s| core::ptr::eq(s.hw_owner.load(Ordering::Relaxed), att))
+    /// The hotplug callback of a CPU going offline (on that CPU).
+    fn cpu_offline(&self, cpu: u32) {
+        let Some(slot) = self.slot(cpu as usize) else {
+            return;
+        };
+        slot.give_back_lvtpc();
+        slot.vector.store(0, Ordering::Relaxed);
+        // SAFETY: A hotplug callback of `cpu` (type invariant of `CpuVector`).
+        let irq = unsafe { (*slot.irq.get()).take() };
+        // Frees the IRQ, waiting for a running handler.
+        drop(irq);
+        // An overflow raised just before the CPU went away: handle it here.
+        slot.deliver_pending();
     }
 }
 
-/// Points this CPU's LVTPC at its vector, once (IRQs off: an IPI callback,
-/// or the cpuhp callback with interrupts disabled around it).
-fn take_lvtpc(slot: &CpuVector) {
-    let vector = slot.vector.load(Ordering::Relaxed);
-    if vector == 0 || slot.lvtpc_ours.load(Ordering::Relaxed) {
-        return;
-    }
-    slot.saved_lvtpc
-        .store(glue::apic_read_lvtpc(), Ordering::Relaxed);
-    glue::apic_write_lvtpc(vector);
-    slot.lvtpc_ours.store(true, Ordering::Relaxed);
-}
-
-/// Restores this CPU's LVTPC if it points at our vector (IRQs off, or the
-/// CPU going offline).
-fn give_back_lvtpc(slot: &CpuVector) {
-    if slot.lvtpc_ours.swap(false, Ordering::Relaxed) {
-        glue::apic_write_lvtpc(slot.saved_lvtpc.load(Ordering::Relaxed));
-    }
-}
-
-unsafe extern "C" fn cpu_online(cpu: c_uint) -> c_int {
-    let vecs = &globals().intr;
-    let Some(slot) = vecs.slot(cpu as usize) else {
-        return 0;
-    };
-    // SAFETY: Allocates from the exported x86 vector domain for an online CPU.
-    let irq = unsafe { glue::irq_alloc_on_cpu(cpu) };
-    if irq <= 0 {
-        pr_warn!("CPU {cpu}: no overflow vector ({irq}); overflows use the fallback path\n");
-        return 0;
-    }
-    let irq = irq as u32;
-    // SAFETY: `irq` was just allocated; the vector domain sets no flow handler.
-    unsafe { glue::irq_set_edge_handler(irq) };
-    // SAFETY: The handler and `slot` (the cookie) live until `free_irq` in
-    // `cpu_offline`; the name is static.
-    let ret = unsafe {
-        bindings::request_threaded_irq(
-            irq,
-            Some(overflow_irq),
-            None,
-            bindings::IRQF_NOBALANCING as _,
-            kernel::c_str!("perfmon").as_char_ptr(),
-            slot as *const CpuVector as *mut c_void,
-        )
-    };
-    if ret != 0 {
-        // SAFETY: Allocated above, not requested.
-        unsafe { glue::irq_dispose(irq) };
-        pr_warn!("CPU {cpu}: request_irq failed ({ret})\n");
-        return 0;
-    }
-    // SAFETY: `irq` is allocated.
-    let vector = unsafe { glue::irq_vector(irq) };
-    // A CPU coming (back) online may have lost its PMU registers: no
-    // context may skip its restore on the strength of an older generation.
-    slot.hw_generation.fetch_add(1, Ordering::Relaxed);
-    slot.vector.store(vector, Ordering::Relaxed);
-    slot.irq.store(irq, Ordering::Release);
-    if vecs.lvtpc_wanted.load(Ordering::Acquire) {
-        // The cpuhp callback of a DYN state runs on `cpu` itself; interrupts
-        // off against a concurrent `take_lvtpc_here` IPI.
-        let flags = glue::local_irq_save();
-        take_lvtpc(slot);
-        glue::local_irq_restore(flags);
-    }
-    0
-}
-
-unsafe extern "C" fn cpu_offline(cpu: c_uint) -> c_int {
-    let Some(slot) = globals().intr.slot(cpu as usize) else {
-        return 0;
-    };
-    give_back_lvtpc(slot);
-    let irq = slot.irq.swap(0, Ordering::AcqRel);
-    slot.vector.store(0, Ordering::Relaxed);
-    if irq != 0 {
-        // SAFETY: Requested in `cpu_online` with this cookie.
-        unsafe { bindings::free_irq(irq, slot as *const CpuVector as *mut c_void) };
-        // SAFETY: No longer requested.
-        unsafe { glue::irq_dispose(irq) };
-    }
-    // An overflow raised just before the CPU went away: handle it here.
-    let pending = slot.pending.swap(core::ptr::null_mut(), Ordering::AcqRel);
-    if !pending.is_null() {
-        // SAFETY: `raise` stored an `Arc::into_raw` reference.
-        let att = unsafe { Arc::from_raw(pending) };
-        att.overflow_interrupt();
-        release(att);
-    }
-    0
-}
-
-unsafe extern "C" fn overflow_irq(_irq: c_int, cookie: *mut c_void) -> bindings::irqreturn {
-    // SAFETY: The cookie is this CPU's slot, alive while the IRQ is requested.
-    let slot = unsafe { &*(cookie as *const CpuVector) };
-    slot.count.fetch_add(1, Ordering::Relaxed);
-    if slot.lvtpc_ours.load(Ordering::Relaxed) {
-        // Hardware masks LVTPC when it delivers a PMI: unmask, as perf does.
-        glue::apic_write_lvtpc(slot.vector.load(Ordering::Relaxed) & !APIC_LVT_MASKED);
-    }
-    let owner = slot.hw_owner.load(Ordering::Relaxed);
-    if !owner.is_null() {
-        // A hardware PMI: the owner's context is on this CPU's PMU.
-        // SAFETY: The owner is cleared, with interrupts off on this CPU,
-        // before its attachment can be released (`pfm_ctx`), so it is alive.
-        unsafe { &*owner }.hw_pmi();
-    }
-    let pending = slot.pending.swap(core::ptr::null_mut(), Ordering::AcqRel);
-    if !pending.is_null() {
-        // SAFETY: `raise` stored an `Arc::into_raw` reference.
-        let att = unsafe { Arc::from_raw(pending) };
-        att.overflow_interrupt();
-        release(att);
-    }
-    bindings::irqreturn_IRQ_HANDLED
-}
-
-/// Signals an overflow of `att`'s context on this CPU: a self-IPI on the
-/// overflow vector, handled as soon as interrupts are enabled again.
+/// Signals an overflow of `sink` on this CPU: a self-IPI on the overflow
+/// vector, handled as soon as interrupts are enabled again.
 /// Called with the context lock held (IRQs off). Returns `false` if the
 /// vector path is unavailable (no vector, or another overflow still pending
 /// on this CPU); the caller then uses the attachment's irq_work.
-pub(crate) fn raise(att: &Arc<Attachment>) -> bool {
-    let Some(slot) = globals().intr.slot(glue::this_cpu() as usize) else {
+pub(crate) fn raise<S: Wiring>(sink: &Arc<S>) -> bool {
+    let Some(slot) = S::vectors().here() else {
         return false;
     };
     let vector = slot.vector.load(Ordering::Relaxed);
     if vector == 0 {
         return false;
     }
-    let raw = Arc::into_raw(att.clone()) as *mut Attachment;
+    let raw = Arc::into_raw(sink.clone()).cast_mut();
     match slot.pending.compare_exchange(
         core::ptr::null_mut(),
         raw,
@@ -367,10 +334,10 @@ pub(crate) fn raise(att: &Arc<Attachment>) -> bool {
         }
         Err(current) => {
             // SAFETY: Not stored: take the reference back. It is not the
-            // last one (the caller holds `att`), so nothing is freed here.
+            // last one (the caller holds `sink`), so nothing is freed here.
             drop(unsafe { Arc::from_raw(raw) });
-            // The same attachment already pending: its handler will see
-            // this overflow too.
+            // The same sink already pending: its handler will see this
+            // overflow too.
             current == raw
         }
     }

@@ -64,14 +64,14 @@ impl Context {
     /// `writes_state`: the call changes the context, so the array is written
     /// back (`reg_flags` output bits cleared) before `apply`: a buffer that
     /// cannot be written fails with `EFAULT` before anything is applied.
-    fn reg_array_call<T: RegElem, P, R>(
+    fn reg_array_call<T: RegElem + Send, P: Send, R: Send>(
         &self,
         arg: &mut abi::PfmRegsArg,
         regs: UserSlice,
         writes_state: bool,
         check: impl Fn(&T) -> u32,
         prepare: impl FnOnce(&[T]) -> Result<P>,
-        apply: impl FnMut(&mut CtxInner, u64, &mut [T], &mut P) -> Result<R>,
+        apply: impl FnMut(&mut CtxInner, u64, &mut [T], &mut P) -> Result<R> + Send,
     ) -> Result<R> {
         let n = arg.count as usize;
         let mut stack = [T::default(); ON_STACK];
@@ -90,7 +90,7 @@ impl Context {
     /// The rest of [`Context::reg_array_call`], on elements read: judged,
     /// then `prepare`d outside the lock (what may sleep: allocations),
     /// then applied.
-    fn judge_and_apply<T: RegElem, P, R>(
+    fn judge_and_apply<T: RegElem + Send, P: Send, R: Send>(
         &self,
         arg: &mut abi::PfmRegsArg,
         elems: &mut [T],
@@ -98,7 +98,7 @@ impl Context {
         writes_state: bool,
         check: impl Fn(&T) -> u32,
         prepare: impl FnOnce(&[T]) -> Result<P>,
-        mut apply: impl FnMut(&mut CtxInner, u64, &mut [T], &mut P) -> Result<R>,
+        mut apply: impl FnMut(&mut CtxInner, u64, &mut [T], &mut P) -> Result<R> + Send,
     ) -> Result<R> {
         if let Some(bad) = elems.iter().position(|e| check(e) != 0) {
             arg.done = bad as u32;

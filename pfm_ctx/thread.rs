@@ -11,7 +11,6 @@ use super::{state_err, Context};
 use crate::globals;
 use crate::pfm_ctxsw::{Attachment, Installed, Monitor, Registry, Verdict};
 use crate::pfm_state::{Op, State};
-use crate::pfm_x86::counters::owner_is_here;
 use crate::rust::{self as glue, IrqSpinLock};
 
 impl Monitor for Context {
@@ -30,7 +29,7 @@ impl Monitor for Context {
         if mine && wanted {
             // Takes the hardware counters off the PMU too.
             inner.sched_out(cpu, dead);
-        } else if owner_is_here(att.owner_token()) {
+        } else if globals().pmu.is_owner_here(att.owner_token()) {
             let ovfl = inner.counters.uninstall_here(&globals().pmu);
             inner.overflowed(ovfl);
         }
@@ -43,12 +42,12 @@ impl Monitor for Context {
         let pmu = &globals().pmu;
         // Cheap checks first: the soft model, or another owner (a re-check
         // under the lock makes it exact).
-        if pmu.hw.is_none() || !owner_is_here(owner) {
+        if pmu.hw.is_none() || !pmu.is_owner_here(owner) {
             return;
         }
         let mut inner = self.inner.lock();
         // Under the lock (IRQs off): the owner of this CPU cannot change.
-        if owner_is_here(owner) {
+        if pmu.is_owner_here(owner) {
             let ovfl = inner.counters.uninstall_here(pmu);
             inner.overflowed(ovfl);
         }

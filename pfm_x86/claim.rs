@@ -1,9 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The bookkeeping of the hardware claim: how many live hardware contexts
-//! hold it, whether the general-purpose counters are reserved for the
-//! module, and who reserves or releases them. One atomic word, no kernel
-//! imports: host-tested, threads included.
+//! The hardware claim: what a hardware model takes from the system while
+//! contexts use it (the general-purpose counters, reserved from
+//! perf_events, and the LVTPCs), and gives back when the last one ends.
+//!
+//! Its bookkeeping is [`ClaimWord`]: how many live hardware contexts
+//! hold the claim, whether the counters are reserved for the module, and
+//! who reserves or releases them. One atomic word, no kernel imports:
+//! host-tested, threads included. The kernel half (`Pmu::hw_claim` and
+//! the rest, built only into the module: `cfg(MODULE)`) drives it.
 //!
 //! The first holder reserves the counters; later holders only count. The
 //! last holder to go does not release at once: it first gives back what
@@ -121,6 +126,198 @@ impl ClaimWord {
     /// progress counts as reserved).
     pub fn reserved(&self) -> bool {
         self.0.load(Ordering::Acquire) & (RESERVED | BUSY) != 0
+    }
+}
+
+#[cfg(MODULE)]
+pub(crate) use kernel_half::HwClaim;
+
+/// The claim in the kernel: `Pmu`'s methods over the [`ClaimWord`] it owns.
+#[cfg(MODULE)]
+mod kernel_half {
+    use core::sync::atomic::{AtomicBool, Ordering};
+
+    use kernel::prelude::*;
+
+    use super::super::model::HwPmu;
+    use super::super::{driver, Pmu};
+    use crate::rust as glue;
+
+    /// One hardware context's claim on the hardware (in its attachment):
+    /// taken by [`Pmu::hw_claim`] when LOAD publishes the attachment, given
+    /// back by [`Pmu::hw_unclaim`] when the attachment ends.
+    pub(crate) struct HwClaim(AtomicBool);
+
+    impl HwClaim {
+        /// No claim held yet.
+        pub(crate) const fn new() -> Self {
+            Self(AtomicBool::new(false))
+        }
+    }
+
+    /// At most one "counters busy" line per this many ns: any user can
+    /// retry LOAD in a loop.
+    const BUSY_WARN_INTERVAL_NS: u64 = 10_000_000_000;
+
+    impl Pmu {
+        /// Takes one claim on the hardware for a hardware context's
+        /// attachment (`token`), at the point where LOAD publishes it:
+        /// after the permission check and every validity check passed, so a
+        /// refused LOAD takes nothing. No-op for the soft model.
+        ///
+        /// The first claim reserves every general-purpose counter through
+        /// the NMI reservation allocator that perf_events also uses. perf's
+        /// x86 core reserves all of them whenever any hardware event of its
+        /// own exists (a perf user, the NMI watchdog — a perf cycles event —
+        /// KVM's vPMU, BTS), so success proves that none does, and none can
+        /// be created while the module holds them (`EBUSY` for perf). Later
+        /// claims only count. LVTPC is not touched here: a CPU's LVTPC is
+        /// pointed at the overflow vector when a context first puts its
+        /// counters on that CPU's PMU (`Vectors::own_lvtpc_here`), and given
+        /// back with the counters when the last claim goes
+        /// ([`Pmu::hw_unclaim`]).
+        ///
+        /// `EBUSY`, with a message at most every 10 s, when perf holds the
+        /// counters. Any context (called under the registry and context
+        /// locks): only atomic operations, with interrupts off around them.
+        pub(crate) fn hw_claim(&self, token: &HwClaim) -> Result {
+            let Some(m) = &self.hw else {
+                return Ok(());
+            };
+            if token.0.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            let reserve = || {
+                let mut taken = 0usize;
+                for (ctr, evtsel) in m.reservations() {
+                    if !glue::reserve_counter(ctr, evtsel) {
+                        for (ctr, evtsel) in m.reservations().take(taken) {
+                            glue::release_counter(ctr, evtsel);
+                        }
+                        return false;
+                    }
+                    taken += 1;
+                }
+                true
+            };
+            // Interrupts off: a reservation runs alone while others spin.
+            let flags = glue::local_irq_save();
+            let ok = self.claims.take(reserve);
+            glue::local_irq_restore(flags);
+            if !ok {
+                self.warn_busy(m.name());
+                return Err(EBUSY);
+            }
+            token.0.store(true, Ordering::Relaxed);
+            Ok(())
+        }
+
+        /// Says, at most every 10 s, that perf_events holds the counters.
+        fn warn_busy(&self, model: &str) {
+            let now = glue::now_ns();
+            let last = self.busy_warned_at.load(Ordering::Relaxed);
+            if last != 0 && now.saturating_sub(last) <= BUSY_WARN_INTERVAL_NS {
+                return;
+            }
+            self.busy_warned_at.store(now.max(1), Ordering::Relaxed);
+            pr_warn!(
+                "the {} counters are held by perf_events (the NMI watchdog or a perf user): echo 0 > /proc/sys/kernel/nmi_watchdog and end perf sessions, or load perfmon with pmu=soft\n",
+                model
+            );
+        }
+
+        /// Gives back the claim `token` holds, if it holds one: when a
+        /// hardware context's attachment ends (its drop, after its counters
+        /// left every PMU). The last claim to go leaves every PMC disabled
+        /// on each CPU whose LVTPC the module took, gives those LVTPCs back,
+        /// then releases the counters to perf_events — each step only if no
+        /// new claim came meanwhile. Process context (IPIs every CPU and
+        /// waits).
+        pub(crate) fn hw_unclaim(&self, token: &HwClaim) {
+            if self.hw.is_none() || !token.0.swap(false, Ordering::Relaxed) {
+                return;
+            }
+            if self.claims.put() {
+                self.give_back();
+            }
+        }
+
+        /// After the last claim went: every CPU's PMCs off and LVTPC back
+        /// (each CPU checks, interrupts off, that still no claim exists),
+        /// then the counters back to perf_events if still unclaimed.
+        /// Process context.
+        fn give_back(&self) {
+            // Through `globals()`: the IPI reaches the `Pmu` the same way the
+            // interrupt entries do (the closure must be `Sync`).
+            glue::on_each_cpu(&|| crate::globals().pmu.give_back_here());
+            self.unclaim();
+        }
+
+        /// [`Pmu::give_back`] on this CPU (an IPI: interrupts off).
+        fn give_back_here(&self) {
+            if self.claims.holders() != 0 {
+                return;
+            }
+            let intr = &crate::globals().intr;
+            // No claim, so no context's counters are on this PMU: only
+            // stale enable bits could be, where a context counted (where
+            // LVTPC is ours); they would count, and interrupt perf's NMI
+            // handler, once perf enables its global control again.
+            if let Some(m) = &self.hw {
+                if intr.lvtpc_ours_here() {
+                    self.note(&driver::quiesce(m, &mut self.bus()));
+                }
+            }
+            intr.give_back_lvtpc_here();
+        }
+
+        /// Module unload, after every context is gone (each attachment gave
+        /// its claim back): a no-op unless a claim was leaked, in which case
+        /// the PMCs are left disabled and LVTPC and the counters given back
+        /// anyway.
+        pub(crate) fn quiesce_all(&self) {
+            if self.hw.is_none() || !self.claims.reserved() {
+                return;
+            }
+            pr_err!(
+                "{} hardware claim(s) left at unload (a bug): giving the counters back\n",
+                self.claims.holders()
+            );
+            while self.claims.holders() != 0 {
+                self.claims.put();
+            }
+            self.give_back();
+        }
+
+        /// Releases the counters to perf_events if they are reserved and no
+        /// claim holds them (after the last claim's give-back; and at module
+        /// unload, after [`Pmu::quiesce_all`] and the vectors' teardown).
+        pub(crate) fn unclaim(&self) {
+            let Some(m) = &self.hw else {
+                return;
+            };
+            let flags = glue::local_irq_save();
+            self.claims.release_if_unused(|| {
+                for (ctr, evtsel) in m.reservations() {
+                    glue::release_counter(ctr, evtsel);
+                }
+            });
+            glue::local_irq_restore(flags);
+        }
+
+        /// Live hardware contexts holding the claim (sysfs `hw_claimed`).
+        pub(crate) fn hw_claimed(&self) -> u32 {
+            self.claims.holders()
+        }
+
+        /// General-purpose counters the module holds reserved (sysfs
+        /// `hw_reserved_counters`).
+        pub(crate) fn reserved_counters(&self) -> u32 {
+            match &self.hw {
+                Some(m) if self.claims.reserved() => m.reservations().count() as u32,
+                _ => 0,
+            }
+        }
     }
 }
 

@@ -233,7 +233,7 @@ impl HwCounters {
         };
         // The attachment holds a claim: the PMI must reach the vector.
         crate::globals().intr.own_lvtpc_here();
-        let lazy = self.resume.take() == Some((cpu, owner_generation()));
+        let lazy = self.resume.take() == Some((cpu, pmu.generation_here()));
         let resumed = if lazy {
             self.regs(model).resume(&mut pmu.bus())
         } else {
@@ -246,13 +246,13 @@ impl HwCounters {
             }
             None => {
                 pmu.full_restores.fetch_add(1, Ordering::Relaxed);
-                owner_bump_generation();
+                pmu.bump_generation_here();
                 self.regs(model).install(&mut pmu.bus(), true)
             }
         };
         pmu.note(&out);
         // INVARIANT: on this CPU's PMU, which names the owner.
-        owner_set(owner);
+        pmu.set_owner_here(owner);
         self.cpu = Some(cpu);
     }
 
@@ -264,11 +264,11 @@ impl HwCounters {
         let out = self.regs(model).stop(&mut pmu.bus(), false);
         pmu.note(&out);
         // INVARIANT: off the PMU, which names no owner.
-        owner_set(core::ptr::null());
+        pmu.set_owner_here(core::ptr::null());
         // A counter that wrapped is no longer armed: the next switch-in
         // must write everything again.
         self.resume = (out.wrapped == 0 && out.overflowed == 0 && out.fault.is_none())
-            .then(|| (glue::this_cpu(), owner_generation()));
+            .then(|| (glue::this_cpu(), pmu.generation_here()));
         self.cpu = None;
         out.overflowed
     }
@@ -283,24 +283,4 @@ impl HwCounters {
         pmu.note(&out);
         out.overflowed
     }
-}
-
-/// Whether this CPU's PMU holds the counters of `owner`'s context.
-pub(crate) fn owner_is_here(owner: *const ()) -> bool {
-    crate::globals().intr.is_hw_owner(owner.cast())
-}
-
-/// This CPU's PMU names `owner` (null: nobody) as the context on it.
-fn owner_set(owner: *const ()) {
-    crate::globals().intr.set_hw_owner(owner.cast());
-}
-
-/// This CPU's PMU register generation.
-fn owner_generation() -> u64 {
-    crate::globals().intr.hw_generation()
-}
-
-/// A context wrote its registers into this CPU's PMU.
-fn owner_bump_generation() {
-    crate::globals().intr.bump_hw_generation()
 }

@@ -361,8 +361,8 @@ pub trait HwPmu {
 }
 
 /// Copies `src` into `dst`, truncated, the rest (and at least the last
-/// byte) NUL.
-fn copy_name(dst: &mut [u8], src: &str) {
+/// byte) NUL: a name field of the ABI.
+pub(crate) fn copy_name(dst: &mut [u8], src: &str) {
     let keep = dst.len().saturating_sub(1);
     let src = src.as_bytes();
     for (i, b) in dst.iter_mut().enumerate() {

@@ -24,6 +24,14 @@ pub(crate) use sched::*;
 pub(crate) use task::*;
 pub(crate) use wait::*;
 
+pub(crate) mod cpu;
+pub(crate) mod hrtimer;
+pub(crate) mod irq;
+
+pub(crate) use cpu::{call_on_cpu, on_each_cpu};
+pub(crate) use hrtimer::PeriodicTimer;
+pub(crate) use irq::{apic_read_lvtpc, apic_write_lvtpc, send_ipi_self};
+
 mod ffi {
     use super::*;
 
@@ -80,17 +88,9 @@ mod ffi {
         pub(crate) fn pfm_task_exec_start(task: *mut bindings::task_struct) -> u64;
         pub(crate) static pfm_c_layout: [core::ffi::c_ulong; 0];
         pub(crate) static pfm_c_layout_len: core::ffi::c_ulong;
-        pub(crate) fn pfm_irq_alloc_on_cpu(cpu: c_uint) -> c_int;
-        pub(crate) fn pfm_irq_set_edge_handler(irq: c_uint);
-        pub(crate) fn pfm_irq_vector(irq: c_uint) -> c_uint;
-        pub(crate) fn pfm_irq_dispose(irq: c_uint);
-        pub(crate) fn pfm_apic_read_lvtpc() -> u32;
-        pub(crate) fn pfm_apic_write_lvtpc(value: u32);
-        pub(crate) fn pfm_send_ipi_self(vector: c_uint);
         pub(crate) fn pfm_rdmsr_safe(msr: u32, value: *mut u64) -> c_int;
         pub(crate) fn pfm_wrmsr_safe(msr: u32, value: u64) -> c_int;
         pub(crate) fn pfm_perfmon_capable() -> bool;
-        pub(crate) fn pfm_on_each_cpu(func: unsafe extern "C" fn(*mut c_void), info: *mut c_void);
         pub(crate) fn pfm_irqs_disabled() -> bool;
         pub(crate) fn pfm_local_irq_save() -> c_ulong;
         pub(crate) fn pfm_local_irq_restore(flags: c_ulong);
@@ -319,7 +319,6 @@ pub(crate) fn wait_for_module_text_users() {
     unsafe { bindings::cpus_read_unlock() };
 }
 
-
 /// `TWA_RESUME` of `enum task_work_notify_mode`: run at the next return to user mode.
 pub(crate) const TWA_RESUME: c_int = 1;
 /// `TWA_SIGNAL`: like `TWA_RESUME`, and kick the task out of an interruptible sleep.
@@ -478,60 +477,6 @@ pub(crate) fn current_user_ip() -> u64 {
     unsafe { ffi::pfm_user_ip(bindings::get_current()) as u64 }
 }
 
-/// Allocates one IRQ of the x86 vector domain bound to `cpu`: the IRQ
-/// number, or a negative errno.
-///
-/// # Safety
-///
-/// `cpu` must be online; may sleep.
-pub(crate) unsafe fn irq_alloc_on_cpu(cpu: c_uint) -> c_int {
-    // SAFETY: Forwarded from the caller's guarantees.
-    unsafe { ffi::pfm_irq_alloc_on_cpu(cpu) }
-}
-
-/// Gives `irq` the edge flow handler (the vector domain sets none).
-///
-/// # Safety
-///
-/// `irq` must have been allocated by [`irq_alloc_on_cpu`].
-pub(crate) unsafe fn irq_set_edge_handler(irq: c_uint) {
-    // SAFETY: Forwarded from the caller's guarantees.
-    unsafe { ffi::pfm_irq_set_edge_handler(irq) }
-}
-
-/// The vector `irq` was assigned.
-///
-/// # Safety
-///
-/// `irq` must have been allocated by [`irq_alloc_on_cpu`].
-pub(crate) unsafe fn irq_vector(irq: c_uint) -> u32 {
-    // SAFETY: Forwarded from the caller's guarantees.
-    unsafe { ffi::pfm_irq_vector(irq) }
-}
-
-/// Frees an IRQ from [`irq_alloc_on_cpu`] (`irq_dispose_mapping`).
-///
-/// # Safety
-///
-/// `irq` must not be requested any more.
-pub(crate) unsafe fn irq_dispose(irq: c_uint) {
-    // SAFETY: Forwarded from the caller's guarantees.
-    unsafe { ffi::pfm_irq_dispose(irq) }
-}
-
-/// This CPU's LVTPC register.
-pub(crate) fn apic_read_lvtpc() -> u32 {
-    // SAFETY: Reads the local APIC of this CPU.
-    unsafe { ffi::pfm_apic_read_lvtpc() }
-}
-
-/// Writes this CPU's LVTPC register.
-pub(crate) fn apic_write_lvtpc(value: u32) {
-    // SAFETY: Writes the local APIC of this CPU; callers pass a vector of
-    // ours or the value saved before.
-    unsafe { ffi::pfm_apic_write_lvtpc(value) }
-}
-
 /// `rdmsrl_safe`: reads an MSR of this CPU; `None` if the access faulted.
 ///
 /// # Safety
@@ -564,18 +509,6 @@ pub(crate) unsafe fn wrmsr_safe(msr: u32, value: u64) -> bool {
 pub(crate) fn perfmon_capable() -> bool {
     // SAFETY: Reads the current task's credentials.
     unsafe { ffi::pfm_perfmon_capable() }
-}
-
-/// Runs `func(info)` on every online CPU and waits (process context, no
-/// spinlock held).
-///
-/// # Safety
-///
-/// `func` must be safe to call in hard-IRQ context with `info`, which must
-/// stay valid until this returns.
-pub(crate) unsafe fn on_each_cpu(func: unsafe extern "C" fn(*mut c_void), info: *mut c_void) {
-    // SAFETY: The caller's guarantees.
-    unsafe { ffi::pfm_on_each_cpu(func, info) }
 }
 
 /// `irqs_disabled()`: interrupts are off on this CPU.
@@ -621,12 +554,6 @@ pub(crate) fn release_counter(ctr: u32, evtsel: u32) {
         ffi::release_evntsel_nmi(evtsel);
         ffi::release_perfctr_nmi(ctr);
     }
-}
-
-/// Sends `vector` to this CPU.
-pub(crate) fn send_ipi_self(vector: u32) {
-    // SAFETY: `vector` is one of ours, with a handler installed.
-    unsafe { ffi::pfm_send_ipi_self(vector) }
 }
 
 /// A spinlock that disables interrupts while held (`spin_lock_irqsave`),
@@ -683,6 +610,12 @@ pub(crate) struct IrqWork {
     raw: Opaque<ffi::IrqWorkRaw>,
 }
 
+// SAFETY: `irq_work_queue` and `irq_work_sync` may be called on one work
+// from any CPU at once: the kernel manages its state atomically.
+unsafe impl Send for IrqWork {}
+// SAFETY: See `Send`.
+unsafe impl Sync for IrqWork {}
+
 impl IrqWork {
     /// An initialiser that sets up the work with `func`.
     pub(crate) fn new(func: unsafe extern "C" fn(*mut IrqWork)) -> impl PinInit<Self> {
@@ -711,22 +644,4 @@ impl IrqWork {
         // SAFETY: The work is initialised (type invariant).
         unsafe { ffi::irq_work_sync(self.raw.get()) }
     }
-}
-
-/// Runs `f` on `cpu` through an IPI and waits for it (temporary: replaced
-/// by `rust/cpu.rs`'s at merge).
-pub(crate) fn call_on_cpu<F: FnMut()>(cpu: i32, f: &mut F) -> Result {
-    unsafe extern "C" fn trampoline<F: FnMut()>(info: *mut c_void) {
-        // SAFETY: `info` is the `F` below; the caller waits for us.
-        let f = unsafe { &mut *info.cast::<F>() };
-        f();
-    }
-    // SAFETY: `wait = 1`: `f` outlives the remote execution.
-    let ret = unsafe {
-        bindings::smp_call_function_single(cpu, Some(trampoline::<F>), (f as *mut F).cast(), 1)
-    };
-    if ret != 0 {
-        return Err(Error::from_errno(ret));
-    }
-    Ok(())
 }

@@ -2,9 +2,9 @@
 /*
  * The C side of perfmon: only what Rust cannot reach through 6.12's
  * `bindings` (static inlines and macros), as one-line wrappers, plus the
- * declarations that must be C macros (module parameters, the miscdevice and
- * the sysfs attributes). Logic lives in Rust; see rust/mod.rs for the safe
- * wrappers over these.
+ * declarations that must be C (module parameters, the miscdevice, the sysfs
+ * files Rust lists). Logic lives in Rust; see rust/mod.rs and the files it
+ * declares (irq.rs, cpu.rs, hrtimer.rs) for the safe wrappers over these.
  */
 #include <linux/binfmts.h>
 #include <linux/build_bug.h>
@@ -33,6 +33,7 @@
 #include <linux/sched/task_stack.h>
 #include <linux/smp.h>
 #include <linux/spinlock.h>
+#include <linux/slab.h>
 #include <linux/sysfs.h>
 #include "../include/uapi/linux/perfmon.h"
 #include "shim.h"
@@ -79,52 +80,69 @@ int pfm_misc_register(const struct file_operations *fops)
 }
 void pfm_misc_deregister(void) { misc_deregister(&pfm_miscdev); }
 
-/* /sys/kernel/perfmon: each attribute's show() is answered by Rust. */
-#define PFM_ATTR(_name, _idx)							\
-	static ssize_t _name##_show(struct kobject *k, struct kobj_attribute *a,	\
-				    char *buf) { return pfm_sysfs_show(_idx, buf); }	\
-	static struct kobj_attribute pfm_attr_##_name = __ATTR_RO(_name)
-PFM_ATTR(abi_version, 0);
-PFM_ATTR(pmu_model, 1);
-PFM_ATTR(live_contexts, 2);
-PFM_ATTR(zombie_contexts, 3);
-PFM_ATTR(attached_threads, 4);
-PFM_ATTR(vector, 5);
-PFM_ATTR(counter_width, 6);
-PFM_ATTR(overflow_interrupts, 7);
-PFM_ATTR(msr_faults, 8);
-PFM_ATTR(hw_full_restores, 9);
-PFM_ATTR(hw_lazy_restores, 10);
-PFM_ATTR(hw_claimed, 11);
-PFM_ATTR(hw_reserved_counters, 12);
-PFM_ATTR(hw_lvtpc_cpus, 13);
-static struct attribute *pfm_attrs[] = {
-	&pfm_attr_abi_version.attr, &pfm_attr_pmu_model.attr,
-	&pfm_attr_live_contexts.attr, &pfm_attr_zombie_contexts.attr,
-	&pfm_attr_attached_threads.attr, &pfm_attr_vector.attr,
-	&pfm_attr_counter_width.attr, &pfm_attr_overflow_interrupts.attr,
-	&pfm_attr_msr_faults.attr, &pfm_attr_hw_full_restores.attr,
-	&pfm_attr_hw_lazy_restores.attr, &pfm_attr_hw_claimed.attr,
-	&pfm_attr_hw_reserved_counters.attr, &pfm_attr_hw_lvtpc_cpus.attr, NULL,
-};
-static const struct attribute_group pfm_attr_group = { .attrs = pfm_attrs };
+/*
+ * /sys/kernel/perfmon: one read-only file per entry of Rust's table
+ * (pfm_dev.rs, SYSFS_FILES), which names them and answers each show() by
+ * the file's index: the list lives on one side of the boundary only.
+ */
+static struct kobj_attribute *pfm_kattrs;
+static struct attribute **pfm_attrs;
+static struct attribute_group pfm_attr_group;
 static struct kobject *pfm_kobj;
+
+static ssize_t pfm_attr_show(struct kobject *k, struct kobj_attribute *a, char *buf)
+{
+	return pfm_sysfs_show(a - pfm_kattrs, buf);
+}
+
+static void pfm_sysfs_free(void)
+{
+	kfree(pfm_attrs);
+	kfree(pfm_kattrs);
+	pfm_attrs = NULL;
+	pfm_kattrs = NULL;
+}
 
 int pfm_sysfs_register(void)
 {
+	unsigned int i, n = pfm_sysfs_count();
 	int err;
 
-	pfm_kobj = kobject_create_and_add("perfmon", kernel_kobj);
-	if (!pfm_kobj)
+	pfm_kattrs = kcalloc(n, sizeof(*pfm_kattrs), GFP_KERNEL);
+	pfm_attrs = kcalloc(n + 1, sizeof(*pfm_attrs), GFP_KERNEL);
+	if (!pfm_kattrs || !pfm_attrs) {
+		pfm_sysfs_free();
 		return -ENOMEM;
+	}
+	for (i = 0; i < n; i++) {
+		sysfs_attr_init(&pfm_kattrs[i].attr);
+		pfm_kattrs[i].attr.name = pfm_sysfs_name(i);
+		pfm_kattrs[i].attr.mode = 0444;
+		pfm_kattrs[i].show = pfm_attr_show;
+		pfm_attrs[i] = &pfm_kattrs[i].attr;
+	}
+	pfm_attr_group.attrs = pfm_attrs;
+	pfm_kobj = kobject_create_and_add("perfmon", kernel_kobj);
+	if (!pfm_kobj) {
+		pfm_sysfs_free();
+		return -ENOMEM;
+	}
 	err = sysfs_create_group(pfm_kobj, &pfm_attr_group);
 	if (err) {
 		kobject_put(pfm_kobj);
 		pfm_kobj = NULL;
+		pfm_sysfs_free();
 	}
 	return err;
 }
-void pfm_sysfs_unregister(void) { kobject_put(pfm_kobj); }
+
+void pfm_sysfs_unregister(void)
+{
+	/* The files go (show() calls drained) before their attributes are freed. */
+	sysfs_remove_group(pfm_kobj, &pfm_attr_group);
+	kobject_put(pfm_kobj);
+	pfm_sysfs_free();
+}
 
 /*
  * The layout of the kernel structures Rust touches, as this compiler sees
@@ -174,8 +192,8 @@ u64 pfm_task_sum_exec_runtime(struct task_struct *t) { return t->se.sum_exec_run
 u64 pfm_task_exec_start(struct task_struct *t) { return t->se.exec_start; }
 
 /*
- * The overflow vector (pfm_intr.rs): struct irq_alloc_info, the x86 vector
- * domain, irqd_cfg() and the apic driver are not reachable from bindings.
+ * The overflow vector (rust/irq.rs, for pfm_intr.rs): struct irq_alloc_info,
+ * the x86 vector domain, irqd_cfg() and the apic driver are not reachable from bindings.
  */
 int pfm_irq_alloc_on_cpu(unsigned int cpu) { struct irq_alloc_info info = { .mask = cpumask_of(cpu) }; return irq_domain_alloc_irqs(x86_vector_domain, 1, cpu_to_node(cpu), &info); }
 void pfm_irq_set_edge_handler(unsigned int irq) { irq_set_handler(irq, handle_edge_irq); }
@@ -185,7 +203,7 @@ u32 pfm_apic_read_lvtpc(void) { return apic->read(APIC_LVTPC); }
 void pfm_apic_write_lvtpc(u32 v) { apic->write(APIC_LVTPC, v); }
 void pfm_send_ipi_self(unsigned int vector) { __apic_send_IPI_self(vector); }
 
-/* The hardware PMU models (pfm_x86.rs): MSR accessors that survive a #GP. */
+/* The hardware PMU models (pfm_x86/): MSR accessors that survive a #GP. */
 int pfm_rdmsr_safe(u32 msr, u64 *v) { return rdmsrl_safe(msr, v); }
 int pfm_wrmsr_safe(u32 msr, u64 v) { return wrmsrl_safe(msr, v); }
 bool pfm_perfmon_capable(void) { return perfmon_capable(); }

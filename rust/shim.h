@@ -20,7 +20,9 @@ int pfm_misc_register(const struct file_operations *fops);
 void pfm_misc_deregister(void);
 int pfm_sysfs_register(void);
 void pfm_sysfs_unregister(void);
-ssize_t pfm_sysfs_show(unsigned int attr, char *buf);	/* Rust */
+unsigned int pfm_sysfs_count(void);	/* Rust */
+const char *pfm_sysfs_name(unsigned int i);	/* Rust */
+ssize_t pfm_sysfs_show(unsigned int i, char *buf);	/* Rust */
 unsigned long pfm_spin_lock_irqsave(spinlock_t *l);
 void pfm_spin_unlock_irqrestore(spinlock_t *l, unsigned long f);
 void pfm_init_irq_work(struct irq_work *w, void (*fn)(struct irq_work *));

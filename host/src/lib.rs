@@ -22,7 +22,8 @@ pub mod pfm_counter;
 #[path = "../../pfm_msgq.rs"]
 pub mod pfm_msgq;
 
-/// The x86 hardware PMU models (the kernel-free part of `pfm_x86.rs`).
+/// The PMU models: the soft model and the x86 hardware models (the
+/// kernel-free part of `pfm_x86.rs`).
 #[path = "../../pfm_x86"]
 pub mod pfm_x86 {
     pub mod amd64;
@@ -31,4 +32,5 @@ pub mod pfm_x86 {
     pub mod intel_arch;
     pub mod intel_sim;
     pub mod model;
+    pub mod soft;
 }

@@ -1,0 +1,415 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The device: `/dev/perfmon`'s file operations, the ioctl decoding and
+//! `/sys/kernel/perfmon`. Each file operation finds the file's context and
+//! calls one of its methods; nothing here keeps state of its own.
+
+use core::sync::atomic::Ordering;
+
+use kernel::bindings;
+use kernel::c_str;
+use kernel::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void};
+use kernel::ioctl::{_IOC_NR, _IOC_SIZE, _IOC_TYPE};
+use kernel::prelude::*;
+use kernel::str::CStr;
+use kernel::sync::Arc;
+use kernel::types::{AsBytes, ForeignOwnable, FromBytes};
+use kernel::uaccess::UserSlice;
+
+use crate::pfm_ctx::Context;
+use crate::{abi, globals, pfm_ctxsw, Globals};
+
+// SAFETY: The ABI structures are `repr(C)` integers and integer arrays with
+// explicit padding fields: every bit pattern is valid and none has padding.
+unsafe impl FromBytes for abi::PfmPmc {}
+// SAFETY: See above.
+unsafe impl AsBytes for abi::PfmPmc {}
+// SAFETY: See above.
+unsafe impl FromBytes for abi::PfmPmd {}
+// SAFETY: See above.
+unsafe impl AsBytes for abi::PfmPmd {}
+// SAFETY: See above.
+unsafe impl FromBytes for abi::PfmRegsArg {}
+// SAFETY: See above.
+unsafe impl AsBytes for abi::PfmRegsArg {}
+// SAFETY: See above.
+unsafe impl FromBytes for abi::PfmLoad {}
+// SAFETY: See above.
+unsafe impl FromBytes for abi::PfmCtxFlags {}
+// SAFETY: See above.
+unsafe impl AsBytes for abi::PfmCtxInfo {}
+// SAFETY: See above.
+unsafe impl AsBytes for abi::PfmInfo {}
+// SAFETY: See above.
+unsafe impl AsBytes for abi::PfmMsg {}
+// SAFETY: See above.
+unsafe impl FromBytes for abi::PfmValues {}
+// SAFETY: See above.
+unsafe impl AsBytes for abi::PfmValues {}
+
+/// `/dev/perfmon`'s file operations, handed to the miscdevice.
+pub(crate) struct FileOps(bindings::file_operations);
+
+// SAFETY: A table of function pointers and the module pointer, never
+// written after `new`.
+unsafe impl Send for FileOps {}
+// SAFETY: See `Send`.
+unsafe impl Sync for FileOps {}
+
+impl FileOps {
+    /// The table: every entry is a function of this file.
+    pub(crate) fn new() -> Self {
+        let mut fops = bindings::file_operations::default();
+        fops.owner = crate::this_module();
+        fops.open = Some(fop_open);
+        fops.release = Some(fop_release);
+        fops.unlocked_ioctl = Some(fop_ioctl);
+        fops.compat_ioctl = Some(fop_compat_ioctl);
+        fops.read = Some(fop_read);
+        fops.poll = Some(fop_poll);
+        fops.fasync = Some(fop_fasync);
+        fops.llseek = Some(bindings::noop_llseek);
+        Self(fops)
+    }
+
+    /// The C table, for the miscdevice registration.
+    pub(crate) fn table(&self) -> &bindings::file_operations {
+        &self.0
+    }
+}
+
+/// The context of an open file.
+///
+/// # Safety
+///
+/// `file` must be an open `/dev/perfmon` file (its `private_data` set by `fop_open`).
+unsafe fn file_context<'a>(file: *mut bindings::file) -> kernel::sync::ArcBorrow<'a, Context> {
+    // SAFETY: `private_data` holds `Arc::into_foreign` from `fop_open`,
+    // reclaimed only in `fop_release`, after every other file operation.
+    unsafe { <Arc<Context> as ForeignOwnable>::borrow((*file).private_data) }
+}
+
+/// `open`: a new context for the file.
+///
+/// # Safety
+///
+/// Called by the VFS with a `/dev/perfmon` file being opened.
+unsafe extern "C" fn fop_open(_inode: *mut bindings::inode, file: *mut bindings::file) -> c_int {
+    if let Err(e) = pfm_ctxsw::may_open() {
+        return e.to_errno();
+    }
+    match Context::new() {
+        Ok(ctx) => {
+            // SAFETY: `file` is being opened; we own `private_data`.
+            unsafe { (*file).private_data = ctx.into_foreign() as *mut c_void };
+            0
+        }
+        Err(e) => e.to_errno(),
+    }
+}
+
+/// `release`.
+///
+/// # Safety
+///
+/// Called by the VFS with an open `/dev/perfmon` file (`file_context`).
+unsafe extern "C" fn fop_release(_inode: *mut bindings::inode, file: *mut bindings::file) -> c_int {
+    // SAFETY: The last file operation: take back the reference from `fop_open`.
+    let ctx = unsafe { <Arc<Context> as ForeignOwnable>::from_foreign((*file).private_data) };
+    ctx.close();
+    0
+}
+
+/// `read`.
+///
+/// # Safety
+///
+/// Called by the VFS with an open `/dev/perfmon` file (`file_context`).
+unsafe extern "C" fn fop_read(
+    file: *mut bindings::file,
+    buf: *mut c_char,
+    len: usize,
+    _ppos: *mut bindings::loff_t,
+) -> isize {
+    // SAFETY: `file` is an open /dev/perfmon file.
+    let ctx = unsafe { file_context(file) };
+    // SAFETY: `file` is open.
+    let nonblock = unsafe { (*file).f_flags } & bindings::O_NONBLOCK != 0;
+    match ctx.read(UserSlice::new(buf as usize, len).writer(), nonblock) {
+        Ok(n) => n as isize,
+        Err(e) => e.to_errno() as isize,
+    }
+}
+
+/// `poll`.
+///
+/// # Safety
+///
+/// Called by the VFS with an open `/dev/perfmon` file (`file_context`).
+unsafe extern "C" fn fop_poll(
+    file: *mut bindings::file,
+    table: *mut bindings::poll_table_struct,
+) -> c_uint {
+    // SAFETY: `file` is an open /dev/perfmon file.
+    let ctx = unsafe { file_context(file) };
+    // SAFETY: Forwarded from the VFS.
+    unsafe { ctx.poll(file, table) }
+}
+
+/// `fasync`.
+///
+/// # Safety
+///
+/// Called by the VFS with an open `/dev/perfmon` file (`file_context`).
+unsafe extern "C" fn fop_fasync(fd: c_int, file: *mut bindings::file, on: c_int) -> c_int {
+    // SAFETY: `file` is an open /dev/perfmon file.
+    let ctx = unsafe { file_context(file) };
+    ctx.fasync(fd, file, on)
+}
+
+/// `unlocked_ioctl`.
+///
+/// # Safety
+///
+/// Called by the VFS with an open `/dev/perfmon` file (`file_context`).
+unsafe extern "C" fn fop_ioctl(file: *mut bindings::file, cmd: c_uint, arg: c_ulong) -> c_long {
+    // SAFETY: `file` is an open /dev/perfmon file.
+    let ctx = unsafe { file_context(file) };
+    let ctx: Arc<Context> = ctx.into();
+    match ioctl(&ctx, cmd, arg as usize) {
+        Ok(()) => 0,
+        Err(e) => e.to_errno() as c_long,
+    }
+}
+
+/// The compat (32-bit caller) ioctl, as `compat_ptr_ioctl`: the argument
+/// is a 32-bit user pointer, converted with [`compat_ptr`], then the native
+/// handler runs (the ABI's structures have one layout for both).
+///
+/// # Safety
+///
+/// Called by the VFS with an open `/dev/perfmon` file (`file_context`).
+unsafe extern "C" fn fop_compat_ioctl(
+    file: *mut bindings::file,
+    cmd: c_uint,
+    arg: c_ulong,
+) -> c_long {
+    // SAFETY: Forwarded from the VFS: `file` is an open /dev/perfmon file.
+    unsafe { fop_ioctl(file, cmd, compat_ptr(arg)) }
+}
+
+/// `compat_ptr`: a 32-bit caller's user pointer as a native one. On x86-64
+/// the 32-bit address space is the bottom of the 64-bit one: a
+/// zero-extension of the low 32 bits.
+const fn compat_ptr(arg: c_ulong) -> c_ulong {
+    arg as u32 as c_ulong
+}
+
+/// Dispatches one ioctl. The command's type and number select the call; a
+/// known call with the wrong direction or size is `EINVAL`, an unknown one
+/// `ENOTTY`. Every argument is read from user memory exactly once.
+fn ioctl(ctx: &Arc<Context>, cmd: u32, arg: usize) -> Result {
+    if _IOC_TYPE(cmd) != abi::PFM_IOC_MAGIC {
+        return Err(ENOTTY);
+    }
+    let expected = match _IOC_NR(cmd) {
+        0x00 => abi::PFM_IOC_GET_INFO,
+        0x01 => abi::PFM_IOC_WRITE_PMCS,
+        0x02 => abi::PFM_IOC_WRITE_PMDS,
+        0x03 => abi::PFM_IOC_READ_PMDS,
+        0x04 => abi::PFM_IOC_LOAD,
+        0x05 => abi::PFM_IOC_UNLOAD,
+        0x06 => abi::PFM_IOC_START,
+        0x07 => abi::PFM_IOC_STOP,
+        0x08 => abi::PFM_IOC_RESTART,
+        0x09 => abi::PFM_IOC_GET_STATE,
+        0x0a => abi::PFM_IOC_SET_FLAGS,
+        0x0b => abi::PFM_IOC_READ_VALUES,
+        _ => return Err(ENOTTY),
+    };
+    if cmd != expected {
+        return Err(EINVAL);
+    }
+    let user = UserSlice::new(arg, _IOC_SIZE(cmd));
+    match cmd {
+        abi::PFM_IOC_GET_INFO => {
+            let mut info = abi::PfmInfo::default();
+            info.abi_version = abi::PFM_ABI_VERSION;
+            info.size = core::mem::size_of::<abi::PfmInfo>() as u32;
+            globals().pmu.describe(&mut info);
+            info.vector = globals().intr.vector_of_cpu0();
+            user.writer().write(&info)
+        }
+        abi::PFM_IOC_WRITE_PMCS | abi::PFM_IOC_WRITE_PMDS | abi::PFM_IOC_READ_PMDS => {
+            regs_ioctl(ctx, cmd, arg)
+        }
+        abi::PFM_IOC_LOAD => {
+            let l: abi::PfmLoad = user.reader().read()?;
+            ctx.load(&l)
+        }
+        abi::PFM_IOC_UNLOAD => ctx.unload(),
+        abi::PFM_IOC_START => ctx.start(),
+        abi::PFM_IOC_STOP => ctx.stop(),
+        abi::PFM_IOC_RESTART => ctx.restart(),
+        abi::PFM_IOC_GET_STATE => user.writer().write(&ctx.get_state()),
+        abi::PFM_IOC_READ_VALUES => {
+            let (mut reader, mut writer) = user.reader_writer();
+            let mut v: abi::PfmValues = reader.read()?;
+            ctx.read_values(&mut v)?;
+            writer.write(&v)
+        }
+        abi::PFM_IOC_SET_FLAGS => {
+            let f: abi::PfmCtxFlags = user.reader().read()?;
+            ctx.set_flags(&f)
+        }
+        _ => Err(ENOTTY),
+    }
+}
+
+/// `PFM_IOC_WRITE_PMCS`, `PFM_IOC_WRITE_PMDS` and `PFM_IOC_READ_PMDS`: a
+/// [`abi::PfmRegsArg`] at `arg` naming an array of registers.
+fn regs_ioctl(ctx: &Arc<Context>, cmd: u32, arg: usize) -> Result {
+    let size = _IOC_SIZE(cmd);
+    let (mut reader, mut writer) = UserSlice::new(arg, size).reader_writer();
+    let mut a: abi::PfmRegsArg = reader.read()?;
+    if a.reserved != [0; 2] {
+        return Err(EINVAL);
+    }
+    if a.count == 0 {
+        return Err(EINVAL);
+    }
+    if a.count as usize > abi::PFM_MAX_REGS_PER_CALL {
+        return Err(E2BIG);
+    }
+    let elem = if cmd == abi::PFM_IOC_WRITE_PMCS {
+        core::mem::size_of::<abi::PfmPmc>()
+    } else {
+        core::mem::size_of::<abi::PfmPmd>()
+    };
+    let regs = UserSlice::new(a.regs as usize, a.count as usize * elem);
+    a.time_enabled = 0;
+    a.time_running = 0;
+    // `done` and the times are written back: a read-only argument
+    // fails with EFAULT now, before anything is applied.
+    UserSlice::new(arg, size).writer().write(&a)?;
+    let r = match cmd {
+        abi::PFM_IOC_WRITE_PMCS => ctx.write_pmcs(&mut a, regs),
+        abi::PFM_IOC_WRITE_PMDS => ctx.write_pmds(&mut a, regs),
+        _ => ctx.read_pmds(&mut a, regs),
+    };
+    // `done` tells user space how far the call got, success or not.
+    writer.write(&a)?;
+    r
+}
+
+/// The value of a `/sys/kernel/perfmon` file.
+enum SysfsValue {
+    Num(u64),
+    Text(&'static str),
+}
+
+/// `/sys/kernel/perfmon`'s files, the one list of them: name and value.
+/// `shim.c` creates one read-only file per entry ([`pfm_sysfs_count`],
+/// [`pfm_sysfs_name`]) and asks [`pfm_sysfs_show`] for entry `i`'s value.
+const SYSFS_FILES: [(&CStr, fn(&Globals) -> SysfsValue); 14] = {
+    use SysfsValue::{Num, Text};
+    [
+        (c_str!("abi_version"), |_| Num(abi::PFM_ABI_VERSION as u64)),
+        (c_str!("pmu_model"), |g| Text(g.pmu.name())),
+        (c_str!("live_contexts"), |g| {
+            Num(g.live_contexts.load(Ordering::Relaxed) as u64)
+        }),
+        (c_str!("zombie_contexts"), |g| {
+            Num(g.zombies.load(Ordering::Relaxed) as u64)
+        }),
+        (c_str!("attached_threads"), |g| {
+            Num(g.attached.load(Ordering::Relaxed) as u64)
+        }),
+        (c_str!("vector"), |g| Num(g.intr.vector_of_cpu0().into())),
+        (c_str!("counter_width"), |g| Num(g.pmu.width.into())),
+        (c_str!("overflow_interrupts"), |g| Num(g.intr.interrupts())),
+        (c_str!("msr_faults"), |g| {
+            Num(g.pmu.msr_faults.load(Ordering::Relaxed))
+        }),
+        (c_str!("hw_full_restores"), |g| {
+            Num(g.pmu.full_restores.load(Ordering::Relaxed))
+        }),
+        (c_str!("hw_lazy_restores"), |g| {
+            Num(g.pmu.lazy_restores.load(Ordering::Relaxed))
+        }),
+        (c_str!("hw_claimed"), |g| Num(g.pmu.hw_claimed().into())),
+        (c_str!("hw_reserved_counters"), |g| {
+            Num(g.pmu.reserved_counters().into())
+        }),
+        (c_str!("hw_lvtpc_cpus"), |g| Num(g.intr.lvtpc_cpus())),
+    ]
+};
+
+/// The number of `/sys/kernel/perfmon` files (for shim.c).
+#[no_mangle]
+extern "C" fn pfm_sysfs_count() -> c_uint {
+    SYSFS_FILES.len() as c_uint
+}
+
+/// The name of `/sys/kernel/perfmon` file `i` (for shim.c): a static
+/// string, or NULL past the end.
+#[no_mangle]
+extern "C" fn pfm_sysfs_name(i: c_uint) -> *const c_char {
+    SYSFS_FILES
+        .get(i as usize)
+        .map_or(core::ptr::null(), |(name, _)| name.as_char_ptr())
+}
+
+/// Answers the `show` of `/sys/kernel/perfmon` file `i` (see shim.c).
+///
+/// # Safety
+///
+/// `buf` is a sysfs buffer of `PAGE_SIZE` bytes.
+#[no_mangle]
+unsafe extern "C" fn pfm_sysfs_show(i: c_uint, buf: *mut c_char) -> isize {
+    let Some((_, show)) = SYSFS_FILES.get(i as usize) else {
+        return EINVAL.to_errno() as isize;
+    };
+    let mut out = SysfsBuf {
+        buf: buf.cast(),
+        len: 0,
+    };
+    match show(globals()) {
+        SysfsValue::Num(v) => out.num(v),
+        SysfsValue::Text(t) => out.text(t.as_bytes()),
+    }
+    out.text(b"\n");
+    out.len as isize
+}
+
+/// Writes into a sysfs page; values are short, far below `PAGE_SIZE`.
+struct SysfsBuf {
+    buf: *mut u8,
+    len: usize,
+}
+
+impl SysfsBuf {
+    fn text(&mut self, s: &[u8]) {
+        for &b in s {
+            if self.len + 1 < bindings::PAGE_SIZE as usize {
+                // SAFETY: Within the PAGE_SIZE buffer sysfs gave us.
+                unsafe { self.buf.add(self.len).write(b) };
+                self.len += 1;
+            }
+        }
+    }
+
+    fn num(&mut self, mut v: u64) {
+        let mut digits = [0u8; 20];
+        let mut i = digits.len();
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (v % 10) as u8;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        self.text(&digits[i..]);
+    }
+}

@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Each CPU's PMU as the module holds it, as x86 perf keeps it in
+//! `cpu_hw_events`: whose counters are on it, and the generation of its
+//! registers. Every method acts on the CPU it runs on, with interrupts
+//! off, so each CPU's entry has one writer at a time.
+
+use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+
+use kernel::prelude::*;
+
+use super::Pmu;
+use crate::rust as glue;
+
+/// One CPU's PMU.
+struct CpuPmu {
+    /// Who has its counters on this PMU (an attachment), or null. Not a
+    /// counted reference: its holder clears it, on this CPU with interrupts
+    /// off, before it can go away.
+    owner: AtomicPtr<()>,
+    /// Bumped by every context that writes its registers into this PMU,
+    /// and when the CPU comes online (it may have lost them): a context
+    /// whose registers are still here, at the generation it left, may skip
+    /// the restore.
+    generation: AtomicU64,
+}
+
+/// Every possible CPU's [`CpuPmu`].
+pub(crate) struct CpuPmus(KVec<CpuPmu>);
+
+impl CpuPmus {
+    /// One entry per possible CPU: no owner, generation 0.
+    pub(crate) fn new() -> Result<Self> {
+        let cpus = glue::cpu::per_cpu_vec(|| CpuPmu {
+            owner: AtomicPtr::new(core::ptr::null_mut()),
+            generation: AtomicU64::new(0),
+        })?;
+        Ok(Self(cpus))
+    }
+
+    /// This CPU's entry (interrupts off).
+    fn here(&self) -> Option<&CpuPmu> {
+        self.0.get(glue::this_cpu() as usize)
+    }
+}
+
+impl Pmu {
+    /// Records that `owner`'s counters are (non-null) or no longer are
+    /// (null) on this CPU's PMU. Interrupts off.
+    pub(crate) fn set_owner_here(&self, owner: *const ()) {
+        if let Some(c) = self.cpus.here() {
+            c.owner.store(owner.cast_mut(), Ordering::Relaxed);
+        }
+    }
+
+    /// Whether `owner`'s counters are on this CPU's PMU. Interrupts off.
+    pub(crate) fn is_owner_here(&self, owner: *const ()) -> bool {
+        core::ptr::eq(self.owner_here(), owner)
+    }
+
+    /// Whose counters are on this CPU's PMU, or null. Interrupts off.
+    pub(crate) fn owner_here(&self) -> *const () {
+        self.cpus
+            .here()
+            .map_or(core::ptr::null(), |c| c.owner.load(Ordering::Relaxed))
+    }
+
+    /// This CPU's PMU register generation. Interrupts off.
+    pub(crate) fn generation_here(&self) -> u64 {
+        self.cpus
+            .here()
+            .map_or(0, |c| c.generation.load(Ordering::Relaxed))
+    }
+
+    /// A context wrote its registers into this CPU's PMU. Interrupts off.
+    pub(crate) fn bump_generation_here(&self) {
+        if let Some(c) = self.cpus.here() {
+            c.generation.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// `cpu` came (back) online: it may have lost its PMU registers, so no
+    /// context may skip its restore on the strength of an older generation.
+    /// Called by the vectors' hotplug callback, on `cpu`.
+    pub(crate) fn cpu_online(&self, cpu: u32) {
+        if let Some(c) = self.cpus.0.get(cpu as usize) {
+            c.generation.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
