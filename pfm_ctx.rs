@@ -26,7 +26,7 @@ use crate::pfm_ctxsw::{self, Attachment};
 use crate::pfm_msgq::{MsgQueue, Ring};
 use crate::pfm_state::{Lifecycle, Op, State, StateError};
 use crate::pfm_x86::counters::Counters;
-use crate::pfm_x86::SoftDeltas;
+use crate::pfm_x86::ThreadDeltas;
 use crate::rust::{self as glue, new_irq_spinlock, IrqSpinLock};
 use crate::{ebadfd, globals};
 
@@ -171,9 +171,9 @@ impl CtxInner {
         self.run_base = runtime;
         if self.counting() {
             self.time_running += ran;
-            self.advance(&SoftDeltas {
+            self.advance(&ThreadDeltas {
                 task_clock: ran,
-                ..SoftDeltas::default()
+                ..ThreadDeltas::default()
             });
         }
     }
@@ -191,9 +191,9 @@ impl CtxInner {
     /// time, and the next switch-out counts it.
     fn sched_in(&mut self, cpu: i32) {
         if self.counting() && cpu != self.last_cpu {
-            self.advance(&SoftDeltas {
+            self.advance(&ThreadDeltas {
                 migrations: 1,
-                ..SoftDeltas::default()
+                ..ThreadDeltas::default()
             });
         }
         self.last_cpu = cpu;
@@ -216,7 +216,7 @@ impl CtxInner {
         let ovfl = self.counters.uninstall_here(&globals().pmu);
         self.overflowed(ovfl);
         let runtime = glue::current_sum_exec_runtime();
-        let mut d = SoftDeltas::default();
+        let mut d = ThreadDeltas::default();
         if self.on_cpu == Some(cpu) {
             d.task_clock = runtime.saturating_sub(self.run_base);
         }
@@ -232,7 +232,7 @@ impl CtxInner {
     }
 
     /// Applies `d` to every counter and records overflows.
-    fn advance(&mut self, d: &SoftDeltas) {
+    fn advance(&mut self, d: &ThreadDeltas) {
         let ovfl = self.counters.advance(d, globals().pmu.width);
         self.overflowed(ovfl);
     }

@@ -40,9 +40,9 @@ impl Monitor for Context {
 
     fn drop_hw_here(&self, owner: *const ()) {
         let pmu = &globals().pmu;
-        // Cheap checks first: the soft model, or another owner (a re-check
-        // under the lock makes it exact).
-        if pmu.hw.is_none() || !pmu.is_owner_here(owner) {
+        // A cheap check first (never true for the soft model, which puts
+        // nothing on a PMU); a re-check under the lock makes it exact.
+        if !pmu.is_owner_here(owner) {
             return;
         }
         let mut inner = self.inner.lock();

@@ -15,7 +15,7 @@ use core::sync::atomic::Ordering;
 use kernel::prelude::*;
 
 use super::driver::{HwModel, HwRegs, PmiThrottle};
-use super::{soft_count, Pmu, SoftDeltas, SOFT_COUNTERS};
+use super::{soft_count, Pmu, ThreadDeltas, SOFT_COUNTERS};
 use crate::pfm_counter::PmdState;
 use crate::rust as glue;
 
@@ -166,7 +166,7 @@ impl Counters {
 
     /// Advances the soft counters by what the thread did (`d`); a hardware
     /// model counts by itself. Returns the PMDs that overflowed.
-    pub(crate) fn advance(&mut self, d: &SoftDeltas, width: u32) -> u64 {
+    pub(crate) fn advance(&mut self, d: &ThreadDeltas, width: u32) -> u64 {
         match self {
             Self::Soft(s) => soft_count(&s.ev_pmds, &mut s.pmds, d, width),
             Self::Hw(_) => 0,

@@ -50,9 +50,11 @@ pub const SOFT_EVENTS: [(&str, u64); 3] = [
 /// Bits a soft PMC value must leave zero: everything above the event code.
 pub const SOFT_PMC_RSVD_MASK: u64 = !0x3;
 
-/// What happened to a thread since its soft counters were last advanced.
+/// What a thread did since its counters were last advanced, as the
+/// scheduler accounts it (the soft model counts these; a hardware PMU
+/// counts by itself).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SoftDeltas {
+pub struct ThreadDeltas {
     /// Nanoseconds on a CPU.
     pub task_clock: u64,
     /// Switch-outs.
@@ -63,7 +65,7 @@ pub struct SoftDeltas {
 
 /// Advances every counter by what its PMC selects (`ev_pmds[event]`: the
 /// PMDs counting that event); returns the mask of PMDs that overflowed.
-pub fn soft_count(ev_pmds: &[u8; 4], pmds: &mut [PmdState], d: &SoftDeltas, width: u32) -> u64 {
+pub fn soft_count(ev_pmds: &[u8; 4], pmds: &mut [PmdState], d: &ThreadDeltas, width: u32) -> u64 {
     let mut ovfl = 0u64;
     let deltas = [
         (abi::PFM_SOFT_EV_TASK_CLOCK as usize, d.task_clock),
@@ -112,7 +114,7 @@ mod tests {
         ev_pmds[abi::PFM_SOFT_EV_TASK_CLOCK as usize] = 0b0011;
         ev_pmds[abi::PFM_SOFT_EV_CPU_MIGRATIONS as usize] = 0b1000;
         pmds[1].write(u64::MAX - 5, 64);
-        let d = SoftDeltas {
+        let d = ThreadDeltas {
             task_clock: 10,
             switches: 3,
             migrations: 1,
