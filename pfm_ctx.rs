@@ -11,9 +11,11 @@
 //! and the file's `read`/`poll`/`fasync`, `thread.rs` what the thread side
 //! asks of a context.
 //!
-//! Locking: `Context::inner` is an IRQ-safe spinlock, taken from ioctls, from
-//! the preempt notifiers (with the runqueue lock held, IRQs off) and from IPIs.
-//! Nothing that sleeps or wakes a task runs under it. Lock order:
+//! Locking: `Context::inner` is an IRQ-safe raw spinlock, taken from ioctls,
+//! from the preempt notifiers (with the raw runqueue lock held, IRQs off) and
+//! from IPIs: raw, so that it nests validly under the runqueue lock on
+//! PREEMPT_RT too (`PROVE_RAW_LOCK_NESTING` checks it). Nothing that sleeps,
+//! wakes a task or takes a `spinlock_t` runs under it. Lock order:
 //! the registry before `Context::inner`.
 
 use core::sync::atomic::Ordering;
@@ -27,7 +29,7 @@ use crate::pfm_msgq::{MsgQueue, Ring};
 use crate::pfm_state::{Lifecycle, Op, State, StateError};
 use crate::pfm_x86::counters::Counters;
 use crate::pfm_x86::ThreadDeltas;
-use crate::rust::{self as glue, new_irq_spinlock, IrqSpinLock};
+use crate::rust::{self as glue, new_irq_raw_spinlock, IrqRawSpinLock};
 use crate::{ebadfd, globals};
 
 mod mailbox;
@@ -358,7 +360,7 @@ const _: () = assert!(core::mem::size_of::<Attachment<Context>>() <= 256 - 8);
 #[pin_data(PinnedDrop)]
 pub(crate) struct Context {
     #[pin]
-    inner: IrqSpinLock<CtxInner>,
+    inner: IrqRawSpinLock<CtxInner>,
     #[pin]
     mailbox: Mailbox,
 }
@@ -369,7 +371,7 @@ impl Context {
         let counters = Counters::new(&globals().pmu)?;
         let ctx = Arc::pin_init(
             pin_init!(Self {
-                inner <- new_irq_spinlock!(
+                inner <- new_irq_raw_spinlock!(
                     CtxInner {
                         life: Lifecycle::new(),
                         flags: 0,

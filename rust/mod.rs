@@ -48,6 +48,16 @@ mod ffi {
         pub(crate) fn pfm_sysfs_unregister();
         pub(crate) fn pfm_spin_lock_irqsave(lock: *mut bindings::spinlock_t) -> c_ulong;
         pub(crate) fn pfm_spin_unlock_irqrestore(lock: *mut bindings::spinlock_t, flags: c_ulong);
+        pub(crate) fn pfm_raw_spin_lock_init(
+            lock: *mut bindings::raw_spinlock_t,
+            name: *const c_char,
+            key: *mut bindings::lock_class_key,
+        );
+        pub(crate) fn pfm_raw_spin_lock_irqsave(lock: *mut bindings::raw_spinlock_t) -> c_ulong;
+        pub(crate) fn pfm_raw_spin_unlock_irqrestore(
+            lock: *mut bindings::raw_spinlock_t,
+            flags: c_ulong,
+        );
         pub(crate) fn pfm_init_irq_work(
             work: *mut IrqWorkRaw,
             func: unsafe extern "C" fn(*mut IrqWorkRaw),
@@ -428,7 +438,7 @@ impl Drop for ExecWatch {
 pub(crate) fn layout_mismatch() -> Option<(usize, usize, usize)> {
     use bindings::{file, file_operations as fops, task_struct as task};
     use core::mem::{offset_of, size_of};
-    let rust: [usize; 23] = [
+    let rust: [usize; 24] = [
         offset_of!(task, __state),
         offset_of!(task, flags),
         offset_of!(file, private_data),
@@ -452,6 +462,7 @@ pub(crate) fn layout_mismatch() -> Option<(usize, usize, usize)> {
         size_of::<bindings::work_struct>(),
         size_of::<bindings::hrtimer>(),
         offset_of!(bindings::hrtimer, function),
+        size_of::<bindings::raw_spinlock_t>(),
     ];
     // SAFETY: `pfm_c_layout` is a constant array of `pfm_c_layout_len` entries.
     let c = unsafe {
@@ -592,6 +603,54 @@ unsafe impl Backend for IrqSpinLockBackend {
     unsafe fn unlock(ptr: *mut Self::State, flags: &Self::GuardState) {
         // SAFETY: The caller owns the lock; `flags` came from `lock`.
         unsafe { ffi::pfm_spin_unlock_irqrestore(ptr, *flags) }
+    }
+}
+
+/// A raw spinlock that disables interrupts while held
+/// (`raw_spin_lock_irqsave`): for data taken under the scheduler's raw
+/// runqueue lock (the preempt notifiers' `sched_out`). A `spinlock_t` there
+/// is a sleeping lock on PREEMPT_RT, which `PROVE_RAW_LOCK_NESTING` reports;
+/// a raw one stays a spinning lock. Nothing under it may take a
+/// `spinlock_t` (wake-ups, printk, allocations).
+pub(crate) struct IrqRawSpinLockBackend;
+
+/// A [`Lock`] on a raw spinlock whose critical sections run with local
+/// interrupts disabled.
+pub(crate) type IrqRawSpinLock<T> = Lock<T, IrqRawSpinLockBackend>;
+
+/// Creates an [`IrqRawSpinLock`] initialiser with a lock class of its own.
+macro_rules! new_irq_raw_spinlock {
+    ($inner:expr, $name:literal) => {
+        $crate::rust::IrqRawSpinLock::new(
+            $inner,
+            kernel::c_str!($name),
+            kernel::static_lock_class!(),
+        )
+    };
+}
+pub(crate) use new_irq_raw_spinlock;
+
+// SAFETY: `raw_spin_lock_irqsave`/`raw_spin_unlock_irqrestore` give mutual
+// exclusion between `lock` and `unlock`; `relock` uses the default, which
+// calls `lock`.
+unsafe impl Backend for IrqRawSpinLockBackend {
+    type State = bindings::raw_spinlock_t;
+    type GuardState = c_ulong;
+
+    unsafe fn init(ptr: *mut Self::State, name: *const c_char, key: *mut bindings::lock_class_key) {
+        // SAFETY: The caller guarantees `ptr` is valid for writes and `name`
+        // and `key` live forever.
+        unsafe { ffi::pfm_raw_spin_lock_init(ptr, name, key) }
+    }
+
+    unsafe fn lock(ptr: *mut Self::State) -> Self::GuardState {
+        // SAFETY: The caller guarantees the lock was initialised.
+        unsafe { ffi::pfm_raw_spin_lock_irqsave(ptr) }
+    }
+
+    unsafe fn unlock(ptr: *mut Self::State, flags: &Self::GuardState) {
+        // SAFETY: The caller owns the lock; `flags` came from `lock`.
+        unsafe { ffi::pfm_raw_spin_unlock_irqrestore(ptr, *flags) }
     }
 }
 

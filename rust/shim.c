@@ -160,12 +160,26 @@ const unsigned long pfm_c_layout[] = {
 	sizeof(struct preempt_notifier), sizeof(struct preempt_ops), sizeof(struct callback_head),
 	sizeof(struct wait_queue_head), sizeof(struct wait_queue_entry), sizeof(spinlock_t),
 	sizeof(struct work_struct), sizeof(struct hrtimer), offsetof(struct hrtimer, function),
+	sizeof(raw_spinlock_t),
 };
 const unsigned long pfm_c_layout_len = ARRAY_SIZE(pfm_c_layout);
 
 /* One-line wrappers of static inlines and macros. */
 unsigned long pfm_spin_lock_irqsave(spinlock_t *l) { unsigned long f; spin_lock_irqsave(l, f); return f; }
 void pfm_spin_unlock_irqrestore(spinlock_t *l, unsigned long f) { spin_unlock_irqrestore(l, f); }
+/* A raw spinlock with a lock class of its own, as rust/helpers/spinlock.c
+ * initialises a spinlock_t: lockdep sees it as LD_WAIT_SPIN (valid under the
+ * runqueue lock, also on PREEMPT_RT). */
+void pfm_raw_spin_lock_init(raw_spinlock_t *l, const char *name, struct lock_class_key *key)
+{
+#ifdef CONFIG_DEBUG_SPINLOCK
+	__raw_spin_lock_init(l, name, key, LD_WAIT_SPIN);
+#else
+	raw_spin_lock_init(l);
+#endif
+}
+unsigned long pfm_raw_spin_lock_irqsave(raw_spinlock_t *l) { unsigned long f; raw_spin_lock_irqsave(l, f); return f; }
+void pfm_raw_spin_unlock_irqrestore(raw_spinlock_t *l, unsigned long f) { raw_spin_unlock_irqrestore(l, f); }
 void pfm_init_irq_work(struct irq_work *w, void (*fn)(struct irq_work *)) { init_irq_work(w, fn); }
 void pfm_poll_wait(struct file *f, wait_queue_head_t *q, poll_table *p) { poll_wait(f, q, p); }
 int pfm_this_cpu(void) { return raw_smp_processor_id(); }

@@ -25,6 +25,9 @@ const char *pfm_sysfs_name(unsigned int i);	/* Rust */
 ssize_t pfm_sysfs_show(unsigned int i, char *buf);	/* Rust */
 unsigned long pfm_spin_lock_irqsave(spinlock_t *l);
 void pfm_spin_unlock_irqrestore(spinlock_t *l, unsigned long f);
+void pfm_raw_spin_lock_init(raw_spinlock_t *l, const char *name, struct lock_class_key *key);
+unsigned long pfm_raw_spin_lock_irqsave(raw_spinlock_t *l);
+void pfm_raw_spin_unlock_irqrestore(raw_spinlock_t *l, unsigned long f);
 void pfm_init_irq_work(struct irq_work *w, void (*fn)(struct irq_work *));
 void pfm_poll_wait(struct file *f, wait_queue_head_t *q, poll_table *p);
 int pfm_this_cpu(void);
