@@ -278,8 +278,12 @@ impl HwCounters {
         let Some(model) = &pmu.hw else {
             return 0;
         };
-        self.throttle.pmi(glue::now_ns());
-        let out = self.regs(model).pmi(&mut pmu.bus(), counting);
+        let now = glue::now_ns();
+        let mut throttle = self.throttle;
+        let out = self
+            .regs(model)
+            .pmi_throttled(&mut pmu.bus(), counting, &mut throttle, now);
+        self.throttle = throttle;
         pmu.note(&out);
         out.overflowed
     }

@@ -499,6 +499,33 @@ impl PmiThrottle {
     }
 }
 
+impl<M: HwPmu> HwRegs<'_, M> {
+    /// The overflow interrupt under `throttle`, at `now` (ns): what the
+    /// module runs for every interrupt on the vector while the context is
+    /// installed. The counters are re-armed at the throttle's distance.
+    ///
+    /// Only a real PMI (a counter of the context wrapped) counts toward the
+    /// rate: the module's own self-IPI that delivers each overflow arrives
+    /// on the same vector right after, and counting it too would halve the
+    /// documented [`PMIS_PER_WINDOW`]. The distance a PMI sets applies from
+    /// the next re-arm (this one's counters are armed before it is known
+    /// to be real).
+    pub fn pmi_throttled<B: MsrBus>(
+        &mut self,
+        bus: &mut B,
+        started: bool,
+        throttle: &mut PmiThrottle,
+        now: u64,
+    ) -> Outcome {
+        self.min_arm = throttle.min_arm();
+        let out = self.pmi(bus, started);
+        if out.wrapped != 0 {
+            throttle.pmi(now);
+        }
+        out
+    }
+}
+
 /// Leaves every PMC of `model` disabled and its global control off: what
 /// the module leaves behind when it gives the PMU back.
 pub fn quiesce<M: HwPmu, B: MsrBus>(model: &M, bus: &mut B) -> Outcome {
