@@ -149,6 +149,37 @@ impl PmdState {
     }
 }
 
+/// perfmon2's linked resets (`reg_reset_pmds`): every PMD named in the
+/// `reset_pmds` of a PMD in `ovfl` is reset too, to its own long reset
+/// value if `long` (RESTART after a notification) or its short one (an
+/// overflow), and records it as its last reset. PMDs in `ovfl` are left
+/// alone: their own overflow (or RESTART) reset them, keeping what they
+/// counted past it. Returns the PMDs reset here, which a hardware model
+/// must load into its counters again.
+pub fn reset_linked(pmds: &mut [PmdState], ovfl: u64, long: bool, width: u32) -> u64 {
+    let mut linked = 0u64;
+    let mut m = ovfl;
+    while m != 0 {
+        let i = m.trailing_zeros() as usize;
+        m &= m - 1;
+        linked |= pmds.get(i).map_or(0, |p| p.reset_pmds);
+    }
+    linked &= !ovfl;
+    let mut reset = 0u64;
+    let mut m = linked;
+    while m != 0 {
+        let j = m.trailing_zeros() as usize;
+        m &= m - 1;
+        if let Some(p) = pmds.get_mut(j) {
+            let value = if long { p.long_reset } else { p.short_reset };
+            p.write(value, width);
+            p.last_reset = value;
+            reset |= 1 << j;
+        }
+    }
+    reset
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

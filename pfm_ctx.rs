@@ -503,13 +503,19 @@ impl Context {
         let width = globals().pmu.width;
         self.with_live(|inner, _| -> Result {
             inner.transition(Op::Restart)?;
-            for pmd in inner.counters.pmds_mut() {
+            let pmds = inner.counters.pmds_mut();
+            let mut notified = 0u64;
+            for (i, pmd) in pmds.iter_mut().enumerate() {
                 if pmd.flags & abi::PFM_REGFL_OVFL_NOTIFY != 0 {
                     let reset = pmd.long_reset;
                     pmd.write(reset, width);
                     pmd.last_reset = reset;
+                    notified |= 1 << i;
                 }
             }
+            // perfmon2: the PMDs linked to a notifying one get their long
+            // reset too.
+            crate::pfm_counter::reset_linked(pmds, notified, true, width);
             if inner.on_cpu == Some(glue::this_cpu()) {
                 inner.run_base = glue::current_runtime_ns();
             }

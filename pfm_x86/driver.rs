@@ -280,6 +280,16 @@ impl<M: HwPmu> HwRegs<'_, M> {
         Some(raw)
     }
 
+    /// Applies the linked resets of the PMDs in `ovfl` (short: an
+    /// overflow); returns the PMDs reset, which the caller arms again. The
+    /// 64-bit values only: `hw.raw` is set when they are armed.
+    fn reset_linked(&mut self, ovfl: u64) -> u64 {
+        if ovfl == 0 {
+            return 0;
+        }
+        crate::pfm_counter::reset_linked(self.pmds, ovfl, false, 64)
+    }
+
     /// Puts the context on this CPU's PMU: PMCs written, counters armed,
     /// counting if `start`.
     pub fn install<B: MsrBus>(&mut self, bus: &mut B, start: bool) -> Outcome {
@@ -354,7 +364,11 @@ impl<M: HwPmu> HwRegs<'_, M> {
                     out.wrapped |= 1 << pmd;
                 }
             }
-            if rearm {
+        }
+        // Before any re-arm: a linked reset changes another PMD's value.
+        self.reset_linked(out.overflowed);
+        if rearm {
+            for pmd in bits(used) {
                 self.arm(bus, pmd, &mut out);
             }
         }
@@ -394,7 +408,8 @@ impl<M: HwPmu> HwRegs<'_, M> {
                 for pmd in bits(used) {
                     self.fold(bus, pmd, &mut out);
                 }
-                for pmd in bits(wrapped | out.overflowed) {
+                let linked = self.reset_linked(out.overflowed);
+                for pmd in bits(wrapped | out.overflowed | (linked & used)) {
                     self.arm(bus, pmd, &mut out);
                 }
                 if wrapped != 0 {
@@ -426,7 +441,8 @@ impl<M: HwPmu> HwRegs<'_, M> {
                         out.wrapped |= 1 << pmd;
                     }
                 }
-                for pmd in bits(out.wrapped | out.overflowed) {
+                let linked = self.reset_linked(out.overflowed);
+                for pmd in bits(out.wrapped | out.overflowed | (linked & used)) {
                     self.arm(bus, pmd, &mut out);
                 }
                 if started {

@@ -87,6 +87,7 @@ pub fn soft_count(ev_pmds: &[u8; 4], pmds: &mut [PmdState], d: &ThreadDeltas, wi
             }
         }
     }
+    crate::pfm_counter::reset_linked(pmds, ovfl, false, width);
     ovfl
 }
 

@@ -83,3 +83,72 @@ fn throttle_counts_only_real_pmis() {
     }
     assert_eq!(real, 10 * u64::from(PMIS_PER_WINDOW));
 }
+
+/// perfmon2's `reg_reset_pmds`: when PMD 0 overflows, PMD 1 (in PMD 0's
+/// `reset_pmds`) is reset to its own short reset value too. Soft model:
+/// PMD 0 counts context switches with a period of 3, PMD 1 task-clock.
+#[test]
+fn reset_pmds_applied_on_soft_overflow() {
+    use pfm_host_tests::abi;
+    use pfm_host_tests::pfm_x86::soft::{soft_count, ThreadDeltas};
+    let mut ev = [0u8; 4];
+    ev[abi::PFM_SOFT_EV_CONTEXT_SWITCHES as usize] = 1 << 0;
+    ev[abi::PFM_SOFT_EV_TASK_CLOCK as usize] = 1 << 1;
+    let mut pmds = [PmdState::default(); 2];
+    pmds[0].write(period_to_value(3), 64);
+    pmds[0].short_reset = period_to_value(3);
+    pmds[0].reset_pmds = 1 << 1;
+    pmds[1].short_reset = 7;
+    let d = ThreadDeltas {
+        task_clock: 1000,
+        switches: 1,
+        ..ThreadDeltas::default()
+    };
+    assert_eq!(soft_count(&ev, &mut pmds, &d, 64), 0);
+    assert_eq!(soft_count(&ev, &mut pmds, &d, 64), 0);
+    assert_eq!(pmds[1].value, 2000);
+    // The third switch ends PMD 0's period: PMD 1 restarts from 7.
+    assert_eq!(soft_count(&ev, &mut pmds, &d, 64), 1 << 0);
+    assert_eq!(pmds[0].value, period_to_value(3));
+    assert_eq!((pmds[1].value, pmds[1].last_reset), (7, 7));
+    // Not the other way round: PMD 1's list is empty.
+    assert_eq!(soft_count(&ev, &mut pmds, &d, 64), 0);
+    assert_eq!(pmds[1].value, 1007);
+}
+
+/// The same on the Intel simulator: PMD 0 (PMC0, instructions) overflows
+/// in a PMI; PMD 1 (PMC1, cycles) is reset to its short reset value and
+/// counts from there, on the hardware counter too.
+#[test]
+fn reset_pmds_applied_on_hw_pmi() {
+    let cfg = IntelCfg::v(4, 4, 48, 3, 48, true);
+    let model = IntelArch::probe(cfg.cpuid(), cfg.perf_capabilities()).unwrap();
+    let mut sim = IntelSim::new(cfg);
+    let mut ctx = Ctx::new(model);
+    let cycles = model.validate_pmc(1, 0x3c | 1 << 16 | 1 << 22, KERNEL_OK).unwrap();
+    ctx.pmcs.push(cycles);
+    let period = MIN_ARM_EVENTS;
+    ctx.pmds[0].write(period_to_value(period), 64);
+    ctx.pmds[0].short_reset = period_to_value(period);
+    ctx.pmds[0].reset_pmds = 1 << 1;
+    ctx.pmds[1].short_reset = 5;
+    fn regs(c: &mut Ctx) -> HwRegs<'_, IntelArch> {
+        HwRegs {
+            pmc_used: 0b11,
+            used: 0b11,
+            ..c.regs()
+        }
+    }
+    assert_eq!(regs(&mut ctx).install(&mut sim, true).fault, None);
+    sim.count((0x3c, 0), Ring::User, 1000);
+    sim.count((0xc0, 0), Ring::User, period);
+    assert_eq!(MsrBus::take_pmis(&mut sim), 1);
+    let out = regs(&mut ctx).pmi(&mut sim, true);
+    assert_eq!((out.overflowed, out.fault), (1 << 0, None));
+    assert_eq!(ctx.pmds[1].value, 5, "PMD 1 reset with PMD 0's overflow");
+    sim.count((0x3c, 0), Ring::User, 10);
+    let out = regs(&mut ctx).stop(&mut sim, false);
+    assert_eq!(out.fault, None);
+    assert_eq!(ctx.pmds[1].value, 15, "the hardware counter restarted from the reset");
+    assert_eq!(ctx.pmds[0].value, period_to_value(period));
+}
