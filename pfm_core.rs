@@ -199,6 +199,9 @@ impl pfm_intr::Wiring for Attachment {
     fn cpu_online(cpu: u32) {
         globals().pmu.cpu_online(cpu);
     }
+    fn vector_withheld(cpu: u32) -> bool {
+        globals().pmu.is_sim() && i64::from(rust::param_sim_no_vector_cpu()) == i64::from(cpu)
+    }
 }
 
 /// `intel_arch_sim`'s per-CPU ticks, running until dropped.

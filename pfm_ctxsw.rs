@@ -460,6 +460,11 @@ impl<M: Monitor> crate::pfm_intr::OverflowSink for Attachment<M> {
     fn release(this: Arc<Self>) {
         release(this);
     }
+    unsafe fn evict_hw(owner: *const Self) {
+        // SAFETY: The caller's contract: `owner` is alive.
+        let this = unsafe { &*owner };
+        this.ctx.drop_hw_here(this.owner_token());
+    }
 }
 
 /// Drops `att` here, in a file operation of this module: the open file

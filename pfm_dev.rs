@@ -311,7 +311,7 @@ enum SysfsValue {
 /// `/sys/kernel/perfmon`'s files, the one list of them: name and value.
 /// `shim.c` creates one read-only file per entry ([`pfm_sysfs_count`],
 /// [`pfm_sysfs_name`]) and asks [`pfm_sysfs_show`] for entry `i`'s value.
-const SYSFS_FILES: [(&CStr, fn(&Globals) -> SysfsValue); 14] = {
+const SYSFS_FILES: [(&CStr, fn(&Globals) -> SysfsValue); 16] = {
     use SysfsValue::{Num, Text};
     [
         (c_str!("abi_version"), |_| Num(abi::PFM_ABI_VERSION as u64)),
@@ -342,6 +342,10 @@ const SYSFS_FILES: [(&CStr, fn(&Globals) -> SysfsValue); 14] = {
             Num(g.pmu.reserved_counters().into())
         }),
         (c_str!("hw_lvtpc_cpus"), |g| Num(g.intr.lvtpc_cpus())),
+        (c_str!("hw_no_vector_cpus"), |g| Num(g.intr.cpus_without_vector())),
+        (c_str!("hw_no_vector_installs"), |g| {
+            Num(g.pmu.no_vector_installs.load(Ordering::Relaxed))
+        }),
     ]
 };
 

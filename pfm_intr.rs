@@ -50,6 +50,15 @@ pub(crate) trait OverflowSink: Send + Sync + Sized + 'static {
 
     /// Drops the reference [`raise`] took, after `overflow_interrupt`.
     fn release(this: Arc<Self>);
+
+    /// This CPU's LVTPC is about to be given back (the CPU goes offline)
+    /// while `owner`'s counters are on its PMU: take them off first, or
+    /// their PMIs would reach perf's NMI handler (interrupts off).
+    ///
+    /// # Safety
+    ///
+    /// As for [`OverflowSink::hw_pmi`].
+    unsafe fn evict_hw(owner: *const Self);
 }
 
 /// How the vectors' entries (the interrupt, the hotplug callbacks,
@@ -64,6 +73,10 @@ pub(crate) trait Wiring: OverflowSink {
 
     /// `cpu` came online: the PMU layer's hook (its registers may be lost).
     fn cpu_online(cpu: u32);
+
+    /// Whether `cpu` is to get no vector (a test hook of the simulated
+    /// PMU: its allocation failing).
+    fn vector_withheld(cpu: u32) -> bool;
 }
 
 /// One CPU's overflow vector.
@@ -122,15 +135,20 @@ impl<S: OverflowSink> CpuVector<S> {
 
     /// Points this CPU's LVTPC at the vector, once (interrupts off: an IPI
     /// callback, or the hotplug callback with interrupts disabled around it).
-    fn take_lvtpc(&self) {
+    /// Whether LVTPC is ours afterwards: not where the CPU has no vector.
+    fn take_lvtpc(&self) -> bool {
+        if self.lvtpc_ours.load(Ordering::Relaxed) {
+            return true;
+        }
         let vector = self.vector.load(Ordering::Relaxed);
-        if vector == 0 || self.lvtpc_ours.load(Ordering::Relaxed) {
-            return;
+        if vector == 0 {
+            return false;
         }
         self.saved_lvtpc
             .store(glue::apic_read_lvtpc(), Ordering::Relaxed);
         glue::apic_write_lvtpc(vector);
         self.lvtpc_ours.store(true, Ordering::Relaxed);
+        true
     }
 
     /// Restores this CPU's LVTPC if it points at our vector (interrupts
@@ -230,10 +248,24 @@ impl<S: OverflowSink> Vectors<S> {
     /// Points this CPU's LVTPC at its vector, if it does not already: a
     /// hardware model's context is about to put its counters on this CPU's
     /// PMU (so it holds a claim: see `Pmu::hw_claim`). Interrupts off.
-    pub(crate) fn own_lvtpc_here(&self) {
-        if let Some(slot) = self.here() {
-            slot.take_lvtpc();
-        }
+    ///
+    /// `false` where the CPU has no vector (its allocation failed, or the
+    /// CPU is going offline): LVTPC still points at perf's NMI, where the
+    /// counters' PMIs would be unknown NMIs or lost, so the caller must not
+    /// put counters on this PMU.
+    pub(crate) fn own_lvtpc_here(&self) -> bool {
+        self.here().is_some_and(|slot| slot.take_lvtpc())
+    }
+
+    /// CPUs with no overflow vector now (sysfs `hw_no_vector_cpus`: their
+    /// allocation failed; offline CPUs have none either and are not
+    /// counted).
+    pub(crate) fn cpus_without_vector(&self) -> u64 {
+        self.cpus
+            .iter()
+            .enumerate()
+            .filter(|(i, c)| glue::cpu::is_online(*i) && c.vector.load(Ordering::Relaxed) == 0)
+            .count() as u64
     }
 
     /// Whether this CPU's LVTPC points at its vector. Interrupts off.
@@ -267,14 +299,19 @@ impl<S: Wiring> Vectors<S> {
         let Some(slot) = self.slot(cpu as usize) else {
             return;
         };
-        // SAFETY: `slot` is in `S::vectors()`, alive until the module's
-        // exit, after the hotplug state is removed, which runs
-        // `cpu_offline` (dropping the registration) on every online CPU.
-        let irq = match unsafe { CpuIrq::request(cpu, kernel::c_str!("perfmon"), slot) } {
+        let irq = if S::vector_withheld(cpu) {
+            Err(ENOSPC)
+        } else {
+            // SAFETY: `slot` is in `S::vectors()`, alive until the module's
+            // exit, after the hotplug state is removed, which runs
+            // `cpu_offline` (dropping the registration) on every online CPU.
+            unsafe { CpuIrq::request(cpu, kernel::c_str!("perfmon"), slot) }
+        };
+        let irq = match irq {
             Ok(irq) => irq,
             Err(e) => {
                 pr_warn!(
-                    "CPU {cpu}: no overflow vector ({}); overflows use the fallback path\n",
+                    "CPU {cpu}: no overflow vector ({}); overflows use the fallback path, hardware counters never count there\n",
                     e.to_errno()
                 );
                 return;
@@ -297,8 +334,20 @@ impl<S: Wiring> Vectors<S> {
         let Some(slot) = self.slot(cpu as usize) else {
             return;
         };
-        slot.give_back_lvtpc();
+        // Monitored threads may still run here until the scheduler's own
+        // teardown migrates them: from now on their counters stay off this
+        // PMU (no vector: `own_lvtpc_here` refuses), and those on it now
+        // leave it before LVTPC goes back to perf's NMI.
+        let flags = glue::local_irq_save();
         slot.vector.store(0, Ordering::Relaxed);
+        let owner = S::pmu_owner_here();
+        if !owner.is_null() {
+            // SAFETY: The PMU layer's owner of this CPU, read with
+            // interrupts off: alive (the contract of `evict_hw`).
+            unsafe { S::evict_hw(owner) };
+        }
+        slot.give_back_lvtpc();
+        glue::local_irq_restore(flags);
         // SAFETY: A hotplug callback of `cpu` (type invariant of `CpuVector`).
         let irq = unsafe { (*slot.irq.get()).take() };
         // Frees the IRQ, waiting for a running handler.

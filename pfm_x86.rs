@@ -71,6 +71,9 @@ pub(crate) struct Pmu {
     pub(crate) full_restores: AtomicU64,
     /// Hardware switch-ins that only restarted counting (sysfs).
     pub(crate) lazy_restores: AtomicU64,
+    /// Hardware switch-ins that left the counters off the PMU because the
+    /// CPU had no overflow vector (sysfs `hw_no_vector_installs`).
+    pub(crate) no_vector_installs: AtomicU64,
 }
 
 /// The first MSR fault's report, printed from an irq_work: [`Pmu::note`]
@@ -244,12 +247,18 @@ impl Pmu {
             busy_warned_at: AtomicU64::new(0),
             full_restores: AtomicU64::new(0),
             lazy_restores: AtomicU64::new(0),
+            no_vector_installs: AtomicU64::new(0),
         };
         if pmu.hw.is_some() {
             let report = KBox::pin_init(FaultReport::new(pmu.name()), GFP_KERNEL);
             pmu.fault_report = Some(report.map_err(nomem)?);
         }
         Ok((pmu, why))
+    }
+
+    /// Whether the model runs on simulated PMUs (`intel_arch_sim`).
+    pub(crate) fn is_sim(&self) -> bool {
+        self.sim.is_some()
     }
 
     /// The model's name.

@@ -231,8 +231,13 @@ impl HwCounters {
         let Some(model) = &pmu.hw else {
             return;
         };
-        // The attachment holds a claim: the PMI must reach the vector.
-        crate::globals().intr.own_lvtpc_here();
+        // The attachment holds a claim: the PMI must reach the vector. Where
+        // this CPU has none, LVTPC is perf's NMI: the counters stay off this
+        // PMU (the thread is not counted here), and that is counted.
+        if !crate::globals().intr.own_lvtpc_here() {
+            pmu.no_vector_installs.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         let lazy = self.resume.take() == Some((cpu, pmu.generation_here()));
         let resumed = if lazy {
             self.regs(model).resume(&mut pmu.bus())

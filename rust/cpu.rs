@@ -141,6 +141,16 @@ extern "C" fn offline<H: Hotplug>(cpu: c_uint) -> c_int {
     0
 }
 
+/// Whether `cpu` is online now (a snapshot: hotplug is not held off).
+pub(crate) fn is_online(cpu: usize) -> bool {
+    match c_uint::try_from(cpu) {
+        // SAFETY: `cpu_online` reads a bit of a global mask; out-of-range
+        // numbers are refused above or read as offline by the shim.
+        Ok(c) if cpu < nr_cpu_ids() => unsafe { super::ffi::pfm_cpu_online(c) },
+        _ => false,
+    }
+}
+
 /// `nr_cpu_ids`: one more than the highest possible CPU number.
 pub(crate) fn nr_cpu_ids() -> usize {
     // SAFETY: `nr_cpu_ids` is set at boot and constant afterwards.

@@ -42,6 +42,7 @@ mod ffi {
         pub(crate) fn pfm_param_pmu() -> *const c_char;
         pub(crate) fn pfm_param_soft_width() -> c_uint;
         pub(crate) fn pfm_param_max_attached_per_user() -> c_uint;
+        pub(crate) fn pfm_param_sim_no_vector_cpu() -> c_int;
         pub(crate) fn pfm_misc_register(fops: *const bindings::file_operations) -> c_int;
         pub(crate) fn pfm_misc_deregister();
         pub(crate) fn pfm_sysfs_register() -> c_int;
@@ -353,6 +354,13 @@ pub(crate) fn param_soft_width() -> u32 {
 pub(crate) fn param_max_attached_per_user() -> u32 {
     // SAFETY: A `READ_ONCE` of an unsigned int.
     unsafe { ffi::pfm_param_max_attached_per_user() }
+}
+
+/// The `sim_no_vector_cpu=` module parameter (an `intel_arch_sim` test
+/// hook), -1 for none.
+pub(crate) fn param_sim_no_vector_cpu() -> i32 {
+    // SAFETY: Reads a module parameter that is read-only after load.
+    unsafe { ffi::pfm_param_sim_no_vector_cpu() }
 }
 
 /// The CPU this code runs on; stable only while preemption or IRQs are off.

@@ -68,6 +68,14 @@ const char *pfm_param_pmu(void) { return pmu; }
 unsigned int pfm_param_max_attached_per_user(void) { return READ_ONCE(max_attached_per_user); }
 unsigned int pfm_param_soft_width(void) { return soft_width; }
 
+/* A test hook of pmu=intel_arch_sim only: this CPU gets no overflow vector,
+ * as if its allocation had failed (the hardware path must then never put
+ * counters on its PMU). */
+static int sim_no_vector_cpu = -1;
+module_param(sim_no_vector_cpu, int, 0444);
+MODULE_PARM_DESC(sim_no_vector_cpu, "pmu=intel_arch_sim test hook: CPU left without an overflow vector (default -1, none)");
+int pfm_param_sim_no_vector_cpu(void) { return sim_no_vector_cpu; }
+
 /* /dev/perfmon: the file operations are a Rust table (pfm_core.rs). */
 static struct miscdevice pfm_miscdev = {
 	.minor = MISC_DYNAMIC_MINOR, .name = "perfmon", .mode = 0666,

@@ -23,7 +23,7 @@ use perfmon::Context;
 use pfm_guest::tap::diag;
 use pfm_guest::{ensure, module, work, ResultExt, Tap, TestResult};
 
-const PLAN: usize = 10;
+const PLAN: usize = 11;
 
 /// IA32_PERFEVTSEL: core cycles (0x3c) in user mode.
 const CYCLES_USR: u64 = 0x3c | 1 << 16;
@@ -336,6 +336,66 @@ fn overflow_periods_through_pmis() -> TestResult {
     Ok(())
 }
 
+/// Pins the calling thread to `cpu`.
+fn pin_to(cpu: usize) -> TestResult {
+    // SAFETY: A zeroed cpu_set_t is an empty set; CPU_SET writes within it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` is below CPU_SETSIZE (the guest has a few CPUs).
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: `set` is a valid cpu_set_t of the size passed.
+    let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
+    ensure!(r == 0, "sched_setaffinity(CPU {cpu}): {}", std::io::Error::last_os_error());
+    Ok(())
+}
+
+/// A thread's cycles on `cpu` (self-monitoring, ~150 ms of spinning) and
+/// its running time.
+fn cycles_on(cpu: usize) -> Result<(u64, u64), String> {
+    pin_to(cpu)?;
+    let ctx = programmed(&[(0, CYCLES_USR)], &[(0, 0, false)])?;
+    ctx.load(0).ctx("LOAD")?;
+    ctx.start().ctx("START")?;
+    for _ in 0..5 {
+        work::spin(Duration::from_millis(30));
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    ctx.stop().ctx("STOP")?;
+    let (v, running) = values(&ctx, &[0])?;
+    Ok((v[0], running))
+}
+
+/// A CPU without the module's vector (here withheld by the simulator's
+/// test hook, as if its allocation had failed): its LVTPC still points at
+/// perf's NMI, so the counters must never be put on its PMU — not counting
+/// there (counted in `hw_no_vector_installs`), instead of PMIs lost or
+/// taken as unknown NMIs. Another CPU counts as usual.
+fn no_vector_cpu_never_installs() -> TestResult {
+    module::insmod(&["pmu=intel_arch_sim", "sim_no_vector_cpu=1"])?;
+    let cpus = sysfs_u64("hw_no_vector_cpus")?;
+    ensure!(cpus == 1, "hw_no_vector_cpus={cpus}, expected 1");
+    let before = sysfs_u64("hw_no_vector_installs")?;
+    // In a thread of its own: the pinning must not outlive the test.
+    let r = std::thread::spawn(|| -> Result<_, String> {
+        let on1 = cycles_on(1)?;
+        let on0 = cycles_on(0)?;
+        Ok((on1, on0))
+    })
+    .join()
+    .map_err(|_| "the pinned thread panicked".to_string())??;
+    let ((c1, r1), (c0, r0)) = r;
+    let refused = sysfs_u64("hw_no_vector_installs")? - before;
+    diag(format!(
+        "CPU 1 (no vector): {c1} cycles in {r1} ns; CPU 0: {c0} cycles in {r0} ns; {refused} installs refused"
+    ));
+    ensure!(c1 == 0, "{c1} cycles counted on the CPU without a vector");
+    ensure!(refused > 0, "no refused install counted");
+    ensure!(cycles_match_running(c0, r0), "CPU 0: cycles vs running time");
+    let lvtpc = sysfs_u64("hw_lvtpc_cpus")?;
+    ensure!(lvtpc <= 1, "hw_lvtpc_cpus={lvtpc}: LVTPC taken on the CPU without a vector");
+    module::wait_contexts(0, Duration::from_secs(3))?;
+    module::rmmod()
+}
+
 fn main() {
     pfm_guest::child::dispatch();
     let mut t = Tap::new(PLAN);
@@ -373,6 +433,10 @@ fn main() {
         module::wait_contexts(0, Duration::from_secs(3))
     });
     t.run("rmmod perfmon (quiets every simulated PMU)", module::rmmod);
+    t.run(
+        "a CPU without the overflow vector never gets the counters (sim_no_vector_cpu=1)",
+        no_vector_cpu_never_installs,
+    );
     t.run("insmod again (default model) and rmmod", || {
         module::insmod(&[])?;
         module::rmmod()
