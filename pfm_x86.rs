@@ -36,7 +36,7 @@ mod percpu;
 mod sim_cpu;
 pub mod soft;
 
-use claim::ClaimWord;
+use claim::Claims;
 pub(crate) use claim::HwClaim;
 pub(crate) use cpuid::cpu_has_pmu;
 use driver::{HwModel, MsrBus, MsrFault, Outcome};
@@ -60,7 +60,7 @@ pub(crate) struct Pmu {
     cpus: CpuPmus,
     /// The hardware claim: live hardware contexts holding it, and whether
     /// the counters are reserved (see [`Pmu::hw_claim`]).
-    claims: ClaimWord,
+    claims: Pin<KBox<Claims>>,
     /// MSR accesses that faulted (never expected: the models are host-tested).
     pub(crate) msr_faults: AtomicU64,
     /// Prints the first MSR fault (hardware models).
@@ -241,7 +241,7 @@ impl Pmu {
             hw,
             sim,
             cpus: CpuPmus::new().map_err(nomem)?,
-            claims: ClaimWord::new(),
+            claims: Claims::new().map_err(nomem)?,
             msr_faults: AtomicU64::new(0),
             fault_report: None,
             busy_warned_at: AtomicU64::new(0),

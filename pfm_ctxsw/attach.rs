@@ -128,6 +128,13 @@ pub(crate) fn attach<M: Monitor>(ctx: &Arc<M>, tid: u32) -> Result {
     let module = unsafe { ModuleRef::try_get(crate::this_module()) }.ok_or(ENODEV)?;
     let att = Attachment::new(task, ctx.clone(), access, module)?;
     globals().attached.fetch_add(1, Ordering::Relaxed);
+    // A hardware model's claim on the counters, before `publish` takes its
+    // spinlocks: the claim's lock sleeps. A LOAD refused after this gives
+    // it back with its attachment.
+    if let Err(e) = globals().pmu.hw_claim(&att.hw_claim) {
+        release(att);
+        return Err(e);
+    }
     if let Err(e) = publish(ctx, &att, shown_tid, is_self) {
         release(att);
         return Err(e);
@@ -158,22 +165,16 @@ fn publish<M: Monitor>(ctx: &Arc<M>, att: &Arc<Attachment<M>>, tid: u32, is_self
     // (`publish` runs `install` under it).
     let register = || unsafe { att.register() };
     let install: Option<&dyn Fn()> = if is_self { Some(&register) } else { None };
-    // Once the context's state allows the LOAD: a registry slot, then a
-    // hardware model's claim on the counters.
-    let mut refused = None;
+    // Once the context's state allows the LOAD: a registry slot (the
+    // hardware claim was taken before the locks).
     let claim = || {
         if !reg.insert(att) {
             return Err(ENOSPC);
         }
-        globals().pmu.hw_claim(&att.hw_claim).inspect_err(|_| {
-            refused = reg.remove(att);
-        })
+        Ok(())
     };
     let published = ctx.publish(att, tid, claim, install);
     drop(reg);
-    if let Some(o) = refused {
-        release(o);
-    }
     if let Some(old) = published? {
         release(old);
     }

@@ -152,3 +152,48 @@ fn reset_pmds_applied_on_hw_pmi() {
     assert_eq!(ctx.pmds[1].value, 15, "the hardware counter restarted from the reset");
     assert_eq!(ctx.pmds[0].value, period_to_value(period));
 }
+
+/// This thread's CPU time (user + system), in clock ticks.
+fn thread_cpu_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+    // After the command name's closing parenthesis: state is field 3,
+    // utime and stime fields 14 and 15.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+/// A LOAD that finds another one reserving the counters waits without
+/// burning its CPU: the winner may sleep while it reserves or gives back
+/// (IPIs, `cpus_read_lock`), and a spinning loser on a non-preemptible
+/// kernel with both on one CPU would never let it finish. The claim's
+/// state is kept under a sleeping lock (a mutex, as the kernel half does);
+/// the reservation here takes 300 ms; the contender may use a few
+/// scheduler ticks, not the 300 ms (30 ticks at USER_HZ 100) a spin costs.
+/// (Against the spinning `ClaimWord` it replaced, the contender used 18.)
+#[test]
+fn claim_contender_sleeps() {
+    use pfm_host_tests::pfm_x86::claim::ClaimState;
+    use std::sync::{Arc, Barrier, Mutex};
+    use std::time::Duration;
+    let w = Arc::new(Mutex::new(ClaimState::new()));
+    let started = Arc::new(Barrier::new(2));
+    let winner = {
+        let (w, started) = (w.clone(), started.clone());
+        std::thread::spawn(move || {
+            let mut st = w.lock().unwrap();
+            assert!(st.take(|| {
+                started.wait();
+                std::thread::sleep(Duration::from_millis(300));
+                true
+            }));
+        })
+    };
+    started.wait();
+    let t0 = thread_cpu_ticks();
+    assert!(w.lock().unwrap().take(|| panic!("reserved twice")));
+    let used = thread_cpu_ticks() - t0;
+    winner.join().unwrap();
+    assert_eq!(w.lock().unwrap().holders(), 2);
+    assert!(used <= 5, "the contender used {used} ticks of CPU waiting");
+}
