@@ -342,7 +342,9 @@ const SYSFS_FILES: [(&CStr, fn(&Globals) -> SysfsValue); 16] = {
             Num(g.pmu.reserved_counters().into())
         }),
         (c_str!("hw_lvtpc_cpus"), |g| Num(g.intr.lvtpc_cpus())),
-        (c_str!("hw_no_vector_cpus"), |g| Num(g.intr.cpus_without_vector())),
+        (c_str!("hw_no_vector_cpus"), |g| {
+            Num(g.intr.cpus_without_vector())
+        }),
         (c_str!("hw_no_vector_installs"), |g| {
             Num(g.pmu.no_vector_installs.load(Ordering::Relaxed))
         }),

@@ -28,7 +28,9 @@ struct Ctx {
 
 impl Ctx {
     fn new(model: IntelArch) -> Self {
-        let pmc = model.validate_pmc(0, EVTSEL_INST_USER_INT, KERNEL_OK).unwrap();
+        let pmc = model
+            .validate_pmc(0, EVTSEL_INST_USER_INT, KERNEL_OK)
+            .unwrap();
         Ctx {
             model,
             pmcs: vec![pmc],
@@ -77,7 +79,9 @@ fn throttle_counts_only_real_pmis() {
         assert_eq!(out.fault, None);
         real += u64::from(out.wrapped != 0);
         // The self-IPI for the overflow, a few microseconds later.
-        let out = ctx.regs().pmi_throttled(&mut sim, true, &mut throttle, now + 3_000);
+        let out = ctx
+            .regs()
+            .pmi_throttled(&mut sim, true, &mut throttle, now + 3_000);
         assert_eq!((out.wrapped, out.overflowed, out.fault), (0, 0, None));
         assert_eq!(throttle.min_arm(), MIN_ARM_EVENTS, "after {real} real PMIs");
     }
@@ -125,7 +129,9 @@ fn reset_pmds_applied_on_hw_pmi() {
     let model = IntelArch::probe(cfg.cpuid(), cfg.perf_capabilities()).unwrap();
     let mut sim = IntelSim::new(cfg);
     let mut ctx = Ctx::new(model);
-    let cycles = model.validate_pmc(1, 0x3c | 1 << 16 | 1 << 22, KERNEL_OK).unwrap();
+    let cycles = model
+        .validate_pmc(1, 0x3c | 1 << 16 | 1 << 22, KERNEL_OK)
+        .unwrap();
     ctx.pmcs.push(cycles);
     let period = MIN_ARM_EVENTS;
     ctx.pmds[0].write(period_to_value(period), 64);
@@ -149,7 +155,10 @@ fn reset_pmds_applied_on_hw_pmi() {
     sim.count((0x3c, 0), Ring::User, 10);
     let out = regs(&mut ctx).stop(&mut sim, false);
     assert_eq!(out.fault, None);
-    assert_eq!(ctx.pmds[1].value, 15, "the hardware counter restarted from the reset");
+    assert_eq!(
+        ctx.pmds[1].value, 15,
+        "the hardware counter restarted from the reset"
+    );
     assert_eq!(ctx.pmds[0].value, period_to_value(period));
 }
 

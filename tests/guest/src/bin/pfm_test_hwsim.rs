@@ -344,7 +344,11 @@ fn pin_to(cpu: usize) -> TestResult {
     unsafe { libc::CPU_SET(cpu, &mut set) };
     // SAFETY: `set` is a valid cpu_set_t of the size passed.
     let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
-    ensure!(r == 0, "sched_setaffinity(CPU {cpu}): {}", std::io::Error::last_os_error());
+    ensure!(
+        r == 0,
+        "sched_setaffinity(CPU {cpu}): {}",
+        std::io::Error::last_os_error()
+    );
     Ok(())
 }
 
@@ -389,9 +393,15 @@ fn no_vector_cpu_never_installs() -> TestResult {
     ));
     ensure!(c1 == 0, "{c1} cycles counted on the CPU without a vector");
     ensure!(refused > 0, "no refused install counted");
-    ensure!(cycles_match_running(c0, r0), "CPU 0: cycles vs running time");
+    ensure!(
+        cycles_match_running(c0, r0),
+        "CPU 0: cycles vs running time"
+    );
     let lvtpc = sysfs_u64("hw_lvtpc_cpus")?;
-    ensure!(lvtpc <= 1, "hw_lvtpc_cpus={lvtpc}: LVTPC taken on the CPU without a vector");
+    ensure!(
+        lvtpc <= 1,
+        "hw_lvtpc_cpus={lvtpc}: LVTPC taken on the CPU without a vector"
+    );
     module::wait_contexts(0, Duration::from_secs(3))?;
     module::rmmod()
 }
