@@ -240,6 +240,9 @@ mod kernel_half {
         /// After the last claim went, under the claim's lock: every CPU's
         /// PMCs off and LVTPC back, then the counters back to perf_events.
         fn give_back(&self, st: &mut ClaimState) {
+            // The copy the IPIs check: no holder (nobody can add one while
+            // we hold the lock).
+            self.claims.holders.store(st.holders(), Ordering::Relaxed);
             // Through `globals()`: the IPI reaches the `Pmu` the same way the
             // interrupt entries do (the closure must be `Sync`).
             glue::on_each_cpu(&|| crate::globals().pmu.give_back_here());
@@ -293,8 +296,6 @@ mod kernel_half {
                 while st.holders() != 0 {
                     st.put();
                 }
-                // The copy the give-back IPIs read.
-                self.claims.holders.store(0, Ordering::Relaxed);
                 self.give_back(st);
             });
         }
