@@ -356,6 +356,10 @@ const _: () = assert!(core::mem::size_of::<Context>() <= 512 - 8);
 #[cfg(not(CONFIG_DEBUG_LOCK_ALLOC))]
 const _: () = assert!(core::mem::size_of::<Attachment<Context>>() <= 256 - 8);
 
+/// How many times [`Context::with_live`] tries to reach a running
+/// thread's CPU.
+const LIVE_TRIES: usize = 4;
+
 /// A monitoring context.
 #[pin_data(PinnedDrop)]
 pub(crate) struct Context {
@@ -406,10 +410,18 @@ impl Context {
     /// Runs `op` on the context where its thread's live counters are: on
     /// the target's CPU through an IPI if it runs elsewhere, here otherwise.
     /// `op` sees the counters advanced to the current time.
-    fn with_live<R: Send>(&self, mut op: impl FnMut(&mut CtxInner, u64) -> R + Send) -> R {
-        // A thread that keeps migrating could make us chase it forever:
-        // after a few tries, read what was saved at its last switch.
-        for _ in 0..4 {
+    ///
+    /// A thread that keeps migrating could make us chase it forever: after
+    /// a few tries, the soft model reads what was saved at its last switch
+    /// (nothing counts behind our back: its counters advance only at its
+    /// switches). A hardware model's counters are live on the other CPU's
+    /// PMU, which only that CPU can stop or read: `EAGAIN` (STOP or UNLOAD
+    /// run here would leave them counting until the thread's next switch).
+    fn with_live<T: Send>(
+        &self,
+        mut op: impl FnMut(&mut CtxInner, u64) -> Result<T> + Send,
+    ) -> Result<T> {
+        for _ in 0..LIVE_TRIES {
             let target_cpu = {
                 let mut inner = self.inner.lock();
                 let cpu = glue::this_cpu();
@@ -435,6 +447,9 @@ impl Context {
         }
         let mut inner = self.inner.lock();
         let cpu = glue::this_cpu();
+        if inner.counters.is_hw() && inner.on_cpu.is_some_and(|c| c != cpu) {
+            return Err(EAGAIN);
+        }
         inner.live_op(cpu, &mut op)
     }
 

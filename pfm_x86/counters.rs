@@ -97,6 +97,12 @@ impl Counters {
         Ok(Self::Hw(KBox::new(hw, GFP_KERNEL_ACCOUNT)?))
     }
 
+    /// Whether these are a hardware model's counters (live on a CPU's PMU
+    /// while their thread runs there).
+    pub(crate) fn is_hw(&self) -> bool {
+        matches!(self, Self::Hw(_))
+    }
+
     /// The PMDs' state.
     pub(crate) fn pmds(&self) -> &[PmdState] {
         match self {
