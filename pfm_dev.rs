@@ -345,8 +345,8 @@ const SYSFS_FILES: [(&CStr, fn(&Globals) -> SysfsValue); 16] = {
         (c_str!("hw_no_vector_cpus"), |g| {
             Num(g.intr.cpus_without_vector())
         }),
-        (c_str!("hw_no_vector_installs"), |g| {
-            Num(g.pmu.no_vector_installs.load(Ordering::Relaxed))
+        (c_str!("hw_skipped_installs"), |g| {
+            Num(g.pmu.skipped_installs.load(Ordering::Relaxed))
         }),
     ]
 };

@@ -58,6 +58,9 @@ pub(crate) struct Pmu {
     sim: Option<SimCpus>,
     /// Each CPU's PMU: its owner and register generation.
     cpus: CpuPmus,
+    /// Hybrid Intel: the `PFM_CORE_TYPE_*` of the CPUs' core types
+    /// (`PFM_IOC_GET_INFO`).
+    core_types: u32,
     /// The hardware claim: live hardware contexts holding it, and whether
     /// the counters are reserved (see [`Pmu::hw_claim`]).
     claims: Pin<KBox<Claims>>,
@@ -71,9 +74,10 @@ pub(crate) struct Pmu {
     pub(crate) full_restores: AtomicU64,
     /// Hardware switch-ins that only restarted counting (sysfs).
     pub(crate) lazy_restores: AtomicU64,
-    /// Hardware switch-ins that left the counters off the PMU because the
-    /// CPU had no overflow vector (sysfs `hw_no_vector_installs`).
-    pub(crate) no_vector_installs: AtomicU64,
+    /// Hardware switch-ins that left the counters off the PMU: the CPU
+    /// had no overflow vector, or (coming online after the probe) lacks
+    /// counters of the model (sysfs `hw_skipped_installs`).
+    pub(crate) skipped_installs: AtomicU64,
 }
 
 /// The first MSR fault's report, printed from an irq_work: [`Pmu::note`]
@@ -181,25 +185,30 @@ struct Choice {
     sim: bool,
     /// Why it was chosen, for the load message.
     why: &'static str,
+    /// Hybrid Intel: the `PFM_CORE_TYPE_*` of the CPUs' core types.
+    core_types: u32,
 }
 
 impl Choice {
     /// Picks the model named by `pmu=`: `auto`, `soft`, `intel_arch`,
     /// `amd64` or `intel_arch_sim`.
     fn pick(name: &[u8]) -> Result<Self, ProbeError> {
-        let choice = |hw, why| Self {
-            hw,
-            sim: false,
-            why,
-        };
         if name == b"intel_arch_sim" {
             return Ok(Self {
                 hw: Some(sim_cpu::sim_model().ok_or(ProbeError::BadParam)?),
                 sim: true,
                 why: "requested with pmu=intel_arch_sim: Intel arch perfmon v4 simulated in software on every CPU (a test model)",
+                core_types: 0,
             });
         }
-        let hw = HwModel::probe(&cpuid::read_probe_cpuid());
+        // Every CPU: a hybrid part's core types announce different counters.
+        let (hw, core_types) = cpuid::probe_all_cpus();
+        let choice = |hw, why| Self {
+            hw,
+            sim: false,
+            why,
+            core_types,
+        };
         match (name, hw) {
             (b"soft", _) => Ok(choice(None, "requested with pmu=soft")),
             (b"auto", None) => Ok(choice(None, "the CPU announces no usable PMU (CPUID)")),
@@ -229,7 +238,12 @@ impl Pmu {
         if !(16..=64).contains(&soft_width) {
             return Err(ProbeError::BadParam);
         }
-        let Choice { hw, sim, why } = Choice::pick(name)?;
+        let Choice {
+            hw,
+            sim,
+            why,
+            core_types,
+        } = Choice::pick(name)?;
         let nomem = |_| ProbeError::NoMemory;
         let sim = if sim {
             Some(SimCpus::new().map_err(nomem)?)
@@ -241,13 +255,14 @@ impl Pmu {
             hw,
             sim,
             cpus: CpuPmus::new().map_err(nomem)?,
+            core_types,
             claims: Claims::new().map_err(nomem)?,
             msr_faults: AtomicU64::new(0),
             fault_report: None,
             busy_warned_at: AtomicU64::new(0),
             full_restores: AtomicU64::new(0),
             lazy_restores: AtomicU64::new(0),
-            no_vector_installs: AtomicU64::new(0),
+            skipped_installs: AtomicU64::new(0),
         };
         if pmu.hw.is_some() {
             let report = KBox::pin_init(FaultReport::new(pmu.name()), GFP_KERNEL);
@@ -309,6 +324,7 @@ impl Pmu {
         // Over the hardware model's own name: `intel_arch_sim` says it is
         // the simulated one.
         copy_name(&mut info.model, self.name());
+        info.core_types = self.core_types;
     }
 
     /// [`Pmu::describe`] for the soft model.

@@ -238,10 +238,12 @@ impl HwCounters {
             return;
         };
         // The attachment holds a claim: the PMI must reach the vector. Where
-        // this CPU has none, LVTPC is perf's NMI: the counters stay off this
-        // PMU (the thread is not counted here), and that is counted.
-        if !crate::globals().intr.own_lvtpc_here() {
-            pmu.no_vector_installs.fetch_add(1, Ordering::Relaxed);
+        // this CPU has none, LVTPC is perf's NMI; a CPU that came online
+        // after the probe may lack counters of the model (their writes
+        // would fault). Either way the counters stay off this PMU (the
+        // thread is not counted here), and that is counted.
+        if !pmu.fits_here() || !crate::globals().intr.own_lvtpc_here() {
+            pmu.skipped_installs.fetch_add(1, Ordering::Relaxed);
             return;
         }
         let lazy = self.resume.take() == Some((cpu, pmu.generation_here()));

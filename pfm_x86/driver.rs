@@ -114,6 +114,35 @@ impl HwModel {
         None
     }
 
+    /// The model every CPU of `cpus` (each CPU's own probe) can run, as a
+    /// thread migrates between them: `None` if one CPU has no PMU the
+    /// module drives, or if they cannot share one. Hybrid Intel parts
+    /// announce different counters per core type: the model keeps the
+    /// counters common to all ([`IntelArch::common`]), so no PMC value,
+    /// GLOBAL_CTRL or FIXED_CTR_CTRL it writes names a counter one type
+    /// lacks (such a write faults as a whole). AMD CPUs must agree.
+    pub fn probe_cpus<'a>(cpus: impl IntoIterator<Item = &'a ProbeCpuid>) -> Option<HwModel> {
+        let mut cpus = cpus.into_iter();
+        let first = HwModel::probe(cpus.next()?)?;
+        cpus.try_fold(first, |m, c| m.common(&HwModel::probe(c)?))
+    }
+
+    /// What this model and `other`'s have in common (see
+    /// [`HwModel::probe_cpus`]).
+    pub fn common(&self, other: &HwModel) -> Option<HwModel> {
+        match (self, other) {
+            (HwModel::Intel(a), HwModel::Intel(b)) => a.common(b).map(HwModel::Intel),
+            (HwModel::Amd(a), HwModel::Amd(b)) if a == b => Some(*self),
+            _ => None,
+        }
+    }
+
+    /// Whether a CPU whose own model is `cpu` has everything this model
+    /// uses (a CPU that comes online after the probe).
+    pub fn fits(&self, cpu: &HwModel) -> bool {
+        self.common(cpu) == Some(*self)
+    }
+
     /// The MSRs the module programs for the general-purpose counters, as
     /// `(counter, event select)` pairs for the NMI reservation allocator
     /// that perf_events also uses (`reserve_perfctr_nmi`/`reserve_evntsel_nmi`).
@@ -159,6 +188,28 @@ pub struct ProbeCpuid {
     pub amd_leaf_0x80000022: CpuidRegs,
     /// CPUID.01H:ECX[31]: running under a hypervisor.
     pub hypervisor: bool,
+    /// Intel leaf 0x1A EAX[31:24]: the core type of a hybrid part
+    /// ([`CORE_TYPE_ATOM`], [`CORE_TYPE_CORE`]), 0 where the CPU is not
+    /// hybrid (CPUID.07H:EDX[15] clear).
+    pub core_type: u8,
+}
+
+/// Leaf 0x1A's core type of an Intel Atom (E-) core.
+pub const CORE_TYPE_ATOM: u8 = 0x20;
+/// Leaf 0x1A's core type of an Intel Core (P-) core.
+pub const CORE_TYPE_CORE: u8 = 0x40;
+
+/// The `PFM_CORE_TYPE_*` bits of the core types among `cpus` (0 where no
+/// CPU reports one: not a hybrid part).
+pub fn core_types<'a>(cpus: impl IntoIterator<Item = &'a ProbeCpuid>) -> u32 {
+    cpus.into_iter().fold(0, |acc, c| {
+        acc | match c.core_type {
+            CORE_TYPE_CORE => abi::PFM_CORE_TYPE_CORE,
+            CORE_TYPE_ATOM => abi::PFM_CORE_TYPE_ATOM,
+            0 => 0,
+            _ => abi::PFM_CORE_TYPE_OTHER,
+        }
+    })
 }
 
 /// Whether leaf 0's EBX, EDX, ECX spell `name`.

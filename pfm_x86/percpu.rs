@@ -5,7 +5,7 @@
 //! registers. Every method acts on the CPU it runs on, with interrupts
 //! off, so each CPU's entry has one writer at a time.
 
-use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
 use kernel::prelude::*;
 
@@ -23,6 +23,10 @@ struct CpuPmu {
     /// whose registers are still here, at the generation it left, may skip
     /// the restore.
     generation: AtomicU64,
+    /// The CPU has every counter of the model. Set at load for every CPU
+    /// (the model is what all online CPUs have in common); a CPU that
+    /// comes online later is checked then.
+    fits: AtomicBool,
 }
 
 /// Every possible CPU's [`CpuPmu`].
@@ -34,6 +38,7 @@ impl CpuPmus {
         let cpus = glue::cpu::per_cpu_vec(|| CpuPmu {
             owner: AtomicPtr::new(core::ptr::null_mut()),
             generation: AtomicU64::new(0),
+            fits: AtomicBool::new(true),
         })?;
         Ok(Self(cpus))
     }
@@ -83,8 +88,28 @@ impl Pmu {
     /// context may skip its restore on the strength of an older generation.
     /// Called by the vectors' hotplug callback, on `cpu`.
     pub(crate) fn cpu_online(&self, cpu: u32) {
-        if let Some(c) = self.cpus.0.get(cpu as usize) {
-            c.generation.fetch_add(1, Ordering::Relaxed);
+        let Some(c) = self.cpus.0.get(cpu as usize) else {
+            return;
+        };
+        c.generation.fetch_add(1, Ordering::Relaxed);
+        // A CPU of another core type than those probed at load (it was
+        // offline then) may lack counters of the model.
+        if let (Some(m), None) = (&self.hw, &self.sim) {
+            let fits = super::cpuid::cpu_fits(m);
+            if !fits {
+                pr_warn!(
+                    "CPU {cpu} lacks counters of the {} model probed at load: hardware counters never count there\n",
+                    self.name()
+                );
+            }
+            c.fits.store(fits, Ordering::Relaxed);
         }
+    }
+
+    /// Whether this CPU has every counter of the model. Interrupts off.
+    pub(crate) fn fits_here(&self) -> bool {
+        self.cpus
+            .here()
+            .is_none_or(|c| c.fits.load(Ordering::Relaxed))
     }
 }

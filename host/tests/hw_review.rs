@@ -7,9 +7,12 @@
 mod sim;
 
 use pfm_host_tests::pfm_counter::{period_to_value, PmdState};
-use pfm_host_tests::pfm_x86::driver::{HwRegs, PmiThrottle, PMIS_PER_WINDOW, PMI_WINDOW_NS};
+use pfm_host_tests::pfm_x86::driver::{
+    core_types, HwModel, HwRegs, PmiThrottle, ProbeCpuid, CORE_TYPE_ATOM, CORE_TYPE_CORE,
+    PMIS_PER_WINDOW, PMI_WINDOW_NS,
+};
 use pfm_host_tests::pfm_x86::intel_arch::IntelArch;
-use pfm_host_tests::pfm_x86::model::{HwPmu, Policy, MIN_ARM_EVENTS};
+use pfm_host_tests::pfm_x86::model::{CpuidRegs, HwPmu, Policy, MIN_ARM_EVENTS};
 use sim::intel::{IntelCfg, IntelSim};
 use sim::{MsrBus, Ring};
 
@@ -205,4 +208,110 @@ fn claim_contender_sleeps() {
     winner.join().unwrap();
     assert_eq!(w.lock().unwrap().holders(), 2);
     assert!(used <= 5, "the contender used {used} ticks of CPU waiting");
+}
+
+/// A hybrid Intel pair as Alder Lake announces it: P-cores with 8 GP
+/// counters and fixed counters 0-3 (3: TOPDOWN.SLOTS, by ECX bitmap),
+/// E-cores with 6 GP counters and fixed counters 0-2; both 48 bits.
+fn hybrid_pair() -> (IntelCfg, IntelCfg) {
+    let p = IntelCfg {
+        fixed_bitmap: 0b1111,
+        ..IntelCfg::v(5, 8, 48, 3, 48, true)
+    };
+    let e = IntelCfg::v(5, 6, 48, 3, 48, true);
+    (p, e)
+}
+
+fn probe_of(cfg: &IntelCfg, core_type: u8) -> ProbeCpuid {
+    ProbeCpuid {
+        vendor: CpuidRegs {
+            eax: 0x20,
+            ebx: u32::from_le_bytes(*b"Genu"),
+            edx: u32::from_le_bytes(*b"ineI"),
+            ecx: u32::from_le_bytes(*b"ntel"),
+        },
+        leaf_0xa: cfg.cpuid(),
+        perf_capabilities: cfg.perf_capabilities(),
+        core_type,
+        ..ProbeCpuid::default()
+    }
+}
+
+/// Hybrid Intel, the boot CPU a P-core: the model the module selects from
+/// probing every CPU must run on the E-cores too. A context using every
+/// counter the model offers installs, counts and overflows on an E-core
+/// simulator without a #GP (a GLOBAL_CTRL or FIXED_CTR_CTRL value naming
+/// an absent counter faults as a whole: nothing would count there), and
+/// the P-core's extra counters are refused at WRITE_PMCS.
+#[test]
+fn hybrid_model_runs_on_every_core_type() {
+    use pfm_host_tests::abi;
+    let (p, e) = hybrid_pair();
+    let cpus = [
+        probe_of(&p, CORE_TYPE_CORE),
+        probe_of(&p, CORE_TYPE_CORE),
+        probe_of(&e, CORE_TYPE_ATOM),
+        probe_of(&e, CORE_TYPE_ATOM),
+    ];
+    let model = HwModel::probe_cpus(&cpus).expect("a model for every CPU");
+    assert_eq!(
+        core_types(&cpus),
+        abi::PFM_CORE_TYPE_CORE | abi::PFM_CORE_TYPE_ATOM
+    );
+    let HwModel::Intel(m) = model else {
+        panic!("not Intel")
+    };
+    // Every counter the model offers, on both core types.
+    for cfg in [p, e] {
+        let mut sim = IntelSim::new(cfg);
+        let mut pmcs = Vec::new();
+        let mut used = 0u64;
+        let mut pmc_used = 0u64;
+        for i in 0..m.num_gp() as usize {
+            pmcs.push(m.validate_pmc(i, 0xc0 | 1 << 16, KERNEL_OK).unwrap());
+            pmc_used |= 1 << i;
+            used |= m.pmc_pmds(i, pmcs[i]);
+        }
+        pmcs.resize(17, 0);
+        // Every fixed counter, user mode.
+        let fixed = (0..4).filter(|n| m.fixed_mask() & (1 << n) != 0);
+        let ctrl = fixed.fold(0u64, |v, n| v | 0x2 << (4 * n));
+        pmcs[16] = m.validate_pmc(16, ctrl, KERNEL_OK).unwrap();
+        pmc_used |= 1 << 16;
+        used |= m.pmc_pmds(16, pmcs[16]);
+        let mut pmds = vec![PmdState::default(); 20];
+        let mut regs = HwRegs {
+            model: &m,
+            pmcs: &pmcs,
+            pmc_used,
+            pmds: &mut pmds,
+            used,
+            tally: None,
+            min_arm: MIN_ARM_EVENTS,
+        };
+        let out = regs.install(&mut sim, true);
+        assert_eq!(out.fault, None, "install on the {} counters", cfg.num_gp);
+        sim.count((0xc0, 0), Ring::User, 1000);
+        let out = regs.stop(&mut sim, false);
+        assert_eq!(out.fault, None);
+        assert_eq!(
+            pmds[0].value, 1000,
+            "PMD 0 on the {}-counter core",
+            cfg.num_gp
+        );
+    }
+    // What only the P-cores have is refused.
+    assert!(m.validate_pmc(6, 0xc0 | 1 << 16, KERNEL_OK).is_err());
+    assert!(m.validate_pmc(16, 0x2 << 12, KERNEL_OK).is_err());
+    // Counters of different widths cannot be shared: no model.
+    let narrow = IntelCfg::v(5, 6, 40, 3, 48, true);
+    assert_eq!(
+        HwModel::probe_cpus(&[
+            probe_of(&p, CORE_TYPE_CORE),
+            probe_of(&narrow, CORE_TYPE_ATOM)
+        ]),
+        None
+    );
+    // Not hybrid: no core types.
+    assert_eq!(core_types(&[probe_of(&e, 0)]), 0);
 }

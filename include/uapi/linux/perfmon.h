@@ -22,6 +22,11 @@
 #define PFM_MAX_REGS_PER_CALL	64	/* elements in one register array call */
 #define PFM_NAME_LEN		32
 
+/* struct pfm_info.core_types */
+#define PFM_CORE_TYPE_CORE	(1U << 0)	/* hybrid Intel Core (P-) cores */
+#define PFM_CORE_TYPE_ATOM	(1U << 1)	/* hybrid Intel Atom (E-) cores */
+#define PFM_CORE_TYPE_OTHER	(1U << 31)	/* a core type not named here */
+
 /* Context states (struct pfm_ctx_info.state). */
 #define PFM_STATE_UNLOADED	1	/* not attached to a thread */
 #define PFM_STATE_LOADED	2	/* attached (counting when started) */
@@ -150,7 +155,10 @@ struct pfm_info {
 	__u32 flags;		/* must be ignored */
 	__u64 impl_pmcs;	/* bit n: PMC n exists */
 	__u64 impl_pmds;	/* bit n: PMD n exists */
-	__u64 reserved[4];
+	__u32 core_types;	/* hybrid Intel: PFM_CORE_TYPE_* of the CPUs (the model is
+				 * what every type has); 0 if not hybrid */
+	__u32 reserved0;
+	__u64 reserved[3];
 	__u64 pmc_rsvd_mask[PFM_MAX_PMCS];	/* bits a PMC value must leave 0 */
 	struct pfm_event_info events[PFM_MAX_EVENTS];
 };

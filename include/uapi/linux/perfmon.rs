@@ -23,6 +23,13 @@ pub const PFM_MAX_REGS_PER_CALL: usize = 64;
 /// Length of a model name, NUL included.
 pub const PFM_NAME_LEN: usize = 32;
 
+/// [`PfmInfo::core_types`]: hybrid Intel Core (P-) cores.
+pub const PFM_CORE_TYPE_CORE: u32 = 1 << 0;
+/// [`PfmInfo::core_types`]: hybrid Intel Atom (E-) cores.
+pub const PFM_CORE_TYPE_ATOM: u32 = 1 << 1;
+/// [`PfmInfo::core_types`]: a core type this ABI does not name.
+pub const PFM_CORE_TYPE_OTHER: u32 = 1 << 31;
+
 /// Not attached to a thread.
 pub const PFM_STATE_UNLOADED: u32 = 1;
 /// Attached to a thread (counting once started).
@@ -232,8 +239,13 @@ pub struct PfmInfo {
     pub impl_pmcs: u64,
     /// Bit n: PMD n exists.
     pub impl_pmds: u64,
+    /// Hybrid Intel: the `PFM_CORE_TYPE_*` of the CPUs' core types (the
+    /// model is what every type has); 0 on a part that is not hybrid.
+    pub core_types: u32,
     /// Zero.
-    pub reserved: [u64; 4],
+    pub reserved0: u32,
+    /// Zero.
+    pub reserved: [u64; 3],
     /// Bits a PMC value must leave zero.
     pub pmc_rsvd_mask: [u64; PFM_MAX_PMCS],
     /// The model's events.
@@ -254,7 +266,9 @@ impl Default for PfmInfo {
             flags: 0,
             impl_pmcs: 0,
             impl_pmds: 0,
-            reserved: [0; 4],
+            core_types: 0,
+            reserved0: 0,
+            reserved: [0; 3],
             pmc_rsvd_mask: [0; PFM_MAX_PMCS],
             events: [PfmEventInfo::default(); PFM_MAX_EVENTS],
         }

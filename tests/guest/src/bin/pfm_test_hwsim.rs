@@ -109,6 +109,11 @@ fn info_describes_the_model() -> TestResult {
         i.impl_pmds
     );
     ensure!(i.counter_width == 47, "counter_width {}", i.counter_width);
+    ensure!(
+        i.core_types == 0,
+        "core_types {:#x} (not hybrid)",
+        i.core_types
+    );
     // INT (20), ANY (21), PC (19) and bits 63:32 are not the user's.
     let owned = 1 << 19 | 1 << 20 | 1 << 21 | 0xffff_ffff << 32;
     ensure!(
@@ -371,13 +376,13 @@ fn cycles_on(cpu: usize) -> Result<(u64, u64), String> {
 /// A CPU without the module's vector (here withheld by the simulator's
 /// test hook, as if its allocation had failed): its LVTPC still points at
 /// perf's NMI, so the counters must never be put on its PMU — not counting
-/// there (counted in `hw_no_vector_installs`), instead of PMIs lost or
+/// there (counted in `hw_skipped_installs`), instead of PMIs lost or
 /// taken as unknown NMIs. Another CPU counts as usual.
 fn no_vector_cpu_never_installs() -> TestResult {
     module::insmod(&["pmu=intel_arch_sim", "sim_no_vector_cpu=1"])?;
     let cpus = sysfs_u64("hw_no_vector_cpus")?;
     ensure!(cpus == 1, "hw_no_vector_cpus={cpus}, expected 1");
-    let before = sysfs_u64("hw_no_vector_installs")?;
+    let before = sysfs_u64("hw_skipped_installs")?;
     // In a thread of its own: the pinning must not outlive the test.
     let r = std::thread::spawn(|| -> Result<_, String> {
         let on1 = cycles_on(1)?;
@@ -387,7 +392,7 @@ fn no_vector_cpu_never_installs() -> TestResult {
     .join()
     .map_err(|_| "the pinned thread panicked".to_string())??;
     let ((c1, r1), (c0, r0)) = r;
-    let refused = sysfs_u64("hw_no_vector_installs")? - before;
+    let refused = sysfs_u64("hw_skipped_installs")? - before;
     diag(format!(
         "CPU 1 (no vector): {c1} cycles in {r1} ns; CPU 0: {c0} cycles in {r0} ns; {refused} installs refused"
     ));
