@@ -1,7 +1,10 @@
 //! The PMU model the module drives, as `PFM_IOC_GET_INFO` describes it, and
 //! events by name.
 
-use crate::abi::{PfmInfo, PFM_MAX_EVENTS, PFM_MAX_PMCS};
+use crate::abi::{
+    PfmInfo, PFM_CORE_TYPE_ATOM, PFM_CORE_TYPE_CORE, PFM_CORE_TYPE_OTHER, PFM_MAX_EVENTS,
+    PFM_MAX_PMCS,
+};
 use crate::error::{Error, Result};
 
 /// An event of the PMU model: what to write into a counter's PMC.
@@ -55,6 +58,9 @@ pub struct PmuInfo {
     pub impl_pmcs: u64,
     /// Bit n: PMD n exists.
     pub impl_pmds: u64,
+    /// Hybrid Intel: the `PFM_CORE_TYPE_*` bits of the CPUs' core types
+    /// (the model is what every type has); 0 if not hybrid.
+    pub core_types: u32,
     /// For each PMC, the bits its value must leave zero.
     pub pmc_rsvd_mask: [u64; PFM_MAX_PMCS],
     /// The model's events.
@@ -88,9 +94,24 @@ impl PmuInfo {
             vector: raw.vector,
             impl_pmcs: raw.impl_pmcs,
             impl_pmds: raw.impl_pmds,
+            core_types: raw.core_types,
             pmc_rsvd_mask: raw.pmc_rsvd_mask,
             events,
         }
+    }
+
+    /// The names of the core types in [`PmuInfo::core_types`] (`P-core`,
+    /// `E-core`, `other`), empty on a part that is not hybrid.
+    pub fn core_type_names(&self) -> Vec<&'static str> {
+        [
+            (PFM_CORE_TYPE_CORE, "P-core"),
+            (PFM_CORE_TYPE_ATOM, "E-core"),
+            (PFM_CORE_TYPE_OTHER, "other"),
+        ]
+        .iter()
+        .filter(|(bit, _)| self.core_types & bit != 0)
+        .map(|&(_, name)| name)
+        .collect()
     }
 
     /// The counters that can be programmed: n such that PMC n and PMD n
@@ -265,6 +286,16 @@ pub(crate) mod tests {
             *m = !3;
         }
         raw
+    }
+
+    #[test]
+    fn core_types_decoded() {
+        let mut raw = soft_info();
+        assert!(PmuInfo::from_raw(&raw).core_type_names().is_empty());
+        raw.core_types = PFM_CORE_TYPE_CORE | PFM_CORE_TYPE_ATOM;
+        let info = PmuInfo::from_raw(&raw);
+        assert_eq!(info.core_types, raw.core_types);
+        assert_eq!(info.core_type_names(), ["P-core", "E-core"]);
     }
 
     #[test]

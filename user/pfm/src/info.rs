@@ -229,6 +229,7 @@ mod tests {
             vector: 0xec,
             impl_pmcs: 0xf,
             impl_pmds: 0xf,
+            core_types: 0,
             pmc_rsvd_mask: [0; 32],
             events: vec![
                 perfmon::Event {
