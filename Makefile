@@ -115,3 +115,16 @@ fuzz: VARIANT = debug
 fuzz: export FUZZ_PARAMS := $(FUZZ_PARAMS)
 fuzz: deps kernel module guest
 	@scripts/fuzz.sh $(VARIANT) $(DURATION) $(SEED)
+
+# ---- make hw-check: the hardware path on a machine with a real PMU ----
+#
+# (scripts/hw-check.sh; README "On a machine with a PMU".) HW_CHECK=host
+# (default: this machine, the module built against KDIR, default the
+# running kernel's headers; as root) or HW_CHECK=vm (the test guest under
+# KVM with the host CPU's virtual PMU). Where perf_events has no hardware
+# PMU it prints one line and the script exits 4 (make then reports
+# "Error 4" and, as GNU make always does for a failed recipe, exits 2).
+# `make check` runs the same checks on pmu=intel_arch_sim (pfm_test_hwcheck).
+.PHONY: hw-check
+hw-check:
+	@scripts/hw-check.sh
