@@ -132,9 +132,15 @@ fn info_sane() -> TestResult {
         );
     }
     ensure!(
-        raw.reserved == [0; 4],
-        "reserved fields not zero: {:?}",
+        raw.reserved0 == 0 && raw.reserved == [0; 3],
+        "reserved fields not zero: {} {:?}",
+        raw.reserved0,
         raw.reserved
+    );
+    ensure!(
+        raw.core_types == 0,
+        "core_types {:#x} on a machine without hybrid cores",
+        raw.core_types
     );
     let s = SysInfo::read();
     ensure!(
