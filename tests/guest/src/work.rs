@@ -37,3 +37,20 @@ pub fn sleepy_migrating(n: usize, flip_every: usize, spin_each: Duration) -> usi
     }
     flips
 }
+
+/// Pins the calling thread to `cpu`.
+pub fn pin_to(cpu: usize) -> Result<(), String> {
+    // SAFETY: A zeroed cpu_set_t is an empty set; CPU_SET writes within it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` is below CPU_SETSIZE (the guest has a few CPUs).
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: `set` is a valid cpu_set_t of the size passed.
+    let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
+    if r != 0 {
+        return Err(format!(
+            "sched_setaffinity(CPU {cpu}): {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}

@@ -341,26 +341,10 @@ fn overflow_periods_through_pmis() -> TestResult {
     Ok(())
 }
 
-/// Pins the calling thread to `cpu`.
-fn pin_to(cpu: usize) -> TestResult {
-    // SAFETY: A zeroed cpu_set_t is an empty set; CPU_SET writes within it.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `cpu` is below CPU_SETSIZE (the guest has a few CPUs).
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    // SAFETY: `set` is a valid cpu_set_t of the size passed.
-    let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
-    ensure!(
-        r == 0,
-        "sched_setaffinity(CPU {cpu}): {}",
-        std::io::Error::last_os_error()
-    );
-    Ok(())
-}
-
 /// A thread's cycles on `cpu` (self-monitoring, ~150 ms of spinning) and
 /// its running time.
 fn cycles_on(cpu: usize) -> Result<(u64, u64), String> {
-    pin_to(cpu)?;
+    work::pin_to(cpu)?;
     let ctx = programmed(&[(0, CYCLES_USR)], &[(0, 0, false)])?;
     ctx.load(0).ctx("LOAD")?;
     ctx.start().ctx("START")?;

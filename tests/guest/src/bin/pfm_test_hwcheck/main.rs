@@ -202,34 +202,18 @@ fn cycles_match(oracle: Oracle) -> TestResult {
     Ok(())
 }
 
-/// Pins the calling thread to `cpu`.
-fn pin_to(cpu: usize) -> TestResult {
-    // SAFETY: A zeroed cpu_set_t is an empty set; CPU_SET writes within it.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `cpu` is below CPU_SETSIZE.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    // SAFETY: `set` is a valid cpu_set_t of the size passed.
-    let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
-    ensure!(
-        r == 0,
-        "sched_setaffinity: {}",
-        std::io::Error::last_os_error()
-    );
-    Ok(())
-}
-
 /// Two CPU-bound threads on CPU 0, one monitored: its counts are its own
 /// loop's, none of the other's (which runs as long).
 fn isolation(oracle: Oracle) -> TestResult {
     let other = std::thread::spawn(|| -> TestResult {
-        pin_to(0)?;
+        pfm_guest::work::pin_to(0)?;
         for _ in 0..3 {
             perf::fixed_loop(LOOP_N);
         }
         Ok(())
     });
     let me = std::thread::spawn(move || -> Result<(Vec<u64>, u64), String> {
-        pin_to(0)?;
+        pfm_guest::work::pin_to(0)?;
         pfm_measure(&["cpu-cycles", "instructions"], || perf::fixed_loop(LOOP_N))
     });
     let (v, running) = me.join().map_err(|_| "monitored thread panicked")??;
