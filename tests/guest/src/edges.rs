@@ -207,6 +207,9 @@ pub fn run_target(mut report: File, mut go: File, workload: Workload, rounds: us
             return 6;
         }
     }
+    // Live until the tool has UNLOADed and closed the go pipe: an exit
+    // before that would end the monitoring first (UNLOAD: EBADFD).
+    while go.read(&mut b).unwrap_or(0) != 0 {}
     0
 }
 
