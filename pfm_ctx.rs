@@ -159,9 +159,10 @@ impl CtxInner {
     /// Keeps a hardware model's counters on this CPU's PMU exactly while
     /// the context counts and its thread runs here. Lock held (IRQs off).
     fn sync_hw(&mut self) {
-        let wanted = self.counting() && self.on_cpu == Some(glue::this_cpu());
-        let owner = self.owner_token();
-        let ovfl = self.counters.sync_here(&globals().pmu, wanted, owner);
+        let (counting, on_cpu, owner) = (self.counting(), self.on_cpu, self.owner_token());
+        let ovfl = self
+            .counters
+            .sync_here(&globals().pmu, counting, on_cpu, owner);
         self.overflowed(ovfl);
     }
 

@@ -174,14 +174,21 @@ impl Counters {
     }
 
     /// Keeps a hardware model's counters on this CPU's PMU exactly while
-    /// `wanted` (the context counts and its thread runs here): installs or
+    /// the context counts and its thread runs here (`on_cpu`): installs or
     /// removes them, `owner` naming the context on the PMU. No-op for the
     /// soft model. Returns the PMDs that overflowed.
-    pub(crate) fn sync_here(&mut self, pmu: &Pmu, wanted: bool, owner: *const ()) -> u64 {
+    pub(crate) fn sync_here(
+        &mut self,
+        pmu: &Pmu,
+        counting: bool,
+        on_cpu: Option<i32>,
+        owner: *const (),
+    ) -> u64 {
         let Self::Hw(h) = self else {
             return 0;
         };
         let cpu = glue::this_cpu();
+        let wanted = counting && on_cpu == Some(cpu);
         match h.cpu {
             Some(c) if c == cpu && !wanted => h.uninstall(pmu),
             None if wanted => {
