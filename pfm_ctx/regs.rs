@@ -70,12 +70,12 @@ impl Context {
         // Not initialised first: one copy_from_user fills what is used (a
         // memset per call would cost more than the call's own work).
         let mut stack = [const { core::mem::MaybeUninit::<T>::uninit() }; ON_STACK];
-        let mut heap = KVec::<T>::new();
+        let mut heap: Option<KVec<T>> = None;
         let slots: &mut [core::mem::MaybeUninit<T>] = if n <= ON_STACK {
             &mut stack[..n]
         } else {
-            heap.reserve(n, GFP_KERNEL)?;
-            &mut heap.spare_capacity_mut()[..n]
+            let v = heap.insert(KVec::with_capacity(n, GFP_KERNEL)?);
+            &mut v.spare_capacity_mut()[..n]
         };
         // SAFETY: `slots` is `n` elements of `T`'s storage, viewed as bytes.
         let raw = unsafe {
