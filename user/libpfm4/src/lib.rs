@@ -97,7 +97,11 @@ impl EventInfo {
     /// for each unit mask.
     pub fn names(&self) -> Vec<String> {
         std::iter::once(self.name.clone())
-            .chain(self.umasks.iter().map(|u| format!("{}.{}", self.name, u.name)))
+            .chain(
+                self.umasks
+                    .iter()
+                    .map(|u| format!("{}.{}", self.name, u.name)),
+            )
             .collect()
     }
 }
@@ -140,9 +144,9 @@ pub enum Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::NotBuiltIn => f.write_str(
-                "this pfm was built without libpfm4 (install libpfm4-dev and rebuild)",
-            ),
+            Error::NotBuiltIn => {
+                f.write_str("this pfm was built without libpfm4 (install libpfm4-dev and rebuild)")
+            }
             Error::Init(why) => write!(f, "libpfm4 failed to initialize: {why}"),
             Error::UnknownEvent { name, pmu } => {
                 write!(f, "libpfm4 PMU '{pmu}' has no event '{name}'")
@@ -235,9 +239,7 @@ impl Library {
                     };
                     match attr.kind {
                         sys::PFM_ATTR_UMASK => umasks.push(entry),
-                        sys::PFM_ATTR_MOD_BOOL | sys::PFM_ATTR_MOD_INTEGER => {
-                            modifiers.push(entry)
-                        }
+                        sys::PFM_ATTR_MOD_BOOL | sys::PFM_ATTR_MOD_INTEGER => modifiers.push(entry),
                         _ => {}
                     }
                 }

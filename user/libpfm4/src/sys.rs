@@ -111,8 +111,12 @@ extern "C" {
     fn pfm_get_pmu_info(pmu: c_int, output: *mut PmuInfoC) -> c_int;
     fn pfm_get_event_next(idx: c_int) -> c_int;
     fn pfm_get_event_info(idx: c_int, os: c_int, output: *mut EventInfoC) -> c_int;
-    fn pfm_get_event_attr_info(eidx: c_int, aidx: c_int, os: c_int, output: *mut AttrInfoC)
-        -> c_int;
+    fn pfm_get_event_attr_info(
+        eidx: c_int,
+        aidx: c_int,
+        os: c_int,
+        output: *mut AttrInfoC,
+    ) -> c_int;
     fn pfm_get_os_event_encoding(
         s: *const c_char,
         dfl_plm: c_int,

@@ -40,7 +40,9 @@ fn skylake_table() {
         ("BR_MISP_RETIRED.ALL_BRANCHES", 0xc5 | USR),
         ("INST_RETIRED.ANY_P:u:c=1", 0xc0 | USR | 1 << 24),
     ] {
-        let enc = lib.encode(pmu, name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let enc = lib
+            .encode(pmu, name)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(enc.codes[0], code | EN_INT, "{name}: {:#x}", enc.codes[0]);
         assert!(enc.qualified.starts_with("skl::"), "{}", enc.qualified);
     }

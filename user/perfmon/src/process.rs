@@ -214,8 +214,7 @@ impl PausedChild {
         if self.reaped {
             return Err(Error::os(Op::Wait, libc::ECHILD));
         }
-        let Some(r) = sys::wait4(self.pid as i32, true).map_err(|e| Error::os(Op::Wait, e))?
-        else {
+        let Some(r) = sys::wait4(self.pid as i32, true).map_err(|e| Error::os(Op::Wait, e))? else {
             return Ok(None);
         };
         self.reaped = true;

@@ -7,8 +7,8 @@
 //! [`crate::Error`] values, which know which operation failed.
 
 use std::ffi::CString;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::abi::{
@@ -435,7 +435,10 @@ pub(crate) fn fork_exec_paused(
 /// does while its workload runs: the terminal's Ctrl-C reaches the workload,
 /// and the tool survives to print the counts).
 pub(crate) fn ignore_interrupts() {
-    for (sig, slot) in [libc::SIGINT, libc::SIGQUIT].into_iter().zip(&SAVED_INTERRUPTS) {
+    for (sig, slot) in [libc::SIGINT, libc::SIGQUIT]
+        .into_iter()
+        .zip(&SAVED_INTERRUPTS)
+    {
         // SAFETY: SIG_IGN is a valid disposition for these signals.
         let prev = unsafe { libc::signal(sig, libc::SIG_IGN) };
         // Only the first call sees the original disposition: the slot keeps

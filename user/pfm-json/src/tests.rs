@@ -200,6 +200,9 @@ fn every_field_is_documented() {
         .iter()
         .filter(|k| !doc.contains(&format!("``{k}``")))
         .collect();
-    assert!(missing.is_empty(), "fields not in Documentation/pfm.rst: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "fields not in Documentation/pfm.rst: {missing:?}"
+    );
     assert!(doc.contains(&format!("``schema_version`` is {SCHEMA_VERSION}")));
 }
