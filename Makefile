@@ -80,6 +80,13 @@ vm: deps kernel module guest initramfs
 	@if [ -n "$$PFM_VM_CMD" ]; then scripts/vm.sh $(VARIANT) cmd "$$PFM_VM_CMD"; \
 	 else scripts/vm.sh $(VARIANT) shell; fi
 
+# ---- make man: pfm's man pages (build/pfm.1, pfm-stat.1, ...) and shell ----
+# completions (build/completions/), generated from its clap declarations
+# (scripts/man.sh). `man ./build/pfm.1` reads it. V=1 shows any build's output.
+.PHONY: man
+man:
+	@scripts/man.sh
+
 # ---- benchmarks: perfmon against perf_event (scripts/bench.sh, tests/bench) ----
 #
 #   make bench    boots the fast kernel under QEMU -icount shift=1,sleep=off,
