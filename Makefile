@@ -31,7 +31,7 @@ kernel: deps
 
 # The module, built out of tree into $(BUILD)/module-$(VARIANT)/perfmon.ko.
 module: deps
-	@scripts/module.sh $(VARIANT) $(KDIR)
+	@scripts/module.sh $(VARIANT) $(KDIR) >/dev/null
 
 module-clean:
 	rm -rf $(BUILD)/module-*

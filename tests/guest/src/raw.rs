@@ -353,6 +353,14 @@ pub struct TracedIoctl {
     pub ret: i64,
 }
 
+/// Whether this kernel has ptrace(2) (tinyconfig kernels may not: ENOSYS).
+pub fn ptrace_available() -> bool {
+    // SAFETY: a request about pid 0, which is nobody's tracee: ESRCH where
+    // ptrace exists, ENOSYS where it does not; no memory is passed.
+    let r = unsafe { libc::ptrace(libc::PTRACE_GETREGS, 0, 0usize, 0usize) };
+    !(r == -1 && errno() == libc::ENOSYS)
+}
+
 /// Runs `cmd` under ptrace until it exits, stopping it at every system call
 /// return: `on_ioctl` sees each `ioctl(_, request, _)` while the program is
 /// stopped, so it can read the program's memory (`/proc/PID/mem`) as the
@@ -453,6 +461,7 @@ mod tests {
 
     #[test]
     fn traces_a_programs_ioctls() {
+        assert!(ptrace_available(), "the host has ptrace");
         // stty asks the terminal driver of /dev/null for its settings
         // (TCGETS), which is not a terminal: ENOTTY, seen at the return.
         let mut cmd = std::process::Command::new("stty");
