@@ -361,38 +361,106 @@ pub fn ptrace_available() -> bool {
     !(r == -1 && errno() == libc::ENOSYS)
 }
 
-/// Runs `cmd` under ptrace until it exits, stopping it at every system call
-/// return: `on_ioctl` sees each `ioctl(_, request, _)` while the program is
+/// What a traced program left: its wait status and its output.
+#[derive(Debug)]
+pub struct Traced {
+    /// The wait status (`WIFEXITED` ...).
+    pub status: i32,
+    /// Its standard output.
+    pub stdout: Vec<u8>,
+    /// Its standard error.
+    pub stderr: Vec<u8>,
+}
+
+/// Runs `path ARGS` (environment: ours plus `env`; stdin /dev/null) under
+/// ptrace until it exits, stopping it at every system call return:
+/// `on_ioctl` sees each `ioctl(_, request, _)` while the program is
 /// stopped, so it can read the program's memory (`/proc/PID/mem`) as the
-/// kernel saw it. Returns the child (its pipes, if any, still to read) and
-/// its wait status. Only `cmd`'s own thread is traced, not its children.
+/// kernel saw it. Only the program's own thread is traced, not the
+/// processes it starts. (fork and exec by hand: std's spawn with a
+/// `pre_exec` PTRACE_TRACEME fails with ENOSYS in the test guests.)
 pub fn trace_ioctls(
-    cmd: &mut std::process::Command,
+    path: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
     request: u32,
     mut on_ioctl: impl FnMut(TracedIoctl),
-) -> Result<(std::process::Child, i32), String> {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs in the forked child before exec and only
-    // calls ptrace(PTRACE_TRACEME), which is async-signal-safe.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::ptrace(libc::PTRACE_TRACEME, 0, 0usize, 0usize) == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
+) -> Result<Traced, String> {
+    use std::ffi::CString;
+    use std::io::Read;
+    let cstr = |s: &str| CString::new(s).map_err(|_| format!("NUL in {s:?}"));
+    let c_path = cstr(path)?;
+    let mut c_argv = vec![c_path.clone()];
+    for a in args {
+        c_argv.push(cstr(a)?);
     }
-    let child = cmd
-        .spawn()
-        .map_err(|e| format!("spawn under ptrace: {e}"))?;
-    let pid = child.id() as i32;
+    let mut vars: Vec<(String, String)> = std::env::vars()
+        .filter(|(k, _)| !env.iter().any(|(e, _)| e == k))
+        .collect();
+    vars.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let c_env = vars
+        .iter()
+        .map(|(k, v)| cstr(&format!("{k}={v}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut argv: Vec<*const libc::c_char> = c_argv.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    let mut envp: Vec<*const libc::c_char> = c_env.iter().map(|a| a.as_ptr()).collect();
+    envp.push(std::ptr::null());
+    let devnull = c"/dev/null";
+    let (out_r, out_w) = pipe().map_err(|e| format!("pipe: {e}"))?;
+    let (err_r, err_w) = pipe().map_err(|e| format!("pipe: {e}"))?;
+
+    // SAFETY: the child branch makes only async-signal-safe calls on data
+    // prepared before the fork (NUL-terminated strings and NULL-terminated
+    // arrays that the parent keeps alive) and never returns.
+    let pid = unsafe { libc::fork() };
+    if pid == -1 {
+        return Err(format!("fork: {}", perfmon::errno_name(errno())));
+    }
+    if pid == 0 {
+        // SAFETY: as above: child side of the fork.
+        unsafe {
+            let null = libc::open(devnull.as_ptr(), libc::O_RDONLY);
+            if null == -1
+                || libc::dup2(null, 0) == -1
+                || libc::dup2(out_w.as_raw_fd(), 1) == -1
+                || libc::dup2(err_w.as_raw_fd(), 2) == -1
+                || libc::ptrace(libc::PTRACE_TRACEME, 0, 0usize, 0usize) == -1
+            {
+                libc::_exit(126);
+            }
+            libc::execve(c_path.as_ptr(), argv.as_ptr(), envp.as_ptr());
+            libc::_exit(127);
+        }
+    }
+    drop(out_w);
+    drop(err_w);
+    // The pipes are drained while the program runs: a program blocked on a
+    // full pipe would never reach its next stop.
+    let drain = |mut f: File| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = f.read_to_end(&mut buf);
+            buf
+        })
+    };
+    let (out_t, err_t) = (drain(out_r), drain(err_r));
     let wait = || -> Result<i32, String> {
         let mut status = 0;
-        // SAFETY: `status` is a valid out-pointer; `pid` is our child.
-        if unsafe { libc::waitpid(pid, &mut status, 0) } == -1 {
-            return Err(format!("waitpid: {}", perfmon::errno_name(errno())));
+        loop {
+            // SAFETY: `status` is a valid out-pointer; `pid` is our child.
+            if unsafe { libc::waitpid(pid, &mut status, 0) } != -1 {
+                return Ok(status);
+            }
+            if errno() != libc::EINTR {
+                return Err(format!("waitpid: {}", perfmon::errno_name(errno())));
+            }
         }
-        Ok(status)
+    };
+    let kill = || {
+        // SAFETY: a signal to our own child.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        let _ = wait();
     };
     // The exec stops it with SIGTRAP.
     let status = wait()?;
@@ -401,7 +469,7 @@ pub fn trace_ioctls(
             "traced child did not stop at its exec (status {status:#x})"
         ));
     }
-    // SAFETY: `pid` is our stopped tracee; options are plain flags.
+    // SAFETY: `pid` is our stopped tracee; the options are plain flags.
     if unsafe {
         libc::ptrace(
             libc::PTRACE_SETOPTIONS,
@@ -411,21 +479,22 @@ pub fn trace_ioctls(
         )
     } == -1
     {
-        return Err(format!(
-            "PTRACE_SETOPTIONS: {}",
-            perfmon::errno_name(errno())
-        ));
+        let e = perfmon::errno_name(errno());
+        kill();
+        return Err(format!("PTRACE_SETOPTIONS: {e}"));
     }
     let mut deliver = 0usize;
-    loop {
+    let status = loop {
         // SAFETY: resumes our stopped tracee, delivering `deliver` (0 or
         // the signal it stopped with).
         if unsafe { libc::ptrace(libc::PTRACE_SYSCALL, pid, 0usize, deliver) } == -1 {
-            return Err(format!("PTRACE_SYSCALL: {}", perfmon::errno_name(errno())));
+            let e = perfmon::errno_name(errno());
+            kill();
+            return Err(format!("PTRACE_SYSCALL: {e}"));
         }
         let status = wait()?;
         if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
-            return Ok((child, status));
+            break status;
         }
         if !libc::WIFSTOPPED(status) {
             continue;
@@ -441,7 +510,9 @@ pub fn trace_ioctls(
         let mut regs: libc::user_regs_struct = unsafe { std::mem::zeroed() };
         // SAFETY: `regs` is a valid user_regs_struct for our stopped tracee.
         if unsafe { libc::ptrace(libc::PTRACE_GETREGS, pid, 0usize, &mut regs as *mut _) } == -1 {
-            return Err(format!("PTRACE_GETREGS: {}", perfmon::errno_name(errno())));
+            let e = perfmon::errno_name(errno());
+            kill();
+            return Err(format!("PTRACE_GETREGS: {e}"));
         }
         // Entry stops have rax = -ENOSYS; returns have the result.
         let entry = regs.rax as i64 == -(libc::ENOSYS as i64);
@@ -452,7 +523,12 @@ pub fn trace_ioctls(
                 ret: regs.rax as i64,
             });
         }
-    }
+    };
+    Ok(Traced {
+        status,
+        stdout: out_t.join().unwrap_or_default(),
+        stderr: err_t.join().unwrap_or_default(),
+    })
 }
 
 #[cfg(test)]
@@ -464,13 +540,18 @@ mod tests {
         assert!(ptrace_available(), "the host has ptrace");
         // stty asks the terminal driver of /dev/null for its settings
         // (TCGETS), which is not a terminal: ENOTTY, seen at the return.
-        let mut cmd = std::process::Command::new("stty");
-        cmd.args(["-F", "/dev/null"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
+        let stty = perfmon::process::find_program("stty".as_ref()).unwrap();
         let mut seen = Vec::new();
-        let (_, status) = trace_ioctls(&mut cmd, libc::TCGETS as u32, |c| seen.push(c)).unwrap();
-        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) != 0);
+        let t = trace_ioctls(
+            &stty.to_string_lossy(),
+            &["-F", "/dev/null"],
+            &[("LC_ALL", "C")],
+            libc::TCGETS as u32,
+            |c| seen.push(c),
+        )
+        .unwrap();
+        assert!(libc::WIFEXITED(t.status) && libc::WEXITSTATUS(t.status) != 0);
+        assert!(!t.stderr.is_empty(), "stty says why on stderr");
         assert!(!seen.is_empty(), "no TCGETS seen");
         assert!(
             seen.iter().all(|c| c.ret == -(libc::ENOTTY as i64)),

@@ -13,14 +13,14 @@
 //! On `pmu=intel_arch_sim` with LIBPFM_FORCE_PMU=skl (libpfm4's Skylake
 //! table): `pfm list` shows libpfm4's events; `pfm stat -e
 //! INST_RETIRED.ANY_P:u,...` programs exactly the PMC values libpfm4
-//! encodes (INT cleared). The ABI has no call that reads a PMC back, so
-//! the PMCs are read back through what the simulated PMU counts, which
-//! depends on each PMC's event select, unit mask and ring bits: core and
-//! reference cycles at 1 per ns, instructions at 1 per 2 ns (IPC 0.5),
-//! nothing in kernel mode; and, where the kernel has ptrace (the test
-//! kernels do not), from pfm's PFM_IOC_WRITE_PMCS as the kernel received
-//! it. An unknown name gets one line naming the closest names. Last,
-//! without the module, "module not loaded".
+//! encodes (INT cleared), read back twice: from pfm's PFM_IOC_WRITE_PMCS
+//! as the kernel received it (pfm runs under ptrace; the ABI has no call
+//! that reads a PMC back), the call succeeding, and through what the
+//! simulated PMU counts, which depends on each PMC's event select, unit
+//! mask and ring bits (core and reference cycles at 1 per ns, instructions
+//! at 1 per 2 ns: IPC 0.5; nothing in kernel mode). An unknown name gets
+//! one line naming the closest names. Last, without the module, "module
+//! not loaded".
 //!
 //! The tool is found through $PFM_BIN, next to this program, as /bin/pfm,
 //! or in PATH.
@@ -398,7 +398,9 @@ fn big_num_and_alignment(pfm: &Pfm) -> TestResult {
             "count '{count}' with --no-big-num={plain}"
         );
         let n: u64 = count.replace(',', "").parse().ctx("the count")?;
-        ensure!(n >= 1100, "{n} switches for 1100 sleeps");
+        // A nap whose timer fires before the thread blocks switches no
+        // context: nearly one switch per nap, and over a thousand.
+        ensure!(n >= 1000, "{n} switches for 1100 sleeps");
         let cols = [
             column(&t, "context-switches")?,
             column(&t, "cpu-migrations")?,
@@ -518,6 +520,19 @@ fn csv_fields(pfm: &Pfm) -> TestResult {
     Ok(())
 }
 
+/// The same statistics: counts exactly, the floats within what a trip
+/// through JSON's decimal text may change (serde_json's default parser
+/// can miss the last bit).
+fn same_stats(a: &Stats, b: &Stats) -> bool {
+    let close = |x: f64, y: f64| (x - y).abs() <= 1e-9 * x.abs().max(y.abs()).max(1.0);
+    a.runs == b.runs
+        && a.min == b.min
+        && a.max == b.max
+        && close(a.mean, b.mean)
+        && close(a.stddev, b.stddev)
+        && close(a.noise_pct, b.noise_pct)
+}
+
 fn repeat_statistics(pfm: &Pfm, dir: &Path) -> TestResult {
     let me = me()?;
     let counter = dir.join("runs");
@@ -575,7 +590,7 @@ fn repeat_statistics(pfm: &Pfm, dir: &Path) -> TestResult {
         .ok_or("no context-switches")?;
     let got = cs.stats.as_ref().ok_or("no stats in the summary")?;
     ensure!(
-        got == &want,
+        same_stats(got, &want),
         "stats {got:?}, recomputed from the runs {want:?}"
     );
     ensure!(
@@ -598,7 +613,7 @@ fn repeat_statistics(pfm: &Pfm, dir: &Path) -> TestResult {
     let el = summary.elapsed_stats.as_ref().ok_or("no elapsed_stats")?;
     let run_ns: Vec<u64> = runs.iter().map(|r| r.elapsed_ns).collect();
     ensure!(
-        Some(el) == Stats::of(&run_ns).as_ref(),
+        Stats::of(&run_ns).is_some_and(|w| same_stats(el, &w)),
         "elapsed stats {el:?} from {run_ns:?}"
     );
     // The table says the same: ± on the counts' lines and the time's.
@@ -975,43 +990,44 @@ fn u64_at(b: &[u8], o: usize) -> u64 {
     u64::from_ne_bytes(a)
 }
 
-/// PFM_IOC_WRITE_PMCS calls of `cmd` as the kernel received them, read
-/// from pfm's memory at each call's return (ptrace): (result, [(PMC,
-/// value)]). `Ok(None)` where the kernel has no ptrace (the test kernels'
-/// tinyconfig leaves it out: ENOSYS).
+/// PFM_IOC_WRITE_PMCS calls of pfm as the kernel received them, read
+/// from its memory at each call's return (ptrace): (result, [(PMC,
+/// value)]).
 type PmcWrites = Vec<(i64, Vec<(u16, u64)>)>;
 
-fn traced_pmc_writes(cmd: &mut Command) -> Result<Option<(PmcWrites, i32, Output)>, String> {
-    if !raw::ptrace_available() {
-        return Ok(None);
-    }
+fn traced_pmc_writes(pfm: &Pfm, args: &[&str]) -> Result<(PmcWrites, raw::Traced), String> {
     let mut writes: PmcWrites = Vec::new();
     let mut read_err = None;
-    let traced = raw::trace_ioctls(cmd, perfmon::abi::PFM_IOC_WRITE_PMCS, |call| {
-        // struct pfm_regs_arg: regs (u64) at 0, count (u32) at 8; each
-        // struct pfm_pmc (32 bytes): reg_num (u16) at 0, reg_value at 8.
-        let regs = peek(call.pid, call.arg, 48).and_then(|arg| {
-            let base = u64_at(&arg, 0);
-            let count = u32::from_ne_bytes([arg[8], arg[9], arg[10], arg[11]]) as usize;
-            let pmcs = peek(call.pid, base, 32 * count)?;
-            Ok((0..count)
-                .map(|i| {
-                    let e = &pmcs[32 * i..32 * (i + 1)];
-                    (u16::from_ne_bytes([e[0], e[1]]), u64_at(e, 8))
-                })
-                .collect::<Vec<_>>())
-        });
-        match regs {
-            Ok(r) => writes.push((call.ret, r)),
-            Err(e) => read_err = Some(e),
-        }
-    });
-    let (child, status) = traced?;
-    let out = child.wait_with_output().ctx("output")?;
+    let path = pfm.path.to_string_lossy().into_owned();
+    let traced = raw::trace_ioctls(
+        &path,
+        args,
+        &FORCE,
+        perfmon::abi::PFM_IOC_WRITE_PMCS,
+        |call| {
+            // struct pfm_regs_arg: regs (u64) at 0, count (u32) at 8; each
+            // struct pfm_pmc (32 bytes): reg_num (u16) at 0, reg_value at 8.
+            let regs = peek(call.pid, call.arg, 48).and_then(|arg| {
+                let base = u64_at(&arg, 0);
+                let count = u32::from_ne_bytes([arg[8], arg[9], arg[10], arg[11]]) as usize;
+                let pmcs = peek(call.pid, base, 32 * count)?;
+                Ok((0..count)
+                    .map(|i| {
+                        let e = &pmcs[32 * i..32 * (i + 1)];
+                        (u16::from_ne_bytes([e[0], e[1]]), u64_at(e, 8))
+                    })
+                    .collect::<Vec<_>>())
+            });
+            match regs {
+                Ok(r) => writes.push((call.ret, r)),
+                Err(e) => read_err = Some(e),
+            }
+        },
+    )?;
     if let Some(e) = read_err {
         return Err(e);
     }
-    Ok(Some((writes, status, out)))
+    Ok((writes, traced))
 }
 
 fn libpfm_encoding(pfm: &Pfm) -> TestResult {
@@ -1048,39 +1064,24 @@ fn libpfm_encoding(pfm: &Pfm) -> TestResult {
     let args = [
         "stat", "--json", "-e", &list, "--", &me, CHILD_FLAG, "spin", "200",
     ];
-    let mut cmd = Command::new(&pfm.path);
-    cmd.args(args)
-        .envs(FORCE)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    // Where the kernel has ptrace: every PFM_IOC_WRITE_PMCS as the kernel
-    // received it, which must be libpfm4's values, accepted.
-    let err = match traced_pmc_writes(&mut cmd)? {
-        Some((writes, status, out)) => {
-            let err = text(&out.stderr);
-            ensure!(
-                libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-                "pfm exit status {status:#x}: {err}"
-            );
-            diag(format!("PFM_IOC_WRITE_PMCS calls: {writes:x?}"));
-            ensure!(writes.len() == 1, "{} WRITE_PMCS calls", writes.len());
-            let (ret, regs) = &writes[0];
-            ensure!(*ret == 0, "WRITE_PMCS returned {ret}");
-            let expect: Vec<(u16, u64)> = (0u16..).zip(want.iter().copied()).collect();
-            ensure!(
-                *regs == expect,
-                "PMCs written {regs:x?}, libpfm4 encodes {want:x?}"
-            );
-            err
-        }
-        None => {
-            diag("no ptrace in this kernel: the PMCs are read back through the simulated PMU only");
-            let out = pfm.run_env(&args, &FORCE)?;
-            ensure!(out.status.success(), "exit {:?}", out.status);
-            text(&out.stderr)
-        }
-    };
+    // Every PFM_IOC_WRITE_PMCS as the kernel received it (pfm under
+    // ptrace): libpfm4's values, accepted.
+    let (writes, traced) = traced_pmc_writes(pfm, &args)?;
+    let err = text(&traced.stderr);
+    ensure!(
+        libc::WIFEXITED(traced.status) && libc::WEXITSTATUS(traced.status) == 0,
+        "pfm exit status {:#x}: {err}",
+        traced.status
+    );
+    diag(format!("PFM_IOC_WRITE_PMCS calls: {writes:x?}"));
+    ensure!(writes.len() == 1, "{} WRITE_PMCS calls", writes.len());
+    let (ret, regs) = &writes[0];
+    ensure!(*ret == 0, "WRITE_PMCS returned {ret}");
+    let expect: Vec<(u16, u64)> = (0u16..).zip(want.iter().copied()).collect();
+    ensure!(
+        *regs == expect,
+        "PMCs written {regs:x?}, libpfm4 encodes {want:x?}"
+    );
     show("stderr", &err);
     let v: Stat = doc(&err)?;
     ensure!(v.model == "intel_arch_sim", "model {}", v.model);
