@@ -76,7 +76,8 @@ struct Pfm {
 }
 
 impl Pfm {
-    /// Runs pfm with `args`, stdin from /dev/null, killed after 60 s.
+    /// Runs pfm with `args`, stdin from /dev/null, without
+    /// LIBPFM_FORCE_PMU, killed after 60 s.
     fn run(&self, args: &[&str]) -> Result<Output, String> {
         self.run_env(args, &[])
     }
@@ -84,8 +85,11 @@ impl Pfm {
     /// The same with extra environment variables. The output is read while
     /// pfm runs (a listing can be larger than a pipe holds).
     fn run_env(&self, args: &[&str], env: &[(&str, &str)]) -> Result<Output, String> {
+        // This program set LIBPFM_FORCE_PMU for its own libpfm4; pfm gets it
+        // only where a case says so.
         let child = Command::new(&self.path)
             .args(args)
+            .env_remove("LIBPFM_FORCE_PMU")
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
