@@ -272,7 +272,11 @@ impl Stat<'_> {
         Ok(())
     }
 
-    /// Reads the counters and prints the interval since the last one.
+    /// Prints the interval since the last one, ending at `counts`. `last`:
+    /// the partial interval before the totals, which the table leaves out
+    /// when it counted nothing (JSON and CSV keep it: their intervals add
+    /// up to the totals, times included).
+    #[expect(clippy::too_many_arguments)]
     fn tick(
         &mut self,
         ctx: &Context,
@@ -281,8 +285,12 @@ impl Stat<'_> {
         base: &Report,
         now: Instant,
         counts: Counts,
+        last: bool,
     ) -> Result<(), Failure> {
         let d = delta(&counts, &ticker.prev);
+        if last && matches!(self.format, Format::Table(_)) && d.values.iter().all(|&v| v == 0) {
+            return Ok(());
+        }
         let pv = perf_values(perf);
         let pd = perf_delta(&pv, &ticker.prev_perf);
         let line = Report {
@@ -408,7 +416,7 @@ impl Stat<'_> {
                 let now = Instant::now();
                 if now >= ticker.next {
                     let counts = ctx.read()?;
-                    self.tick(ctx, &perf, ticker, &base, now, counts)?;
+                    self.tick(ctx, &perf, ticker, &base, now, counts, false)?;
                     ticker.advance(now);
                 } else if ctx.state()?.has_exited() {
                     // The initial thread is gone, the process lives on:
@@ -424,7 +432,15 @@ impl Stat<'_> {
         let perf_vals = perf_values(&perf);
         if let Some(ticker) = &mut ticker {
             // The last, partial interval: the intervals add up to the totals.
-            self.tick(ctx, &perf, ticker, &base, t0 + elapsed, counts.clone())?;
+            self.tick(
+                ctx,
+                &perf,
+                ticker,
+                &base,
+                t0 + elapsed,
+                counts.clone(),
+                true,
+            )?;
         }
         let _ = ctx.unload();
         let report = Report {
@@ -527,7 +543,7 @@ impl Stat<'_> {
             if let Some(t) = &mut ticker {
                 if now >= t.next {
                     let counts = ctx.read()?;
-                    self.tick(&ctx, &perf, t, &base, now, counts)?;
+                    self.tick(&ctx, &perf, t, &base, now, counts, false)?;
                     t.advance(now);
                 }
             }
@@ -547,7 +563,7 @@ impl Stat<'_> {
         let perf_vals = perf_values(&perf);
         if let Some(t) = &mut ticker {
             // The last, partial interval: the intervals add up to the totals.
-            self.tick(&ctx, &perf, t, &base, t0 + elapsed, counts.clone())?;
+            self.tick(&ctx, &perf, t, &base, t0 + elapsed, counts.clone(), true)?;
         }
         let _ = ctx.unload();
         let report = Report {
