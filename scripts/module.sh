@@ -11,12 +11,12 @@ kdir=${2:-}
 [ -n "$kdir" ] || kdir=$(PFM_KERNEL_QUIET=1 "$PFM_TOP/scripts/kernel.sh" "$variant")
 
 out=$PFM_BUILD/module-$variant
+echo "module: perfmon.ko for the $variant kernel (log: $(pfm_log_name "module-$variant"))" >&2
 mkdir -p "$out/src"
 # Only the module's own files travel; rsync-like copy that keeps mtimes so
 # kbuild rebuilds only what changed.
 (cd "$PFM_TOP" && cp -a --parents Kbuild pfm_*.rs rust include "$out/src/")
 [ ! -d "$PFM_TOP/pfm_x86" ] || (cd "$PFM_TOP" && cp -a --parents pfm_x86 "$out/src/")
-echo "module: perfmon.ko for the $variant kernel (log: $(pfm_log_name "module-$variant"))" >&2
 # shellcheck disable=SC2046
 pfm_quiet "module-$variant" make -C "$kdir" M="$out/src" $(pfm_kmake_args) modules
 cp "$out/src/perfmon.ko" "$out/perfmon.ko"
