@@ -31,7 +31,7 @@ kernel: deps
 
 # The module, built out of tree into $(BUILD)/module-$(VARIANT)/perfmon.ko.
 module: deps
-	@scripts/module.sh $(VARIANT) $(KDIR)
+	@scripts/module.sh $(VARIANT) $(KDIR) >/dev/null
 
 module-clean:
 	rm -rf $(BUILD)/module-*
@@ -80,6 +80,13 @@ run: deps kernel module guest initramfs
 vm: deps kernel module guest initramfs
 	@if [ -n "$$PFM_VM_CMD" ]; then scripts/vm.sh $(VARIANT) cmd "$$PFM_VM_CMD"; \
 	 else scripts/vm.sh $(VARIANT) shell; fi
+
+# ---- make man: pfm's man pages (build/pfm.1, pfm-stat.1, ...) and shell ----
+# completions (build/completions/), generated from its clap declarations
+# (scripts/man.sh). `man ./build/pfm.1` reads it. V=1 shows any build's output.
+.PHONY: man
+man:
+	@scripts/man.sh
 
 # ---- benchmarks: perfmon against perf_event (scripts/bench.sh, tests/bench) ----
 #

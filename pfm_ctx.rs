@@ -160,10 +160,12 @@ impl CtxInner {
 
     /// Keeps a hardware model's counters on this CPU's PMU exactly while
     /// the context counts and its thread runs here. Lock held (IRQs off).
+    #[inline(always)]
     fn sync_hw(&mut self) {
-        let wanted = self.counting() && self.on_cpu == Some(glue::this_cpu());
-        let owner = self.owner_token();
-        let ovfl = self.counters.sync_here(&globals().pmu, wanted, owner);
+        let (counting, on_cpu, owner) = (self.counting(), self.on_cpu, self.owner_token());
+        let ovfl = self
+            .counters
+            .sync_here(&globals().pmu, counting, on_cpu, owner);
         self.overflowed(ovfl);
     }
 
@@ -191,6 +193,7 @@ impl CtxInner {
     /// CPU clock) may already have accounted part of this time slice.
     /// Whatever was added since the switch-out is this thread's own running
     /// time, and the next switch-out counts it.
+    #[inline]
     fn sched_in(&mut self, cpu: i32) {
         if self.counting() && cpu != self.last_cpu {
             self.advance(&ThreadDeltas {
@@ -214,6 +217,7 @@ impl CtxInner {
     /// The thread is switched out of `cpu`; `dead` for its final switch.
     /// The scheduler has just accounted its time slice, so the slice ends
     /// exactly at its `sum_exec_runtime`, where the next one starts.
+    #[inline]
     fn sched_out(&mut self, cpu: i32, dead: bool) {
         let ovfl = self.counters.uninstall_here(&globals().pmu);
         self.overflowed(ovfl);
@@ -243,10 +247,18 @@ impl CtxInner {
     /// hardware PMU would; the interrupt handler does the rest
     /// ([`Context::overflow_interrupt`]). Runs on the thread's CPU, in the
     /// thread's context, with the lock held.
+    #[inline]
     fn overflowed(&mut self, ovfl: u64) {
-        if ovfl == 0 {
-            return;
+        // Checked here, inline: every switch and read asks, almost never
+        // with an overflow.
+        if ovfl != 0 {
+            self.raise_overflow(ovfl);
         }
+    }
+
+    /// [`CtxInner::overflowed`]'s work, when there is some.
+    #[cold]
+    fn raise_overflow(&mut self, ovfl: u64) {
         if self.pending_ovfl == 0 {
             // During an exec not yet checked, the user registers may be the
             // new image's, which its loader may not be allowed to see.

@@ -356,16 +356,23 @@ impl<M: Monitor> Attachment<M> {
     /// # Safety
     ///
     /// As for [`Attachment::lost_access`].
+    #[inline]
     unsafe fn check_access(&self) -> bool {
         // SAFETY: Forwarded.
         if self.watch.is_none() || !unsafe { self.lost_access() } {
             return false;
         }
+        self.revoke_here();
+        true
+    }
+
+    /// [`Attachment::check_access`]'s work, when access was lost.
+    #[cold]
+    fn revoke_here(&self) {
         self.ctx.revoke(self);
         self.life.clear(Life::WANTED);
         self.life.set(Life::REVOKED);
         self.irq_work.queue();
-        true
     }
 
     /// Registers the notifier on the current thread, which must be `task`.

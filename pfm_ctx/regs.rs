@@ -46,14 +46,6 @@ fn as_bytes<T: RegElem>(e: &[T]) -> &[u8] {
     unsafe { core::slice::from_raw_parts(e.as_ptr().cast::<u8>(), core::mem::size_of_val(e)) }
 }
 
-/// `T`s as bytes, to fill.
-fn as_bytes_mut<T: RegElem>(e: &mut [T]) -> &mut [u8] {
-    // SAFETY: `T: FromBytes`: any bytes are a valid `T`; no padding.
-    unsafe {
-        core::slice::from_raw_parts_mut(e.as_mut_ptr().cast::<u8>(), core::mem::size_of_val(e))
-    }
-}
-
 impl Context {
     /// The shape of the three register array calls: `check` gives each
     /// element its `PFM_REG_RETFL_*` verdict; one bad element fails the
@@ -74,16 +66,29 @@ impl Context {
         apply: impl FnMut(&mut CtxInner, u64, &mut [T], &mut P) -> Result<R> + Send,
     ) -> Result<R> {
         let n = arg.count as usize;
-        let mut stack = [T::default(); ON_STACK];
-        let mut heap;
-        let elems: &mut [T] = if n <= ON_STACK {
+        let (mut reader, mut writer) = regs.reader_writer();
+        // Not initialised first: one copy_from_user fills what is used (a
+        // memset per call would cost more than the call's own work).
+        let mut stack = [const { core::mem::MaybeUninit::<T>::uninit() }; ON_STACK];
+        let mut heap: Option<KVec<T>> = None;
+        let slots: &mut [core::mem::MaybeUninit<T>] = if n <= ON_STACK {
             &mut stack[..n]
         } else {
-            heap = KVec::from_elem(T::default(), n, GFP_KERNEL)?;
-            &mut heap[..]
+            let v = heap.insert(KVec::with_capacity(n, GFP_KERNEL)?);
+            &mut v.spare_capacity_mut()[..n]
         };
-        let (mut reader, mut writer) = regs.reader_writer();
-        reader.read_slice(as_bytes_mut(elems))?;
+        // SAFETY: `slots` is `n` elements of `T`'s storage, viewed as bytes.
+        let raw = unsafe {
+            core::slice::from_raw_parts_mut(
+                slots.as_mut_ptr().cast::<core::mem::MaybeUninit<u8>>(),
+                core::mem::size_of_val(slots),
+            )
+        };
+        reader.read_raw(raw)?;
+        // SAFETY: `read_raw` wrote all `n` elements; `T: FromBytes` accepts
+        // any bytes.
+        let elems: &mut [T] =
+            unsafe { core::slice::from_raw_parts_mut(slots.as_mut_ptr().cast::<T>(), n) };
         self.judge_and_apply(arg, elems, &mut writer, writes_state, check, prepare, apply)
     }
 

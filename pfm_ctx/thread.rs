@@ -18,10 +18,12 @@ impl Monitor for Context {
         &globals().registry
     }
 
+    #[inline]
     fn switched_in(&self, cpu: i32) {
         self.inner.lock().sched_in(cpu);
     }
 
+    #[inline]
     fn switched_out(&self, att: &Attachment<Self>, dead: bool, wanted: bool) {
         let mut inner = self.inner.lock();
         let mine = inner.owns(att);

@@ -172,6 +172,7 @@ impl Counters {
 
     /// Advances the soft counters by what the thread did (`d`); a hardware
     /// model counts by itself. Returns the PMDs that overflowed.
+    #[inline]
     pub(crate) fn advance(&mut self, d: &ThreadDeltas, width: u32) -> u64 {
         match self {
             Self::Soft(s) => soft_count(&s.ev_pmds, &mut s.pmds, d, width),
@@ -180,27 +181,27 @@ impl Counters {
     }
 
     /// Keeps a hardware model's counters on this CPU's PMU exactly while
-    /// `wanted` (the context counts and its thread runs here): installs or
+    /// the context counts and its thread runs here (`on_cpu`): installs or
     /// removes them, `owner` naming the context on the PMU. No-op for the
     /// soft model. Returns the PMDs that overflowed.
-    pub(crate) fn sync_here(&mut self, pmu: &Pmu, wanted: bool, owner: *const ()) -> u64 {
-        let Self::Hw(h) = self else {
-            return 0;
-        };
-        let cpu = glue::this_cpu();
-        match h.cpu {
-            Some(c) if c == cpu && !wanted => h.uninstall(pmu),
-            None if wanted => {
-                h.install(pmu, cpu, owner);
-                0
-            }
-            _ => 0,
+    #[inline(always)]
+    pub(crate) fn sync_here(
+        &mut self,
+        pmu: &Pmu,
+        counting: bool,
+        on_cpu: Option<i32>,
+        owner: *const (),
+    ) -> u64 {
+        match self {
+            Self::Soft(_) => 0,
+            Self::Hw(h) => h.sync_here(pmu, counting, on_cpu, owner),
         }
     }
 
     /// Takes a hardware model's counters off this CPU's PMU (stopped,
     /// folded into the 64-bit values) if they are there. Returns the PMDs
     /// that overflowed.
+    #[inline]
     pub(crate) fn uninstall_here(&mut self, pmu: &Pmu) -> u64 {
         match self {
             Self::Hw(h) if h.cpu == Some(glue::this_cpu()) => h.uninstall(pmu),
@@ -210,6 +211,7 @@ impl Counters {
 
     /// The hardware PMI on this CPU, whose PMU holds the counters: fold,
     /// re-arm (if `counting`). Returns the PMDs that overflowed.
+    #[inline]
     pub(crate) fn pmi_here(&mut self, pmu: &Pmu, counting: bool) -> u64 {
         match self {
             Self::Hw(h) if h.cpu == Some(glue::this_cpu()) => h.pmi(pmu, counting),
@@ -219,6 +221,26 @@ impl Counters {
 }
 
 impl HwCounters {
+    /// See [`Counters::sync_here`].
+    fn sync_here(
+        &mut self,
+        pmu: &Pmu,
+        counting: bool,
+        on_cpu: Option<i32>,
+        owner: *const (),
+    ) -> u64 {
+        let cpu = glue::this_cpu();
+        let wanted = counting && on_cpu == Some(cpu);
+        match self.cpu {
+            Some(c) if c == cpu && !wanted => self.uninstall(pmu),
+            None if wanted => {
+                self.install(pmu, cpu, owner);
+                0
+            }
+            _ => 0,
+        }
+    }
+
     /// The registers, as the hardware driver takes them.
     fn regs<'a>(&'a mut self, model: &'a HwModel) -> HwRegs<'a, HwModel> {
         HwRegs {

@@ -8,20 +8,28 @@ PFM_TOP=$(cd "$(dirname "$0")/.." && pwd)
 
 debs=(linux-source-6.12 rustc-web rust-web-src libclang-dev clang lld llvm
       clang-22 lld-22 llvm-22 libclang1-22 flex bison bc libelf-dev libssl-dev cpio
-      busybox-static qemu-system-x86 libc6-dev make gcc)
+      busybox-static qemu-system-x86 libc6-dev make gcc
+      libpfm4-dev)   # libpfm4-dev: libpfm.a, linked statically into pfm (event names)
 
 missing=()
 for p in "${debs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -gt 0 ]; then
-	echo "deps: installing ${missing[*]}"
+# One line per step; apt's and cargo's own output goes to build/logs/deps.log.
+apt_install() {
 	SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo
 	$SUDO apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "$@"
+}
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "packages: installing ${#missing[@]} Debian packages (a few minutes on a fresh machine; log: $(pfm_log_name deps)): ${missing[*]}" >&2
+	pfm_quiet deps apt_install "${missing[@]}"
 fi
 
-if ! command -v "$BINDGEN" >/dev/null 2>&1; then
-	echo "deps: installing bindgen-cli from crates.io"
-	cargo install --locked bindgen-cli
+bindgen_missing=0
+command -v "$BINDGEN" >/dev/null 2>&1 || bindgen_missing=1
+if [ $bindgen_missing = 1 ]; then
+	echo "packages: building bindgen-cli from crates.io (about 3 minutes, once; log: $(pfm_log_name deps-bindgen))" >&2
+	pfm_quiet deps-bindgen cargo install --locked bindgen-cli
 fi
+[ ${#missing[@]} -gt 0 ] || [ $bindgen_missing = 1 ] || echo "packages: all installed" >&2

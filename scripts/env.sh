@@ -38,3 +38,34 @@ pfm_kernel_dir() {
 	} | sha256sum | cut -c1-16)
 	echo "$PFM_CACHE/kernels/$variant-$key"
 }
+
+# pfm_quiet NAME CMD...: runs CMD with all its output in
+# $PFM_BUILD/logs/NAME.log, so a build prints one line per phase (the
+# caller's) instead of thousands; V=1 shows the output as well. On failure
+# prints the log's last 30 lines and its path, and returns CMD's status.
+# PFM_LOG_APPEND=1 adds to the log instead of starting it afresh.
+pfm_quiet() {
+	local name=$1 log rc tee_opt=
+	shift
+	log=$PFM_BUILD/logs/$name.log
+	mkdir -p "${log%/*}"
+	if [ "${PFM_LOG_APPEND:-0}" = 1 ]; then tee_opt=-a; else : >"$log"; fi
+	if [ "${V:-0}" = 1 ]; then
+		set +e
+		"$@" 2>&1 | tee $tee_opt "$log" >&2
+		rc=${PIPESTATUS[0]}
+		set -e
+		return "$rc"
+	fi
+	"$@" >>"$log" 2>&1 && return 0
+	rc=$?
+	echo "$name: FAILED (status $rc); the end of $log:" >&2
+	tail -n 30 "$log" | sed 's/^/  | /' >&2
+	return "$rc"
+}
+
+# The log path pfm_quiet writes for NAME, as users should read it.
+pfm_log_name() {
+	local p=$PFM_BUILD/logs/$1.log
+	echo "${p#"$PFM_TOP"/}"
+}

@@ -9,8 +9,9 @@ PFM_TOP=$(cd "$(dirname "$0")/.." && pwd)
 
 [ -f "$PFM_TOP/Cargo.toml" ] || { echo "guest: no Cargo workspace (Cargo.toml) to build the guest programs from" >&2; exit 1; }
 cd "$PFM_TOP"
+echo "guest programs: pfm and the tests, static (log: $(pfm_log_name guest))" >&2
 RUSTFLAGS="-C target-feature=+crt-static" \
-	cargo build --release --workspace --target x86_64-unknown-linux-gnu >&2
+	pfm_quiet guest cargo build --release --workspace --target x86_64-unknown-linux-gnu
 
 # The C tests (tests/c/*.c): C tools written against the uapi header alone.
 mkdir -p "$PFM_BUILD/ctests"
@@ -18,5 +19,6 @@ for src in "$PFM_TOP"/tests/c/*.c; do
 	[ -f "$src" ] || continue
 	bin=$PFM_BUILD/ctests/$(basename "$src" .c)
 	[ "$bin" -nt "$src" ] && [ "$bin" -nt "$PFM_TOP/include/uapi/linux/perfmon.h" ] ||
-		${CC:-cc} -O2 -static -Wall -Wextra -Werror -I "$PFM_TOP/include/uapi" -o "$bin" "$src"
+		PFM_LOG_APPEND=1 pfm_quiet guest \
+			${CC:-cc} -O2 -static -Wall -Wextra -Werror -I "$PFM_TOP/include/uapi" -o "$bin" "$src"
 done

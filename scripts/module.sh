@@ -8,9 +8,10 @@ PFM_TOP=$(cd "$(dirname "$0")/.." && pwd)
 
 variant=${1:?usage: module.sh fast|debug [KDIR]}
 kdir=${2:-}
-[ -n "$kdir" ] || kdir=$("$PFM_TOP/scripts/kernel.sh" "$variant")
+[ -n "$kdir" ] || kdir=$(PFM_KERNEL_QUIET=1 "$PFM_TOP/scripts/kernel.sh" "$variant")
 
 out=$PFM_BUILD/module-$variant
+echo "module: perfmon.ko for the $variant kernel (log: $(pfm_log_name "module-$variant"))" >&2
 mkdir -p "$out/src"
 # Only the module's own files travel; rsync-like copy that keeps mtimes so
 # kbuild rebuilds only what changed.
@@ -20,6 +21,6 @@ for room in "$PFM_TOP"/pfm_*/; do
     [ ! -d "$room" ] || (cd "$PFM_TOP" && cp -a --parents "$(basename "$room")" "$out/src/")
 done
 # shellcheck disable=SC2046
-make -C "$kdir" M="$out/src" $(pfm_kmake_args) modules >&2
+pfm_quiet "module-$variant" make -C "$kdir" M="$out/src" $(pfm_kmake_args) modules
 cp "$out/src/perfmon.ko" "$out/perfmon.ko"
 echo "$out/perfmon.ko"

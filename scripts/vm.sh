@@ -91,7 +91,7 @@ show() {
 	fi
 }
 
-echo "vm: booting the $variant kernel, job $job, log $log" >&2
+echo "boot: the $variant kernel under QEMU, job $job (console: ${log#"$PFM_TOP"/})" >&2
 start=$SECONDS
 set +e
 timeout -k 10 "$GUEST_TIMEOUT" "${qemu[@]}" </dev/null 2>&1 | tee "$log" | show

@@ -2,21 +2,17 @@
 //! builds its own, malformed ones in an arena). Errors are errnos.
 
 use crate::sys::{self, abi};
+use pfm_test_support::raw::{ioctl_ref, Plain};
 
 /// An open context; closed on drop (unless [`Ctx::into_raw`]).
 pub struct Ctx {
     fd: i32,
 }
 
-fn ioctl_ptr<T>(fd: i32, cmd: u32, arg: &mut T) -> Result<(), i32> {
-    // SAFETY: `arg` is a valid, exclusively borrowed `T`; `cmd` encodes
-    // `size_of::<T>()` (the ABI constants), so the kernel stays inside it.
-    let r = unsafe { libc::ioctl(fd, cmd as _, arg as *mut T) };
-    if r == -1 {
-        Err(sys::errno())
-    } else {
-        Ok(())
-    }
+/// A well-formed call: the ABI structure of the request (shared raw
+/// layer; an oversized request would be EOVERFLOW before any call).
+fn ioctl_ptr<T: Plain>(fd: i32, cmd: u32, arg: &mut T) -> Result<(), i32> {
+    ioctl_ref(fd, cmd, arg).map(|_| ())
 }
 
 impl Ctx {

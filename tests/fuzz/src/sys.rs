@@ -10,25 +10,11 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-pub use perfmon::abi;
+pub use pfm_test_support::raw::{abi, check, errno, ioctl_ref};
+pub use pfm_test_support::user::{become_user, privileged};
 
 /// Page size (x86-64).
 pub const PAGE: usize = 4096;
-
-/// The calling thread's errno.
-pub fn errno() -> i32 {
-    // SAFETY: `__errno_location` returns the calling thread's errno slot.
-    unsafe { *libc::__errno_location() }
-}
-
-/// Turns a raw syscall result into `Ok(value)` or `Err(errno)`.
-pub fn check(r: i64) -> Result<i64, i32> {
-    if r == -1 {
-        Err(errno())
-    } else {
-        Ok(r)
-    }
-}
 
 /// `gettid()`.
 pub fn gettid() -> u32 {
@@ -375,26 +361,6 @@ pub fn setpgid(pid: i32, pgid: i32) -> Result<i64, i32> {
     check(unsafe { libc::setpgid(pid, pgid) } as i64)
 }
 
-/// Whether the caller runs as root (CAP_PERFMON: kernel-mode counting).
-pub fn privileged() -> bool {
-    // SAFETY: no arguments.
-    unsafe { libc::geteuid() == 0 }
-}
-
-/// Drops to user `uid` and group `gid` (real, effective and saved).
-pub fn become_user(uid: u32, gid: u32) -> Result<(), i32> {
-    // SAFETY: no pointers beyond NULL with a zero count.
-    unsafe {
-        if libc::setgroups(0, std::ptr::null()) == -1
-            || libc::setresgid(gid, gid, gid) == -1
-            || libc::setresuid(uid, uid, uid) == -1
-        {
-            return Err(errno());
-        }
-    }
-    Ok(())
-}
-
 /// `getrlimit(RLIMIT_NOFILE)`: (soft, hard).
 pub fn nofile_limit() -> (u64, u64) {
     let mut r = libc::rlimit {
@@ -674,12 +640,4 @@ pub fn write_once(fd: i32, data: &[u8]) -> Result<usize, i32> {
     // SAFETY: `data` is valid for reads of its length.
     check(unsafe { libc::write(fd, data.as_ptr() as *const libc::c_void, data.len()) } as i64)
         .map(|n| n as usize)
-}
-
-/// `ioctl(fd, cmd, arg)` with `arg` a valid, exclusively borrowed `T`
-/// whose size `cmd` encodes (the ABI's constants).
-pub fn ioctl_ref<T>(fd: i32, cmd: u32, arg: &mut T) -> Result<i64, i32> {
-    // SAFETY: `arg` is valid for reads and writes of `size_of::<T>()`, the
-    // size the command encodes, so the kernel stays inside it.
-    check(unsafe { libc::ioctl(fd, cmd as _, arg as *mut T) } as i64)
 }

@@ -58,6 +58,33 @@ pub fn dispatch() {
                 None => 2,
             }
         }
+        // Spin for ARG ms, then exit 0.
+        "spin" => {
+            let end = Instant::now() + Duration::from_millis(num(3));
+            while Instant::now() < end {
+                std::hint::spin_loop();
+            }
+            0
+        }
+        // Count the runs in file ARG (its number, plus one, written back)
+        // and do 10 x run sleeps of 1 ms: `pfm stat -r N` of this does 10,
+        // 20, 30, ... sleeps, a known number of context switches per run.
+        "sleeps-by-run" => {
+            let path = args.get(3).cloned().unwrap_or_default();
+            let run = std::fs::read_to_string(&path)
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+                + 1;
+            if std::fs::write(&path, run.to_string()).is_err() {
+                3
+            } else {
+                for _ in 0..10 * run {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                0
+            }
+        }
         // Become user ARG (uid = gid), then report on stdout what opening
         // /dev/perfmon, attaching to thread ARG2, and attaching to itself do.
         "attach-as-user" => attach_as_user(num(3) as u32, num(4) as u32),

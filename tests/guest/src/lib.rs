@@ -1,6 +1,8 @@
 //! Shared pieces of the guest test programs (`src/bin/pfm_test_*.rs`):
-//! a TAP printer, module loading, child processes, raw ABI misuse,
-//! workloads, and the comparisons against perf_event.
+//! a TAP printer, child processes, raw ABI misuse, workloads, and the
+//! comparisons against perf_event. Module loading, waits, becoming another
+//! user and the raw ioctl layer come from `pfm_test_support`
+//! (tests/support), which tests/fuzz shares.
 //!
 //! Every program: calls [`child::dispatch`] first, starts a [`watchdog`],
 //! loads perfmon.ko itself with the parameters it needs (bailing out with a
@@ -9,7 +11,6 @@
 
 pub mod child;
 pub mod edges;
-pub mod module;
 pub mod raw;
 pub mod tap;
 pub mod work;
@@ -19,6 +20,7 @@ use std::time::Duration;
 use perfmon::perf::{PerfGroup, SoftwareEvent};
 use perfmon::{Context, Event};
 
+pub use pfm_test_support::module;
 pub use tap::{ResultExt, Tap, TestResult};
 
 /// The soft model's events, in the order the tests program them.

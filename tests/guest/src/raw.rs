@@ -1,5 +1,6 @@
 //! Deliberate misuse of the ABI, and the few process calls the tests need
-//! that the library does not offer. All `unsafe` of the test crate is here.
+//! that neither the library nor `pfm_test_support` offers. All `unsafe` of
+//! the test crate is here.
 //!
 //! Raw ioctls never hand the kernel a pointer into Rust-owned memory: an
 //! argument structure is copied into [`ArgBuf`] (16 KiB, so any size an
@@ -10,51 +11,15 @@
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 
-pub use perfmon::abi;
+pub use pfm_test_support::raw::{abi, errno, ioc, ioctl_none, Plain};
+pub use pfm_test_support::user::{become_user, geteuid};
 
 /// Page size assumed for the mappings below (x86-64).
 pub const PAGE: usize = 4096;
 
-/// `_IOC(dir, type, nr, size)` as on x86: dir 0 none, 1 write, 2 read.
-pub const fn ioc(dir: u32, ty: u32, nr: u32, size: u32) -> u32 {
-    (dir << 30) | ((size & 0x3fff) << 16) | ((ty & 0xff) << 8) | (nr & 0xff)
-}
-
 /// The same ioctl number with another size field.
 pub const fn with_size(req: u32, size: u32) -> u32 {
     (req & !(0x3fff << 16)) | ((size & 0x3fff) << 16)
-}
-
-/// Plain-data types that may be copied to and from the kernel as bytes.
-///
-/// # Safety
-///
-/// Implementors must be `repr(C)`, contain no references, and accept any
-/// bit pattern.
-pub unsafe trait Plain: Copy + Default {}
-// SAFETY: ABI structures: repr(C), integer fields only.
-unsafe impl Plain for abi::PfmPmc {}
-// SAFETY: as above.
-unsafe impl Plain for abi::PfmPmd {}
-// SAFETY: as above.
-unsafe impl Plain for abi::PfmRegsArg {}
-// SAFETY: as above.
-unsafe impl Plain for abi::PfmLoad {}
-// SAFETY: as above.
-unsafe impl Plain for abi::PfmCtxFlags {}
-// SAFETY: as above.
-unsafe impl Plain for abi::PfmCtxInfo {}
-// SAFETY: as above.
-unsafe impl Plain for abi::PfmInfo {}
-// SAFETY: as above.
-unsafe impl Plain for abi::PfmMsg {}
-// SAFETY: integers.
-unsafe impl Plain for u64 {}
-
-fn errno() -> i32 {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
 }
 
 /// An anonymous private mapping, unmapped on drop.
@@ -203,17 +168,6 @@ impl Hole {
     }
 }
 
-/// An ioctl without argument (0 is passed).
-pub fn ioctl_none(fd: RawFd, req: u32) -> Result<i32, i32> {
-    // SAFETY: 0 is not a pointer the kernel can write through.
-    let r = unsafe { libc::ioctl(fd, req as _, 0usize) };
-    if r == -1 {
-        Err(errno())
-    } else {
-        Ok(r)
-    }
-}
-
 /// An ioctl whose argument points at a bad address (see [`BadAddr`]).
 pub fn ioctl_bad(fd: RawFd, req: u32, addr: &BadAddr<'_>) -> Result<i32, i32> {
     // SAFETY: the address cannot be written by the kernel (NULL, PROT_NONE,
@@ -349,26 +303,6 @@ pub fn pipe() -> Result<(File, File), i32> {
     Ok(unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) })
 }
 
-/// Drops to user `uid` and group `gid` (real, effective and saved).
-pub fn become_user(uid: u32, gid: u32) -> Result<(), i32> {
-    // SAFETY: no pointers; order matters (groups first, while privileged).
-    unsafe {
-        if libc::setgroups(0, std::ptr::null()) == -1
-            || libc::setresgid(gid, gid, gid) == -1
-            || libc::setresuid(uid, uid, uid) == -1
-        {
-            return Err(errno());
-        }
-    }
-    Ok(())
-}
-
-/// The effective user id.
-pub fn geteuid() -> u32 {
-    // SAFETY: no preconditions.
-    unsafe { libc::geteuid() }
-}
-
 /// Asks for SIGKILL when the parent dies (children of the tests must not
 /// outlive them and keep the module busy).
 pub fn die_with_parent() {
@@ -407,9 +341,224 @@ pub fn fd_of(f: &impl AsRawFd) -> RawFd {
     f.as_raw_fd()
 }
 
+/// One `ioctl(fd, request, arg)` a traced program made, as seen at its
+/// return: the argument (an address in the program) and the result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TracedIoctl {
+    /// The traced process.
+    pub pid: u32,
+    /// The third argument.
+    pub arg: u64,
+    /// The return value (-errno on failure).
+    pub ret: i64,
+}
+
+/// Whether this kernel has ptrace(2) (tinyconfig kernels may not: ENOSYS).
+pub fn ptrace_available() -> bool {
+    // SAFETY: a request about pid 0, which is nobody's tracee: ESRCH where
+    // ptrace exists, ENOSYS where it does not; no memory is passed.
+    let r = unsafe { libc::ptrace(libc::PTRACE_GETREGS, 0, 0usize, 0usize) };
+    !(r == -1 && errno() == libc::ENOSYS)
+}
+
+/// What a traced program left: its wait status and its output.
+#[derive(Debug)]
+pub struct Traced {
+    /// The wait status (`WIFEXITED` ...).
+    pub status: i32,
+    /// Its standard output.
+    pub stdout: Vec<u8>,
+    /// Its standard error.
+    pub stderr: Vec<u8>,
+}
+
+/// Runs `path ARGS` (environment: ours plus `env`; stdin /dev/null) under
+/// ptrace until it exits, stopping it at every system call return:
+/// `on_ioctl` sees each `ioctl(_, request, _)` while the program is
+/// stopped, so it can read the program's memory (`/proc/PID/mem`) as the
+/// kernel saw it. Only the program's own thread is traced, not the
+/// processes it starts. (fork and exec by hand: std's spawn with a
+/// `pre_exec` PTRACE_TRACEME fails with ENOSYS in the test guests.)
+pub fn trace_ioctls(
+    path: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+    request: u32,
+    mut on_ioctl: impl FnMut(TracedIoctl),
+) -> Result<Traced, String> {
+    use std::ffi::CString;
+    use std::io::Read;
+    let cstr = |s: &str| CString::new(s).map_err(|_| format!("NUL in {s:?}"));
+    let c_path = cstr(path)?;
+    let mut c_argv = vec![c_path.clone()];
+    for a in args {
+        c_argv.push(cstr(a)?);
+    }
+    let mut vars: Vec<(String, String)> = std::env::vars()
+        .filter(|(k, _)| !env.iter().any(|(e, _)| e == k))
+        .collect();
+    vars.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let c_env = vars
+        .iter()
+        .map(|(k, v)| cstr(&format!("{k}={v}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut argv: Vec<*const libc::c_char> = c_argv.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    let mut envp: Vec<*const libc::c_char> = c_env.iter().map(|a| a.as_ptr()).collect();
+    envp.push(std::ptr::null());
+    let devnull = c"/dev/null";
+    let (out_r, out_w) = pipe().map_err(|e| format!("pipe: {e}"))?;
+    let (err_r, err_w) = pipe().map_err(|e| format!("pipe: {e}"))?;
+
+    // SAFETY: the child branch makes only async-signal-safe calls on data
+    // prepared before the fork (NUL-terminated strings and NULL-terminated
+    // arrays that the parent keeps alive) and never returns.
+    let pid = unsafe { libc::fork() };
+    if pid == -1 {
+        return Err(format!("fork: {}", perfmon::errno_name(errno())));
+    }
+    if pid == 0 {
+        // SAFETY: as above: child side of the fork.
+        unsafe {
+            let null = libc::open(devnull.as_ptr(), libc::O_RDONLY);
+            if null == -1
+                || libc::dup2(null, 0) == -1
+                || libc::dup2(out_w.as_raw_fd(), 1) == -1
+                || libc::dup2(err_w.as_raw_fd(), 2) == -1
+                || libc::ptrace(libc::PTRACE_TRACEME, 0, 0usize, 0usize) == -1
+            {
+                libc::_exit(126);
+            }
+            libc::execve(c_path.as_ptr(), argv.as_ptr(), envp.as_ptr());
+            libc::_exit(127);
+        }
+    }
+    drop(out_w);
+    drop(err_w);
+    // The pipes are drained while the program runs: a program blocked on a
+    // full pipe would never reach its next stop.
+    let drain = |mut f: File| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = f.read_to_end(&mut buf);
+            buf
+        })
+    };
+    let (out_t, err_t) = (drain(out_r), drain(err_r));
+    let wait = || -> Result<i32, String> {
+        let mut status = 0;
+        loop {
+            // SAFETY: `status` is a valid out-pointer; `pid` is our child.
+            if unsafe { libc::waitpid(pid, &mut status, 0) } != -1 {
+                return Ok(status);
+            }
+            if errno() != libc::EINTR {
+                return Err(format!("waitpid: {}", perfmon::errno_name(errno())));
+            }
+        }
+    };
+    let kill = || {
+        // SAFETY: a signal to our own child.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        let _ = wait();
+    };
+    // The exec stops it with SIGTRAP.
+    let status = wait()?;
+    if !libc::WIFSTOPPED(status) || libc::WSTOPSIG(status) != libc::SIGTRAP {
+        return Err(format!(
+            "traced child did not stop at its exec (status {status:#x})"
+        ));
+    }
+    // SAFETY: `pid` is our stopped tracee; the options are plain flags.
+    if unsafe {
+        libc::ptrace(
+            libc::PTRACE_SETOPTIONS,
+            pid,
+            0usize,
+            (libc::PTRACE_O_TRACESYSGOOD | libc::PTRACE_O_EXITKILL) as usize,
+        )
+    } == -1
+    {
+        let e = perfmon::errno_name(errno());
+        kill();
+        return Err(format!("PTRACE_SETOPTIONS: {e}"));
+    }
+    let mut deliver = 0usize;
+    let status = loop {
+        // SAFETY: resumes our stopped tracee, delivering `deliver` (0 or
+        // the signal it stopped with).
+        if unsafe { libc::ptrace(libc::PTRACE_SYSCALL, pid, 0usize, deliver) } == -1 {
+            let e = perfmon::errno_name(errno());
+            kill();
+            return Err(format!("PTRACE_SYSCALL: {e}"));
+        }
+        let status = wait()?;
+        if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
+            break status;
+        }
+        if !libc::WIFSTOPPED(status) {
+            continue;
+        }
+        let sig = libc::WSTOPSIG(status);
+        if sig != (libc::SIGTRAP | 0x80) {
+            // A signal for the program (SIGCHLD of its command): pass it on.
+            deliver = sig as usize;
+            continue;
+        }
+        deliver = 0;
+        // SAFETY: plain data, filled by PTRACE_GETREGS below.
+        let mut regs: libc::user_regs_struct = unsafe { std::mem::zeroed() };
+        // SAFETY: `regs` is a valid user_regs_struct for our stopped tracee.
+        if unsafe { libc::ptrace(libc::PTRACE_GETREGS, pid, 0usize, &mut regs as *mut _) } == -1 {
+            let e = perfmon::errno_name(errno());
+            kill();
+            return Err(format!("PTRACE_GETREGS: {e}"));
+        }
+        // Entry stops have rax = -ENOSYS; returns have the result.
+        let entry = regs.rax as i64 == -(libc::ENOSYS as i64);
+        if regs.orig_rax == libc::SYS_ioctl as u64 && regs.rsi as u32 == request && !entry {
+            on_ioctl(TracedIoctl {
+                pid: pid as u32,
+                arg: regs.rdx,
+                ret: regs.rax as i64,
+            });
+        }
+    };
+    Ok(Traced {
+        status,
+        stdout: out_t.join().unwrap_or_default(),
+        stderr: err_t.join().unwrap_or_default(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn traces_a_programs_ioctls() {
+        assert!(ptrace_available(), "the host has ptrace");
+        // stty asks the terminal driver of /dev/null for its settings
+        // (TCGETS), which is not a terminal: ENOTTY, seen at the return.
+        let stty = perfmon::process::find_program("stty".as_ref()).unwrap();
+        let mut seen = Vec::new();
+        let t = trace_ioctls(
+            &stty.to_string_lossy(),
+            &["-F", "/dev/null"],
+            &[("LC_ALL", "C")],
+            libc::TCGETS as u32,
+            |c| seen.push(c),
+        )
+        .unwrap();
+        assert!(libc::WIFEXITED(t.status) && libc::WEXITSTATUS(t.status) != 0);
+        assert!(!t.stderr.is_empty(), "stty says why on stderr");
+        assert!(!seen.is_empty(), "no TCGETS seen");
+        assert!(
+            seen.iter().all(|c| c.ret == -(libc::ENOTTY as i64)),
+            "{seen:?}"
+        );
+        assert!(seen.iter().all(|c| c.arg != 0));
+    }
 
     #[test]
     fn ioctl_numbers() {

@@ -271,11 +271,12 @@ impl Context {
         Ok((arg.time_enabled, arg.time_running))
     }
 
-    /// Programs `events` on the first counters of the model (event i on the
-    /// i-th counter: PMC n selects it, PMD n starts at 0) and remembers them
-    /// for [`Context::read`].
+    /// Programs `events` on the first counters of the model that take an
+    /// event code (event i on the i-th of [`PmuInfo::event_counters`]: PMC
+    /// n selects it, PMD n starts at 0) and remembers them for
+    /// [`Context::read`].
     pub fn program(&mut self, events: &[Event]) -> Result<()> {
-        let counters = self.info()?.counters();
+        let counters = self.info()?.event_counters();
         if events.is_empty() {
             return Err(Error::Usage("no event to program".to_string()));
         }

@@ -198,6 +198,9 @@ pub enum Error {
         suggestions: Vec<String>,
         /// Every event of the model.
         available: Vec<String>,
+        /// Another table that was searched too (libpfm4's PMU, e.g. `skl`),
+        /// too large to list.
+        table: Option<String>,
     },
     /// More events were asked for than the model has counters.
     TooManyEvents {
@@ -468,9 +471,15 @@ impl fmt::Display for Error {
                 model,
                 suggestions,
                 available,
+                table,
             } => {
                 write!(f, "unknown event '{name}' for PMU model '{model}'")?;
-                if suggestions.is_empty() {
+                if let Some(t) = table {
+                    write!(f, " or libpfm4 PMU '{t}'")?;
+                }
+                if suggestions.is_empty() && table.is_some() {
+                    write!(f, "; see 'pfm list' for the events")
+                } else if suggestions.is_empty() {
                     write!(f, "; available: {} (see 'pfm list')", available.join(", "))
                 } else {
                     let quoted: Vec<String> =

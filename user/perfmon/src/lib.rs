@@ -35,7 +35,6 @@ pub mod abi;
 
 mod context;
 mod error;
-pub mod json;
 pub mod perf;
 mod pmu;
 pub mod process;
@@ -46,7 +45,7 @@ pub use context::{
     Context, Counts, CtxState, Message, MessageKind, Messages, Readiness, State, DEVICE,
 };
 pub use error::{errno_name, errno_text, Error, ErrorKind, Op, Result};
-pub use pmu::{aliases_of, describe, edit_distance, suggest, Event, PmuInfo};
+pub use pmu::{aliases_of, describe, edit_distance, suggest, Event, Generic, PmuInfo};
 
 #[cfg(test)]
 mod abi_tests {

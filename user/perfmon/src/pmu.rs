@@ -16,6 +16,25 @@ pub struct Event {
     pub code: u64,
 }
 
+/// What an event counts, as far as derived metrics need to know.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Generic {
+    /// Nanoseconds the thread ran (soft).
+    TaskClock,
+    /// Switch-outs of the thread (soft).
+    ContextSwitches,
+    /// Switch-ins on another CPU (soft).
+    CpuMigrations,
+    /// Core cycles (hardware).
+    Cycles,
+    /// Instructions retired (hardware).
+    Instructions,
+    /// Branch instructions retired (hardware).
+    Branches,
+    /// Mispredicted branches retired (hardware).
+    BranchMisses,
+}
+
 /// Aliases that perf users type, and the event names they stand for.
 const ALIASES: &[(&str, &str)] = &[("cs", "context-switches"), ("migrations", "cpu-migrations")];
 
@@ -122,6 +141,68 @@ impl PmuInfo {
             .collect()
     }
 
+    /// The counters an event code can be programmed on: every counter of
+    /// the soft and AMD models; on Intel (`intel_arch*`) the general-purpose
+    /// ones only, since PMC 16 is IA32_FIXED_CTR_CTRL, which takes fixed
+    /// counter enables rather than an event select.
+    pub fn event_counters(&self) -> Vec<u16> {
+        let intel = self.model.starts_with("intel_arch");
+        self.counters()
+            .into_iter()
+            .filter(|&n| !intel || n < 16)
+            .collect()
+    }
+
+    /// Whether this is a hardware model (its PMCs take the CPU's event
+    /// select encoding) rather than the soft one.
+    pub fn is_hardware(&self) -> bool {
+        self.model.starts_with("intel_arch") || self.model.starts_with("amd64")
+    }
+
+    /// What the PMC value `code` counts, where derived metrics need to know
+    /// (IPC, branch-miss rate, CPUs utilized, rates): the soft model's
+    /// codes; on the hardware models the architectural encodings of core
+    /// cycles, instructions retired, branches and mispredicted branches,
+    /// with no edge, invert or counter-mask bits (which count something
+    /// else). The privilege bits do not matter.
+    pub fn generic(&self, code: u64) -> Option<Generic> {
+        use Generic::*;
+        if self.model == "soft" {
+            return match code {
+                1 => Some(TaskClock),
+                2 => Some(ContextSwitches),
+                3 => Some(CpuMigrations),
+                _ => None,
+            };
+        }
+        // EDGE (18), INV (23), CMASK (31:24): a different count.
+        if code & (1 << 18 | 1 << 23 | 0xff << 24) != 0 {
+            return None;
+        }
+        let umask = (code >> 8) & 0xff;
+        if self.model.starts_with("intel_arch") {
+            return match (code & 0xff, umask) {
+                (0x3c, 0) => Some(Cycles),
+                (0xc0, 0) => Some(Instructions),
+                (0xc4, 0) => Some(Branches),
+                (0xc5, 0) => Some(BranchMisses),
+                _ => None,
+            };
+        }
+        if self.model.starts_with("amd64") {
+            // AMD's event select is 12 bits: 7:0 and 35:32.
+            let event = (code & 0xff) | ((code >> 32) & 0xf) << 8;
+            return match (event, umask) {
+                (0x76, 0) => Some(Cycles),
+                (0xc0, 0) => Some(Instructions),
+                (0xc2, 0) => Some(Branches),
+                (0xc3, 0) => Some(BranchMisses),
+                _ => None,
+            };
+        }
+        None
+    }
+
     /// The event called `name` (an alias such as `cs`, or `r<hex>` for a
     /// raw PMC value, also works). An unknown name gives
     /// [`Error::UnknownEvent`] with the closest names.
@@ -158,6 +239,7 @@ impl PmuInfo {
             model: self.model.clone(),
             suggestions: self.suggest(name),
             available: self.events.iter().map(|e| e.name.clone()).collect(),
+            table: None,
         })
     }
 
@@ -172,13 +254,13 @@ impl PmuInfo {
         let events: Vec<Event> = if names.is_empty() {
             self.events
                 .iter()
-                .take(self.counters().len())
+                .take(self.event_counters().len())
                 .cloned()
                 .collect()
         } else {
             names.iter().map(|n| self.event(n)).collect::<Result<_>>()?
         };
-        let counters = self.counters().len();
+        let counters = self.event_counters().len();
         if events.len() > counters {
             return Err(Error::TooManyEvents {
                 requested: events.len(),
@@ -401,6 +483,72 @@ pub(crate) mod tests {
             pmu.parse_events("cs,bogus"),
             Err(Error::UnknownEvent { .. })
         ));
+    }
+
+    /// A `struct pfm_info` as `intel_arch_sim` reports it: 4 GP counters,
+    /// FIXED_CTR_CTRL as PMC 16 and 3 fixed counters as PMD 16-18.
+    fn intel_info() -> PmuInfo {
+        let mut pmu = PmuInfo::from_raw(&soft_info());
+        pmu.model = "intel_arch_sim".into();
+        pmu.impl_pmcs = 0xf | 1 << 16;
+        pmu.impl_pmds = 0xf | 0x7 << 16;
+        pmu.counter_width = 48;
+        pmu.events = vec![
+            Event {
+                name: "cpu-cycles".into(),
+                code: 0x1003c,
+            },
+            Event {
+                name: "instructions".into(),
+                code: 0x100c0,
+            },
+        ];
+        pmu
+    }
+
+    #[test]
+    fn events_go_on_counters_that_take_an_event_select() {
+        let intel = intel_info();
+        assert_eq!(intel.counters(), vec![0, 1, 2, 3, 16]);
+        assert_eq!(intel.event_counters(), vec![0, 1, 2, 3]);
+        assert!(matches!(
+            intel.parse_events("r1,r2,r3,r4,r5"),
+            Err(Error::TooManyEvents {
+                requested: 5,
+                counters: 4
+            })
+        ));
+        let soft = PmuInfo::from_raw(&soft_info());
+        assert_eq!(soft.event_counters(), soft.counters());
+        assert!(intel.is_hardware() && !soft.is_hardware());
+    }
+
+    #[test]
+    fn generic_events() {
+        let soft = PmuInfo::from_raw(&soft_info());
+        assert_eq!(soft.generic(1), Some(Generic::TaskClock));
+        assert_eq!(soft.generic(2), Some(Generic::ContextSwitches));
+        assert_eq!(soft.generic(3), Some(Generic::CpuMigrations));
+        assert_eq!(soft.generic(0x3c), None);
+        let intel = intel_info();
+        // libpfm4's encodings (EN and INT set) and the module's (USR only).
+        assert_eq!(intel.generic(0x5100c0), Some(Generic::Instructions));
+        assert_eq!(intel.generic(0x1003c), Some(Generic::Cycles));
+        assert_eq!(intel.generic(0x2003c), Some(Generic::Cycles));
+        assert_eq!(intel.generic(0x100c4), Some(Generic::Branches));
+        assert_eq!(intel.generic(0x100c5), Some(Generic::BranchMisses));
+        // Reference cycles (umask 1), a counter mask, edge: not plain counts.
+        assert_eq!(intel.generic(0x1013c), None);
+        assert_eq!(intel.generic(0x10100c0), None);
+        assert_eq!(intel.generic(0x500c0), None);
+        assert_eq!(intel.generic(1), None);
+        let mut amd = intel_info();
+        amd.model = "amd64".into();
+        assert_eq!(amd.generic(0x10076), Some(Generic::Cycles));
+        assert_eq!(amd.generic(0x100c3), Some(Generic::BranchMisses));
+        // Event select bits 35:32 make it another event.
+        assert_eq!(amd.generic(0x1_0001_00c0), None);
+        assert_eq!(amd.generic(0x1003c), None);
     }
 
     #[test]

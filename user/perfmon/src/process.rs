@@ -209,6 +209,24 @@ impl PausedChild {
         })
     }
 
+    /// Reaps the child if it has ended, without waiting.
+    pub fn try_wait(&mut self) -> Result<Option<ExitStatus>> {
+        if self.reaped {
+            return Err(Error::os(Op::Wait, libc::ECHILD));
+        }
+        let Some(r) = sys::wait4(self.pid as i32, true).map_err(|e| Error::os(Op::Wait, e))? else {
+            return Ok(None);
+        };
+        self.reaped = true;
+        let (code, signal) = sys::decode_status(r.status);
+        Ok(Some(ExitStatus {
+            code,
+            signal,
+            user: r.user,
+            system: r.system,
+        }))
+    }
+
     /// Kills the child (SIGKILL) if it has not been reaped.
     pub fn kill(&mut self) -> Result<()> {
         if self.reaped {
@@ -301,6 +319,34 @@ mod tests {
         let st = child.wait().unwrap();
         assert_eq!(st.code, Some(7));
         assert_eq!(st.shell_code(), 7);
+    }
+
+    #[test]
+    fn try_wait_reaps_once() {
+        let mut child = PausedChild::spawn(&["sh", "-c", "exit 3"]).unwrap();
+        assert_eq!(child.try_wait().unwrap(), None, "still paused");
+        child.release().unwrap();
+        let st = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break st;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        assert_eq!(st.code, Some(3));
+        assert!(child.try_wait().is_err(), "reaped already");
+    }
+
+    #[test]
+    fn commands_get_the_interrupt_disposition_pfm_had() {
+        // pfm ignores Ctrl-C while its command runs; a command started
+        // after that (the next run of -r) must still die of SIGINT. A shell
+        // started with SIGINT ignored could not undo it: its `kill -INT $$`
+        // would be a no-op and it would exit 0.
+        ignore_interrupts();
+        let mut child = PausedChild::spawn(&["sh", "-c", "kill -INT $$; exit 0"]).unwrap();
+        child.release().unwrap();
+        let st = child.wait().unwrap();
+        assert_eq!(st.signal, Some(libc::SIGINT), "{st:?}");
     }
 
     #[test]

@@ -8,6 +8,7 @@
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::abi::{
@@ -414,6 +415,12 @@ pub(crate) fn fork_exec_paused(
                 libc::_exit(125);
             }
             libc::close(go_rd);
+            // The command gets the dispositions pfm had before it chose to
+            // ignore Ctrl-C for itself (a later run of `-r` would otherwise
+            // inherit SIG_IGN and not stop at Ctrl-C).
+            for (sig, prev) in saved_interrupts() {
+                libc::signal(sig, prev);
+            }
             libc::execve(path.as_ptr(), argv_ptrs.as_ptr(), envp_ptrs.as_ptr());
             let err: i32 = *libc::__errno_location();
             let bytes = err.to_ne_bytes();
@@ -428,12 +435,34 @@ pub(crate) fn fork_exec_paused(
 /// does while its workload runs: the terminal's Ctrl-C reaches the workload,
 /// and the tool survives to print the counts).
 pub(crate) fn ignore_interrupts() {
-    for sig in [libc::SIGINT, libc::SIGQUIT] {
+    for (sig, slot) in [libc::SIGINT, libc::SIGQUIT]
+        .into_iter()
+        .zip(&SAVED_INTERRUPTS)
+    {
         // SAFETY: SIG_IGN is a valid disposition for these signals.
-        unsafe {
-            libc::signal(sig, libc::SIG_IGN);
+        let prev = unsafe { libc::signal(sig, libc::SIG_IGN) };
+        // Only the first call sees the original disposition: the slot keeps
+        // it (plus one: SIG_DFL is 0) and later calls leave it alone.
+        if prev != libc::SIG_ERR {
+            let _ = slot.compare_exchange(0, prev + 1, Ordering::Relaxed, Ordering::Relaxed);
         }
     }
+}
+
+/// SIGINT's and SIGQUIT's dispositions before [`ignore_interrupts`], plus
+/// one (0: not saved), for the children forked later.
+static SAVED_INTERRUPTS: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+
+/// The dispositions [`ignore_interrupts`] replaced: (signal, handler).
+/// Async-signal-safe (atomic loads only): the forked child calls it.
+fn saved_interrupts() -> impl Iterator<Item = (i32, libc::sighandler_t)> {
+    [libc::SIGINT, libc::SIGQUIT]
+        .into_iter()
+        .zip(&SAVED_INTERRUPTS)
+        .filter_map(|(sig, slot)| match slot.load(Ordering::Relaxed) {
+            0 => None,
+            v => Some((sig, v - 1)),
+        })
 }
 
 /// Blocks `signals` in the calling thread and returns a signalfd (close-on-

@@ -1,11 +1,16 @@
 //! `pfm list` and `pfm info`.
 
-use perfmon::json::Value;
+use std::path::Path;
+
 use perfmon::sysfs::SysInfo;
 use perfmon::{Context, PmuInfo};
+use pfm_json::{
+    Info, LibpfmAttr, LibpfmEvent, LibpfmTable, List, ListEvent, Params, Sysfs, SCHEMA_VERSION,
+};
 
-use crate::args::Common;
+use crate::events::{Resolver, Table};
 use crate::output::Output;
+use crate::report::json_line;
 use crate::Failure;
 
 /// Registers as a compact range list: `0-3`, `0-3,16-18`.
@@ -33,88 +38,165 @@ fn ranges(mask: u64) -> String {
     }
 }
 
-/// `pfm list`: the events of the loaded PMU model.
-pub fn list(common: &Common) -> Result<(), Failure> {
+/// `pfm list`: the events of the loaded PMU model, and on hardware models
+/// libpfm4's table of the CPU's core PMU.
+pub fn list(json: bool, output: Option<&Path>) -> Result<(), Failure> {
     let ctx = Context::open()?;
     let pmu = ctx.info()?;
-    let mut out = Output::open(common.output.as_deref(), Output::Stdout)?;
-    let text = if common.json {
-        format!("{}\n", list_json(pmu).to_json())
+    let doc = list_doc(pmu, &Resolver::new(pmu));
+    let text = if json {
+        json_line(&doc)?
     } else {
-        list_table(pmu)
+        list_table(&doc)
     };
-    out.write(&text)
+    Output::open(output, Output::Stdout)?.write(&text)
 }
 
-fn list_json(pmu: &PmuInfo) -> Value {
+/// What `pfm list` shows, as its JSON document.
+fn list_doc(pmu: &PmuInfo, resolver: &Resolver<'_>) -> List {
     let events = pmu
         .events
         .iter()
-        .map(|e| {
-            Value::object([
-                ("name", Value::from(e.name.as_str())),
-                ("code", Value::from(e.code)),
-                (
-                    "aliases",
-                    Value::from(
-                        perfmon::aliases_of(&e.name)
-                            .into_iter()
-                            .map(Value::from)
-                            .collect::<Vec<_>>(),
-                    ),
-                ),
-                ("description", Value::from(perfmon::describe(&e.name))),
-            ])
+        .map(|e| ListEvent {
+            name: e.name.clone(),
+            code: e.code,
+            aliases: perfmon::aliases_of(&e.name)
+                .into_iter()
+                .map(str::to_string)
+                .collect(),
+            description: perfmon::describe(&e.name).to_string(),
         })
-        .collect::<Vec<_>>();
-    Value::object([
-        ("model", Value::from(pmu.model.as_str())),
-        ("counters", Value::from(pmu.counters().len())),
-        ("counter_width", Value::from(pmu.counter_width)),
-        ("events", Value::from(events)),
-    ])
+        .collect();
+    let (libpfm, libpfm_note) = if pmu.is_hardware() {
+        match resolver.table() {
+            Table::Pmu(lib, p) => (Some(libpfm_table(lib, p)), None),
+            Table::None(why) => (None, Some(why.clone())),
+        }
+    } else {
+        (None, None)
+    };
+    List {
+        schema_version: SCHEMA_VERSION,
+        model: pmu.model.clone(),
+        counters: pmu.event_counters().len(),
+        counter_width: pmu.counter_width,
+        events,
+        libpfm,
+        libpfm_note,
+    }
 }
 
-fn list_table(pmu: &PmuInfo) -> String {
+fn libpfm_table(lib: &libpfm4::Library, p: &libpfm4::Pmu) -> LibpfmTable {
+    let attr = |a: &libpfm4::Attr| LibpfmAttr {
+        name: a.name.clone(),
+        description: a.desc.clone(),
+        default: a.default,
+    };
+    LibpfmTable {
+        pmu: p.name.clone(),
+        description: p.desc.clone(),
+        forced: std::env::var_os("LIBPFM_FORCE_PMU").is_some(),
+        events: lib
+            .events(p)
+            .iter()
+            .map(|e| LibpfmEvent {
+                name: e.name.clone(),
+                description: e.desc.clone(),
+                umasks: e.umasks.iter().map(attr).collect(),
+                modifiers: e.modifiers.iter().map(attr).collect(),
+            })
+            .collect(),
+    }
+}
+
+/// The first sentence of a libpfm4 description, for one line of a table.
+fn first_sentence(s: &str) -> &str {
+    let s = s.trim();
+    match s.find(". ") {
+        Some(i) => &s[..i],
+        None => s.trim_end_matches('.'),
+    }
+}
+
+fn list_table(doc: &List) -> String {
     let mut s = format!(
         "\nEvents of PMU model '{}' ({} counters, {}-bit):\n\n",
-        pmu.model,
-        pmu.counters().len(),
-        pmu.counter_width
+        doc.model, doc.counters, doc.counter_width
     );
-    for e in &pmu.events {
-        let aliases = perfmon::aliases_of(&e.name);
-        let name = if aliases.is_empty() {
+    for e in &doc.events {
+        let name = if e.aliases.is_empty() {
             e.name.clone()
         } else {
-            format!("{} OR {}", e.name, aliases.join(" OR "))
+            format!("{} OR {}", e.name, e.aliases.join(" OR "))
         };
         s.push_str(&format!(
             "  {:<34} [code {:#x}]  {}\n",
-            name,
-            e.code,
-            perfmon::describe(&e.name)
+            name, e.code, e.description
         ));
     }
-    s.push_str("\n  r<hex>                             [raw PMC value]\n\n");
+    s.push_str("\n  r<hex>                             [raw PMC value]\n");
+    if let Some(t) = &doc.libpfm {
+        let how = if t.forced { ", LIBPFM_FORCE_PMU" } else { "" };
+        s.push_str(&format!(
+            "\nlibpfm4 events of PMU '{}' ({}{how}): -e EVENT.UMASK[:MODIFIER...]\n\n",
+            t.pmu, t.description
+        ));
+        for e in &t.events {
+            s.push_str(&format!(
+                "  {:<34} {}\n",
+                e.name,
+                first_sentence(&e.description)
+            ));
+            for u in &e.umasks {
+                let dfl = if u.default { " (default)" } else { "" };
+                s.push_str(&format!(
+                    "    .{:<32} {}{dfl}\n",
+                    u.name,
+                    first_sentence(&u.description)
+                ));
+            }
+        }
+        let mods: Vec<&str> = t
+            .events
+            .first()
+            .map(|e| e.modifiers.iter().map(|m| m.name.as_str()).collect())
+            .unwrap_or_default();
+        if !mods.is_empty() {
+            s.push_str(&format!(
+                "\n  modifiers: {} (e.g. :u user mode, :k kernel mode)\n",
+                mods.join(" ")
+            ));
+        }
+    } else if let Some(note) = &doc.libpfm_note {
+        s.push_str(&format!("\n  no libpfm4 events: {note}\n"));
+    }
+    s.push('\n');
     s
 }
 
 /// `pfm info`: the module, its ABI and PMU model, from GET_INFO and sysfs.
-pub fn info(common: &Common) -> Result<(), Failure> {
+pub fn info(json: bool, output: Option<&Path>) -> Result<(), Failure> {
     // Read sysfs first, so that the context opened below is not counted
     // among the live ones.
     let sys = SysInfo::read();
     let ctx = Context::open()?;
     let raw = ctx.raw_info()?;
     let pmu = PmuInfo::from_raw(&raw);
-    let mut out = Output::open(common.output.as_deref(), Output::Stdout)?;
-    let text = if common.json {
-        format!("{}\n", info_json(&pmu, &sys).to_json())
+    let libpfm_pmu = if pmu.is_hardware() {
+        match Resolver::new(&pmu).table() {
+            Table::Pmu(_, p) => Some(p.name.clone()),
+            Table::None(_) => None,
+        }
     } else {
-        info_table(&pmu, &sys)
+        None
     };
-    out.write(&text)?;
+    let doc = info_doc(&pmu, &sys, libpfm_pmu);
+    let text = if json {
+        json_line(&doc)?
+    } else {
+        info_table(&doc)
+    };
+    Output::open(output, Output::Stdout)?.write(&text)?;
     if pmu.abi_version != perfmon::abi::PFM_ABI_VERSION {
         return Err(perfmon::Error::AbiMismatch {
             kernel: pmu.abi_version,
@@ -125,40 +207,33 @@ pub fn info(common: &Common) -> Result<(), Failure> {
     Ok(())
 }
 
-fn info_json(pmu: &PmuInfo, sys: &SysInfo) -> Value {
-    Value::object([
-        ("abi_version", Value::from(pmu.abi_version)),
-        (
-            "tool_abi_version",
-            Value::from(perfmon::abi::PFM_ABI_VERSION),
-        ),
-        ("model", Value::from(pmu.model.as_str())),
-        ("num_pmcs", Value::from(pmu.num_pmcs)),
-        ("num_pmds", Value::from(pmu.num_pmds)),
-        ("impl_pmcs", Value::from(pmu.impl_pmcs)),
-        ("impl_pmds", Value::from(pmu.impl_pmds)),
-        ("counters", Value::from(pmu.counters().len())),
-        ("counter_width", Value::from(pmu.counter_width)),
-        ("vector", Value::from(pmu.vector)),
-        ("events", Value::from(pmu.events.len())),
-        (
-            "sysfs",
-            Value::object([
-                ("abi_version", Value::from(sys.abi_version)),
-                ("pmu_model", Value::from(sys.pmu_model.clone())),
-                ("live_contexts", Value::from(sys.live_contexts)),
-                ("zombie_contexts", Value::from(sys.zombie_contexts)),
-                ("vector", Value::from(sys.vector)),
-            ]),
-        ),
-        (
-            "params",
-            Value::object([
-                ("pmu", Value::from(sys.param_pmu.clone())),
-                ("soft_width", Value::from(sys.param_soft_width)),
-            ]),
-        ),
-    ])
+fn info_doc(pmu: &PmuInfo, sys: &SysInfo, libpfm_pmu: Option<String>) -> Info {
+    Info {
+        schema_version: SCHEMA_VERSION,
+        abi_version: pmu.abi_version,
+        tool_abi_version: perfmon::abi::PFM_ABI_VERSION,
+        model: pmu.model.clone(),
+        num_pmcs: pmu.num_pmcs,
+        num_pmds: pmu.num_pmds,
+        impl_pmcs: pmu.impl_pmcs,
+        impl_pmds: pmu.impl_pmds,
+        counters: pmu.event_counters().len(),
+        counter_width: pmu.counter_width,
+        vector: pmu.vector,
+        events: pmu.events.len(),
+        sysfs: Sysfs {
+            abi_version: sys.abi_version,
+            pmu_model: sys.pmu_model.clone(),
+            live_contexts: sys.live_contexts,
+            zombie_contexts: sys.zombie_contexts,
+            vector: sys.vector,
+        },
+        params: Params {
+            pmu: sys.param_pmu.clone(),
+            soft_width: sys.param_soft_width,
+        },
+        libpfm_pmu,
+    }
 }
 
 fn opt<T: ToString>(v: &Option<T>) -> String {
@@ -166,48 +241,50 @@ fn opt<T: ToString>(v: &Option<T>) -> String {
         .map_or_else(|| "-".to_string(), ToString::to_string)
 }
 
-fn info_table(pmu: &PmuInfo, sys: &SysInfo) -> String {
+fn info_table(doc: &Info) -> String {
     let mut s = String::from("\n");
     let mut line = |k: &str, v: String| s.push_str(&format!("  {k:<22} {v}\n"));
-    let abi = if pmu.abi_version == perfmon::abi::PFM_ABI_VERSION {
-        format!("{}", pmu.abi_version)
+    let abi = if doc.abi_version == doc.tool_abi_version {
+        format!("{}", doc.abi_version)
     } else {
         format!(
             "{} (pfm speaks {}: mismatch)",
-            pmu.abi_version,
-            perfmon::abi::PFM_ABI_VERSION
+            doc.abi_version, doc.tool_abi_version
         )
     };
     line("perfmon ABI version", abi);
-    line("PMU model", pmu.model.clone());
+    line("PMU model", doc.model.clone());
     line(
         "counters",
         format!(
             "{} (PMC {}, PMD {})",
-            pmu.counters().len(),
-            ranges(pmu.impl_pmcs),
-            ranges(pmu.impl_pmds)
+            doc.counters,
+            ranges(doc.impl_pmcs),
+            ranges(doc.impl_pmds)
         ),
     );
-    line("counter width", format!("{} bits", pmu.counter_width));
+    line("counter width", format!("{} bits", doc.counter_width));
     line(
         "overflow vector",
-        if pmu.vector == 0 {
+        if doc.vector == 0 {
             "none".to_string()
         } else {
-            format!("{:#x} ({})", pmu.vector, pmu.vector)
+            format!("{:#x} ({})", doc.vector, doc.vector)
         },
     );
-    line("events", format!("{} (see 'pfm list')", pmu.events.len()));
-    line("live contexts", opt(&sys.live_contexts));
-    line("zombie contexts", opt(&sys.zombie_contexts));
-    if sys.param_pmu.is_some() || sys.param_soft_width.is_some() {
+    line("events", format!("{} (see 'pfm list')", doc.events));
+    if let Some(p) = &doc.libpfm_pmu {
+        line("libpfm4 PMU", format!("{p} (its events: 'pfm list')"));
+    }
+    line("live contexts", opt(&doc.sysfs.live_contexts));
+    line("zombie contexts", opt(&doc.sysfs.zombie_contexts));
+    if doc.params.pmu.is_some() || doc.params.soft_width.is_some() {
         line(
             "module parameters",
             format!(
                 "pmu={} soft_width={}",
-                opt(&sys.param_pmu),
-                opt(&sys.param_soft_width)
+                opt(&doc.params.pmu),
+                opt(&doc.params.soft_width)
             ),
         );
     }
@@ -260,16 +337,24 @@ mod tests {
     #[test]
     fn list_outputs_agree() {
         let pmu = soft();
-        let table = list_table(&pmu);
+        let doc = list_doc(&pmu, &Resolver::new(&pmu));
+        assert!(
+            doc.libpfm.is_none() && doc.libpfm_note.is_none(),
+            "soft: no libpfm4"
+        );
+        let table = list_table(&doc);
         assert!(table.contains("context-switches OR cs"), "{table}");
-        let v = perfmon::json::parse(&list_json(&pmu).to_json()).unwrap();
-        let events = v.get("events").and_then(|e| e.as_array()).unwrap();
-        assert_eq!(events.len(), 3);
-        for e in events {
-            let name = e.get("name").and_then(|n| n.as_str()).unwrap();
-            let code = e.get("code").and_then(|c| c.as_u64()).unwrap();
-            assert!(table.contains(&format!("[code {code:#x}]")), "{name}");
-            assert!(table.contains(name));
+        let text = json_line(&doc).unwrap();
+        let back: List = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, doc);
+        assert_eq!(back.events.len(), 3);
+        for e in &back.events {
+            assert!(
+                table.contains(&format!("[code {:#x}]", e.code)),
+                "{}",
+                e.name
+            );
+            assert!(table.contains(&e.name));
         }
     }
 
@@ -281,18 +366,20 @@ mod tests {
             zombie_contexts: Some(0),
             ..Default::default()
         };
-        let table = info_table(&pmu, &sys);
+        let doc = info_doc(&pmu, &sys, None);
+        let table = info_table(&doc);
         assert!(table.contains("PMU model              soft"), "{table}");
         assert!(table.contains("4 (PMC 0-3, PMD 0-3)"), "{table}");
         assert!(table.contains("0xec (236)"), "{table}");
         assert!(table.contains("live contexts          2"), "{table}");
-        let v = perfmon::json::parse(&info_json(&pmu, &sys).to_json()).unwrap();
-        assert_eq!(v.get("model").and_then(|m| m.as_str()), Some("soft"));
-        assert_eq!(v.get("vector").and_then(|m| m.as_u64()), Some(0xec));
-        let live = v
-            .get("sysfs")
-            .and_then(|s| s.get("live_contexts"))
-            .and_then(|l| l.as_u64());
-        assert_eq!(live, Some(2));
+        let back: Info = serde_json::from_str(&json_line(&doc).unwrap()).unwrap();
+        assert_eq!(back, doc);
+        assert_eq!(back.sysfs.live_contexts, Some(2));
+    }
+
+    #[test]
+    fn sentences() {
+        assert_eq!(first_sentence("Counts cycles. More text."), "Counts cycles");
+        assert_eq!(first_sentence("Counts cycles."), "Counts cycles");
     }
 }

@@ -1,23 +1,31 @@
-//! What `pfm stat` prints: one [`Report`] rendered either as a table in the
-//! habits of `perf stat`, or as JSON with the same numbers.
+//! What `pfm stat` prints: one [`Report`] rendered as a table in the
+//! habits of `perf stat`, as CSV lines in the field order of `perf stat -x`,
+//! or as a JSON document ([`pfm_json::Stat`]) with the same numbers.
 
 use std::time::Duration;
 
-use perfmon::json::Value;
+use perfmon::Generic;
+use pfm_json::{Counter, Metric, Stat, StatKind, Stats, SCHEMA_VERSION};
 
 /// One counted event.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Row {
-    /// Event name.
+    /// The event as named on the command line.
     pub event: String,
-    /// The PMC code that selected it.
+    /// The PMC value that selected it.
     pub code: u64,
     /// The PMD that counted it.
     pub pmd: u16,
-    /// The count (ns for task-clock).
+    /// The count (ns for task-clock; the rounded mean with `-r`).
     pub value: u64,
     /// perf_event's count of the same event, with `--perf`.
     pub perf: Option<u64>,
+    /// What it counts, where a derived metric needs to know.
+    pub generic: Option<Generic>,
+    /// libpfm4's qualified name, for an event named through libpfm4.
+    pub libpfm: Option<String>,
+    /// `-r N` summary: the statistics of the runs.
+    pub stats: Option<Stats>,
 }
 
 /// What was monitored.
@@ -45,6 +53,8 @@ pub struct Exit {
 /// Everything one `pfm stat` output shows.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Report {
+    /// A summary, an interval or one run of `-r`.
+    pub kind: StatKind,
     /// What was counted.
     pub subject: Subject,
     /// Its thread id.
@@ -57,17 +67,34 @@ pub struct Report {
     pub time_enabled: u64,
     /// ns the thread ran while started.
     pub time_running: u64,
-    /// Wall-clock time of the measurement (or of this interval).
+    /// Wall-clock time of the measurement (of this interval; the mean of
+    /// the runs with `-r`).
     pub elapsed: Duration,
-    /// For an interval line: seconds since the start.
+    /// For an interval: its end, since the start.
     pub interval_end: Option<Duration>,
-    /// For a command: how it ended.
+    /// For a command: how it ended (the last run, with `-r`).
     pub exit: Option<Exit>,
     /// Thread mode: stopped by Ctrl-C (or SIGTERM).
     pub interrupted: bool,
     /// Thread mode: the thread exited during the measurement.
     pub target_exited: bool,
+    /// A run of `-r`: which, from 1.
+    pub run: Option<u32>,
+    /// `-r N` summary: N, and the statistics of the elapsed times (ns).
+    pub runs: Option<(u32, Stats)>,
 }
+
+/// How numbers are printed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Style {
+    /// Thousands separators (`--no-big-num` turns them off).
+    pub big_num: bool,
+}
+
+/// The narrowest value column, as perf stat's.
+const VALUE_WIDTH: usize = 18;
+/// The narrowest event column.
+const EVENT_WIDTH: usize = 32;
 
 /// `1234567` → `1,234,567`.
 pub fn group_thousands(v: u64) -> String {
@@ -82,10 +109,13 @@ pub fn group_thousands(v: u64) -> String {
     out
 }
 
-/// A non-negative float with `decimals` decimals and grouped thousands in
-/// the integer part: `1234.5` → `1,234.50`.
-pub fn group_float(v: f64, decimals: usize) -> String {
+/// A non-negative float with `decimals` decimals, the integer part grouped
+/// when `big_num`: `1234.5` → `1,234.50`.
+pub fn float_text(v: f64, decimals: usize, big_num: bool) -> String {
     let text = format!("{:.*}", decimals, v.max(0.0));
+    if !big_num {
+        return text;
+    }
     let (int, frac) = text.split_once('.').unwrap_or((&text, ""));
     let grouped = int
         .parse::<u64>()
@@ -96,18 +126,6 @@ pub fn group_float(v: f64, decimals: usize) -> String {
     } else {
         format!("{grouped}.{frac}")
     }
-}
-
-/// Events whose counts are nanoseconds, printed as msec.
-fn is_time(event: &str) -> bool {
-    matches!(event, "task-clock" | "cpu-clock")
-}
-
-/// A raw event (`r<hex>`): a count without a known meaning.
-fn is_raw(event: &str) -> bool {
-    event
-        .strip_prefix('r')
-        .is_some_and(|h| !h.is_empty() && h.chars().all(|c| c.is_ascii_hexdigit()))
 }
 
 /// A rate as perf prints it: `/sec`, `K/sec`, `M/sec`, `G/sec`.
@@ -123,43 +141,25 @@ fn rate_text(per_sec: f64) -> (f64, &'static str) {
     }
 }
 
-/// The derived metric of a row: (value, unit) — CPUs utilized for
-/// task-clock, a rate per second of task-clock for counts (as perf does;
-/// per second of wall time when task-clock was not counted).
-pub fn metric(row: &Row, report: &Report) -> Option<(f64, &'static str)> {
-    let elapsed_ns = report.elapsed.as_nanos() as f64;
-    if is_time(&row.event) {
-        return (elapsed_ns > 0.0).then(|| (row.value as f64 / elapsed_ns, "CPUs utilized"));
-    }
-    if is_raw(&row.event) {
-        return None;
-    }
-    let task_ns = report
-        .rows
-        .iter()
-        .find(|r| r.event == "task-clock")
-        .map(|r| r.value as f64);
-    let base_ns = match task_ns {
-        Some(t) if t > 0.0 => t,
-        _ => elapsed_ns,
-    };
-    (base_ns > 0.0).then(|| (row.value as f64 * 1e9 / base_ns, "/sec"))
-}
-
-fn value_text(event: &str, value: u64) -> (String, &'static str) {
-    if is_time(event) {
-        (group_float(value as f64 / 1e6, 2), "msec")
-    } else {
-        (group_thousands(value), "")
-    }
-}
-
 fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
-fn quote_command(argv: &[String]) -> String {
-    argv.join(" ")
+/// The value column's text and unit of a count: task-clock in msec.
+fn value_text(generic: Option<Generic>, value: u64, style: Style) -> (String, &'static str) {
+    if generic == Some(Generic::TaskClock) {
+        (float_text(value as f64 / 1e6, 2, style.big_num), "msec")
+    } else if style.big_num {
+        (group_thousands(value), "")
+    } else {
+        (value.to_string(), "")
+    }
+}
+
+/// The width of the value column of interval lines: the widest u64, so
+/// lines printed as they come stay aligned whatever the counts grow to.
+fn interval_value_width(style: Style) -> usize {
+    value_text(None, u64::MAX, style).0.len()
 }
 
 impl Report {
@@ -167,61 +167,165 @@ impl Report {
         self.rows.iter().any(|r| r.perf.is_some())
     }
 
-    /// One event line of the table (also used for interval lines).
-    fn row_line(&self, row: &Row) -> String {
-        let (v, unit) = value_text(&row.event, row.value);
-        let mut line = format!("{v:>18} {unit:<4} ");
+    fn row_of(&self, g: Generic) -> Option<&Row> {
+        self.rows.iter().find(|r| r.generic == Some(g))
+    }
+
+    /// The derived metric of a row, as perf stat shows it after `#`:
+    /// CPUs utilized for task-clock; context switches and migrations per
+    /// second of task-clock (of wall time without task-clock); instructions
+    /// per cycle when cycles are counted too; mispredicted branches in
+    /// percent of branches when branches are counted too.
+    pub fn metric(&self, row: &Row) -> Option<Metric> {
+        let ratio = |num: u64, den: Option<&Row>| {
+            den.map(|d| d.value)
+                .filter(|&d| d > 0)
+                .map(|d| num as f64 / d as f64)
+        };
+        let m = |value: f64, unit: &str| Metric {
+            value,
+            unit: unit.to_string(),
+        };
+        let elapsed_ns = self.elapsed.as_nanos() as f64;
+        match row.generic? {
+            Generic::TaskClock => {
+                (elapsed_ns > 0.0).then(|| m(row.value as f64 / elapsed_ns, "CPUs utilized"))
+            }
+            Generic::ContextSwitches | Generic::CpuMigrations => {
+                let base_ns = match self.row_of(Generic::TaskClock) {
+                    Some(t) if t.value > 0 => t.value as f64,
+                    _ => elapsed_ns,
+                };
+                (base_ns > 0.0).then(|| m(row.value as f64 * 1e9 / base_ns, "/sec"))
+            }
+            Generic::Instructions => {
+                ratio(row.value, self.row_of(Generic::Cycles)).map(|v| m(v, "insn per cycle"))
+            }
+            Generic::BranchMisses => ratio(row.value, self.row_of(Generic::Branches))
+                .map(|v| m(100.0 * v, "% of all branches")),
+            Generic::Cycles | Generic::Branches => None,
+        }
+    }
+
+    /// The metric as the table prints it.
+    fn metric_text(&self, row: &Row) -> Option<String> {
+        let m = self.metric(row)?;
+        Some(match m.unit.as_str() {
+            "/sec" => {
+                let (r, unit) = rate_text(m.value);
+                format!("{r:>8.3} {unit}")
+            }
+            "% of all branches" => format!("{:>7.2}% of all branches", m.value),
+            "insn per cycle" => format!("{:>8.2} insn per cycle", m.value),
+            _ => format!("{:>8.3} {}", m.value, m.unit),
+        })
+    }
+
+    /// The widths of the value and event columns that fit every row.
+    fn widths(&self, style: Style) -> (usize, usize) {
+        let values = self.rows.iter().flat_map(|r| {
+            std::iter::once(r.value)
+                .chain(r.perf)
+                .map(move |v| value_text(r.generic, v, style).0.len())
+        });
+        let vw = values.max().unwrap_or(0).max(VALUE_WIDTH);
+        let ew = self
+            .rows
+            .iter()
+            .map(|r| r.event.chars().count())
+            .max()
+            .unwrap_or(0)
+            .max(EVENT_WIDTH);
+        (vw, ew)
+    }
+
+    /// One event line: value, unit, (perf value, unit,) event, metric and,
+    /// with `-r`, the variation, each column `vw`/`ew`/`mw` wide.
+    fn row_line(&self, row: &Row, style: Style, vw: usize, ew: usize, mw: usize) -> String {
+        let (v, unit) = value_text(row.generic, row.value, style);
+        let mut line = format!("{v:>vw$} {unit:<4} ");
         if self.has_perf() {
             match row.perf {
                 Some(p) => {
-                    let (pv, punit) = value_text(&row.event, p);
-                    line.push_str(&format!("{pv:>18} {punit:<4} "));
+                    let (pv, punit) = value_text(row.generic, p, style);
+                    line.push_str(&format!("{pv:>vw$} {punit:<4} "));
                 }
-                None => line.push_str(&format!("{:>18} {:<4} ", "-", "")),
+                None => line.push_str(&format!("{:>vw$} {:<4} ", "-", "")),
             }
         }
-        line.push_str(&format!("{:<32}", row.event));
-        if let Some((m, munit)) = metric(row, self) {
-            if munit == "/sec" {
-                let (r, runit) = rate_text(m);
-                line.push_str(&format!(" # {r:>8.3} {runit}"));
-            } else {
-                line.push_str(&format!(" # {m:>8.3} {munit}"));
-            }
+        line.push_str(&format!("{:<ew$}", row.event));
+        let metric = self.metric_text(row);
+        match (&metric, &row.stats) {
+            (Some(m), _) => line.push_str(&format!(" # {m:<mw$}")),
+            (None, Some(_)) => line.push_str(&format!("   {:<mw$}", "")),
+            (None, None) => {}
+        }
+        if let Some(s) = &row.stats {
+            line.push_str(&format!("  ( ± {:>5.2}% )", s.noise_pct));
         }
         line.trim_end().to_string()
     }
 
-    /// The perf-stat-like table.
-    pub fn table(&self) -> String {
-        let mut out = String::new();
-        let what = match &self.subject {
-            Subject::Command(argv) => format!("'{}'", quote_command(argv)),
+    fn metric_width(&self) -> usize {
+        self.rows
+            .iter()
+            .filter_map(|r| self.metric_text(r))
+            .map(|m| m.chars().count())
+            .max()
+            .unwrap_or(0)
+    }
+
+    fn what(&self) -> String {
+        match &self.subject {
+            Subject::Command(argv) => format!("'{}'", argv.join(" ")),
             Subject::Thread(t) => format!("thread {t}"),
+        }
+    }
+
+    /// The perf-stat-like table.
+    pub fn table(&self, style: Style) -> String {
+        let (vw, ew) = self.widths(style);
+        let mw = self.metric_width();
+        let what = self.what();
+        let runs = match &self.runs {
+            Some((n, _)) => format!(", {n} runs"),
+            None => String::new(),
         };
-        out.push_str(&format!(
-            "\n Performance counter stats for {what} (perfmon, PMU model {}):\n\n",
+        let mut out = format!(
+            "\n Performance counter stats for {what} (perfmon, PMU model {}{runs}):\n\n",
             self.model
-        ));
+        );
         if self.has_perf() {
             out.push_str(&format!(
-                "{:>18} {:<4} {:>18} {:<4} event\n",
+                "{:>vw$} {:<4} {:>vw$} {:<4} event\n",
                 "perfmon", "", "perf_event", ""
             ));
         }
         for row in &self.rows {
-            out.push_str(&self.row_line(row));
+            out.push_str(&self.row_line(row, style, vw, ew, mw));
             out.push('\n');
         }
-        out.push_str(&format!(
-            "\n{:>18.9} seconds time elapsed\n",
-            secs(self.elapsed)
-        ));
+        match &self.runs {
+            Some((n, st)) => {
+                let mean_s = st.mean / 1e9;
+                let sd_mean_s = st.stddev / f64::from(*n).sqrt() / 1e9;
+                out.push_str(&format!(
+                    "\n{mean_s:>vw$.9} ± {sd_mean_s:.9} seconds time elapsed  ( ± {:>5.2}% )\n",
+                    st.noise_pct
+                ));
+            }
+            None => out.push_str(&format!(
+                "\n{:>vw$.9} seconds time elapsed\n",
+                secs(self.elapsed)
+            )),
+        }
         if let Some(exit) = &self.exit {
-            out.push_str(&format!("\n{:>18.9} seconds user\n", secs(exit.user)));
-            out.push_str(&format!("{:>18.9} seconds sys\n", secs(exit.system)));
+            if self.runs.is_none() {
+                out.push_str(&format!("\n{:>vw$.9} seconds user\n", secs(exit.user)));
+                out.push_str(&format!("{:>vw$.9} seconds sys\n", secs(exit.system)));
+            }
             if let Some(sig) = exit.signal {
-                out.push_str(&format!("\n {} was killed by signal {sig}\n", what));
+                out.push_str(&format!("\n {what} was killed by signal {sig}\n"));
             }
         }
         if self.target_exited {
@@ -235,245 +339,139 @@ impl Report {
     }
 
     /// The header of interval output.
-    pub fn interval_header(has_perf: bool) -> String {
+    pub fn interval_header(has_perf: bool, style: Style) -> String {
+        let w = interval_value_width(style);
         if has_perf {
             format!(
-                "#{:>15} {:>18} {:<4} {:>18} {:<4} events\n",
+                "#{:>15} {:>w$} {:<4} {:>w$} {:<4} events\n",
                 "time", "counts", "unit", "perf", "unit"
             )
         } else {
-            format!("#{:>15} {:>18} {:<4} events\n", "time", "counts", "unit")
+            format!("#{:>15} {:>w$} {:<4} events\n", "time", "counts", "unit")
         }
     }
 
     /// The lines of one interval.
-    pub fn interval_lines(&self) -> String {
+    pub fn interval_lines(&self, style: Style) -> String {
         let t = self.interval_end.map_or(0.0, secs);
+        let w = interval_value_width(style);
+        let (_, ew) = self.widths(style);
+        let mw = self.metric_width();
         self.rows
             .iter()
-            .map(|row| format!("{t:>16.9} {}\n", self.row_line(row)))
+            .map(|row| format!("{t:>16.9} {}\n", self.row_line(row, style, w, ew, mw)))
             .collect()
     }
 
-    /// The same numbers as JSON.
-    pub fn json(&self) -> Value {
+    /// CSV lines, one per event, fields in `perf stat -x`'s order: (with
+    /// `-I` the interval's end,) the value, its unit, the event, (with
+    /// `-r` the variation,) the counter's running time in ns, the
+    /// percentage of the time it counted (always 100.00: perfmon never
+    /// multiplexes), the metric's value and unit (empty without one). Never
+    /// grouped, whatever `--no-big-num` says.
+    pub fn csv_lines(&self, sep: &str) -> String {
+        let plain = Style { big_num: false };
+        let mut out = String::new();
+        for row in &self.rows {
+            let mut fields: Vec<String> = Vec::with_capacity(9);
+            if let Some(t) = self.interval_end {
+                fields.push(format!("{:.9}", secs(t)));
+            }
+            let (v, unit) = value_text(row.generic, row.value, plain);
+            fields.push(v);
+            fields.push(unit.to_string());
+            fields.push(row.event.clone());
+            if self.runs.is_some() {
+                let noise = row.stats.as_ref().map_or(0.0, |s| s.noise_pct);
+                fields.push(format!("{noise:.2}%"));
+            }
+            fields.push(self.time_running.to_string());
+            fields.push("100.00".to_string());
+            match self.metric(row) {
+                Some(m) if m.unit == "/sec" => {
+                    let (r, unit) = rate_text(m.value);
+                    fields.push(format!("{r:.3}"));
+                    fields.push(unit.to_string());
+                }
+                Some(m) => {
+                    fields.push(format!("{:.3}", m.value));
+                    fields.push(m.unit);
+                }
+                None => {
+                    fields.push(String::new());
+                    fields.push(String::new());
+                }
+            }
+            out.push_str(&fields.join(sep));
+            out.push('\n');
+        }
+        out
+    }
+
+    /// The same numbers as a JSON document.
+    pub fn json(&self) -> Stat {
         let counters = self
             .rows
             .iter()
             .map(|row| {
-                let mut o = Value::object([
-                    ("event", Value::from(row.event.as_str())),
-                    ("code", Value::from(row.code)),
-                    ("pmd", Value::from(row.pmd)),
-                    ("value", Value::from(row.value)),
-                ]);
-                if is_time(&row.event) {
-                    o.set("unit", Value::from("ns"));
-                    o.set("msec", Value::from(row.value as f64 / 1e6));
+                let time = row.generic == Some(Generic::TaskClock);
+                Counter {
+                    event: row.event.clone(),
+                    code: row.code,
+                    pmd: row.pmd,
+                    value: row.value,
+                    unit: time.then(|| "ns".to_string()),
+                    msec: time.then(|| row.value as f64 / 1e6),
+                    metric: self.metric(row),
+                    perf_value: row.perf,
+                    stats: row.stats.clone(),
+                    libpfm: row.libpfm.clone(),
                 }
-                if let Some((m, unit)) = metric(row, self) {
-                    o.set("metric_value", Value::from(m));
-                    o.set("metric_unit", Value::from(unit));
-                }
-                if let Some(p) = row.perf {
-                    o.set("perf_value", Value::from(p));
-                }
-                o
             })
-            .collect::<Vec<_>>();
-        let mut v = Value::object([
-            (
-                "type",
-                Value::from(if self.interval_end.is_some() {
-                    "interval"
-                } else {
-                    "summary"
-                }),
-            ),
-            ("model", Value::from(self.model.as_str())),
-        ]);
-        match &self.subject {
-            Subject::Command(argv) => {
-                v.set(
-                    "command",
-                    Value::from(
-                        argv.iter()
-                            .map(|a| Value::from(a.as_str()))
-                            .collect::<Vec<_>>(),
-                    ),
-                );
-                v.set("pid", Value::from(self.tid));
-            }
-            Subject::Thread(t) => v.set("tid", Value::from(*t)),
+            .collect();
+        let (command, pid, tid) = match &self.subject {
+            Subject::Command(argv) => (Some(argv.clone()), Some(self.tid), None),
+            Subject::Thread(t) => (None, None, Some(*t)),
+        };
+        let summary_of_thread =
+            self.kind == StatKind::Summary && matches!(self.subject, Subject::Thread(_));
+        Stat {
+            schema_version: SCHEMA_VERSION,
+            kind: self.kind,
+            model: self.model.clone(),
+            command,
+            pid,
+            tid,
+            run: self.run,
+            runs: self.runs.as_ref().map(|(n, _)| *n),
+            interval_s: self.interval_end.map(secs),
+            counters,
+            time_enabled_ns: self.time_enabled,
+            time_running_ns: self.time_running,
+            elapsed_ns: u64::try_from(self.elapsed.as_nanos()).unwrap_or(u64::MAX),
+            elapsed_s: secs(self.elapsed),
+            elapsed_stats: self.runs.as_ref().map(|(_, s)| s.clone()),
+            user_s: self.exit.map(|e| secs(e.user)),
+            sys_s: self.exit.map(|e| secs(e.system)),
+            exit_code: self.exit.and_then(|e| e.code),
+            exit_signal: self.exit.and_then(|e| e.signal),
+            interrupted: summary_of_thread.then_some(self.interrupted),
+            target_exited: summary_of_thread.then_some(self.target_exited),
         }
-        if let Some(t) = self.interval_end {
-            v.set("interval_s", Value::from(secs(t)));
-        }
-        v.set("counters", Value::from(counters));
-        v.set("time_enabled_ns", Value::from(self.time_enabled));
-        v.set("time_running_ns", Value::from(self.time_running));
-        v.set("elapsed_ns", Value::from(self.elapsed.as_nanos() as u64));
-        v.set("elapsed_s", Value::from(secs(self.elapsed)));
-        if let Some(exit) = &self.exit {
-            v.set("user_s", Value::from(secs(exit.user)));
-            v.set("sys_s", Value::from(secs(exit.system)));
-            v.set("exit_code", Value::from(exit.code));
-            v.set("exit_signal", Value::from(exit.signal));
-        }
-        if self.interval_end.is_none() && matches!(self.subject, Subject::Thread(_)) {
-            v.set("interrupted", Value::from(self.interrupted));
-            v.set("target_exited", Value::from(self.target_exited));
-        }
-        v
     }
+
+    /// The JSON document as one line.
+    pub fn json_line(&self) -> Result<String, crate::Failure> {
+        json_line(&self.json())
+    }
+}
+
+/// `doc` as one line of JSON.
+pub fn json_line<T: serde::Serialize>(doc: &T) -> Result<String, crate::Failure> {
+    serde_json::to_string(doc)
+        .map(|s| s + "\n")
+        .map_err(|e| crate::Failure::new(format!("cannot write JSON: {e}")))
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn sample() -> Report {
-        Report {
-            subject: Subject::Command(vec!["sleep".into(), "1".into()]),
-            tid: 1234,
-            model: "soft".into(),
-            rows: vec![
-                Row {
-                    event: "task-clock".into(),
-                    code: 1,
-                    pmd: 0,
-                    value: 620_000,
-                    perf: None,
-                },
-                Row {
-                    event: "context-switches".into(),
-                    code: 2,
-                    pmd: 1,
-                    value: 1,
-                    perf: None,
-                },
-                Row {
-                    event: "cpu-migrations".into(),
-                    code: 3,
-                    pmd: 2,
-                    value: 0,
-                    perf: None,
-                },
-            ],
-            time_enabled: 1_001_000_000,
-            time_running: 1_001_000_000,
-            elapsed: Duration::from_nanos(1_001_439_226),
-            interval_end: None,
-            exit: Some(Exit {
-                code: Some(0),
-                signal: None,
-                user: Duration::ZERO,
-                system: Duration::from_micros(1113),
-            }),
-            interrupted: false,
-            target_exited: false,
-        }
-    }
-
-    #[test]
-    fn thousands() {
-        assert_eq!(group_thousands(0), "0");
-        assert_eq!(group_thousands(999), "999");
-        assert_eq!(group_thousands(1000), "1,000");
-        assert_eq!(group_thousands(1234567), "1,234,567");
-        assert_eq!(group_thousands(u64::MAX), "18,446,744,073,709,551,615");
-        assert_eq!(group_float(1234.5, 2), "1,234.50");
-        assert_eq!(group_float(0.62, 2), "0.62");
-        assert_eq!(group_float(1_000_000.0, 0), "1,000,000");
-    }
-
-    #[test]
-    fn table_looks_like_perf_stat() {
-        let t = sample().table();
-        let expected = "
- Performance counter stats for 'sleep 1' (perfmon, PMU model soft):
-
-              0.62 msec task-clock                       #    0.001 CPUs utilized
-                 1      context-switches                 #    1.613 K/sec
-                 0      cpu-migrations                   #    0.000 /sec
-
-       1.001439226 seconds time elapsed
-
-       0.000000000 seconds user
-       0.001113000 seconds sys
-
-";
-        assert_eq!(t, expected, "\n{t}");
-    }
-
-    #[test]
-    fn json_matches_the_table() {
-        let r = sample();
-        let text = r.json().to_json();
-        let v = perfmon::json::parse(&text).unwrap();
-        assert_eq!(v.get("type").and_then(|t| t.as_str()), Some("summary"));
-        assert_eq!(v.get("pid").and_then(|t| t.as_u64()), Some(1234));
-        assert_eq!(v.get("exit_code").and_then(|t| t.as_i64()), Some(0));
-        let counters = v.get("counters").and_then(|c| c.as_array()).unwrap();
-        let table = r.table();
-        for (c, row) in counters.iter().zip(&r.rows) {
-            assert_eq!(
-                c.get("event").and_then(|e| e.as_str()),
-                Some(row.event.as_str())
-            );
-            assert_eq!(c.get("value").and_then(|e| e.as_u64()), Some(row.value));
-            // The table line of that event shows the same value.
-            let (text, _) = value_text(&row.event, row.value);
-            let line = table
-                .lines()
-                .find(|l| l.contains(row.event.as_str()))
-                .unwrap();
-            assert!(line.trim_start().starts_with(&text), "{line}");
-        }
-        let tc = &counters[0];
-        assert_eq!(tc.get("msec").and_then(|m| m.as_f64()), Some(0.62));
-        assert_eq!(
-            tc.get("metric_unit").and_then(|m| m.as_str()),
-            Some("CPUs utilized")
-        );
-        let cs = &counters[1];
-        let rate = cs.get("metric_value").and_then(|m| m.as_f64()).unwrap();
-        assert!((rate - 1612.9).abs() < 0.1, "{rate}");
-    }
-
-    #[test]
-    fn perf_column_and_intervals() {
-        let mut r = sample();
-        r.rows[1].perf = Some(1);
-        r.rows[0].perf = Some(630_000);
-        let t = r.table();
-        assert!(t.contains("perf_event"), "{t}");
-        assert!(
-            t.contains("              0.62 msec               0.63 msec task-clock"),
-            "{t}"
-        );
-        r.interval_end = Some(Duration::from_millis(200));
-        r.subject = Subject::Thread(77);
-        r.exit = None;
-        let lines = r.interval_lines();
-        assert_eq!(lines.lines().count(), 3);
-        assert!(lines.starts_with("     0.200000000 "), "{lines}");
-        let v = r.json();
-        assert_eq!(v.get("type").and_then(|t| t.as_str()), Some("interval"));
-        assert_eq!(v.get("tid").and_then(|t| t.as_u64()), Some(77));
-        assert_eq!(v.get("interval_s").and_then(|t| t.as_f64()), Some(0.2));
-    }
-
-    #[test]
-    fn raw_events_have_no_metric() {
-        let mut r = sample();
-        r.rows.push(Row {
-            event: "r1f".into(),
-            code: 0x1f,
-            pmd: 3,
-            value: 5,
-            perf: None,
-        });
-        assert_eq!(metric(&r.rows[3], &r), None);
-    }
-}
+mod tests;

@@ -113,7 +113,7 @@ fn main() {
         }
     }
     if rmmod {
-        match guest::rmmod(Duration::from_secs(5)) {
+        match guest::rmmod_within(Duration::from_secs(5)) {
             Ok(()) => println!("rmmod perfmon: ok"),
             Err(e) => {
                 println!("rmmod perfmon: {e}");

@@ -104,7 +104,7 @@ fn sweep_load(fnth: &FailNth, ko: i32, params: &str) -> TestResult {
 
 /// Unloads the module with delete_module(2).
 fn unload() -> TestResult {
-    guest::rmmod(Duration::from_secs(3))
+    guest::rmmod_within(Duration::from_secs(3))
 }
 
 /// The state of `ctx`, or a failure.

@@ -614,6 +614,6 @@ fn main() {
         "live_contexts, zombie_contexts and attached_threads back to 0",
         guest::wait_idle(Duration::from_secs(15)).map(|_| ()),
     );
-    tap.result("rmmod perfmon", guest::rmmod(Duration::from_secs(5)));
+    tap.result("rmmod perfmon", guest::rmmod_within(Duration::from_secs(5)));
     tap.finish();
 }

@@ -436,7 +436,7 @@ fn rmmod_with_context() -> TestResult {
     rmmod_refused("an open context")?;
     drop(c);
     guest::wait_idle(Duration::from_secs(5))?;
-    guest::rmmod(Duration::from_secs(5))?;
+    guest::rmmod_within(Duration::from_secs(5))?;
     guest::insmod(&["pmu=soft", "soft_width=16"])?;
     // A zombie: the target sleeps in the kernel (read on a pipe) and does
     // not return to user mode until the pipe has data.
@@ -470,7 +470,7 @@ fn rmmod_with_context() -> TestResult {
     wait_no_zombie(Duration::from_secs(5))?;
     t.kill();
     guest::wait_idle(Duration::from_secs(5))?;
-    guest::rmmod(Duration::from_secs(5))?;
+    guest::rmmod_within(Duration::from_secs(5))?;
     Ok(())
 }
 
@@ -493,7 +493,7 @@ fn load_unload_cycles(cycles: usize) -> TestResult {
         sys::usleep(20_000);
         drop(c);
         guest::wait_idle(Duration::from_secs(5)).map_err(|e| format!("cycle {i}: {e}"))?;
-        guest::rmmod(Duration::from_secs(5)).map_err(|e| format!("cycle {i}: {e}"))?;
+        guest::rmmod_within(Duration::from_secs(5)).map_err(|e| format!("cycle {i}: {e}"))?;
     }
     ensure!(moving(SPIN, Duration::from_secs(2)), "the target stopped");
     drop(target);

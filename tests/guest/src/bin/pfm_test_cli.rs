@@ -1,28 +1,50 @@
 //! pfm_test_cli: the `pfm` tool end to end, as a user runs it.
 //!
-//! `pfm info` / `pfm list` (table and --json, agreeing with GET_INFO),
-//! `pfm stat --json -- sh -c 'sleep 0.1'` (parses; events, elapsed,
-//! exit status sane), a workload of exactly 50 sleeps counted from the
-//! first instruction (context-switches in 50..=60), the command's exit
-//! status and signal passed through, a missing command (127), a typo in an
-//! event name (closest name suggested), `pfm stat -t TID --interval 100
-//! --duration 0.5 --json` (interval lines + summary), Ctrl-C on
-//! `pfm stat -t` printing the totals, and, without the module, the
-//! "module not loaded" message.
+//! On `pmu=soft`: `pfm info` / `pfm list` (table and --json); every JSON
+//! document deserialized into the documented types of `pfm_json`, which
+//! reject unknown fields (and a document with an added field is shown to
+//! be rejected); `pfm stat` from the first instruction (50 sleeps → 50..=60
+//! switches), its table, `--no-big-num` and column alignment, CSV (`-x`:
+//! field counts with and without `-r` and `-I`), `-r 3` statistics against
+//! runs of 10, 20 and 30 sleeps, `-I` deltas adding up exactly to the
+//! totals (command and thread mode), exit statuses and signals, one-line
+//! usage errors and event typos, Ctrl-C totals.
+//!
+//! On `pmu=intel_arch_sim` with LIBPFM_FORCE_PMU=skl (libpfm4's Skylake
+//! table): `pfm list` shows libpfm4's events; `pfm stat -e
+//! INST_RETIRED.ANY_P:u,...` programs exactly the PMC values libpfm4
+//! encodes (INT cleared), read back twice: from pfm's PFM_IOC_WRITE_PMCS
+//! as the kernel received it (pfm runs under ptrace; the ABI has no call
+//! that reads a PMC back), the call succeeding, and through what the
+//! simulated PMU counts, which depends on each PMC's event select, unit
+//! mask and ring bits (core and reference cycles at 1 per ns, instructions
+//! at 1 per 2 ns: IPC 0.5; nothing in kernel mode). An unknown name gets
+//! one line naming the closest names. Last, without the module, "module
+//! not loaded".
 //!
 //! The tool is found through $PFM_BIN, next to this program, as /bin/pfm,
 //! or in PATH.
 
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use perfmon::json::{self, Value};
-use pfm_guest::child::Child;
+use pfm_guest::child::{Child, CHILD_FLAG};
 use pfm_guest::tap::diag;
-use pfm_guest::{ensure, module, ResultExt, Tap, TestResult};
+use pfm_guest::{ensure, module, raw, ResultExt, Tap, TestResult};
+use pfm_json::{Info, List, Stat, StatKind, Stats, SCHEMA_VERSION};
 
-const PLAN: usize = 15;
+const PLAN: usize = 26;
+
+/// libpfm4's PMU table the hardware cases force.
+const FORCED_PMU: &str = "skl";
+
+/// IA32_PERFEVTSEL values of the SDM: INST_RETIRED.ANY_P (event C0H, umask
+/// 00H) and CPU_CLK_UNHALTED.THREAD_P (3CH/00H), USR (bit 16) and EN (bit
+/// 22) set as libpfm4 encodes them, INT (bit 20) cleared as pfm must.
+const INST_RETIRED_ANY_P_U: u64 = 0x4100c0;
+const CPU_CLK_THREAD_P_U: u64 = 0x41003c;
 
 fn find_pfm() -> Option<PathBuf> {
     if let Ok(p) = std::env::var("PFM_BIN") {
@@ -42,33 +64,50 @@ fn find_pfm() -> Option<PathBuf> {
     perfmon::process::find_program("pfm".as_ref())
 }
 
+fn me() -> Result<String, String> {
+    Ok(std::env::current_exe()
+        .ctx("current_exe")?
+        .to_string_lossy()
+        .into_owned())
+}
+
 struct Pfm {
     path: PathBuf,
 }
 
 impl Pfm {
-    /// Runs pfm with `args`, stdin from /dev/null, killed after 30 s.
+    /// Runs pfm with `args`, stdin from /dev/null, without
+    /// LIBPFM_FORCE_PMU, killed after 60 s.
     fn run(&self, args: &[&str]) -> Result<Output, String> {
-        let mut child = Command::new(&self.path)
+        self.run_env(args, &[])
+    }
+
+    /// The same with extra environment variables. The output is read while
+    /// pfm runs (a listing can be larger than a pipe holds).
+    fn run_env(&self, args: &[&str], env: &[(&str, &str)]) -> Result<Output, String> {
+        // This program set LIBPFM_FORCE_PMU for its own libpfm4; pfm gets it
+        // only where a case says so.
+        let child = Command::new(&self.path)
             .args(args)
+            .env_remove("LIBPFM_FORCE_PMU")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| format!("run {}: {e}", self.path.display()))?;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if child.try_wait().ctx("wait")?.is_some() {
-                break;
+        let pid = child.id();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait_with_output());
+        });
+        let out = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(out) => out.ctx("collect output")?,
+            Err(_) => {
+                let _ = perfmon::process::send_signal(pid, libc::SIGKILL);
+                return Err(format!("pfm {} still running after 60 s", args.join(" ")));
             }
-            if Instant::now() >= deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!("pfm {} still running after 30 s", args.join(" ")));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let out = child.wait_with_output().ctx("collect output")?;
+        };
         diag(format!("$ pfm {}  -> {}", args.join(" "), out.status));
         Ok(out)
     }
@@ -79,27 +118,41 @@ fn text(b: &[u8]) -> String {
 }
 
 fn show(label: &str, s: &str) {
-    for line in s.lines().filter(|l| !l.trim().is_empty()).take(30) {
+    for line in s.lines().filter(|l| !l.trim().is_empty()).take(40) {
         diag(format!("{label}| {line}"));
     }
 }
 
-fn parse_json(s: &str) -> Result<Value, String> {
-    json::parse(s.trim()).map_err(|e| format!("{e} in {:?}", s.trim()))
+/// Every JSON line of `s` (lines starting with `{`) as a `T`: the documented
+/// types reject unknown fields, so any undocumented field fails here.
+fn docs<T: serde::de::DeserializeOwned>(s: &str) -> Result<Vec<T>, String> {
+    s.lines()
+        .filter(|l| l.trim_start().starts_with('{'))
+        .map(|l| serde_json::from_str::<T>(l).map_err(|e| format!("{e} in {l}")))
+        .collect()
 }
 
-fn counter<'a>(v: &'a Value, event: &str) -> Option<&'a Value> {
-    v.get("counters")?
-        .as_array()?
+/// The one JSON document of `s`.
+fn doc<T: serde::de::DeserializeOwned>(s: &str) -> Result<T, String> {
+    let mut all = docs::<T>(s)?;
+    ensure!(all.len() == 1, "{} JSON documents in {s:?}", all.len());
+    all.pop().ok_or_else(|| "no JSON".to_string())
+}
+
+fn value_of(s: &Stat, event: &str) -> Result<u64, String> {
+    s.counters
         .iter()
-        .find(|c| c.get("event").and_then(Value::as_str) == Some(event))
+        .find(|c| c.event == event)
+        .map(|c| c.value)
+        .ok_or_else(|| format!("no {event} in {s:?}"))
 }
 
-fn counter_value(v: &Value, event: &str) -> Result<u64, String> {
-    counter(v, event)
-        .and_then(|c| c.get("value"))
-        .and_then(Value::as_u64)
-        .ok_or_else(|| format!("no value for {event} in {}", v.to_json()))
+fn check_version(v: u32) -> TestResult {
+    ensure!(
+        v == SCHEMA_VERSION,
+        "schema_version {v}, documented {SCHEMA_VERSION}"
+    );
+    Ok(())
 }
 
 fn info(pfm: &Pfm) -> TestResult {
@@ -114,38 +167,24 @@ fn info(pfm: &Pfm) -> TestResult {
         "pfm info --json failed: {}",
         text(&j.stderr)
     );
-    let v = parse_json(&text(&j.stdout))?;
+    let v: Info = doc(&text(&j.stdout))?;
+    check_version(v.schema_version)?;
     let raw = perfmon::Context::open()
         .ctx("open")?
         .raw_info()
         .ctx("GET_INFO")?;
-    ensure!(
-        v.get("abi_version").and_then(Value::as_u64) == Some(u64::from(raw.abi_version)),
-        "abi_version"
-    );
-    ensure!(
-        v.get("model").and_then(Value::as_str) == Some("soft"),
-        "model"
-    );
-    ensure!(
-        v.get("counter_width").and_then(Value::as_u64) == Some(u64::from(raw.counter_width)),
-        "counter_width"
-    );
-    ensure!(
-        v.get("vector").and_then(Value::as_u64) == Some(u64::from(raw.vector)),
-        "vector"
-    );
-    let counters = v.get("counters").and_then(Value::as_u64).unwrap_or(0);
-    ensure!(counters >= 4, "counters {counters}");
+    ensure!(v.abi_version == raw.abi_version, "abi_version");
+    ensure!(v.model == "soft", "model {}", v.model);
+    ensure!(v.counter_width == raw.counter_width, "counter_width");
+    ensure!(v.vector == raw.vector, "vector");
+    ensure!(v.impl_pmcs == raw.impl_pmcs, "impl_pmcs");
+    ensure!(v.counters >= 4, "counters {}", v.counters);
+    ensure!(v.libpfm_pmu.is_none(), "libpfm4 PMU on the soft model");
     ensure!(
         table.contains(&format!("{} bits", raw.counter_width)),
         "table lacks the width"
     );
-    let live = v
-        .get("sysfs")
-        .and_then(|s| s.get("live_contexts"))
-        .and_then(Value::as_u64);
-    ensure!(live.is_some(), "no live_contexts in JSON");
+    ensure!(v.sysfs.live_contexts.is_some(), "no live_contexts in JSON");
     Ok(())
 }
 
@@ -156,34 +195,55 @@ fn list(pfm: &Pfm) -> TestResult {
     let table = text(&t.stdout);
     let j = pfm.run(&["list", "--json"])?;
     ensure!(j.status.success(), "pfm list --json failed");
-    let v = parse_json(&text(&j.stdout))?;
-    let events = v
-        .get("events")
-        .and_then(Value::as_array)
-        .ok_or("no events array")?;
-    let mut names = Vec::new();
-    for e in events {
-        let name = e
-            .get("name")
-            .and_then(Value::as_str)
-            .ok_or("event without name")?;
-        let code = e
-            .get("code")
-            .and_then(Value::as_u64)
-            .ok_or("event without code")?;
-        ensure!(table.contains(name), "table lacks {name}");
+    let v: List = doc(&text(&j.stdout))?;
+    check_version(v.schema_version)?;
+    ensure!(
+        v.libpfm.is_none() && v.libpfm_note.is_none(),
+        "soft: libpfm4 shown"
+    );
+    for e in &v.events {
+        ensure!(table.contains(&e.name), "table lacks {}", e.name);
         ensure!(
-            table.contains(&format!("{code:#x}")),
-            "table lacks code {code:#x} of {name}"
+            table.contains(&format!("{:#x}", e.code)),
+            "table lacks code {:#x} of {}",
+            e.code,
+            e.name
         );
-        names.push(name.to_string());
     }
     for want in pfm_guest::SOFT_EVENTS {
         ensure!(
-            names.iter().any(|n| n == want),
-            "{want} not listed: {names:?}"
+            v.events.iter().any(|e| e.name == want),
+            "{want} not listed: {:?}",
+            v.events
         );
     }
+    Ok(())
+}
+
+/// The schema check can fail: a real document with one added field, at
+/// the top and in a counter, is rejected.
+fn schema_rejects_unknown(pfm: &Pfm) -> TestResult {
+    let out = pfm.run(&["stat", "--json", "--", "true"])?;
+    ensure!(out.status.success(), "exit {:?}", out.status);
+    let err = text(&out.stderr);
+    let line = err
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .ok_or("no JSON on stderr")?;
+    let s: Stat = serde_json::from_str(line).ctx("the document itself")?;
+    check_version(s.schema_version)?;
+    let mut v: serde_json::Value = serde_json::from_str(line).ctx("as a value")?;
+    v["undocumented"] = serde_json::json!(1);
+    ensure!(
+        serde_json::from_value::<Stat>(v).is_err(),
+        "an added top-level field was accepted"
+    );
+    let mut v: serde_json::Value = serde_json::from_str(line).ctx("as a value")?;
+    v["counters"][0]["undocumented"] = serde_json::json!(1);
+    ensure!(
+        serde_json::from_value::<Stat>(v).is_err(),
+        "an added counter field was accepted"
+    );
     Ok(())
 }
 
@@ -199,56 +259,46 @@ fn stat_json_sleep(pfm: &Pfm, dir: &Path) -> TestResult {
     );
     let s = std::fs::read_to_string(&file).ctx("read -o file")?;
     show("json", &s);
-    let v = parse_json(&s)?;
+    let v: Stat = doc(&s)?;
+    check_version(v.schema_version)?;
+    ensure!(v.kind == StatKind::Summary, "type {:?}", v.kind);
+    ensure!(v.model == "soft", "model");
+    ensure!(v.exit_code == Some(0), "exit_code {:?}", v.exit_code);
     ensure!(
-        v.get("type").and_then(Value::as_str) == Some("summary"),
-        "type"
+        v.command.as_deref() == Some(&["sh".to_string(), "-c".into(), "sleep 0.1".into()][..]),
+        "command {:?}",
+        v.command
     );
     ensure!(
-        v.get("model").and_then(Value::as_str) == Some("soft"),
-        "model"
+        (0.1..5.0).contains(&v.elapsed_s),
+        "elapsed {} s",
+        v.elapsed_s
     );
+    let tc = value_of(&v, "task-clock")?;
+    let cs = value_of(&v, "context-switches")?;
+    value_of(&v, "cpu-migrations")?;
     ensure!(
-        v.get("exit_code").and_then(Value::as_i64) == Some(0),
-        "exit_code"
-    );
-    let elapsed = v
-        .get("elapsed_s")
-        .and_then(Value::as_f64)
-        .ok_or("no elapsed_s")?;
-    ensure!(
-        (0.1..5.0).contains(&elapsed),
-        "elapsed {elapsed} s for sleep 0.1"
-    );
-    let tc = counter_value(&v, "task-clock")?;
-    let cs = counter_value(&v, "context-switches")?;
-    let _ = counter_value(&v, "cpu-migrations")?;
-    ensure!(
-        tc > 0 && (tc as f64) < elapsed * 1e9 * 2.0,
-        "task-clock {tc} ns for {elapsed} s"
+        tc > 0 && (tc as f64) < v.elapsed_s * 1e9 * 2.0,
+        "task-clock {tc} ns for {} s",
+        v.elapsed_s
     );
     ensure!(cs >= 1, "no context switch for a command that sleeps");
-    let msec = counter(&v, "task-clock")
-        .and_then(|c| c.get("msec"))
-        .and_then(Value::as_f64);
+    let c = &v.counters[0];
     ensure!(
-        msec.is_some_and(|m| (m - tc as f64 / 1e6).abs() < 1e-6),
-        "msec {msec:?} != value/1e6"
+        c.msec.is_some_and(|m| (m - tc as f64 / 1e6).abs() < 1e-6),
+        "msec {:?} != value/1e6",
+        c.msec
     );
-    // The same run on stderr (pfm stat's default output) parses too.
-    let out = pfm.run(&["stat", "--json", "--", "sh", "-c", "sleep 0.1"])?;
-    let err = text(&out.stderr);
-    let last = err
-        .lines()
-        .rev()
-        .find(|l| l.trim_start().starts_with('{'))
-        .ok_or("no JSON on stderr")?;
-    parse_json(last).map(|_| ())
+    ensure!(
+        c.metric.as_ref().is_some_and(|m| m.unit == "CPUs utilized"),
+        "task-clock metric {:?}",
+        c.metric
+    );
+    Ok(())
 }
 
 fn exact_sleeps(pfm: &Pfm) -> TestResult {
-    let me = std::env::current_exe().ctx("current_exe")?;
-    let me = me.to_string_lossy().into_owned();
+    let me = me()?;
     let out = pfm.run(&[
         "stat",
         "--json",
@@ -256,7 +306,7 @@ fn exact_sleeps(pfm: &Pfm) -> TestResult {
         "context-switches,task-clock",
         "--",
         &me,
-        pfm_guest::child::CHILD_FLAG,
+        CHILD_FLAG,
         "sleeps",
         "50",
     ])?;
@@ -266,25 +316,13 @@ fn exact_sleeps(pfm: &Pfm) -> TestResult {
         out.status,
         text(&out.stderr)
     );
-    let err = text(&out.stderr);
-    let v = parse_json(
-        err.lines()
-            .rev()
-            .find(|l| l.starts_with('{'))
-            .ok_or("no JSON")?,
-    )?;
-    let events: Vec<&str> = v
-        .get("counters")
-        .and_then(Value::as_array)
-        .ok_or("no counters")?
-        .iter()
-        .filter_map(|c| c.get("event").and_then(Value::as_str))
-        .collect();
+    let v: Stat = doc(&text(&out.stderr))?;
+    let events: Vec<&str> = v.counters.iter().map(|c| c.event.as_str()).collect();
     ensure!(
         events == ["context-switches", "task-clock"],
         "events {events:?} (-e order expected)"
     );
-    let cs = counter_value(&v, "context-switches")?;
+    let cs = value_of(&v, "context-switches")?;
     ensure!(
         (50..=60).contains(&cs),
         "{cs} context switches for exactly 50 sleeps"
@@ -322,6 +360,400 @@ fn table_matches(pfm: &Pfm) -> TestResult {
     Ok(())
 }
 
+/// The byte column where `needle` starts on the line containing it.
+fn column(text: &str, needle: &str) -> Result<usize, String> {
+    text.lines()
+        .find_map(|l| l.find(needle))
+        .ok_or_else(|| format!("no {needle} in\n{text}"))
+}
+
+fn big_num_and_alignment(pfm: &Pfm) -> TestResult {
+    let me = me()?;
+    // Over a thousand switches: the grouped count has a comma, the plain
+    // one none, and the columns line up with the short counts either way.
+    let args = |plain: bool| {
+        let mut a = vec!["stat"];
+        if plain {
+            a.push("--no-big-num");
+        }
+        a.extend([
+            "-e",
+            "cs,migrations,r0",
+            "--",
+            me.as_str(),
+            CHILD_FLAG,
+            "sleeps",
+            "1100",
+        ]);
+        a
+    };
+    for plain in [false, true] {
+        let out = pfm.run(&args(plain))?;
+        let t = text(&out.stderr);
+        show("table", &t);
+        ensure!(out.status.success(), "exit {:?}", out.status);
+        let line = t
+            .lines()
+            .find(|l| l.contains("context-switches"))
+            .ok_or("no context-switches line")?;
+        let count = line.split_whitespace().next().unwrap_or("");
+        ensure!(
+            count.contains(',') != plain,
+            "count '{count}' with --no-big-num={plain}"
+        );
+        let n: u64 = count.replace(',', "").parse().ctx("the count")?;
+        // A nap whose timer fires before the thread blocks switches no
+        // context: nearly one switch per nap, and over a thousand.
+        ensure!(n >= 1000, "{n} switches for 1100 sleeps");
+        let cols = [
+            column(&t, "context-switches")?,
+            column(&t, "cpu-migrations")?,
+            column(&t, "r0")?,
+        ];
+        ensure!(
+            cols.windows(2).all(|w| w[0] == w[1]),
+            "event columns {cols:?}"
+        );
+    }
+    Ok(())
+}
+
+/// CSV lines of `s` (the non-empty ones), split at `sep`.
+fn csv(s: &str, sep: &str) -> Vec<Vec<String>> {
+    s.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.split(sep).map(str::to_string).collect())
+        .collect()
+}
+
+fn csv_fields(pfm: &Pfm) -> TestResult {
+    // value, unit, event, run time, percentage, metric value, metric unit.
+    let out = pfm.run(&[
+        "stat",
+        "-x,",
+        "-e",
+        "task-clock,cs,migrations",
+        "--",
+        "sh",
+        "-c",
+        "sleep 0.05",
+    ])?;
+    ensure!(out.status.success(), "exit {:?}", out.status);
+    let lines = csv(&text(&out.stderr), ",");
+    show("csv", &text(&out.stderr));
+    ensure!(lines.len() == 3, "{} lines", lines.len());
+    for l in &lines {
+        ensure!(l.len() == 7, "{} fields: {l:?}", l.len());
+        ensure!(l[3].parse::<u64>().is_ok(), "run time {:?}", l[3]);
+        ensure!(l[4] == "100.00", "percentage {:?}", l[4]);
+    }
+    ensure!(
+        lines[0][1] == "msec" && lines[0][2] == "task-clock" && lines[0][6] == "CPUs utilized",
+        "{:?}",
+        lines[0]
+    );
+    ensure!(
+        lines[0][0].parse::<f64>().is_ok(),
+        "msec value {:?}",
+        lines[0][0]
+    );
+    ensure!(
+        lines[1][2] == "context-switches" && lines[1][0].parse::<u64>().is_ok(),
+        "{:?}",
+        lines[1]
+    );
+    ensure!(lines[1][6].ends_with("/sec"), "{:?}", lines[1]);
+    // -r: the variation after the event.
+    let out = pfm.run(&[
+        "stat",
+        "-x;",
+        "-r",
+        "2",
+        "-e",
+        "cs",
+        "--",
+        "sh",
+        "-c",
+        "sleep 0.02",
+    ])?;
+    ensure!(out.status.success(), "exit {:?}", out.status);
+    let lines = csv(&text(&out.stderr), ";");
+    show("csv -r", &text(&out.stderr));
+    ensure!(lines.len() == 1, "{} lines", lines.len());
+    ensure!(
+        lines[0].len() == 8,
+        "{} fields: {:?}",
+        lines[0].len(),
+        lines[0]
+    );
+    ensure!(
+        lines[0][3].ends_with('%') && lines[0][3].trim_end_matches('%').parse::<f64>().is_ok(),
+        "variation {:?}",
+        lines[0][3]
+    );
+    // -I: the interval's end first, on every line; no total line.
+    let me = me()?;
+    let out = pfm.run(&[
+        "stat",
+        "-x,",
+        "-I",
+        "50",
+        "-e",
+        "task-clock,cs",
+        "--",
+        &me,
+        CHILD_FLAG,
+        "spin",
+        "300",
+    ])?;
+    ensure!(out.status.success(), "exit {:?}", out.status);
+    let lines = csv(&text(&out.stderr), ",");
+    show("csv -I", &text(&out.stderr));
+    ensure!(
+        lines.len() >= 4 && lines.len() % 2 == 0,
+        "{} lines",
+        lines.len()
+    );
+    let mut last = 0.0;
+    for l in &lines {
+        ensure!(l.len() == 8, "{} fields: {l:?}", l.len());
+        let t: f64 = l[0].parse().ctx("interval time")?;
+        ensure!(t >= last, "times go back: {t} after {last}");
+        last = t;
+    }
+    Ok(())
+}
+
+/// The same statistics: counts exactly, the floats within what a trip
+/// through JSON's decimal text may change (serde_json's default parser
+/// can miss the last bit).
+fn same_stats(a: &Stats, b: &Stats) -> bool {
+    let close = |x: f64, y: f64| (x - y).abs() <= 1e-9 * x.abs().max(y.abs()).max(1.0);
+    a.runs == b.runs
+        && a.min == b.min
+        && a.max == b.max
+        && close(a.mean, b.mean)
+        && close(a.stddev, b.stddev)
+        && close(a.noise_pct, b.noise_pct)
+}
+
+fn repeat_statistics(pfm: &Pfm, dir: &Path) -> TestResult {
+    let me = me()?;
+    let counter = dir.join("runs");
+    let _ = std::fs::remove_file(&counter);
+    let c = counter.to_string_lossy().into_owned();
+    // Runs 1, 2, 3 do 10, 20, 30 sleeps of 1 ms: one switch each, plus a
+    // few for the exec and the exit.
+    let out = pfm.run(&[
+        "stat",
+        "--json",
+        "-r",
+        "3",
+        "-e",
+        "cs,r0",
+        "--",
+        &me,
+        CHILD_FLAG,
+        "sleeps-by-run",
+        &c,
+    ])?;
+    ensure!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status,
+        text(&out.stderr)
+    );
+    let all: Vec<Stat> = docs(&text(&out.stderr))?;
+    show("json -r", &text(&out.stderr));
+    ensure!(all.len() == 4, "{} documents (3 runs + summary)", all.len());
+    let (runs, summary) = all.split_at(3);
+    let summary = &summary[0];
+    let mut values = Vec::new();
+    for (i, r) in runs.iter().enumerate() {
+        ensure!(r.kind == StatKind::Run, "document {i} is {:?}", r.kind);
+        ensure!(r.run == Some(i as u32 + 1), "run {:?}", r.run);
+        let cs = value_of(r, "context-switches")?;
+        let want = 10 * (i as u64 + 1);
+        ensure!(
+            (want..=want + 8).contains(&cs),
+            "run {}: {cs} switches for {want} sleeps",
+            i + 1
+        );
+        ensure!(value_of(r, "r0")? == 0, "r0 (counter off) counted");
+        values.push(cs);
+    }
+    ensure!(
+        summary.kind == StatKind::Summary && summary.runs == Some(3),
+        "summary {summary:?}"
+    );
+    let want = Stats::of(&values).ok_or("no statistics")?;
+    let cs = summary
+        .counters
+        .iter()
+        .find(|c| c.event == "context-switches")
+        .ok_or("no context-switches")?;
+    let got = cs.stats.as_ref().ok_or("no stats in the summary")?;
+    ensure!(
+        same_stats(got, &want),
+        "stats {got:?}, recomputed from the runs {want:?}"
+    );
+    ensure!(
+        cs.value == want.mean.round() as u64,
+        "value {} for mean {}",
+        cs.value,
+        want.mean
+    );
+    // The runs differ by 10 sleeps: stddev about 10, noise about 29%.
+    ensure!((8.0..12.0).contains(&got.stddev), "stddev {}", got.stddev);
+    let zero = summary
+        .counters
+        .iter()
+        .find(|c| c.event == "r0")
+        .ok_or("no r0")?;
+    ensure!(
+        zero.value == 0 && zero.stats.as_ref().is_some_and(|s| s.noise_pct == 0.0),
+        "r0 {zero:?}"
+    );
+    let el = summary.elapsed_stats.as_ref().ok_or("no elapsed_stats")?;
+    let run_ns: Vec<u64> = runs.iter().map(|r| r.elapsed_ns).collect();
+    ensure!(
+        Stats::of(&run_ns).is_some_and(|w| same_stats(el, &w)),
+        "elapsed stats {el:?} from {run_ns:?}"
+    );
+    // The table says the same: ± on the counts' lines and the time's.
+    let _ = std::fs::remove_file(&counter);
+    let out = pfm.run(&[
+        "stat",
+        "-r",
+        "3",
+        "-e",
+        "cs,r0",
+        "--",
+        &me,
+        CHILD_FLAG,
+        "sleeps-by-run",
+        &c,
+    ])?;
+    let t = text(&out.stderr);
+    show("table -r", &t);
+    ensure!(t.contains("3 runs)"), "no run count in the header");
+    let line = t
+        .lines()
+        .find(|l| l.contains("context-switches"))
+        .ok_or("no cs line")?;
+    let pct: f64 = line
+        .rsplit("( ± ")
+        .next()
+        .and_then(|p| p.split('%').next())
+        .and_then(|p| p.trim().parse().ok())
+        .ok_or_else(|| format!("no ± in {line}"))?;
+    ensure!(
+        (15.0..40.0).contains(&pct),
+        "± {pct}% for 10/20/30 switches"
+    );
+    let zero = t.lines().find(|l| l.contains(" r0")).ok_or("no r0 line")?;
+    ensure!(zero.ends_with("( ±  0.00% )"), "{zero}");
+    ensure!(
+        t.lines()
+            .any(|l| l.contains("seconds time elapsed") && l.contains('±')),
+        "no ± on the elapsed time"
+    );
+    Ok(())
+}
+
+/// Interval documents add up exactly to the summary after them.
+fn intervals_add_up(all: &[Stat]) -> TestResult {
+    let (summary, intervals) = all.split_last().ok_or("no JSON")?;
+    ensure!(
+        summary.kind == StatKind::Summary,
+        "last document is {:?}",
+        summary.kind
+    );
+    ensure!(intervals.len() >= 2, "{} intervals", intervals.len());
+    ensure!(
+        intervals.iter().all(|d| d.kind == StatKind::Interval),
+        "not all intervals"
+    );
+    for (i, c) in summary.counters.iter().enumerate() {
+        let sum: u64 = intervals
+            .iter()
+            .map(|d| d.counters.get(i).map_or(0, |x| x.value))
+            .sum();
+        ensure!(
+            sum == c.value,
+            "{}: the intervals add up to {sum}, the total is {}",
+            c.event,
+            c.value
+        );
+    }
+    let te: u64 = intervals.iter().map(|d| d.time_enabled_ns).sum();
+    let tr: u64 = intervals.iter().map(|d| d.time_running_ns).sum();
+    ensure!(
+        te == summary.time_enabled_ns,
+        "time_enabled {te} vs {}",
+        summary.time_enabled_ns
+    );
+    ensure!(
+        tr == summary.time_running_ns,
+        "time_running {tr} vs {}",
+        summary.time_running_ns
+    );
+    Ok(())
+}
+
+fn command_intervals(pfm: &Pfm) -> TestResult {
+    let me = me()?;
+    let out = pfm.run(&[
+        "stat",
+        "--json",
+        "-I",
+        "40",
+        "-e",
+        "task-clock,cs",
+        "--",
+        &me,
+        CHILD_FLAG,
+        "exit-after",
+        "300",
+    ])?;
+    ensure!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status,
+        text(&out.stderr)
+    );
+    let all: Vec<Stat> = docs(&text(&out.stderr))?;
+    diag(format!("{} documents", all.len()));
+    intervals_add_up(&all)?;
+    let total = value_of(all.last().ok_or("none")?, "context-switches")?;
+    ensure!(total >= 20, "{total} switches in 300 ms of 5 ms naps");
+    // The table form: a header, then lines starting with the time.
+    let out = pfm.run(&[
+        "stat",
+        "-I",
+        "100",
+        "-e",
+        "cs",
+        "--",
+        &me,
+        CHILD_FLAG,
+        "exit-after",
+        "250",
+    ])?;
+    let t = text(&out.stderr);
+    show("table -I", &t);
+    ensure!(
+        t.lines().any(|l| l.starts_with("#") && l.contains("time")),
+        "no header"
+    );
+    let ticks = t
+        .lines()
+        .filter(|l| l.contains("context-switches") && l.trim_start().starts_with("0."))
+        .count();
+    ensure!(ticks >= 2, "{ticks} interval lines");
+    Ok(())
+}
+
 fn exit_statuses(pfm: &Pfm) -> TestResult {
     let out = pfm.run(&["stat", "--", "sh", "-c", "exit 3"])?;
     ensure!(out.status.code() == Some(3), "exit 3 gave {:?}", out.status);
@@ -350,17 +782,55 @@ fn exit_statuses(pfm: &Pfm) -> TestResult {
     Ok(())
 }
 
+/// `err` is one line starting with `pfm: ` and containing `want`.
+fn one_line(err: &str, want: &str) -> TestResult {
+    ensure!(err.lines().count() == 1, "not one line:\n{err}");
+    ensure!(err.starts_with("pfm: "), "{err}");
+    ensure!(err.contains(want), "'{want}' not in: {err}");
+    ensure!(!err.contains("panicked"), "pfm panicked: {err}");
+    Ok(())
+}
+
 fn bad_event(pfm: &Pfm) -> TestResult {
     let out = pfm.run(&["stat", "-e", "context-switchs", "--", "true"])?;
     let err = text(&out.stderr);
     show("stderr", &err);
-    ensure!(!out.status.success(), "typo accepted");
-    ensure!(
-        err.contains("unknown event 'context-switchs'")
-            && err.contains("did you mean 'context-switches'"),
-        "message: {err}"
-    );
-    ensure!(!err.contains("panicked"), "pfm panicked");
+    ensure!(out.status.code() == Some(1), "exit {:?}", out.status);
+    one_line(&err, "unknown event 'context-switchs'")?;
+    one_line(&err, "did you mean 'context-switches'")
+}
+
+fn usage(pfm: &Pfm) -> TestResult {
+    let h = pfm.run(&["--help"])?;
+    let help = text(&h.stdout);
+    ensure!(h.status.success() && help.contains("Usage: pfm"), "help");
+    let h = pfm.run(&["stat", "--help"])?;
+    let help = text(&h.stdout);
+    for opt in [
+        "--repeat",
+        "--field-separator",
+        "--interval",
+        "--no-big-num",
+        "LIBPFM_FORCE_PMU",
+    ] {
+        ensure!(help.contains(opt), "pfm stat --help lacks {opt}");
+    }
+    for (args, want) in [
+        (&["stats"][..], "did you mean 'stat'"),
+        (&["stat", "--bogus", "true"], "'--bogus'"),
+        (&["stat", "-t", "0"], "0 would be pfm itself"),
+        (
+            &["stat", "--duration", "1", "true"],
+            "--duration goes with -t",
+        ),
+        (&["stat"], "nothing to count"),
+    ] {
+        let u = pfm.run(args)?;
+        let err = text(&u.stderr);
+        ensure!(u.status.code() == Some(2), "{args:?}: exit {:?}", u.status);
+        one_line(&err, want)?;
+        one_line(&err, "--help')")?;
+    }
     Ok(())
 }
 
@@ -380,36 +850,23 @@ fn thread_interval(pfm: &Pfm) -> TestResult {
     let err = text(&out.stderr);
     show("stderr", &err);
     ensure!(out.status.success(), "exit {:?}", out.status);
-    let docs: Vec<Value> = err
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .map(parse_json)
-        .collect::<Result<_, _>>()?;
-    let intervals = docs
-        .iter()
-        .filter(|d| d.get("type").and_then(Value::as_str) == Some("interval"))
-        .count();
+    let all: Vec<Stat> = docs(&err)?;
+    let intervals = all.iter().filter(|d| d.kind == StatKind::Interval).count();
+    // 5 ticks (or 4 if one slipped past the deadline), plus the last one.
     ensure!(
-        (3..=6).contains(&intervals),
+        (3..=7).contains(&intervals),
         "{intervals} interval records for 0.5 s at 100 ms"
     );
-    let last = docs.last().ok_or("no JSON")?;
+    let last = all.last().ok_or("no JSON")?;
+    ensure!(last.tid == Some(child.pid()), "tid");
     ensure!(
-        last.get("type").and_then(Value::as_str) == Some("summary"),
-        "last record is not the summary"
+        last.interrupted == Some(false),
+        "interrupted {:?}",
+        last.interrupted
     );
-    ensure!(
-        last.get("tid").and_then(Value::as_u64) == Some(u64::from(child.pid())),
-        "tid"
-    );
-    let cs = counter_value(last, "context-switches")?;
+    let cs = value_of(last, "context-switches")?;
     ensure!(cs >= 20, "{cs} switches in 0.5 s of 5 ms naps");
-    let sum: u64 = docs[..docs.len() - 1]
-        .iter()
-        .map(|d| counter_value(d, "context-switches").unwrap_or(0))
-        .sum();
-    ensure!(sum <= cs, "interval deltas sum {sum} > total {cs}");
-    Ok(())
+    intervals_add_up(&all)
 }
 
 fn thread_ctrl_c(pfm: &Pfm) -> TestResult {
@@ -442,24 +899,254 @@ fn thread_ctrl_c(pfm: &Pfm) -> TestResult {
     Ok(())
 }
 
+fn missing_thread(pfm: &Pfm) -> TestResult {
+    let out = pfm.run(&["stat", "-t", "4194305", "--duration", "0.1"])?;
+    let err = text(&out.stderr);
+    show("stderr", &err);
+    ensure!(out.status.code() == Some(1), "exit {:?}", out.status);
+    one_line(&err, "no such thread")
+}
+
 fn not_loaded(pfm: &Pfm) -> TestResult {
-    for args in [&["info"][..], &["stat", "--", "true"]] {
+    for args in [&["info"][..], &["stat", "--", "true"], &["list", "--json"]] {
         let out = pfm.run(args)?;
         let err = text(&out.stderr);
         show("stderr", &err);
         ensure!(out.status.code() == Some(1), "exit {:?}", out.status);
-        ensure!(
-            err.starts_with("pfm: perfmon module not loaded (insmod perfmon.ko)"),
-            "message: {err}"
-        );
+        one_line(&err, "perfmon module not loaded (insmod perfmon.ko)")?;
     }
     Ok(())
 }
 
+const FORCE: [(&str, &str); 1] = [("LIBPFM_FORCE_PMU", FORCED_PMU)];
+
+fn libpfm_list(pfm: &Pfm) -> TestResult {
+    let t = pfm.run_env(&["list"], &FORCE)?;
+    let table = text(&t.stdout);
+    show("list", &table);
+    ensure!(t.status.success(), "pfm list: {}", text(&t.stderr));
+    ensure!(
+        table.contains(&format!("libpfm4 events of PMU '{FORCED_PMU}'")),
+        "no libpfm4 section"
+    );
+    ensure!(
+        table
+            .lines()
+            .any(|l| l.trim_start().starts_with("INST_RETIRED "))
+            && table.lines().any(|l| l.trim_start().starts_with(".ANY_P ")),
+        "INST_RETIRED.ANY_P not listed"
+    );
+    let j = pfm.run_env(&["list", "--json"], &FORCE)?;
+    let v: List = doc(&text(&j.stdout))?;
+    ensure!(v.model == "intel_arch_sim", "model {}", v.model);
+    let lib = v.libpfm.as_ref().ok_or("no libpfm table in JSON")?;
+    ensure!(
+        lib.pmu == FORCED_PMU && lib.forced,
+        "{} forced={}",
+        lib.pmu,
+        lib.forced
+    );
+    ensure!(lib.description.starts_with("Intel"), "{}", lib.description);
+    ensure!(
+        lib.events.len() >= 50,
+        "{} libpfm4 events",
+        lib.events.len()
+    );
+    let inst = lib
+        .events
+        .iter()
+        .find(|e| e.name == "INST_RETIRED")
+        .ok_or("no INST_RETIRED")?;
+    ensure!(
+        inst.umasks.iter().any(|u| u.name == "ANY_P"),
+        "no ANY_P umask"
+    );
+    // Without the variable, whatever the CPU: the module's events still
+    // list, and libpfm4's absence is explained rather than an error.
+    let plain = pfm.run(&["list", "--json"])?;
+    ensure!(
+        plain.status.success(),
+        "pfm list without LIBPFM_FORCE_PMU failed"
+    );
+    let v: List = doc(&text(&plain.stdout))?;
+    diag(format!(
+        "without LIBPFM_FORCE_PMU: libpfm {:?}, note {:?}",
+        v.libpfm.map(|l| l.pmu),
+        v.libpfm_note
+    ));
+    ensure!(!v.events.is_empty(), "no module events");
+    Ok(())
+}
+
+/// Reads `len` bytes of process `pid` at `addr` (it is stopped under our
+/// ptrace).
+fn peek(pid: u32, addr: u64, len: usize) -> Result<Vec<u8>, String> {
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).ctx("open /proc/PID/mem")?;
+    let mut buf = vec![0u8; len];
+    mem.read_exact_at(&mut buf, addr)
+        .ctx("read /proc/PID/mem")?;
+    Ok(buf)
+}
+
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[o..o + 8]);
+    u64::from_ne_bytes(a)
+}
+
+/// PFM_IOC_WRITE_PMCS calls of pfm as the kernel received them, read
+/// from its memory at each call's return (ptrace): (result, [(PMC,
+/// value)]).
+type PmcWrites = Vec<(i64, Vec<(u16, u64)>)>;
+
+fn traced_pmc_writes(pfm: &Pfm, args: &[&str]) -> Result<(PmcWrites, raw::Traced), String> {
+    let mut writes: PmcWrites = Vec::new();
+    let mut read_err = None;
+    let path = pfm.path.to_string_lossy().into_owned();
+    let traced = raw::trace_ioctls(
+        &path,
+        args,
+        &FORCE,
+        perfmon::abi::PFM_IOC_WRITE_PMCS,
+        |call| {
+            // struct pfm_regs_arg: regs (u64) at 0, count (u32) at 8; each
+            // struct pfm_pmc (32 bytes): reg_num (u16) at 0, reg_value at 8.
+            let regs = peek(call.pid, call.arg, 48).and_then(|arg| {
+                let base = u64_at(&arg, 0);
+                let count = u32::from_ne_bytes([arg[8], arg[9], arg[10], arg[11]]) as usize;
+                let pmcs = peek(call.pid, base, 32 * count)?;
+                Ok((0..count)
+                    .map(|i| {
+                        let e = &pmcs[32 * i..32 * (i + 1)];
+                        (u16::from_ne_bytes([e[0], e[1]]), u64_at(e, 8))
+                    })
+                    .collect::<Vec<_>>())
+            });
+            match regs {
+                Ok(r) => writes.push((call.ret, r)),
+                Err(e) => read_err = Some(e),
+            }
+        },
+    )?;
+    if let Some(e) = read_err {
+        return Err(e);
+    }
+    Ok((writes, traced))
+}
+
+fn libpfm_encoding(pfm: &Pfm) -> TestResult {
+    // What libpfm4 itself encodes, asked here through the same library
+    // (this program set LIBPFM_FORCE_PMU before it initialized).
+    let lib = libpfm4::Library::open().ctx("libpfm4")?;
+    let skl = lib
+        .core_pmu(libpfm4::Vendor::Intel)
+        .ok_or("libpfm4 has no Intel core PMU with LIBPFM_FORCE_PMU=skl")?;
+    // Instructions and core cycles (user mode), reference cycles (another
+    // unit mask), instructions in kernel mode only (another ring bit): the
+    // simulated PMU counts each by its PMC's event select, unit mask and
+    // ring bits, so its counts show what the PMCs hold.
+    let names = [
+        "INST_RETIRED.ANY_P:u",
+        "CPU_CLK_UNHALTED.THREAD_P:u",
+        "CPU_CLK_THREAD_UNHALTED.REF_XCLK:u",
+        "INST_RETIRED.ANY_P:k",
+    ];
+    let mut want = Vec::new();
+    for n in names {
+        let enc = lib.encode(skl, n).ctx(n)?;
+        let code = enc.codes.first().copied().ok_or("no code")?;
+        diag(format!("libpfm4: {n} = {code:#x} ({})", enc.qualified));
+        want.push(code & !(1 << 20));
+    }
+    ensure!(
+        want[..2] == [INST_RETIRED_ANY_P_U, CPU_CLK_THREAD_P_U],
+        "libpfm4 encodes {want:x?}, the SDM says {INST_RETIRED_ANY_P_U:#x}, {CPU_CLK_THREAD_P_U:#x}"
+    );
+
+    let me = me()?;
+    let list = names.join(",");
+    let args = [
+        "stat", "--json", "-e", &list, "--", &me, CHILD_FLAG, "spin", "200",
+    ];
+    // Every PFM_IOC_WRITE_PMCS as the kernel received it (pfm under
+    // ptrace): libpfm4's values, accepted.
+    let (writes, traced) = traced_pmc_writes(pfm, &args)?;
+    let err = text(&traced.stderr);
+    ensure!(
+        libc::WIFEXITED(traced.status) && libc::WEXITSTATUS(traced.status) == 0,
+        "pfm exit status {:#x}: {err}",
+        traced.status
+    );
+    diag(format!("PFM_IOC_WRITE_PMCS calls: {writes:x?}"));
+    ensure!(writes.len() == 1, "{} WRITE_PMCS calls", writes.len());
+    let (ret, regs) = &writes[0];
+    ensure!(*ret == 0, "WRITE_PMCS returned {ret}");
+    let expect: Vec<(u16, u64)> = (0u16..).zip(want.iter().copied()).collect();
+    ensure!(
+        *regs == expect,
+        "PMCs written {regs:x?}, libpfm4 encodes {want:x?}"
+    );
+    show("stderr", &err);
+    let v: Stat = doc(&err)?;
+    ensure!(v.model == "intel_arch_sim", "model {}", v.model);
+    for (c, code) in v.counters.iter().zip(&want) {
+        ensure!(
+            c.code == *code,
+            "{}: code {:#x}, libpfm4 {code:#x}",
+            c.event,
+            c.code
+        );
+        ensure!(
+            c.libpfm.as_deref().is_some_and(|q| q.starts_with("skl::")),
+            "{}: libpfm {:?}",
+            c.event,
+            c.libpfm
+        );
+    }
+    let inst = value_of(&v, names[0])?;
+    let cycles = value_of(&v, names[1])?;
+    let refc = value_of(&v, names[2])?;
+    let kernel = value_of(&v, names[3])?;
+    // The simulator: 1 core and 1 reference cycle per ns the thread runs,
+    // 1 instruction per 2 ns, user mode only.
+    ensure!(cycles > 10_000_000, "{cycles} cycles in 200 ms of spinning");
+    let ipc = inst as f64 / cycles as f64;
+    ensure!(
+        (0.49..=0.51).contains(&ipc),
+        "{inst} instructions / {cycles} cycles = {ipc}"
+    );
+    ensure!(
+        refc.abs_diff(cycles) <= cycles / 100,
+        "{refc} reference cycles for {cycles} cycles"
+    );
+    ensure!(
+        kernel == 0,
+        "{kernel} kernel-mode instructions counted (user-mode simulator)"
+    );
+    let metric = v.counters[0].metric.as_ref().ok_or("no IPC metric")?;
+    ensure!(
+        metric.unit == "insn per cycle" && (metric.value - ipc).abs() < 1e-9,
+        "metric {metric:?}"
+    );
+    Ok(())
+}
+
+fn libpfm_unknown(pfm: &Pfm) -> TestResult {
+    let out = pfm.run_env(&["stat", "-e", "INST_RETIRD.ANY_P:u", "--", "true"], &FORCE)?;
+    let err = text(&out.stderr);
+    show("stderr", &err);
+    ensure!(out.status.code() == Some(1), "exit {:?}", out.status);
+    one_line(&err, "unknown event 'INST_RETIRD.ANY_P:u'")?;
+    one_line(&err, &format!("libpfm4 PMU '{FORCED_PMU}'"))?;
+    one_line(&err, "did you mean 'INST_RETIRED.ANY_P'")
+}
+
 fn main() {
     pfm_guest::child::dispatch();
+    // libpfm4 reads it once, at its first use in this process.
+    std::env::set_var("LIBPFM_FORCE_PMU", FORCED_PMU);
     let mut t = Tap::new(PLAN);
-    pfm_guest::watchdog(Duration::from_secs(300));
+    pfm_guest::watchdog(Duration::from_secs(400));
     let Some(path) = find_pfm() else {
         t.bail_out("pfm not found ($PFM_BIN, next to this program, /bin/pfm, PATH)");
     };
@@ -470,13 +1157,19 @@ fn main() {
         t.bail_out(format!("cannot create {}: {e}", dir.display()));
     }
     t.require("insmod perfmon.ko", module::insmod(&[]));
-    t.run("pfm info and --json agree with GET_INFO", || info(&pfm));
+    t.run("pfm info: --json is an Info, agrees with GET_INFO", || {
+        info(&pfm)
+    });
     t.run(
-        "pfm list and --json list the soft events with their codes",
+        "pfm list: --json is a List of the soft events with their codes",
         || list(&pfm),
     );
     t.run(
-        "pfm stat --json -o FILE -- sh -c 'sleep 0.1' parses and is sane",
+        "pfm_json rejects a document with an undocumented field",
+        || schema_rejects_unknown(&pfm),
+    );
+    t.run(
+        "pfm stat --json -o FILE -- sh -c 'sleep 0.1': a Stat, sane",
         || stat_json_sleep(&pfm, &dir),
     );
     t.run(
@@ -488,44 +1181,78 @@ fn main() {
         || table_matches(&pfm),
     );
     t.run(
+        "pfm stat: thousands grouped, not with --no-big-num; columns aligned",
+        || big_num_and_alignment(&pfm),
+    );
+    t.run(
+        "pfm stat -x: 7 CSV fields in perf's order, 8 with -r or -I",
+        || csv_fields(&pfm),
+    );
+    t.run(
+        "pfm stat -r 3: run documents, mean and stddev of 10/20/30 switches, ± in the table",
+        || repeat_statistics(&pfm, &dir),
+    );
+    t.run(
+        "pfm stat -I 40 -- CMD: interval deltas add up exactly to the totals",
+        || command_intervals(&pfm),
+    );
+    t.run(
         "pfm stat passes exit status, signal (128+N), missing command (127)",
         || exit_statuses(&pfm),
     );
-    t.run("pfm stat -e with a typo suggests the closest event", || {
-        bad_event(&pfm)
-    });
     t.run(
-        "pfm stat -t TID --interval 100 --duration 0.5 --json",
+        "pfm stat -e with a typo: one line with the closest event",
+        || bad_event(&pfm),
+    );
+    t.run(
+        "pfm --help, stat --help; usage errors on one line, exit 2",
+        || usage(&pfm),
+    );
+    t.run(
+        "pfm stat -t TID -I 100 --duration 0.5 --json: intervals add up to the totals",
         || thread_interval(&pfm),
     );
     t.run("pfm stat -t TID: SIGINT prints the totals so far", || {
         thread_ctrl_c(&pfm)
     });
-    t.run("pfm --help and unknown commands", || {
-        let h = pfm.run(&["--help"])?;
-        ensure!(
-            h.status.success() && text(&h.stdout).contains("usage: pfm"),
-            "help"
-        );
-        let u = pfm.run(&["stats"])?;
-        ensure!(
-            u.status.code() == Some(2) && text(&u.stderr).contains("did you mean 'stat'"),
-            "usage error"
-        );
-        Ok(())
+    t.run("pfm stat -t of a missing thread: one-line error", || {
+        missing_thread(&pfm)
     });
-    t.run("pfm stat -t of a missing thread: tool-like error", || {
-        let out = pfm.run(&["stat", "-t", "4194305", "--duration", "0.1"])?;
-        let err = text(&out.stderr);
-        show("stderr", &err);
-        ensure!(out.status.code() == Some(1), "exit {:?}", out.status);
-        ensure!(err.contains("no such thread"), "message: {err}");
-        Ok(())
-    });
-    t.run("no live context left by pfm", || {
+    t.run("no live context left by pfm (soft)", || {
         module::wait_contexts(0, Duration::from_secs(5))
     });
-    t.run("rmmod perfmon", module::rmmod);
+    t.run("rmmod perfmon (soft)", module::rmmod);
+    let hw = module::insmod(&["pmu=intel_arch_sim"]);
+    let hw_ok = hw.is_ok();
+    t.run("insmod perfmon.ko pmu=intel_arch_sim", || hw);
+    let hw_case = |t: &mut Tap, name: &str, f: &dyn Fn() -> TestResult| {
+        if hw_ok {
+            t.run(name, f);
+        } else {
+            t.skip(name, "insmod pmu=intel_arch_sim failed");
+        }
+    };
+    hw_case(
+        &mut t,
+        "LIBPFM_FORCE_PMU=skl pfm list: libpfm4's Skylake events (table and JSON)",
+        &|| libpfm_list(&pfm),
+    );
+    hw_case(
+        &mut t,
+        "pfm stat -e INST_RETIRED.ANY_P:u,...: PMCs = libpfm4's encodings, counted as such (IPC 0.5)",
+        &|| libpfm_encoding(&pfm),
+    );
+    hw_case(
+        &mut t,
+        "pfm stat -e INST_RETIRD.ANY_P:u: one line naming libpfm4's closest names",
+        &|| libpfm_unknown(&pfm),
+    );
+    hw_case(
+        &mut t,
+        "no live context left by pfm (intel_arch_sim)",
+        &|| module::wait_contexts(0, Duration::from_secs(5)),
+    );
+    hw_case(&mut t, "rmmod perfmon (intel_arch_sim)", &module::rmmod);
     t.run(
         "without the module: 'perfmon module not loaded (insmod perfmon.ko)'",
         || not_loaded(&pfm),

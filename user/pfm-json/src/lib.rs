@@ -1,0 +1,333 @@
+//! The JSON documents `pfm --json` prints, as types: `pfm` serializes
+//! these, and a reader may deserialize into them. Every struct rejects
+//! fields it does not know (`deny_unknown_fields`), so a reader built from
+//! this crate notices when the output grows; every document carries
+//! [`SCHEMA_VERSION`], raised whenever a field changes meaning or goes
+//! away (adding an optional field does not raise it).
+//!
+//! Documentation/pfm.rst ("JSON output") documents each field; a test of
+//! this crate checks that every field serialized here is named there.
+//!
+//! Optional fields are left out of the output when they do not apply, and
+//! read as absent (`None`) when missing.
+
+#![warn(missing_docs)]
+
+use serde::{Deserialize, Serialize};
+
+/// The version of the documents below.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// What one `pfm stat --json` line is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StatKind {
+    /// `-I MS`: the counts of one interval (deltas since the previous line).
+    Interval,
+    /// `-r N`: the counts of one run of the command.
+    Run,
+    /// The totals (with `-r N`: the mean of the runs, and their statistics).
+    Summary,
+}
+
+/// One line of `pfm stat --json`: a summary, an interval or a run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Stat {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// What this line is.
+    #[serde(rename = "type")]
+    pub kind: StatKind,
+    /// The module's PMU model (`soft`, `intel_arch`, `amd64`, ...).
+    pub model: String,
+    /// Command mode: the command and its arguments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// Command mode: its process id (its initial thread is what is counted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// Thread mode (`-t TID`): the thread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tid: Option<u32>,
+    /// `run` lines: which run, from 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<u32>,
+    /// `-r N` summary: N.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs: Option<u32>,
+    /// `interval` lines: the end of the interval, in seconds since counting
+    /// started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval_s: Option<f64>,
+    /// The counts, in `-e` order.
+    pub counters: Vec<Counter>,
+    /// Nanoseconds the context was loaded and started (of this interval).
+    pub time_enabled_ns: u64,
+    /// Nanoseconds the thread ran while started (of this interval).
+    pub time_running_ns: u64,
+    /// Wall-clock nanoseconds of the measurement (or of this interval; the
+    /// mean with `-r`).
+    pub elapsed_ns: u64,
+    /// The same, in seconds.
+    pub elapsed_s: f64,
+    /// `-r N` summary: statistics of the elapsed time over the runs, in ns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elapsed_stats: Option<Stats>,
+    /// Command mode: user CPU time of the command and its children, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_s: Option<f64>,
+    /// Command mode: system CPU time, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sys_s: Option<f64>,
+    /// Command mode: its exit code, if it exited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// Command mode: the signal that killed it, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_signal: Option<i32>,
+    /// Thread mode summary: stopped by SIGINT or SIGTERM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<bool>,
+    /// Thread mode summary: the thread exited during the measurement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_exited: Option<bool>,
+}
+
+/// One counted event of a [`Stat`] line.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Counter {
+    /// The event as named on the command line (module name, libpfm4 name,
+    /// or `r<hex>`).
+    pub event: String,
+    /// The PMC value that selected it (what the module validated).
+    pub code: u64,
+    /// The PMD that counted it.
+    pub pmd: u16,
+    /// The count (with `-r`: the mean, rounded to an integer).
+    pub value: u64,
+    /// The unit of `value` when it is not a plain count (`ns`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit: Option<String>,
+    /// Time events: `value` in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub msec: Option<f64>,
+    /// The derived metric the table shows after `#`, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metric: Option<Metric>,
+    /// `--perf`: perf_event's count of the same event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub perf_value: Option<u64>,
+    /// `-r N` summary: the statistics of the runs' counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats: Option<Stats>,
+    /// Events named through libpfm4: its fully qualified name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub libpfm: Option<String>,
+}
+
+/// A derived metric: `1.23 insn per cycle`, `0.98 CPUs utilized`, ...
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Metric {
+    /// The value, in `unit`.
+    pub value: f64,
+    /// `CPUs utilized`, `/sec` (per second of task-clock, or of wall time
+    /// without task-clock), `insn per cycle`, `% of all branches`.
+    pub unit: String,
+}
+
+/// Statistics of N repeated measurements (`-r N`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Stats {
+    /// N.
+    pub runs: u32,
+    /// The mean.
+    pub mean: f64,
+    /// The sample standard deviation (N - 1 in the denominator; 0 for one
+    /// run).
+    pub stddev: f64,
+    /// What the table prints as `± x.xx%`, as `perf stat -r` does: the
+    /// standard deviation of the mean (`stddev / sqrt(N)`), in percent of
+    /// the mean (0 when the mean is 0).
+    pub noise_pct: f64,
+    /// The smallest value.
+    pub min: u64,
+    /// The largest value.
+    pub max: u64,
+}
+
+impl Stats {
+    /// The statistics of `values` (`None` for no value).
+    pub fn of(values: &[u64]) -> Option<Stats> {
+        let n = values.len();
+        let runs = u32::try_from(n).ok()?;
+        let min = *values.iter().min()?;
+        let max = *values.iter().max()?;
+        let nf = n as f64;
+        let mean = values.iter().map(|&v| v as f64).sum::<f64>() / nf;
+        let stddev = if n > 1 {
+            let ss: f64 = values.iter().map(|&v| (v as f64 - mean).powi(2)).sum();
+            (ss / (nf - 1.0)).sqrt()
+        } else {
+            0.0
+        };
+        let noise_pct = if mean > 0.0 {
+            100.0 * stddev / nf.sqrt() / mean
+        } else {
+            0.0
+        };
+        Some(Stats {
+            runs,
+            mean,
+            stddev,
+            noise_pct,
+            min,
+            max,
+        })
+    }
+}
+
+/// `pfm list --json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct List {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// The module's PMU model.
+    pub model: String,
+    /// Counters that `pfm stat` can program.
+    pub counters: usize,
+    /// Their width in bits.
+    pub counter_width: u16,
+    /// The module's own events (`PFM_IOC_GET_INFO`).
+    pub events: Vec<ListEvent>,
+    /// Hardware models: libpfm4's table of the CPU's core PMU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub libpfm: Option<LibpfmTable>,
+    /// Hardware models without a libpfm4 table: why not, and what to do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub libpfm_note: Option<String>,
+}
+
+/// One of the module's events.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListEvent {
+    /// Its name.
+    pub name: String,
+    /// The PMC value that selects it.
+    pub code: u64,
+    /// Other names `-e` accepts for it (`cs`).
+    pub aliases: Vec<String>,
+    /// What it counts ("" when the module's name is all there is).
+    pub description: String,
+}
+
+/// A libpfm4 PMU and its events.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LibpfmTable {
+    /// libpfm4's PMU name (`skl`).
+    pub pmu: String,
+    /// Its description (`Intel Skylake`).
+    pub description: String,
+    /// Whether `LIBPFM_FORCE_PMU` chose it.
+    pub forced: bool,
+    /// Its events, in libpfm4's order.
+    pub events: Vec<LibpfmEvent>,
+}
+
+/// An event of a libpfm4 table.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LibpfmEvent {
+    /// Its name (`INST_RETIRED`).
+    pub name: String,
+    /// What it counts.
+    pub description: String,
+    /// Its unit masks (`-e INST_RETIRED.ANY_P`).
+    pub umasks: Vec<LibpfmAttr>,
+    /// Its modifiers (`-e INST_RETIRED.ANY_P:u:c=1`).
+    pub modifiers: Vec<LibpfmAttr>,
+}
+
+/// A unit mask or modifier of a libpfm4 event.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LibpfmAttr {
+    /// Its name.
+    pub name: String,
+    /// What it selects.
+    pub description: String,
+    /// Unit masks: the one used when the name gives none.
+    pub default: bool,
+}
+
+/// `pfm info --json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Info {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// The ABI version the module speaks.
+    pub abi_version: u32,
+    /// The ABI version pfm speaks.
+    pub tool_abi_version: u32,
+    /// The PMU model.
+    pub model: String,
+    /// PMCs implemented.
+    pub num_pmcs: u16,
+    /// PMDs implemented.
+    pub num_pmds: u16,
+    /// Bit n: PMC n exists.
+    pub impl_pmcs: u64,
+    /// Bit n: PMD n exists.
+    pub impl_pmds: u64,
+    /// Counters `pfm stat` can program.
+    pub counters: usize,
+    /// Counter width in bits.
+    pub counter_width: u16,
+    /// CPU 0's overflow vector (0: none).
+    pub vector: u32,
+    /// The number of the module's events.
+    pub events: usize,
+    /// What /sys/kernel/perfmon says.
+    pub sysfs: Sysfs,
+    /// The module's parameters.
+    pub params: Params,
+    /// Hardware models: libpfm4's PMU for event names, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub libpfm_pmu: Option<String>,
+}
+
+/// `/sys/kernel/perfmon` (a field is absent where its file is).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sysfs {
+    /// `abi_version`.
+    pub abi_version: Option<u32>,
+    /// `pmu_model`.
+    pub pmu_model: Option<String>,
+    /// `live_contexts`.
+    pub live_contexts: Option<u64>,
+    /// `zombie_contexts`.
+    pub zombie_contexts: Option<u64>,
+    /// `vector`.
+    pub vector: Option<u32>,
+}
+
+/// `/sys/module/perfmon/parameters`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Params {
+    /// `pmu`.
+    pub pmu: Option<String>,
+    /// `soft_width`.
+    pub soft_width: Option<u32>,
+}
+
+#[cfg(test)]
+mod tests;

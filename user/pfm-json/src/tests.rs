@@ -1,0 +1,208 @@
+//! The types against serde_json and against their documentation.
+
+use super::*;
+
+/// A summary with every optional field set, so every field name is seen.
+fn full_stat() -> Stat {
+    let stats = Stats::of(&[10, 20, 30]);
+    Stat {
+        schema_version: SCHEMA_VERSION,
+        kind: StatKind::Summary,
+        model: "intel_arch_sim".into(),
+        command: Some(vec!["sleep".into(), "1".into()]),
+        pid: Some(42),
+        tid: Some(42),
+        run: Some(1),
+        runs: Some(3),
+        interval_s: Some(0.2),
+        counters: vec![Counter {
+            event: "INST_RETIRED.ANY_P:u".into(),
+            code: 0x4100c0,
+            pmd: 0,
+            value: 20,
+            unit: Some("ns".into()),
+            msec: Some(0.00002),
+            metric: Some(Metric {
+                value: 0.5,
+                unit: "insn per cycle".into(),
+            }),
+            perf_value: Some(19),
+            stats: stats.clone(),
+            libpfm: Some("skl::INST_RETIRED:ANY_P:k=0:u=1".into()),
+        }],
+        time_enabled_ns: 1,
+        time_running_ns: 1,
+        elapsed_ns: 1,
+        elapsed_s: 1e-9,
+        elapsed_stats: stats,
+        user_s: Some(0.0),
+        sys_s: Some(0.0),
+        exit_code: Some(0),
+        exit_signal: Some(9),
+        interrupted: Some(false),
+        target_exited: Some(false),
+    }
+}
+
+fn full_list() -> List {
+    let attr = LibpfmAttr {
+        name: "ANY_P".into(),
+        description: "d".into(),
+        default: true,
+    };
+    List {
+        schema_version: SCHEMA_VERSION,
+        model: "intel_arch_sim".into(),
+        counters: 4,
+        counter_width: 48,
+        events: vec![ListEvent {
+            name: "instructions".into(),
+            code: 0x100c0,
+            aliases: vec![],
+            description: String::new(),
+        }],
+        libpfm: Some(LibpfmTable {
+            pmu: "skl".into(),
+            description: "Intel Skylake".into(),
+            forced: true,
+            events: vec![LibpfmEvent {
+                name: "INST_RETIRED".into(),
+                description: "d".into(),
+                umasks: vec![attr.clone()],
+                modifiers: vec![attr],
+            }],
+        }),
+        libpfm_note: Some("n".into()),
+    }
+}
+
+fn full_info() -> Info {
+    Info {
+        schema_version: SCHEMA_VERSION,
+        abi_version: 1,
+        tool_abi_version: 1,
+        model: "soft".into(),
+        num_pmcs: 4,
+        num_pmds: 4,
+        impl_pmcs: 15,
+        impl_pmds: 15,
+        counters: 4,
+        counter_width: 64,
+        vector: 236,
+        events: 3,
+        sysfs: Sysfs {
+            abi_version: Some(1),
+            pmu_model: Some("soft".into()),
+            live_contexts: Some(1),
+            zombie_contexts: Some(0),
+            vector: Some(236),
+        },
+        params: Params {
+            pmu: Some("soft".into()),
+            soft_width: Some(64),
+        },
+        libpfm_pmu: Some("skl".into()),
+    }
+}
+
+#[test]
+fn documents_round_trip() {
+    let s = full_stat();
+    let text = serde_json::to_string(&s).unwrap();
+    assert!(text.contains(r#""type":"summary""#), "{text}");
+    assert_eq!(serde_json::from_str::<Stat>(&text).unwrap(), s);
+    let l = full_list();
+    assert_eq!(
+        serde_json::from_str::<List>(&serde_json::to_string(&l).unwrap()).unwrap(),
+        l
+    );
+    let i = full_info();
+    assert_eq!(
+        serde_json::from_str::<Info>(&serde_json::to_string(&i).unwrap()).unwrap(),
+        i
+    );
+}
+
+#[test]
+fn optional_fields_are_left_out() {
+    let mut s = full_stat();
+    s.command = None;
+    s.run = None;
+    s.counters[0].stats = None;
+    let text = serde_json::to_string(&s).unwrap();
+    assert!(!text.contains("\"command\""), "{text}");
+    assert!(!text.contains("\"run\""), "{text}");
+    assert!(!text.contains("\"stats\""), "{text}");
+    assert_eq!(serde_json::from_str::<Stat>(&text).unwrap(), s);
+}
+
+#[test]
+fn unknown_fields_are_rejected() {
+    let mut v = serde_json::to_value(full_stat()).unwrap();
+    v["surprise"] = serde_json::json!(1);
+    assert!(serde_json::from_value::<Stat>(v).is_err());
+    let mut v = serde_json::to_value(full_stat()).unwrap();
+    v["counters"][0]["surprise"] = serde_json::json!(1);
+    assert!(serde_json::from_value::<Stat>(v).is_err());
+    let mut v = serde_json::to_value(full_list()).unwrap();
+    v["libpfm"]["events"][0]["umasks"][0]["x"] = serde_json::json!(1);
+    assert!(serde_json::from_value::<List>(v).is_err());
+    let mut v = serde_json::to_value(full_info()).unwrap();
+    v["sysfs"]["x"] = serde_json::json!(1);
+    assert!(serde_json::from_value::<Info>(v).is_err());
+    // A missing required field is an error too.
+    let mut v = serde_json::to_value(full_stat()).unwrap();
+    v.as_object_mut().unwrap().remove("counters");
+    assert!(serde_json::from_value::<Stat>(v).is_err());
+}
+
+#[test]
+fn statistics() {
+    let s = Stats::of(&[10, 20, 30]).unwrap();
+    assert_eq!((s.runs, s.min, s.max), (3, 10, 30));
+    assert_eq!(s.mean, 20.0);
+    // Sample variance: (100 + 0 + 100) / 2 = 100.
+    assert_eq!(s.stddev, 10.0);
+    // perf's noise: stddev / sqrt(3) / mean.
+    assert!((s.noise_pct - 100.0 * 10.0 / 3f64.sqrt() / 20.0).abs() < 1e-12);
+    let one = Stats::of(&[7]).unwrap();
+    assert_eq!((one.mean, one.stddev, one.noise_pct), (7.0, 0.0, 0.0));
+    let zeros = Stats::of(&[0, 0]).unwrap();
+    assert_eq!(zeros.noise_pct, 0.0);
+    assert!(Stats::of(&[]).is_none());
+}
+
+/// Every key of `v`, recursively.
+fn keys(v: &serde_json::Value, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, v) in m {
+                out.push(k.clone());
+                keys(v, out);
+            }
+        }
+        serde_json::Value::Array(a) => a.iter().for_each(|v| keys(v, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn every_field_is_documented() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../Documentation/pfm.rst");
+    let doc = std::fs::read_to_string(path).expect("Documentation/pfm.rst");
+    let mut all = Vec::new();
+    keys(&serde_json::to_value(full_stat()).unwrap(), &mut all);
+    keys(&serde_json::to_value(full_list()).unwrap(), &mut all);
+    keys(&serde_json::to_value(full_info()).unwrap(), &mut all);
+    all.sort();
+    all.dedup();
+    let missing: Vec<&String> = all
+        .iter()
+        .filter(|k| !doc.contains(&format!("``{k}``")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "fields not in Documentation/pfm.rst: {missing:?}"
+    );
+    assert!(doc.contains(&format!("``schema_version`` is {SCHEMA_VERSION}")));
+}

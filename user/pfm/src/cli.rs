@@ -1,0 +1,225 @@
+//! pfm's command line, declared once: clap derives the parser and `--help`
+//! from these types, and `pfm-gen` (src/bin/pfm-gen.rs) the man page and
+//! the shell completions, so the three cannot disagree.
+//!
+//! What clap cannot express (an option that goes with one target only, a
+//! thread id of 0) is checked by [`StatArgs::check`], whose messages read
+//! like clap's.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+/// `pfm --version`: the tool's version and the module ABI it speaks (the
+/// unit tests hold the number to `PFM_ABI_VERSION`).
+pub const LONG_VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (perfmon ABI 1)");
+
+const LONG_ABOUT: &str = "\
+Per-thread performance counters through /dev/perfmon, the perfmon module's \
+device, in the habits of perf stat: pfm stat counts a command from its first \
+instruction, or a running thread for a while; pfm list shows the events; \
+pfm info shows the module, its ABI and its PMU model.
+
+Load the module first: insmod perfmon.ko (pmu=soft on machines without a \
+usable PMU, such as most virtual machines).";
+
+const AFTER_LONG_HELP: &str = "\
+Events:
+  The module's own event names (pfm list), perf's aliases cs and migrations, \
+raw PMC values (r<hex>, e.g. r5100c0), and, on the hardware models \
+(intel_arch, amd64), every event of the CPU's core PMU in libpfm4's table: \
+EVENT.UMASK or EVENT:UMASK with modifiers (INST_RETIRED.ANY_P:u, \
+BR_MISP_RETIRED.ALL_BRANCHES:c=1). Without :u or :k a libpfm4 event counts \
+user mode only; kernel mode (:k) needs CAP_PERFMON.
+
+Environment:
+  LIBPFM_FORCE_PMU=NAME   use libpfm4's table of PMU NAME (e.g. skl, icl) \
+whatever the CPU says; names are those of libpfm4's showevtinfo -L.
+
+Exit status:
+  pfm stat CMD exits with CMD's status (128+N if a signal N killed it; 127 \
+if CMD cannot be found, 126 if it cannot be run; the last run's with -r). \
+Otherwise 0 on success, 1 on an error, 2 on a usage error.
+
+Documentation/pfm.rst describes the output, the JSON documents and the \
+derived metrics.";
+
+/// `pfm`: per-thread performance counters through /dev/perfmon.
+#[derive(Debug, Parser)]
+#[command(
+    name = "pfm",
+    version,
+    long_version = LONG_VERSION,
+    about = "Per-thread performance counters through /dev/perfmon",
+    long_about = LONG_ABOUT,
+    after_long_help = AFTER_LONG_HELP,
+    arg_required_else_help = true,
+    propagate_version = true
+)]
+pub struct Cli {
+    /// JSON output: one JSON document per line (Documentation/pfm.rst)
+    #[arg(short = 'j', long, global = true)]
+    pub json: bool,
+
+    /// Write the output to FILE instead of the terminal
+    #[arg(short = 'o', long, value_name = "FILE", global = true)]
+    pub output: Option<PathBuf>,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// pfm's commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Count events of a command, or of a running thread
+    #[command(
+        long_about = STAT_ABOUT,
+        after_long_help = AFTER_LONG_HELP
+    )]
+    Stat(StatArgs),
+    /// Events of the loaded PMU model (and libpfm4's, on hardware models)
+    List,
+    /// The module: ABI version, PMU model, counters, vector, live contexts
+    Info,
+}
+
+const STAT_ABOUT: &str = "\
+Count events of a command from its first instruction (pfm stat CMD), or of \
+a running thread (pfm stat -t TID) until Ctrl-C, --duration, or its exit. \
+perfmon counts one thread: the command's initial thread, not the processes \
+or threads it creates.
+
+The table goes to standard error, as perf stat's does, so the command's \
+own output stays clean; -o FILE writes it to FILE instead. --json prints \
+one JSON document per line, -x SEP one CSV line per event in perf stat -x's \
+field order.";
+
+/// `pfm stat` arguments.
+#[derive(Debug, Args)]
+pub struct StatArgs {
+    /// Events to count, comma-separated or repeated (default: the model's
+    /// first events, one per counter)
+    #[arg(
+        short = 'e',
+        long = "event",
+        visible_alias = "events",
+        value_name = "EVENT,...",
+        value_delimiter = ','
+    )]
+    pub events: Vec<String>,
+
+    /// Attach to this running thread instead of running a command (-p: a
+    /// process's main thread, whose id is the process id)
+    #[arg(
+        short = 't',
+        long = "tid",
+        visible_short_alias = 'p',
+        visible_alias = "pid",
+        value_name = "TID",
+        value_parser = parse_tid,
+        conflicts_with = "command"
+    )]
+    pub tid: Option<u32>,
+
+    /// Print the counts of each interval of MS milliseconds (at least 10),
+    /// then the totals
+    #[arg(
+        short = 'I',
+        long = "interval",
+        visible_alias = "interval-ms",
+        value_name = "MS",
+        value_parser = parse_interval
+    )]
+    pub interval: Option<Duration>,
+
+    /// With -t: stop after S seconds (fractions allowed)
+    #[arg(long, value_name = "S", value_parser = parse_secs)]
+    pub duration: Option<Duration>,
+
+    /// Run the command N times and print the mean of each count and its
+    /// variation (± the standard deviation of the mean, in percent)
+    #[arg(
+        short = 'r',
+        long = "repeat",
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..=1_000_000),
+        conflicts_with_all = ["tid", "interval"]
+    )]
+    pub repeat: Option<u32>,
+
+    /// CSV output: one line per event, fields separated by SEP, in perf stat
+    /// -x's order
+    #[arg(short = 'x', long = "field-separator", value_name = "SEP")]
+    pub separator: Option<String>,
+
+    /// Print counts without thousands separators
+    #[arg(long = "no-big-num")]
+    pub no_big_num: bool,
+
+    /// Also count with perf_event_open (software events) and show its
+    /// counts beside
+    #[arg(long)]
+    pub perf: bool,
+
+    /// The command to run and its arguments (options after its name are its
+    /// own; `--` ends pfm's options)
+    #[arg(
+        value_name = "COMMAND",
+        trailing_var_arg = true,
+        value_parser = clap::value_parser!(OsString)
+    )]
+    pub command: Vec<OsString>,
+}
+
+impl StatArgs {
+    /// What clap's declarations cannot say: the target is required, and
+    /// some options go with one target only. `json`: the global `--json`.
+    pub fn check(&self, json: bool) -> Result<(), String> {
+        if self.tid.is_none() && self.command.is_empty() {
+            return Err(
+                "nothing to count: give a command (pfm stat -- CMD ARGS) or a thread (-t TID)"
+                    .into(),
+            );
+        }
+        if self.duration.is_some() && self.tid.is_none() {
+            return Err("--duration goes with -t TID (a command is counted until it ends)".into());
+        }
+        if self.separator.is_some() && json {
+            return Err("-x and --json are two output formats: give one".into());
+        }
+        if self.separator.as_deref() == Some("") {
+            return Err("-x needs a separator (e.g. -x, or -x ';')".into());
+        }
+        Ok(())
+    }
+}
+
+/// A thread id: positive, and one the kernel can have.
+fn parse_tid(v: &str) -> Result<u32, String> {
+    match v.trim().parse::<u32>() {
+        Ok(0) => Err("0 would be pfm itself: give the thread's id".into()),
+        Ok(t) if t <= i32::MAX as u32 => Ok(t),
+        _ => Err(format!("'{v}' is not a thread id")),
+    }
+}
+
+/// An interval in milliseconds, at least 10 (shorter ones measure pfm).
+fn parse_interval(v: &str) -> Result<Duration, String> {
+    match v.trim().parse::<u64>() {
+        Ok(ms) if ms >= 10 => Ok(Duration::from_millis(ms)),
+        Ok(_) => Err("the interval must be at least 10 ms".into()),
+        Err(_) => Err(format!("'{v}' is not a number of milliseconds")),
+    }
+}
+
+/// A positive number of seconds.
+fn parse_secs(v: &str) -> Result<Duration, String> {
+    match v.trim().parse::<f64>() {
+        Ok(s) if s.is_finite() && s > 0.0 && s < 1e9 => Ok(Duration::from_secs_f64(s)),
+        _ => Err(format!("'{v}' is not a positive number of seconds")),
+    }
+}

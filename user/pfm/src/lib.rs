@@ -1,0 +1,108 @@
+//! The `pfm` tool: its command line ([`cli`]), event names ([`events`]:
+//! the module's, raw codes, libpfm4's), what `pfm stat` prints
+//! ([`report`]), and the commands themselves.
+
+use std::process::ExitCode;
+
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser};
+
+pub mod cli;
+pub mod events;
+mod info;
+mod output;
+pub mod report;
+mod stat;
+pub mod usage;
+
+use cli::{Cli, Command};
+
+/// A failure of pfm: the message to print and the exit status.
+#[derive(Debug)]
+pub struct Failure {
+    /// What went wrong, in a tool's words, on one line.
+    pub message: String,
+    /// The exit status.
+    pub code: u8,
+}
+
+impl Failure {
+    /// A failure with exit status 1.
+    pub fn new(message: impl Into<String>) -> Self {
+        Failure {
+            message: message.into(),
+            code: 1,
+        }
+    }
+}
+
+impl From<perfmon::Error> for Failure {
+    fn from(e: perfmon::Error) -> Self {
+        Failure {
+            code: e.shell_code().unwrap_or(1),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Runs a parsed command line; returns the exit status.
+pub fn run(cli: Cli) -> Result<u8, Failure> {
+    let output = cli.output.as_deref();
+    match &cli.command {
+        Command::List => info::list(cli.json, output).map(|_| 0),
+        Command::Info => info::info(cli.json, output).map(|_| 0),
+        Command::Stat(s) => {
+            if let Err(msg) = s.check(cli.json) {
+                return Err(Failure {
+                    message: usage::own(&msg, "pfm stat"),
+                    code: 2,
+                });
+            }
+            stat::stat(s, cli.json, output)
+        }
+    }
+}
+
+/// `pfm` with the process's arguments.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            return match e.kind() {
+                // Help and version are what was asked for: clap prints them
+                // in full (to stdout; to stderr when help stands in for a
+                // missing command).
+                ErrorKind::DisplayHelp
+                | ErrorKind::DisplayVersion
+                | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                    let _ = e.print();
+                    ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2))
+                }
+                _ => {
+                    let args: Vec<String> = std::env::args().skip(1).collect();
+                    let command = usage::command_in(&args);
+                    eprintln!(
+                        "pfm: {}",
+                        usage::one_line(&e.render().to_string(), &command)
+                    );
+                    ExitCode::from(2)
+                }
+            };
+        }
+    };
+    match run(cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(f) => {
+            eprintln!("pfm: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+/// The clap command, for pfm-gen and the tests.
+pub fn command() -> clap::Command {
+    Cli::command()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,187 @@
+//! The command line, as clap parses it with pfm's declarations.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command, StatArgs, LONG_VERSION};
+use crate::usage;
+
+fn p(args: &[&str]) -> Result<Cli, clap::Error> {
+    Cli::try_parse_from(std::iter::once("pfm").chain(args.iter().copied()))
+}
+
+fn stat(args: &[&str]) -> (Cli, StatArgs) {
+    let cli = p(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    match cli.command {
+        Command::Stat(s) => {
+            let cli = Cli {
+                command: Command::List,
+                ..cli
+            };
+            (cli, s)
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+fn os(v: &[&str]) -> Vec<OsString> {
+    v.iter().map(OsString::from).collect()
+}
+
+#[test]
+fn declarations_are_consistent() {
+    crate::command().debug_assert();
+}
+
+#[test]
+fn stat_command() {
+    let (cli, s) = stat(&[
+        "stat",
+        "-e",
+        "cs,task-clock",
+        "--json",
+        "-o",
+        "out.json",
+        "--",
+        "sh",
+        "-c",
+        "x",
+    ]);
+    assert_eq!(s.events, vec!["cs", "task-clock"]);
+    assert!(cli.json);
+    assert_eq!(cli.output, Some(PathBuf::from("out.json")));
+    assert_eq!(s.command, os(&["sh", "-c", "x"]));
+    // Without "--", the first word ends the options; the command's own
+    // options stay its own.
+    let (cli, s) = stat(&["stat", "-ecs", "ls", "-l", "--json"]);
+    assert_eq!(s.events, vec!["cs"]);
+    assert!(!cli.json);
+    assert_eq!(s.command, os(&["ls", "-l", "--json"]));
+    // Global options before the command name; -e repeated.
+    let (cli, s) = stat(&[
+        "--json",
+        "-ox",
+        "stat",
+        "--event=task-clock",
+        "-e",
+        "cs",
+        "true",
+    ]);
+    assert!(cli.json);
+    assert_eq!(cli.output, Some(PathBuf::from("x")));
+    assert_eq!(s.events, vec!["task-clock", "cs"]);
+    // libpfm4 names keep their dots, colons and modifiers.
+    let (_, s) = stat(&[
+        "stat",
+        "-e",
+        "INST_RETIRED.ANY_P:u,BR_MISP_RETIRED:c=1",
+        "true",
+    ]);
+    assert_eq!(
+        s.events,
+        vec!["INST_RETIRED.ANY_P:u", "BR_MISP_RETIRED:c=1"]
+    );
+}
+
+#[test]
+fn stat_options() {
+    let (_, s) = stat(&["stat", "-t", "42", "--interval", "200", "--duration", "1.5"]);
+    assert_eq!(s.tid, Some(42));
+    assert_eq!(s.interval, Some(Duration::from_millis(200)));
+    assert_eq!(s.duration, Some(Duration::from_millis(1500)));
+    let (_, s) = stat(&["stat", "--tid=7", "-I100", "--perf"]);
+    assert_eq!(s.tid, Some(7));
+    assert!(s.perf);
+    assert_eq!(stat(&["stat", "-p", "9"]).1.tid, Some(9));
+    assert_eq!(stat(&["stat", "--pid", "9"]).1.tid, Some(9));
+    let (_, s) = stat(&["stat", "-r", "5", "-x", ";", "--no-big-num", "true"]);
+    assert_eq!(s.repeat, Some(5));
+    assert_eq!(s.separator.as_deref(), Some(";"));
+    assert!(s.no_big_num);
+    // -I in command mode too.
+    let (_, s) = stat(&["stat", "-I", "50", "--", "sleep", "1"]);
+    assert_eq!(s.interval, Some(Duration::from_millis(50)));
+    assert!(s.check(false).is_ok());
+}
+
+#[test]
+fn usage_errors() {
+    for bad in [
+        &["stat", "-t", "0"][..],
+        &["stat", "-t", "x"],
+        &["stat", "-t", "5", "true"],
+        &["stat", "-e"],
+        &["stat", "-t", "5", "--interval", "1"],
+        &["stat", "-t", "5", "--duration", "-1"],
+        &["stat", "--bogus", "true"],
+        &["stat", "-r", "0", "true"],
+        &["stat", "-r", "2", "-t", "5"],
+        &["stat", "-r", "2", "-I", "100", "true"],
+        &["list", "extra"],
+        &["frobnicate"],
+        &["--bogus"],
+    ] {
+        assert!(p(bad).is_err(), "accepted {bad:?}");
+    }
+    // What clap accepts and pfm's own checks refuse.
+    for (bad, json) in [
+        (&["stat"][..], false),
+        (&["stat", "--duration", "1", "true"], false),
+        (&["stat", "-x", ",", "true"], true),
+        (&["stat", "-x", "", "true"], false),
+    ] {
+        let (_, s) = stat(bad);
+        assert!(s.check(json).is_err(), "accepted {bad:?}");
+    }
+}
+
+#[test]
+fn usage_errors_are_one_line() {
+    let e = p(&["stats"]).unwrap_err();
+    let line = usage::one_line(&e.render().to_string(), "pfm");
+    assert_eq!(
+        line,
+        "unrecognized subcommand 'stats'; did you mean 'stat'? (see 'pfm --help')"
+    );
+    for bad in [
+        &["stat", "--bogus", "true"][..],
+        &["stat", "-t", "0"],
+        &["stat", "-t", "5", "true"],
+        &["--bogus"],
+        &["list", "extra"],
+    ] {
+        let e = p(bad).unwrap_err();
+        let args: Vec<String> = bad.iter().map(|s| s.to_string()).collect();
+        let line = usage::one_line(&e.render().to_string(), &usage::command_in(&args));
+        assert!(!line.contains('\n'), "{line}");
+        assert!(line.ends_with("--help')"), "{line}");
+        if bad[0] == "stat" {
+            assert!(line.contains("'pfm stat --help'"), "{line}");
+        }
+    }
+}
+
+#[test]
+fn help_and_version() {
+    let e = p(&["--help"]).unwrap_err();
+    assert_eq!(e.kind(), clap::error::ErrorKind::DisplayHelp);
+    let help = e.render().to_string();
+    assert!(help.contains("Usage: pfm"), "{help}");
+    assert!(help.contains("LIBPFM_FORCE_PMU"), "{help}");
+    let e = p(&["stat", "--help"]).unwrap_err();
+    let help = e.render().to_string();
+    for opt in [
+        "--event",
+        "--tid",
+        "--interval",
+        "--repeat",
+        "--field-separator",
+        "--no-big-num",
+    ] {
+        assert!(help.contains(opt), "{opt} missing from:\n{help}");
+    }
+    assert!(LONG_VERSION.ends_with(&format!("(perfmon ABI {})", perfmon::abi::PFM_ABI_VERSION)));
+}
