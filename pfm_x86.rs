@@ -35,6 +35,7 @@ pub mod model;
 mod percpu;
 mod sim_cpu;
 pub mod soft;
+pub mod throttle;
 
 use claim::Claims;
 pub(crate) use claim::HwClaim;

@@ -33,4 +33,5 @@ pub mod pfm_x86 {
     pub mod intel_sim;
     pub mod model;
     pub mod soft;
+    pub mod throttle;
 }
