@@ -301,6 +301,10 @@ pub struct Info {
     /// Hardware models: libpfm4's PMU for event names, if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub libpfm_pmu: Option<String>,
+    /// Hybrid CPUs: the core types found ("P-core", "E-core", "other");
+    /// the model uses only the counters they all have. Empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub core_types: Vec<String>,
 }
 
 /// `/sys/kernel/perfmon` (a field is absent where its file is).

@@ -102,6 +102,7 @@ fn full_info() -> Info {
             soft_width: Some(64),
         },
         libpfm_pmu: Some("skl".into()),
+        core_types: vec!["P-core".into(), "E-core".into()],
     }
 }
 

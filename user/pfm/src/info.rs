@@ -233,6 +233,11 @@ fn info_doc(pmu: &PmuInfo, sys: &SysInfo, libpfm_pmu: Option<String>) -> Info {
             soft_width: sys.param_soft_width,
         },
         libpfm_pmu,
+        core_types: pmu
+            .core_type_names()
+            .iter()
+            .map(|n| n.to_string())
+            .collect(),
     }
 }
 
@@ -273,6 +278,15 @@ fn info_table(doc: &Info) -> String {
         },
     );
     line("events", format!("{} (see 'pfm list')", doc.events));
+    if !doc.core_types.is_empty() {
+        line(
+            "core types",
+            format!(
+                "{} (hybrid: only the counters all types have)",
+                doc.core_types.join(" + ")
+            ),
+        );
+    }
     if let Some(p) = &doc.libpfm_pmu {
         line("libpfm4 PMU", format!("{p} (its events: 'pfm list')"));
     }
@@ -375,6 +389,22 @@ mod tests {
         let back: Info = serde_json::from_str(&json_line(&doc).unwrap()).unwrap();
         assert_eq!(back, doc);
         assert_eq!(back.sysfs.live_contexts, Some(2));
+        assert!(!table.contains("core types"), "{table}");
+    }
+
+    #[test]
+    fn hybrid_core_types_are_shown() {
+        let mut pmu = soft();
+        pmu.core_types = perfmon::abi::PFM_CORE_TYPE_CORE | perfmon::abi::PFM_CORE_TYPE_ATOM;
+        let doc = info_doc(&pmu, &SysInfo::default(), None);
+        assert_eq!(doc.core_types, ["P-core", "E-core"]);
+        let table = info_table(&doc);
+        assert!(
+            table.contains("core types             P-core + E-core (hybrid"),
+            "{table}"
+        );
+        let back: Info = serde_json::from_str(&json_line(&doc).unwrap()).unwrap();
+        assert_eq!(back, doc);
     }
 
     #[test]
