@@ -459,7 +459,7 @@ impl Context {
         }
         let mut inner = self.inner.lock();
         let cpu = glue::this_cpu();
-        if inner.counters.is_hw() && inner.on_cpu.is_some_and(|c| c != cpu) {
+        if inner.counters.read_only_where_running() && inner.on_cpu.is_some_and(|c| c != cpu) {
             return Err(EAGAIN);
         }
         inner.live_op(cpu, &mut op)

@@ -97,9 +97,10 @@ impl Counters {
         Ok(Self::Hw(KBox::new(hw, GFP_KERNEL_ACCOUNT)?))
     }
 
-    /// Whether these are a hardware model's counters (live on a CPU's PMU
-    /// while their thread runs there).
-    pub(crate) fn is_hw(&self) -> bool {
+    /// Whether the values can only be read on the CPU their thread runs
+    /// on while it runs (a hardware model's: they are on that CPU's PMU).
+    /// The soft model's are exact as of the thread's last switch anywhere.
+    pub(crate) fn read_only_where_running(&self) -> bool {
         matches!(self, Self::Hw(_))
     }
 

@@ -68,6 +68,17 @@ pub fn thread_cpu_ns() -> u64 {
     clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
+/// The calling thread's context switches so far, voluntary and not
+/// (`getrusage(RUSAGE_THREAD)`: the scheduler's own count, which moves at
+/// every switch-out, as perf's context-switches and the module's do).
+pub fn thread_switches() -> u64 {
+    // SAFETY: A zeroed rusage is valid; getrusage writes within it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is valid for writes.
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    (ru.ru_nvcsw + ru.ru_nivcsw) as u64
+}
+
 fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,

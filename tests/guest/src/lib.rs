@@ -86,32 +86,52 @@ pub struct Pair {
     /// must be: read before and after START, and before and after STOP,
     /// it bounds the runtime between the two (see [`OwnClock`]).
     pub own: (u64, u64),
+    /// The same for context-switches, from the thread's own switch count.
+    pub own_switches: (u64, u64),
 }
 
 /// The monitored thread's own CPU time around START and STOP, which bounds
 /// what task-clock may count between them, exactly (Documentation/perfmon.rst,
 /// Accuracy).
+/// The same readings of the thread's own switch count (`getrusage`) bound
+/// context-switches exactly, whatever happens at the window's edges.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct OwnClock {
     start: (u64, u64),
     stop: (u64, u64),
+    start_switches: (u64, u64),
+    stop_switches: (u64, u64),
 }
 
 impl OwnClock {
     /// Runs `start` between two readings of the thread's clock.
     pub fn around_start<R>(&mut self, start: impl FnOnce() -> R) -> R {
+        let s = edges::thread_switches();
         let t = edges::thread_cpu_ns();
         let r = start();
         self.start = (t, edges::thread_cpu_ns());
+        self.start_switches = (s, edges::thread_switches());
         r
     }
 
     /// Runs `stop` between two readings of the thread's clock.
     pub fn around_stop<R>(&mut self, stop: impl FnOnce() -> R) -> R {
+        let s = edges::thread_switches();
         let t = edges::thread_cpu_ns();
         let r = stop();
         self.stop = (t, edges::thread_cpu_ns());
+        self.stop_switches = (s, edges::thread_switches());
         r
+    }
+
+    /// The interval context-switches must lie in: the switches between
+    /// the end of START and the start of STOP at least, those between the
+    /// start of START and the end of STOP at most.
+    pub fn switch_bounds(&self) -> (u64, u64) {
+        (
+            self.stop_switches.0.saturating_sub(self.start_switches.1),
+            self.stop_switches.1.saturating_sub(self.start_switches.0),
+        )
     }
 
     /// The interval task-clock must lie in.
@@ -127,15 +147,24 @@ impl Pair {
     /// Diagnostic text.
     pub fn describe(&self) -> String {
         format!(
-            "task-clock pfm={} perf={} (gap {} ns/switch) own clock [{}, {}] | context-switches pfm={} perf={} | cpu-migrations pfm={} perf={} | time_enabled={} time_running={}",
+            "task-clock pfm={} perf={} (gap {} ns/switch) own clock [{}, {}] | context-switches pfm={} perf={} own [{}, {}] | cpu-migrations pfm={} perf={} | time_enabled={} time_running={}",
             self.pfm[0], self.perf[0], self.per_switch_gap_ns(), self.own.0, self.own.1,
-            self.pfm[1], self.perf[1], self.pfm[2], self.perf[2], self.times.0, self.times.1
+            self.pfm[1], self.perf[1], self.own_switches.0, self.own_switches.1,
+            self.pfm[2], self.perf[2], self.times.0, self.times.1
         )
     }
 
     /// context-switches equal.
     pub fn cs_equal(&self) -> bool {
         self.pfm[1] == self.perf[1]
+    }
+
+    /// context-switches within the thread's own count over the window, and
+    /// not above perf's, whose window (enabled before START, disabled after
+    /// STOP) holds perfmon's.
+    pub fn cs_within_own(&self) -> bool {
+        (self.own_switches.0..=self.own_switches.1).contains(&self.pfm[1])
+            && self.pfm[1] <= self.perf[1]
     }
 
     /// cpu-migrations equal.
@@ -215,6 +244,7 @@ pub fn measure_self(initial: [u64; 3], work: impl FnOnce()) -> Result<Pair, Stri
     let mut pair = Pair {
         times: (counts.time_enabled, counts.time_running),
         own: own.bounds(),
+        own_switches: own.switch_bounds(),
         ..Default::default()
     };
     for i in 0..3 {
