@@ -31,10 +31,12 @@ use crate::rust::{self as glue, new_irq_spinlock, IrqSpinLock};
 use crate::{ebadfd, globals};
 
 mod mailbox;
+mod page;
 mod regs;
 mod thread;
 
 use mailbox::Mailbox;
+use page::CtxPage;
 
 /// The part of a context protected by its lock.
 pub(crate) struct CtxInner {
@@ -83,6 +85,8 @@ pub(crate) struct CtxInner {
     pending_ovfl: u64,
     /// User instruction pointer of the thread when they overflowed.
     pending_ip: u64,
+    /// The mapped counter page, from the first `mmap` on.
+    page: Option<KBox<CtxPage>>,
 }
 
 /// Maps a state-table refusal to its errno.
@@ -153,6 +157,7 @@ impl CtxInner {
         self.fold_running(cpu);
         let r = op(self, glue::now_ns());
         self.sync_hw();
+        self.page_update();
         r
     }
 
@@ -202,6 +207,7 @@ impl CtxInner {
         self.last_cpu = cpu;
         self.on_cpu = Some(cpu);
         self.sync_hw();
+        self.page_update();
     }
 
     /// The context starts following the thread (current) mid-slice, on
@@ -233,6 +239,7 @@ impl CtxInner {
             self.advance(&d);
         }
         self.on_cpu = None;
+        self.page_update();
     }
 
     /// Applies `d` to every counter and records overflows.
@@ -294,6 +301,7 @@ impl CtxInner {
         });
         self.active = false;
         self.on_cpu = None;
+        self.page_update();
         true
     }
 
@@ -307,6 +315,7 @@ impl CtxInner {
         }
         self.active = false;
         self.on_cpu = None;
+        self.page_update();
     }
 
     /// The thread gained privileges the tool lacks: stop monitoring it,
@@ -354,6 +363,7 @@ impl CtxInner {
         self.time_running = 0;
         self.exec_check = false;
         self.msgs.clear();
+        self.page_update();
     }
 }
 
@@ -402,6 +412,7 @@ impl Context {
                         msgs: MsgQueue::new(),
                         pending_ovfl: 0,
                         pending_ip: 0,
+                        page: None,
                     },
                     "perfmon_ctx"
                 ),

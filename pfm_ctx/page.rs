@@ -1,0 +1,138 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The mapped counter page (`mmap` of the context's fd): what the context
+//! publishes there and when. The page is updated under its sequence count
+//! (`pfm_page`) with the context's lock held, at every switch-in and
+//! switch-out of the thread and after every call that folds or changes the
+//! counters, so between two updates nothing it shows changes except what a
+//! running thread can extend by itself: its time on CPU, from the TSC.
+//!
+//! A context without a page pays one predictable branch per update point
+//! ([`CtxInner::page_update`]); the work is out of line.
+
+use kernel::prelude::*;
+
+use super::{Context, CtxInner};
+use crate::abi;
+use crate::globals;
+use crate::pfm_page::{PageCells, PmdUpdate, Update};
+use crate::rust::{self as glue, clock, mm};
+
+// SAFETY: Atomics only (all-zero is a valid value of each), 1152 bytes
+// (pinned in the ABI), every change through the atomics.
+unsafe impl mm::PageContents for PageCells {}
+
+/// A context's page.
+pub(super) struct CtxPage {
+    /// The page user space maps.
+    mem: mm::SharedPage<PageCells>,
+    /// The TSC conversion was valid when the page was made (re-checked at
+    /// each update: the TSC may be marked unstable later).
+    time: bool,
+}
+
+impl CtxPage {
+    /// A page with its constant fields written. May sleep.
+    fn new() -> Result<Self> {
+        let mem = mm::SharedPage::<PageCells>::new()?;
+        let conv = clock::tsc_mult_shift();
+        let (mult, shift) = conv.unwrap_or((0, 0));
+        mem.get()
+            .init(mult, shift as u16, globals().pmu.width as u16);
+        Ok(Self {
+            mem,
+            time: conv.is_some(),
+        })
+    }
+}
+
+impl CtxInner {
+    /// Publishes the context's state to its page, if it has one. Lock held.
+    #[inline(always)]
+    pub(super) fn page_update(&self) {
+        if let Some(page) = &self.page {
+            self.page_write(page);
+        }
+    }
+
+    /// [`CtxInner::page_update`]'s work.
+    #[cold]
+    #[inline(never)]
+    fn page_write(&self, page: &CtxPage) {
+        let cpu = glue::this_cpu();
+        let counting = self.counting();
+        // The thread is current here: its sched_in ran and its sched_out
+        // has not (that one clears `on_cpu` before it updates the page).
+        let running = counting && self.on_cpu == Some(cpu);
+        let mut u = Update {
+            flags: 0,
+            cpu: cpu as u32,
+            pmd_mask: globals().pmu.impl_mask(),
+            time_enabled: self.time_enabled(glue::now_ns()),
+            time_running: self.time_running,
+            tsc_base: 0,
+            state: self.state().abi_value(),
+        };
+        if counting {
+            u.flags |= abi::PFM_PAGE_COUNTING;
+        }
+        if running {
+            u.flags |= abi::PFM_PAGE_RUNNING;
+            if page.time && clock::tsc_user_time_ok() {
+                u.flags |= abi::PFM_PAGE_TIME_VALID;
+                u.tsc_base = clock::rdtsc();
+            }
+        }
+        let clock_pmds = self.counters.clock_pmds();
+        // `index` stays 0: a hardware counter is not offered to `rdpmc`
+        // (Documentation/perfmon.rst, "Reading without a system call").
+        let pmds = self.counters.pmds().iter().enumerate().map(|(i, p)| PmdUpdate {
+            value: p.value,
+            index: 0,
+            flags: if i < 64 && clock_pmds & (1 << i) != 0 {
+                abi::PFM_PAGE_PMD_TIME
+            } else {
+                0
+            },
+            offset: 0,
+        });
+        page.mem.get().write(&u, pmds);
+    }
+}
+
+impl Context {
+    /// `mmap`: maps the context's page read-only (made at the first call).
+    /// One page at offset 0, not writable nor executable.
+    pub(crate) fn mmap(&self, vma: &mm::Vma<'_>) -> Result {
+        if vma.len() != abi::PFM_PAGE_SIZE || vma.pgoff() != 0 {
+            return Err(EINVAL);
+        }
+        if vma.writable_or_exec() {
+            return Err(EPERM);
+        }
+        // Made outside the lock (it may sleep); a racing mmap's may win.
+        let mut fresh = match self.has_page() {
+            true => None,
+            false => Some(KBox::new(CtxPage::new()?, GFP_KERNEL_ACCOUNT)?),
+        };
+        let mem: Option<*const mm::SharedPage<PageCells>> = {
+            let mut inner = self.inner.lock();
+            if inner.page.is_none() {
+                inner.page = fresh.take();
+                inner.page_update();
+            }
+            inner.page.as_deref().map(|p| &p.mem as *const _)
+        };
+        drop(fresh);
+        let mem = mem.ok_or(ENOMEM)?;
+        // SAFETY: Once set, `page` is never replaced nor freed before the
+        // context is dropped, and the caller's file holds the context.
+        // Outside the lock: `insert_ro_page` may sleep.
+        vma.insert_ro_page(unsafe { &*mem })
+    }
+
+    /// Whether the page exists.
+    fn has_page(&self) -> bool {
+        self.inner.lock().page.is_some()
+    }
+}

@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The TSC as user space may read it: whether it is usable to extend times
+//! (`rdtscp`, constant rate, not marked unstable), its conversion to ns as
+//! the scheduler's clock does it, and reading it.
+
+use kernel::bindings;
+
+mod ffi {
+    extern "C" {
+        pub(crate) fn pfm_tsc_user_time_ok() -> bool;
+        pub(crate) fn clocks_calc_mult_shift(
+            mult: *mut u32,
+            shift: *mut u32,
+            from: u32,
+            to: u32,
+            maxsec: u32,
+        );
+    }
+}
+
+/// ns in a ms: `tsc_khz` is in kHz.
+const NSEC_PER_MSEC: u32 = 1_000_000;
+
+/// The TSC-to-ns conversion `(mult, shift)`, if user space may extend times
+/// with the TSC: computed from `tsc_khz` by `clocks_calc_mult_shift` with
+/// the arguments `set_cyc2ns_scale` gives it (maxsec 0), so the rate is
+/// exactly the one `sched_clock` (and so the scheduler's runtime) uses.
+pub(crate) fn tsc_mult_shift() -> Option<(u32, u32)> {
+    // SAFETY: Reads CPU feature bits and the TSC's state; no precondition.
+    if !unsafe { ffi::pfm_tsc_user_time_ok() } {
+        return None;
+    }
+    // SAFETY: `tsc_khz` is set at boot (and refined within the first
+    // seconds, long before a page is mapped); a racy read of a `u32` is
+    // what the kernel's own readers do.
+    let khz = unsafe { core::ptr::read_volatile(core::ptr::addr_of!(bindings::tsc_khz)) };
+    let (mut mult, mut shift) = (0u32, 0u32);
+    // SAFETY: Two valid out-pointers; `khz` is not 0 (checked by the shim).
+    unsafe { ffi::clocks_calc_mult_shift(&mut mult, &mut shift, khz, NSEC_PER_MSEC, 0) };
+    (mult != 0 && shift <= 32).then_some((mult, shift))
+}
+
+/// Whether the TSC is still usable for user time (the clocksource watchdog
+/// may mark it unstable at any time).
+pub(crate) fn tsc_user_time_ok() -> bool {
+    // SAFETY: As in `tsc_mult_shift`.
+    unsafe { ffi::pfm_tsc_user_time_ok() }
+}
+
+/// This CPU's TSC.
+#[inline]
+pub(crate) fn rdtsc() -> u64 {
+    // SAFETY: `rdtsc` reads a counter; every x86-64 CPU has it and the
+    // kernel never disables it for itself (CR4.TSD affects user mode only).
+    unsafe { core::arch::x86_64::_rdtsc() }
+}
