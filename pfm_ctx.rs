@@ -55,8 +55,9 @@ pub(crate) struct CtxInner {
     exec_check: bool,
     /// The counters, on the model the module runs.
     counters: Counters,
-    /// PMDs written.
-    used_pmds: u64,
+    /// PMDs written (PMD numbers are below `PFM_MAX_PMDS`, 32: a `u32`
+    /// keeps the context in its slab class with the page pointer).
+    used_pmds: u32,
     /// The thread side, while attached (and until its cleanup has run).
     attach: Option<Arc<Attachment<Context>>>,
     /// Monitored thread id in the loader's pid namespace.
@@ -477,7 +478,7 @@ impl Context {
             tid: inner.tid,
             flags: inner.flags,
             status,
-            used_pmds: inner.used_pmds,
+            used_pmds: inner.used_pmds.into(),
             reserved: [0; 3],
         }
     }
