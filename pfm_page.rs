@@ -265,24 +265,34 @@ impl PageCells {
     /// The body of [`PageCells::read`]'s window.
     fn read_fields(&self, mask: u64, cpu: &impl UserCpu, retries: u32) -> Reading {
         let flags = self.flags.load(Ordering::Relaxed);
+        let pmd_mask = self.pmd_mask.load(Ordering::Relaxed);
+        let wanted = mask & pmd_mask;
         let mut live = false;
-        let mut delta = 0;
-        if flags & abi::PFM_PAGE_RUNNING != 0 {
-            let (tsc, aux) = cpu.rdtscp();
+        let mut tsc = 0;
+        // `rdtscp` only where the kernel saw it work (TIME_VALID).
+        let both = abi::PFM_PAGE_RUNNING | abi::PFM_PAGE_TIME_VALID;
+        if flags & both == both {
+            let (t, aux) = cpu.rdtscp();
+            tsc = t;
             live = aux & TSC_AUX_CPU_MASK == self.cpu.load(Ordering::Relaxed);
-            if live && flags & abi::PFM_PAGE_TIME_VALID != 0 {
-                let base = self.tsc_base.load(Ordering::Relaxed);
-                let sw = self.shift_width.load(Ordering::Relaxed);
-                let mult = self.time_mult.load(Ordering::Relaxed);
-                // Same CPU, same TSC: never behind the base; clamp anyway.
-                delta = cycles_to_ns(tsc.saturating_sub(base), mult, (sw & 0xffff).min(32));
-            }
+        }
+        // A counter that moves while the thread runs and that the page cannot
+        // extend (a hardware counter without `rdpmc`): no live reading.
+        if live && self.any_stale(wanted) {
+            live = false;
+        }
+        let mut delta = 0;
+        if live {
+            let base = self.tsc_base.load(Ordering::Relaxed);
+            let shift = self.shift_width.load(Ordering::Relaxed) & 0xffff;
+            let mult = self.time_mult.load(Ordering::Relaxed);
+            // Same CPU, same TSC: never behind the base; clamped anyway.
+            delta = cycles_to_ns(tsc.saturating_sub(base), mult, shift.min(32));
         }
         let width = (self.shift_width.load(Ordering::Relaxed) >> 16).min(64);
-        let pmd_mask = self.pmd_mask.load(Ordering::Relaxed);
         let mut values = [0u64; abi::PFM_MAX_PMDS];
         for (i, (cell, v)) in self.pmds.iter().zip(values.iter_mut()).enumerate() {
-            if mask & pmd_mask & (1 << i) == 0 {
+            if wanted & (1 << i) == 0 {
                 continue;
             }
             let mut x = cell.value.load(Ordering::Relaxed);
@@ -310,5 +320,14 @@ impl PageCells {
             live,
             retries,
         }
+    }
+
+    /// Whether a PMD of `mask` is marked stale and has no `rdpmc` index.
+    fn any_stale(&self, mask: u64) -> bool {
+        self.pmds.iter().enumerate().any(|(i, cell)| {
+            mask & (1 << i) != 0
+                && cell.flags.load(Ordering::Relaxed) & abi::PFM_PAGE_PMD_STALE != 0
+                && cell.index.load(Ordering::Relaxed) == 0
+        })
     }
 }

@@ -85,14 +85,20 @@ impl CtxInner {
         }
         let clock_pmds = self.counters.clock_pmds();
         // `index` stays 0: a hardware counter is not offered to `rdpmc`
-        // (Documentation/perfmon.rst, "Reading without a system call").
+        // (Documentation/perfmon.rst, "Reading without a system call"), so
+        // while it counts on the PMU the page's value is stale.
+        let stale = if globals().pmu.hw.is_some() {
+            abi::PFM_PAGE_PMD_STALE
+        } else {
+            0
+        };
         let pmds = self.counters.pmds().iter().enumerate().map(|(i, p)| PmdUpdate {
             value: p.value,
             index: 0,
             flags: if i < 64 && clock_pmds & (1 << i) != 0 {
                 abi::PFM_PAGE_PMD_TIME
             } else {
-                0
+                stale
             },
             offset: 0,
         });

@@ -34,3 +34,6 @@ pub mod pfm_x86 {
     pub mod model;
     pub mod soft;
 }
+
+#[path = "../../pfm_page.rs"]
+pub mod pfm_page;

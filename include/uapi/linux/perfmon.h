@@ -192,6 +192,8 @@ struct pfm_msg {
 
 /* struct pfm_page_pmd.flags */
 #define PFM_PAGE_PMD_TIME	(1u << 0)	/* counts the thread's time on CPU (task-clock) */
+#define PFM_PAGE_PMD_STALE	(1u << 1)	/* moves while the thread runs, and index is 0:
+						 * only the system call reads it live */
 
 struct pfm_page_pmd {
 	__u64 value;		/* 64-bit value at the last update */

@@ -298,6 +298,9 @@ pub const PFM_PAGE_RUNNING: u32 = 1 << 1;
 pub const PFM_PAGE_TIME_VALID: u32 = 1 << 2;
 /// PMD flag: the PMD counts the thread's time on CPU (task-clock).
 pub const PFM_PAGE_PMD_TIME: u32 = 1 << 0;
+/// PMD flag: the value moves while the thread runs and `index` is 0: only
+/// the system call reads it live.
+pub const PFM_PAGE_PMD_STALE: u32 = 1 << 1;
 
 /// One PMD in the mapped counter page.
 #[repr(C)]
