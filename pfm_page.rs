@@ -129,6 +129,10 @@ pub struct Update {
     pub time_running: u64,
     /// The TSC at the update (running, time valid).
     pub tsc_base: u64,
+    /// TSC to ns (time valid): multiplier.
+    pub time_mult: u32,
+    /// TSC to ns (time valid): shift, at most 32.
+    pub time_shift: u16,
     /// `PFM_STATE_*`.
     pub state: u32,
 }
@@ -190,12 +194,11 @@ pub const MAX_TRIES: u32 = 1000;
 
 impl PageCells {
     /// The constant fields, written once when the page is created (before
-    /// any reader can map it): version, TSC conversion, counter width.
-    pub fn init(&self, mult: u32, shift: u16, width: u16) {
+    /// any reader can map it): the version and the counter width.
+    pub fn init(&self, width: u16) {
         self.version.store(abi::PFM_PAGE_VERSION, Ordering::Relaxed);
-        self.time_mult.store(mult, Ordering::Relaxed);
         self.shift_width
-            .store(u32::from(shift) | (u32::from(width) << 16), Ordering::Relaxed);
+            .store(u32::from(width) << 16, Ordering::Relaxed);
     }
 
     /// Writes `u` and the PMDs (`pmds` by PMD number; every PMD not given
@@ -213,6 +216,10 @@ impl PageCells {
         self.time_enabled.store(u.time_enabled, Ordering::Relaxed);
         self.time_running.store(u.time_running, Ordering::Relaxed);
         self.tsc_base.store(u.tsc_base, Ordering::Relaxed);
+        self.time_mult.store(u.time_mult, Ordering::Relaxed);
+        let width = self.shift_width.load(Ordering::Relaxed) & 0xffff_0000;
+        self.shift_width
+            .store(width | u32::from(u.time_shift), Ordering::Relaxed);
         self.state.store(u.state, Ordering::Relaxed);
         for (cell, p) in self.pmds.iter().zip(pmds) {
             cell.value.store(p.value, Ordering::Relaxed);

@@ -26,39 +26,55 @@ unsafe impl mm::PageContents for PageCells {}
 pub(super) struct CtxPage {
     /// The page user space maps.
     mem: mm::SharedPage<PageCells>,
-    /// The TSC conversion was valid when the page was made (re-checked at
-    /// each update: the TSC may be marked unstable later).
-    time: bool,
+    /// The TSC rate the conversion below was computed for, in kHz.
+    khz: u32,
+    /// The TSC-to-ns conversion at `khz`, if there is one.
+    conv: Option<(u32, u32)>,
 }
 
 impl CtxPage {
     /// A page with its constant fields written. May sleep.
     fn new() -> Result<Self> {
         let mem = mm::SharedPage::<PageCells>::new()?;
-        let conv = clock::tsc_mult_shift();
-        let (mult, shift) = conv.unwrap_or((0, 0));
-        mem.get()
-            .init(mult, shift as u16, globals().pmu.width as u16);
+        mem.get().init(globals().pmu.width as u16);
         Ok(Self {
             mem,
-            time: conv.is_some(),
+            khz: 0,
+            conv: None,
         })
+    }
+
+    /// The TSC-to-ns conversion now: recomputed only when the TSC's rate
+    /// changed (cpufreq, on CPUs whose TSC rate follows it).
+    fn conversion(&mut self) -> Option<(u32, u32)> {
+        if !clock::tsc_user_time_ok() {
+            return None;
+        }
+        let khz = clock::tsc_khz();
+        if khz != self.khz {
+            self.khz = khz;
+            self.conv = clock::mult_shift(khz);
+        }
+        self.conv
     }
 }
 
 impl CtxInner {
     /// Publishes the context's state to its page, if it has one. Lock held.
     #[inline(always)]
-    pub(super) fn page_update(&self) {
-        if let Some(page) = &self.page {
-            self.page_write(page);
+    pub(super) fn page_update(&mut self) {
+        if self.page.is_some() {
+            self.page_write();
         }
     }
 
     /// [`CtxInner::page_update`]'s work.
     #[cold]
     #[inline(never)]
-    fn page_write(&self, page: &CtxPage) {
+    fn page_write(&mut self) {
+        let Some(mut page) = self.page.take() else {
+            return;
+        };
         let cpu = glue::this_cpu();
         let counting = self.counting();
         // The thread is current here: its sched_in ran and its sched_out
@@ -71,6 +87,8 @@ impl CtxInner {
             time_enabled: self.time_enabled(glue::now_ns()),
             time_running: self.time_running,
             tsc_base: 0,
+            time_mult: 0,
+            time_shift: 0,
             state: self.state().abi_value(),
         };
         if counting {
@@ -78,8 +96,9 @@ impl CtxInner {
         }
         if running {
             u.flags |= abi::PFM_PAGE_RUNNING;
-            if page.time && clock::tsc_user_time_ok() {
+            if let Some((mult, shift)) = page.conversion() {
                 u.flags |= abi::PFM_PAGE_TIME_VALID;
+                (u.time_mult, u.time_shift) = (mult, shift as u16);
                 u.tsc_base = clock::rdtsc();
             }
         }
@@ -103,6 +122,7 @@ impl CtxInner {
             offset: 0,
         });
         page.mem.get().write(&u, pmds);
+        self.page = Some(page);
     }
 }
 

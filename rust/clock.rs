@@ -22,29 +22,34 @@ mod ffi {
 /// ns in a ms: `tsc_khz` is in kHz.
 const NSEC_PER_MSEC: u32 = 1_000_000;
 
-/// The TSC-to-ns conversion `(mult, shift)`, if user space may extend times
-/// with the TSC: computed from `tsc_khz` by `clocks_calc_mult_shift` with
-/// the arguments `set_cyc2ns_scale` gives it (maxsec 0), so the rate is
-/// exactly the one `sched_clock` (and so the scheduler's runtime) uses.
-pub(crate) fn tsc_mult_shift() -> Option<(u32, u32)> {
-    // SAFETY: Reads CPU feature bits and the TSC's state; no precondition.
-    if !unsafe { ffi::pfm_tsc_user_time_ok() } {
+/// The TSC rate now, in kHz (`tsc_khz`: refined at boot; changed by
+/// cpufreq only on CPUs without a constant-rate TSC).
+pub(crate) fn tsc_khz() -> u32 {
+    // SAFETY: A racy read of a `u32` the kernel updates with plain stores,
+    // as its own readers do.
+    unsafe { core::ptr::read_volatile(core::ptr::addr_of!(bindings::tsc_khz)) }
+}
+
+/// The TSC-to-ns conversion `(mult, shift)` at `khz`: computed by
+/// `clocks_calc_mult_shift` with the arguments `set_cyc2ns_scale` gives it
+/// (maxsec 0), so the rate is exactly the one `sched_clock` (and so the
+/// scheduler's runtime) uses. `None` for a rate of 0 or one it cannot
+/// express with a shift of at most 32.
+pub(crate) fn mult_shift(khz: u32) -> Option<(u32, u32)> {
+    if khz == 0 {
         return None;
     }
-    // SAFETY: `tsc_khz` is set at boot (and refined within the first
-    // seconds, long before a page is mapped); a racy read of a `u32` is
-    // what the kernel's own readers do.
-    let khz = unsafe { core::ptr::read_volatile(core::ptr::addr_of!(bindings::tsc_khz)) };
     let (mut mult, mut shift) = (0u32, 0u32);
-    // SAFETY: Two valid out-pointers; `khz` is not 0 (checked by the shim).
+    // SAFETY: Two valid out-pointers; `khz` is not 0.
     unsafe { ffi::clocks_calc_mult_shift(&mut mult, &mut shift, khz, NSEC_PER_MSEC, 0) };
     (mult != 0 && shift <= 32).then_some((mult, shift))
 }
 
-/// Whether the TSC is still usable for user time (the clocksource watchdog
-/// may mark it unstable at any time).
+/// Whether user space may extend times with the TSC now: `rdtscp`, and a
+/// TSC not marked unstable (the clocksource watchdog may mark it at any
+/// time), which is what makes `sched_clock` the scaled TSC.
 pub(crate) fn tsc_user_time_ok() -> bool {
-    // SAFETY: As in `tsc_mult_shift`.
+    // SAFETY: Reads CPU feature bits and the TSC's state; no precondition.
     unsafe { ffi::pfm_tsc_user_time_ok() }
 }
 

@@ -22,9 +22,13 @@ int pfm_vma_insert_ro_page(struct vm_area_struct *v, void *p)
 	vm_flags_mod(v, VM_DONTEXPAND | VM_DONTDUMP, VM_MAYWRITE | VM_MAYEXEC);
 	return vm_insert_page(v, v->vm_start, virt_to_page(p));
 }
-/* A TSC user space may extend times with: constant rate, rdtscp to tell the CPU, not marked unstable. */
+/*
+ * A TSC user space may extend times with: not marked unstable (then
+ * sched_clock is the TSC scaled by cyc2ns, as perf's cap_user_time asks),
+ * rdtscp to tell the CPU, CPU numbers that fit TSC_AUX's 12 bits.
+ */
 bool pfm_tsc_user_time_ok(void)
 {
-	return boot_cpu_has(X86_FEATURE_CONSTANT_TSC) && boot_cpu_has(X86_FEATURE_RDTSCP) &&
-	       !check_tsc_unstable() && nr_cpu_ids <= 4096 && tsc_khz != 0;
+	return boot_cpu_has(X86_FEATURE_RDTSCP) && !check_tsc_unstable() && nr_cpu_ids <= 4096 &&
+	       READ_ONCE(tsc_khz) != 0;
 }

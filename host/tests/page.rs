@@ -79,7 +79,11 @@ fn mult_shift_converts_within_a_part_per_billion() {
 }
 
 fn running_update(cpu: u32, tsc: u64) -> Update {
+    // 1 GHz: one ns per cycle.
+    let (mult, shift) = calc_mult_shift(1_000_000, 1_000_000, 0);
     Update {
+        time_mult: mult,
+        time_shift: shift as u16,
         flags: PFM_PAGE_COUNTING | PFM_PAGE_RUNNING | PFM_PAGE_TIME_VALID,
         cpu,
         pmd_mask: 0xf,
@@ -104,9 +108,7 @@ fn soft_pmds() -> impl Iterator<Item = PmdUpdate> {
 #[test]
 fn only_the_thread_on_the_pages_cpu_extends_task_clock() {
     let p = page();
-    // 1 GHz: one ns per cycle.
-    let (mult, shift) = calc_mult_shift(1_000_000, 1_000_000, 0);
-    p.init(mult, shift as u16, 64);
+    p.init(64);
     p.write(&running_update(3, 10_000), soft_pmds());
 
     let me = at(3, 14_000);
@@ -143,7 +145,7 @@ fn only_the_thread_on_the_pages_cpu_extends_task_clock() {
 #[test]
 fn a_stale_pmd_without_index_makes_the_reading_not_live() {
     let p = page();
-    p.init(1 << 31, 31, 48);
+    p.init(48);
     let pmds = [PmdUpdate {
         value: 77,
         flags: PFM_PAGE_PMD_STALE,
@@ -189,7 +191,7 @@ fn rdpmc_adds_what_the_counter_counted_since_the_update_across_a_wrap() {
     let raw0 = (1u64 << width) - 100;
     sim.write(0x4c1 + 1, raw0).expect("pmc");
     let p = page();
-    p.init(1 << 31, 31, width as u16);
+    p.init(width as u16);
     let pmds = [
         PmdUpdate::default(),
         PmdUpdate {
