@@ -99,9 +99,21 @@ impl CtxInner {
             if let Some((mult, shift)) = page.conversion() {
                 u.flags |= abi::PFM_PAGE_TIME_VALID;
                 (u.time_mult, u.time_shift) = (mult, shift as u16);
-                u.tsc_base = clock::rdtsc();
+                // Non-zero: the TSC is not 0 past boot.
+                u.tsc_base = clock::rdtsc().max(1);
             }
         }
+        // Running: the thread's clock started before this update (at its
+        // switch-in, the scheduler started it before the notifier ran; at
+        // a fold, a few instructions ago). The page's base is the runtime
+        // now, so the reader's extension starts from the same instant as
+        // the TSC base, not from the last fold.
+        let pending = if u.tsc_base != 0 {
+            glue::current_runtime_ns().saturating_sub(self.run_base)
+        } else {
+            0
+        };
+        u.time_running += pending;
         let clock_pmds = self.counters.clock_pmds();
         // `index` stays 0: a hardware counter is not offered to `rdpmc`
         // (Documentation/perfmon.rst, "Reading without a system call"), so
@@ -112,7 +124,11 @@ impl CtxInner {
             0
         };
         let pmds = self.counters.pmds().iter().enumerate().map(|(i, p)| PmdUpdate {
-            value: p.value,
+            value: if i < 64 && clock_pmds & (1 << i) != 0 {
+                p.value.wrapping_add(pending)
+            } else {
+                p.value
+            },
             index: 0,
             flags: if i < 64 && clock_pmds & (1 << i) != 0 {
                 abi::PFM_PAGE_PMD_TIME

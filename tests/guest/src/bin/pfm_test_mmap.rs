@@ -125,6 +125,7 @@ struct Sandwich {
     max_above: u64,
     switches: u64,
     migrations: u64,
+    reports: usize,
 }
 
 /// Between two reads, sometimes: a 50 us nap, a yield, a move to the
@@ -179,6 +180,16 @@ fn one_read(ctx: &Context, page: &CounterPage, own0: (u64, u64), s: &mut Sandwic
     if b.live() {
         // own clock at START lies in [own0.0, own0.1].
         let (lo, hi) = (t1.saturating_sub(own0.1), t2.saturating_sub(own0.0));
+        if lo.saturating_sub(bv[0]) > 100_000 && s.reports < 5 {
+            s.reports += 1;
+            diag(format!(
+                "deficit: read {} a {:?} b {bv:?} c {:?} own [{lo}, {hi}] seq+{} {b:?}",
+                s.reads,
+                a.values,
+                c.values,
+                page.seq().wrapping_sub(seq)
+            ));
+        }
         s.max_below = s.max_below.max(lo.saturating_sub(bv[0]));
         s.max_above = s.max_above.max(bv[0].saturating_sub(hi));
     }
@@ -322,6 +333,7 @@ fn torture(
 
 fn torture_stop_start() -> TestResult {
     let mut last = [0u64; 3];
+    let mut prev: Option<MappedReading> = None;
     let n = torture(
         |ctx, k| {
             let r = if k % 2 == 1 { ctx.stop() } else { ctx.start() };
@@ -330,9 +342,10 @@ fn torture_stop_start() -> TestResult {
         |r| {
             for (i, l) in last.iter_mut().enumerate() {
                 let v = r.value(i as u16);
-                ensure!(v >= *l, "PMD {i} went back: {v} after {l} ({r:?})");
+                ensure!(v >= *l, "PMD {i} went back: {v} after {l} ({r:?} after {prev:?})");
                 *l = v;
             }
+            prev = Some(*r);
             Ok(())
         },
     )?;
