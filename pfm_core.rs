@@ -30,9 +30,9 @@ mod pfm_ctxsw;
 mod pfm_dev;
 mod pfm_intr;
 #[allow(dead_code)]
-pub mod pfm_page;
-#[allow(dead_code)]
 pub mod pfm_msgq;
+#[allow(dead_code)]
+pub mod pfm_page;
 #[allow(dead_code)]
 pub mod pfm_state;
 pub mod pfm_x86;

@@ -311,7 +311,11 @@ impl PageCells {
                 if index != 0 && width != 0 {
                     let raw = cpu.rdpmc(index - 1);
                     let off = cell.offset.load(Ordering::Relaxed);
-                    let m = if width >= 64 { u64::MAX } else { (1u64 << width) - 1 };
+                    let m = if width >= 64 {
+                        u64::MAX
+                    } else {
+                        (1u64 << width) - 1
+                    };
                     x = x.wrapping_add(raw.wrapping_sub(off) & m);
                 }
             }
@@ -319,8 +323,14 @@ impl PageCells {
         }
         Reading {
             values,
-            time_enabled: self.time_enabled.load(Ordering::Relaxed).wrapping_add(delta),
-            time_running: self.time_running.load(Ordering::Relaxed).wrapping_add(delta),
+            time_enabled: self
+                .time_enabled
+                .load(Ordering::Relaxed)
+                .wrapping_add(delta),
+            time_running: self
+                .time_running
+                .load(Ordering::Relaxed)
+                .wrapping_add(delta),
             flags,
             state: self.state.load(Ordering::Relaxed),
             pmd_mask,

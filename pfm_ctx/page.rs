@@ -123,20 +123,25 @@ impl CtxInner {
         } else {
             0
         };
-        let pmds = self.counters.pmds().iter().enumerate().map(|(i, p)| PmdUpdate {
-            value: if i < 64 && clock_pmds & (1 << i) != 0 {
-                p.value.wrapping_add(pending)
-            } else {
-                p.value
-            },
-            index: 0,
-            flags: if i < 64 && clock_pmds & (1 << i) != 0 {
-                abi::PFM_PAGE_PMD_TIME
-            } else {
-                stale
-            },
-            offset: 0,
-        });
+        let pmds = self
+            .counters
+            .pmds()
+            .iter()
+            .enumerate()
+            .map(|(i, p)| PmdUpdate {
+                value: if i < 64 && clock_pmds & (1 << i) != 0 {
+                    p.value.wrapping_add(pending)
+                } else {
+                    p.value
+                },
+                index: 0,
+                flags: if i < 64 && clock_pmds & (1 << i) != 0 {
+                    abi::PFM_PAGE_PMD_TIME
+                } else {
+                    stale
+                },
+                offset: 0,
+            });
         page.mem.get().write(&u, pmds);
         self.page = Some(page);
     }

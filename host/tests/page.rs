@@ -60,7 +60,10 @@ fn cycles_to_ns_is_the_exact_product_without_overflow() {
             let exact = ((c as u128 * mult as u128) >> shift) as u64;
             let ours = cycles_to_ns(c, mult, shift);
             // The split drops at most one ns of the remainder's rounding.
-            assert!(exact - ours <= 1, "{c} cycles at {khz} kHz: {ours} vs {exact}");
+            assert!(
+                exact - ours <= 1,
+                "{c} cycles at {khz} kHz: {ours} vs {exact}"
+            );
         }
     }
 }
@@ -72,10 +75,16 @@ fn mult_shift_converts_within_a_part_per_billion() {
         // One second of cycles, against the exact 10^9 ns.
         let cycles = khz as u64 * 1000;
         let ns = cycles_to_ns(cycles, mult, shift);
-        assert!(ns.abs_diff(1_000_000_000) <= 1, "{khz} kHz: {ns} ns in a second");
+        assert!(
+            ns.abs_diff(1_000_000_000) <= 1,
+            "{khz} kHz: {ns} ns in a second"
+        );
     }
     // The kernel's values for a 2.5 GHz TSC (clocks_calc_mult_shift, maxsec 0).
-    assert_eq!(calc_mult_shift(2_500_000, 1_000_000, 0), (1_717_986_918, 32));
+    assert_eq!(
+        calc_mult_shift(2_500_000, 1_000_000, 0),
+        (1_717_986_918, 32)
+    );
 }
 
 fn running_update(cpu: u32, tsc: u64) -> Update {
@@ -186,7 +195,8 @@ fn rdpmc_adds_what_the_counter_counted_since_the_update_across_a_wrap() {
     let width = 48u32;
     let mut sim = IntelSim::new(IntelCfg::v(2, 4, width, 0, 0, true));
     // PMC1 counts event 0x3c/0x00 in user mode, enabled.
-    sim.write(0x186 + 1, 0x3c | (1 << 16) | (1 << 22)).expect("evtsel");
+    sim.write(0x186 + 1, 0x3c | (1 << 16) | (1 << 22))
+        .expect("evtsel");
     // Just below the wrap.
     let raw0 = (1u64 << width) - 100;
     sim.write(0x4c1 + 1, raw0).expect("pmc");

@@ -647,14 +647,7 @@ impl FileMap {
     pub fn try_grow(&self) -> Result<(), i32> {
         // SAFETY: growing our own mapping; MREMAP_MAYMOVE moves it only if the
         // kernel allows, and then unmaps nothing else. Undone below.
-        let p = unsafe {
-            libc::mremap(
-                self.addr as *mut libc::c_void,
-                self.len,
-                self.len * 2,
-                0,
-            )
-        };
+        let p = unsafe { libc::mremap(self.addr as *mut libc::c_void, self.len, self.len * 2, 0) };
         if p == libc::MAP_FAILED {
             return Err(errno());
         }
@@ -694,4 +687,3 @@ pub fn in_forked_child(f: impl FnOnce() -> i32) -> Result<i32, i32> {
         128 + libc::WTERMSIG(status)
     })
 }
-

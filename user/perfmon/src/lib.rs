@@ -36,10 +36,10 @@ pub mod abi;
 mod context;
 mod error;
 mod mapped;
+pub mod perf;
 #[path = "../../../pfm_page.rs"]
 #[allow(dead_code)]
 mod pfm_page;
-pub mod perf;
 mod pmu;
 pub mod process;
 mod sys;
@@ -48,8 +48,8 @@ pub mod sysfs;
 pub use context::{
     Context, Counts, CtxState, Message, MessageKind, Messages, Readiness, State, DEVICE,
 };
-pub use mapped::{CounterPage, MappedReading};
 pub use error::{errno_name, errno_text, Error, ErrorKind, Op, Result};
+pub use mapped::{CounterPage, MappedReading};
 pub use pmu::{aliases_of, describe, edit_distance, suggest, Event, Generic, PmuInfo};
 
 #[cfg(test)]

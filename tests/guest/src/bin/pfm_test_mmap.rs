@@ -67,8 +67,22 @@ fn errnos() -> TestResult {
     let cases: [(&str, usize, i32, i32, i64, i32); 5] = [
         ("two pages", 2 * PAGE, ro, sh, 0, libc::EINVAL),
         ("offset one page", PAGE, ro, sh, PAGE as i64, libc::EINVAL),
-        ("PROT_WRITE shared", PAGE, ro | libc::PROT_WRITE, sh, 0, libc::EPERM),
-        ("PROT_WRITE private", PAGE, ro | libc::PROT_WRITE, pr, 0, libc::EPERM),
+        (
+            "PROT_WRITE shared",
+            PAGE,
+            ro | libc::PROT_WRITE,
+            sh,
+            0,
+            libc::EPERM,
+        ),
+        (
+            "PROT_WRITE private",
+            PAGE,
+            ro | libc::PROT_WRITE,
+            pr,
+            0,
+            libc::EPERM,
+        ),
         ("PROT_EXEC", PAGE, ro | libc::PROT_EXEC, sh, 0, libc::EPERM),
     ];
     for (name, len, prot, flags, off, want) in cases {
@@ -79,11 +93,21 @@ fn errnos() -> TestResult {
         }
     }
     let m = FileMap::new(fd, PAGE, ro, sh, 0).map_err(|e| format!("one page: errno {e}"))?;
-    ensure!(m.read_u32(0) == abi::PFM_PAGE_VERSION, "version {}", m.read_u32(0));
+    ensure!(
+        m.read_u32(0) == abi::PFM_PAGE_VERSION,
+        "version {}",
+        m.read_u32(0)
+    );
     let e = m.protect(ro | libc::PROT_WRITE);
-    ensure!(e == Err(libc::EACCES), "mprotect(PROT_WRITE): {e:?}, expected EACCES");
+    ensure!(
+        e == Err(libc::EACCES),
+        "mprotect(PROT_WRITE): {e:?}, expected EACCES"
+    );
     let e = m.try_grow();
-    ensure!(e == Err(libc::EFAULT), "mremap growth: {e:?}, expected EFAULT");
+    ensure!(
+        e == Err(libc::EFAULT),
+        "mremap growth: {e:?}, expected EFAULT"
+    );
     let p = FileMap::new(fd, PAGE, ro, pr, 0).map_err(|e| format!("MAP_PRIVATE: errno {e}"))?;
     ensure!(p.read_u32(4) == m.read_u32(4), "two mappings, two pages");
     Ok(())
@@ -99,16 +123,25 @@ fn before_and_after_load() -> TestResult {
     );
     ctx.load(0).ctx("LOAD")?;
     let r = read_page(&page)?;
-    ensure!(r.state() == abi::PFM_STATE_LOADED && !r.counting(), "after LOAD: {r:?}");
+    ensure!(
+        r.state() == abi::PFM_STATE_LOADED && !r.counting(),
+        "after LOAD: {r:?}"
+    );
     ctx.start().ctx("START")?;
     let r = read_page(&page)?;
     ensure!(r.counting() && r.thread_running(), "after START: {r:?}");
-    ensure!(r.live(), "the monitored thread's own read is not live: {r:?}");
+    ensure!(
+        r.live(),
+        "the monitored thread's own read is not live: {r:?}"
+    );
     let late = ctx.map_counter_page().ctx("mmap after LOAD")?;
     ensure!(late.seq() == page.seq(), "two mappings disagree");
     ctx.unload().ctx("UNLOAD")?;
     let r = read_page(&page)?;
-    ensure!(r.state() == abi::PFM_STATE_UNLOADED && !r.counting(), "after UNLOAD: {r:?}");
+    ensure!(
+        r.state() == abi::PFM_STATE_UNLOADED && !r.counting(),
+        "after UNLOAD: {r:?}"
+    );
     Ok(())
 }
 
@@ -252,7 +285,10 @@ fn sandwich_checks(t: &mut Tap) {
                 if s.max_below <= tol && s.max_above <= 1_000 {
                     Ok(())
                 } else {
-                    Err(format!("below by {} ns, above by {} ns", s.max_below, s.max_above))
+                    Err(format!(
+                        "below by {} ns, above by {} ns",
+                        s.max_below, s.max_above
+                    ))
                 },
             );
         }
@@ -282,8 +318,15 @@ fn other_thread_not_live() -> TestResult {
     stop.store(true, Ordering::Relaxed);
     let (n, max) = reader.join().map_err(|_| "reader panicked")??;
     let after = ctx.read_values(MASK).ctx("READ_VALUES")?;
-    diag(format!("other thread: {n} reads, task-clock up to {max}, owner's {}", after.values[0]));
-    ensure!(n > 0 && max <= after.values[0], "reader saw {max} > {}", after.values[0]);
+    diag(format!(
+        "other thread: {n} reads, task-clock up to {max}, owner's {}",
+        after.values[0]
+    ));
+    ensure!(
+        n > 0 && max <= after.values[0],
+        "reader saw {max} > {}",
+        after.values[0]
+    );
     Ok(())
 }
 
@@ -342,7 +385,10 @@ fn torture_stop_start() -> TestResult {
         |r| {
             for (i, l) in last.iter_mut().enumerate() {
                 let v = r.value(i as u16);
-                ensure!(v >= *l, "PMD {i} went back: {v} after {l} ({r:?} after {prev:?})");
+                ensure!(
+                    v >= *l,
+                    "PMD {i} went back: {v} after {l} ({r:?} after {prev:?})"
+                );
                 *l = v;
             }
             prev = Some(*r);
@@ -375,7 +421,10 @@ fn torture_write_pmds() -> TestResult {
             Ok(())
         },
     )?;
-    diag(format!("WRITE_PMDS torture: {n} reads, last write {}", last / STEP));
+    diag(format!(
+        "WRITE_PMDS torture: {n} reads, last write {}",
+        last / STEP
+    ));
     ensure!(last > 0, "no write seen");
     Ok(())
 }
@@ -393,7 +442,11 @@ fn close_while_mapped() -> TestResult {
         "the context stopped at close: {r1:?} then {r2:?}"
     );
     let during = module::live_contexts().ok_or("live_contexts unreadable")?;
-    ensure!(during == before + 1, "while mapped: {during} contexts, expected {}", before + 1);
+    ensure!(
+        during == before + 1,
+        "while mapped: {during} contexts, expected {}",
+        before + 1
+    );
     drop(page);
     module::wait_contexts(before, Duration::from_secs(5))
 }
@@ -404,13 +457,25 @@ fn main() {
     pfm_guest::watchdog(Duration::from_secs(220));
     t.require("insmod perfmon.ko", module::insmod(&[]));
     t.run("mmap errnos; read-only for good", errnos);
-    t.run("mapped before LOAD: UNLOADED, then LOADED, counting, live", before_and_after_load);
+    t.run(
+        "mapped before LOAD: UNLOADED, then LOADED, counting, live",
+        before_and_after_load,
+    );
     sandwich_checks(&mut t);
-    t.run("another thread reads values as of the last update, not live", other_thread_not_live);
-    t.run("a forked child reads the inherited page, not live", forked_child_not_live);
+    t.run(
+        "another thread reads values as of the last update, not live",
+        other_thread_not_live,
+    );
+    t.run(
+        "a forked child reads the inherited page, not live",
+        forked_child_not_live,
+    );
     t.run("STOP/START hammered: nothing goes back", torture_stop_start);
     t.run("WRITE_PMDS hammered: no torn update", torture_write_pmds);
-    t.run("close while mapped: the context counts on until munmap", close_while_mapped);
+    t.run(
+        "close while mapped: the context counts on until munmap",
+        close_while_mapped,
+    );
     t.run("rmmod", || module::rmmod().ctx("rmmod"));
     t.finish();
 }
