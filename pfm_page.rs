@@ -163,11 +163,9 @@ pub trait UserCpu {
 /// `TSC_AUX`'s CPU number bits (`vdso_encode_cpunode`).
 pub const TSC_AUX_CPU_MASK: u32 = 0xfff;
 
-/// One consistent read of the page.
+/// What one consistent read of the page says besides the values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Reading {
-    /// Values by PMD number (PMDs outside the requested mask: 0).
-    pub values: [u64; abi::PFM_MAX_PMDS],
+pub struct Meta {
     /// ns loaded and started.
     pub time_enabled: u64,
     /// ns the thread ran while started.
@@ -184,6 +182,15 @@ pub struct Reading {
     pub live: bool,
     /// Times the sequence count changed under the reader.
     pub retries: u32,
+}
+
+/// One consistent read of the page, values by PMD number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reading {
+    /// Values by PMD number (PMDs outside the requested mask: 0).
+    pub values: [u64; abi::PFM_MAX_PMDS],
+    /// The rest.
+    pub meta: Meta,
 }
 
 /// Tries a reader makes before it gives up (the caller then uses the
@@ -242,8 +249,25 @@ impl PageCells {
         self.version.load(Ordering::Relaxed)
     }
 
-    /// Reads the PMDs of `mask` consistently; `None` after [`MAX_TRIES`]
-    /// changes under the reader.
+    /// Reads the PMDs of `mask` consistently, by PMD number; `None` after
+    /// [`MAX_TRIES`] changes under the reader. See [`PageCells::read_into`].
+    pub fn read(&self, mask: u64, cpu: &impl UserCpu) -> Option<Reading> {
+        let mut packed = [0u64; abi::PFM_MAX_PMDS];
+        let meta = self.read_into(mask, cpu, &mut packed)?;
+        let mut values = [0u64; abi::PFM_MAX_PMDS];
+        let wanted = mask & meta.pmd_mask;
+        let slots = values.iter_mut().enumerate();
+        let chosen = slots.filter(|(i, _)| wanted & (1 << i) != 0);
+        for ((_, v), x) in chosen.zip(packed) {
+            *v = x;
+        }
+        Some(Reading { values, meta })
+    }
+
+    /// Reads the PMDs of `mask` that the page describes consistently into
+    /// `out`, in PMD order (as `PFM_IOC_READ_VALUES` does; a short `out`
+    /// gets the first ones); `None` after [`MAX_TRIES`] changes under the
+    /// reader.
     ///
     /// The reader is the monitored thread exactly when the page says the
     /// thread runs on CPU `c` and `rdtscp`, inside the sequence window,
@@ -252,99 +276,121 @@ impl PageCells {
     /// count), and no other thread can run there then. Only that reader
     /// extends task-clock by the TSC since the update and reads `rdpmc`;
     /// any other sees the values of the last update, `live` false.
-    pub fn read(&self, mask: u64, cpu: &impl UserCpu) -> Option<Reading> {
+    #[inline]
+    pub fn read_into(&self, mask: u64, cpu: &impl UserCpu, out: &mut [u64]) -> Option<Meta> {
         for retries in 0..MAX_TRIES {
             let s1 = self.seq.load(Ordering::Acquire);
             if s1 & 1 != 0 {
                 core::hint::spin_loop();
                 continue;
             }
-            let r = self.read_fields(mask, cpu, retries);
+            let mut m = self.read_fields(mask, cpu, out, true);
+            if m.stale {
+                // A counter the page cannot extend: the update's values.
+                m = self.read_fields(mask, cpu, out, false);
+            }
             // Orders the data reads before the re-check of the count.
             fence(Ordering::Acquire);
             if self.seq.load(Ordering::Relaxed) == s1 {
-                return Some(r);
+                m.meta.retries = retries;
+                return Some(m.meta);
             }
         }
         None
     }
 
-    /// The body of [`PageCells::read`]'s window.
-    fn read_fields(&self, mask: u64, cpu: &impl UserCpu, retries: u32) -> Reading {
+    /// The body of [`PageCells::read_into`]'s window; `may_extend`: false
+    /// for the second pass after a stale PMD.
+    #[inline(always)]
+    fn read_fields(
+        &self,
+        mask: u64,
+        cpu: &impl UserCpu,
+        out: &mut [u64],
+        may_extend: bool,
+    ) -> Fields {
         let flags = self.flags.load(Ordering::Relaxed);
         let pmd_mask = self.pmd_mask.load(Ordering::Relaxed);
-        let wanted = mask & pmd_mask;
         let mut live = false;
-        let mut tsc = 0;
+        let mut delta = 0;
         // `rdtscp` only where the kernel saw it work (TIME_VALID).
         let both = abi::PFM_PAGE_RUNNING | abi::PFM_PAGE_TIME_VALID;
-        if flags & both == both {
-            let (t, aux) = cpu.rdtscp();
-            tsc = t;
+        if may_extend && flags & both == both {
+            let (tsc, aux) = cpu.rdtscp();
             live = aux & TSC_AUX_CPU_MASK == self.cpu.load(Ordering::Relaxed);
-        }
-        // A counter that moves while the thread runs and that the page cannot
-        // extend (a hardware counter without `rdpmc`): no live reading.
-        if live && self.any_stale(wanted) {
-            live = false;
-        }
-        let mut delta = 0;
-        if live {
-            let base = self.tsc_base.load(Ordering::Relaxed);
-            let shift = self.shift_width.load(Ordering::Relaxed) & 0xffff;
-            let mult = self.time_mult.load(Ordering::Relaxed);
-            // Same CPU, same TSC: never behind the base; clamped anyway.
-            delta = cycles_to_ns(tsc.saturating_sub(base), mult, shift.min(32));
-        }
-        let width = (self.shift_width.load(Ordering::Relaxed) >> 16).min(64);
-        let mut values = [0u64; abi::PFM_MAX_PMDS];
-        for (i, (cell, v)) in self.pmds.iter().zip(values.iter_mut()).enumerate() {
-            if wanted & (1 << i) == 0 {
-                continue;
+            if live {
+                let base = self.tsc_base.load(Ordering::Relaxed);
+                let sw = self.shift_width.load(Ordering::Relaxed);
+                let mult = self.time_mult.load(Ordering::Relaxed);
+                // Same CPU, same TSC: never behind the base; clamped anyway.
+                delta = cycles_to_ns(tsc.saturating_sub(base), mult, (sw & 0xffff).min(32));
             }
+        }
+        let mut stale = false;
+        let mut wanted = mask & pmd_mask & ((1u64 << abi::PFM_MAX_PMDS) - 1);
+        for slot in out.iter_mut() {
+            if wanted == 0 {
+                break;
+            }
+            let i = wanted.trailing_zeros() as usize;
+            wanted &= wanted - 1;
+            let Some(cell) = self.pmds.get(i) else {
+                break;
+            };
             let mut x = cell.value.load(Ordering::Relaxed);
             if live {
-                if cell.flags.load(Ordering::Relaxed) & abi::PFM_PAGE_PMD_TIME != 0 {
-                    x = x.wrapping_add(delta);
-                }
+                let f = cell.flags.load(Ordering::Relaxed);
                 let index = cell.index.load(Ordering::Relaxed);
-                if index != 0 && width != 0 {
-                    let raw = cpu.rdpmc(index - 1);
-                    let off = cell.offset.load(Ordering::Relaxed);
-                    let m = if width >= 64 {
-                        u64::MAX
-                    } else {
-                        (1u64 << width) - 1
-                    };
-                    x = x.wrapping_add(raw.wrapping_sub(off) & m);
+                if f & abi::PFM_PAGE_PMD_TIME != 0 {
+                    x = x.wrapping_add(delta);
+                } else if index != 0 {
+                    x = x.wrapping_add(self.pmc_since(cell, index, cpu));
+                } else if f & abi::PFM_PAGE_PMD_STALE != 0 {
+                    stale = true;
                 }
             }
-            *v = x;
+            *slot = x;
         }
-        Reading {
-            values,
-            time_enabled: self
-                .time_enabled
-                .load(Ordering::Relaxed)
-                .wrapping_add(delta),
-            time_running: self
-                .time_running
-                .load(Ordering::Relaxed)
-                .wrapping_add(delta),
-            flags,
-            state: self.state.load(Ordering::Relaxed),
-            pmd_mask,
-            live,
-            retries,
+        Fields {
+            meta: Meta {
+                time_enabled: self
+                    .time_enabled
+                    .load(Ordering::Relaxed)
+                    .wrapping_add(delta),
+                time_running: self
+                    .time_running
+                    .load(Ordering::Relaxed)
+                    .wrapping_add(delta),
+                flags,
+                state: self.state.load(Ordering::Relaxed),
+                pmd_mask,
+                live,
+                retries: 0,
+            },
+            stale,
         }
     }
 
-    /// Whether a PMD of `mask` is marked stale and has no `rdpmc` index.
-    fn any_stale(&self, mask: u64) -> bool {
-        self.pmds.iter().enumerate().any(|(i, cell)| {
-            mask & (1 << i) != 0
-                && cell.flags.load(Ordering::Relaxed) & abi::PFM_PAGE_PMD_STALE != 0
-                && cell.index.load(Ordering::Relaxed) == 0
-        })
+    /// What counter `index` (the page's, + 1) counted since the update.
+    fn pmc_since(&self, cell: &PmdCells, index: u32, cpu: &impl UserCpu) -> u64 {
+        let width = (self.shift_width.load(Ordering::Relaxed) >> 16).min(64);
+        if width == 0 {
+            return 0;
+        }
+        let raw = cpu.rdpmc(index - 1);
+        let off = cell.offset.load(Ordering::Relaxed);
+        let m = if width >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << width) - 1
+        };
+        raw.wrapping_sub(off) & m
     }
+}
+
+/// [`PageCells::read_fields`]' result.
+struct Fields {
+    meta: Meta,
+    /// A PMD moves while the thread runs and the page cannot extend it.
+    stale: bool,
 }

@@ -122,15 +122,15 @@ fn only_the_thread_on_the_pages_cpu_extends_task_clock() {
 
     let me = at(3, 14_000);
     let r = p.read(0xf, &me).expect("a reading");
-    assert!(r.live);
+    assert!(r.meta.live);
     assert_eq!(&r.values[..4], &[5000, 7, 2, 0]);
-    assert_eq!((r.time_enabled, r.time_running), (4500, 4400));
+    assert_eq!((r.meta.time_enabled, r.meta.time_running), (4500, 4400));
 
     let other = at(2, 14_000);
     let r = p.read(0xf, &other).expect("a reading");
-    assert!(!r.live, "another CPU: values as of the update");
+    assert!(!r.meta.live, "another CPU: values as of the update");
     assert_eq!(&r.values[..4], &[1000, 7, 2, 0]);
-    assert_eq!((r.time_enabled, r.time_running), (500, 400));
+    assert_eq!((r.meta.time_enabled, r.meta.time_running), (500, 400));
 
     // Switched out: nobody extends, and nobody needs rdtscp.
     let mut u = running_update(3, 0);
@@ -138,7 +138,7 @@ fn only_the_thread_on_the_pages_cpu_extends_task_clock() {
     p.write(&u, soft_pmds());
     let me = at(3, 20_000);
     let r = p.read(0xf, &me).expect("a reading");
-    assert!(!r.live);
+    assert!(!r.meta.live);
     assert_eq!(r.values[0], 1000);
     assert_eq!(me.rdtscp_calls.get(), 0);
 
@@ -147,7 +147,7 @@ fn only_the_thread_on_the_pages_cpu_extends_task_clock() {
     u.flags &= !PFM_PAGE_TIME_VALID;
     p.write(&u, soft_pmds());
     let r = p.read(0xf, &me).expect("a reading");
-    assert!(!r.live);
+    assert!(!r.meta.live);
     assert_eq!(me.rdtscp_calls.get(), 0);
 }
 
@@ -162,11 +162,11 @@ fn a_stale_pmd_without_index_makes_the_reading_not_live() {
     }];
     p.write(&running_update(0, 0), pmds.into_iter());
     let r = p.read(1, &at(0, 10)).expect("a reading");
-    assert!(!r.live);
+    assert!(!r.meta.live);
     assert_eq!(r.values[0], 77);
     // Asking only for PMDs that are not stale keeps it live.
     let r = p.read(2, &at(0, 10)).expect("a reading");
-    assert!(r.live);
+    assert!(r.meta.live);
 }
 
 /// The reader's CPU on the Intel simulator: `rdpmc` reads its counters.
@@ -218,7 +218,7 @@ fn rdpmc_adds_what_the_counter_counted_since_the_update_across_a_wrap() {
     };
     cpu.sim.borrow_mut().count((0x3c, 0), Ring::User, 250);
     let r = p.read(0b10, &cpu).expect("a reading");
-    assert!(r.live);
+    assert!(r.meta.live);
     assert_eq!(r.values[1], 1_000_250, "150 after the wrap, 100 before");
     // Another CPU must not read the PMU at all: the counter there is not ours.
     let elsewhere = SimCpu {
@@ -226,7 +226,7 @@ fn rdpmc_adds_what_the_counter_counted_since_the_update_across_a_wrap() {
         cpu: 4,
     };
     let r = p.read(0b10, &elsewhere).expect("a reading");
-    assert!(!r.live);
+    assert!(!r.meta.live);
     assert_eq!(r.values[1], 1_000_000);
 }
 
@@ -256,13 +256,13 @@ fn readers_never_see_a_torn_update() {
                         continue;
                     };
                     // Every field of one update carries the same n.
-                    let n = r.time_enabled;
+                    let n = r.meta.time_enabled;
                     assert!(r.values.iter().all(|&v| v == n), "torn: {r:?}");
-                    assert_eq!(r.time_running, n);
+                    assert_eq!(r.meta.time_running, n);
                     assert!(n >= last, "went back: {n} after {last}");
                     last = n;
                     reads += 1;
-                    retried += u64::from(r.retries != 0);
+                    retried += u64::from(r.meta.retries != 0);
                 }
                 (reads, retried)
             })

@@ -509,17 +509,7 @@ impl Page {
     pub fn read(&self, mask: u64, vals: &mut [u64]) -> io::Result<bool> {
         // SAFETY: the mapping lives as long as `self`; its cells are atomics.
         let cells = unsafe { self.0.as_ref() };
-        let Some(r) = cells.read(mask, &Rdtscp) else {
-            return Ok(false);
-        };
-        let mut k = 0;
-        for (i, v) in r.values.iter().enumerate() {
-            if mask & (1 << i) != 0 && k < vals.len() {
-                vals[k] = *v;
-                k += 1;
-            }
-        }
-        Ok(r.live)
+        Ok(cells.read_into(mask, &Rdtscp, vals).is_some_and(|m| m.live))
     }
 }
 

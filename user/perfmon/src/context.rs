@@ -420,17 +420,17 @@ impl Context {
     /// at the first call.
     pub fn read_mapped(&self, pmd_mask: u64) -> Result<Counts> {
         let page = self.page.get_or_init(|| CounterPage::map(self.fd()).ok());
-        if let Some(r) = page.as_ref().and_then(|p| p.read(pmd_mask)) {
-            if r.exact() && r.state() == PFM_STATE_LOADED && r.pmd_mask() & pmd_mask == pmd_mask {
-                let values = (0..64u16)
-                    .filter(|i| pmd_mask & (1 << i) != 0)
-                    .map(|i| r.value(i))
-                    .collect();
-                return Ok(Counts {
-                    values,
-                    time_enabled: r.time_enabled(),
-                    time_running: r.time_running(),
-                });
+        if let Some(page) = page {
+            let mut values = vec![0u64; pmd_mask.count_ones() as usize];
+            if let Some(r) = page.read_into(pmd_mask, &mut values) {
+                let all = r.pmd_mask() & pmd_mask == pmd_mask;
+                if r.exact() && r.state() == PFM_STATE_LOADED && all {
+                    return Ok(Counts {
+                        values,
+                        time_enabled: r.time_enabled(),
+                        time_running: r.time_running(),
+                    });
+                }
             }
         }
         self.read_values(pmd_mask)

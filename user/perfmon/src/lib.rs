@@ -49,7 +49,7 @@ pub use context::{
     Context, Counts, CtxState, Message, MessageKind, Messages, Readiness, State, DEVICE,
 };
 pub use error::{errno_name, errno_text, Error, ErrorKind, Op, Result};
-pub use mapped::{CounterPage, MappedReading};
+pub use mapped::{CounterPage, MappedReading, MappedStatus};
 pub use pmu::{aliases_of, describe, edit_distance, suggest, Event, Generic, PmuInfo};
 
 #[cfg(test)]
