@@ -8,7 +8,7 @@
 //! - Mapped before LOAD: the page says UNLOADED, then LOADED and counting.
 //! - Sandwich: a thread reading its own task-clock, context-switches and
 //!   cpu-migrations, `READ_VALUES` ≤ page ≤ the next `READ_VALUES`, every
-//!   time, over `PFM_MMAP_READS` (default 200,000) reads interleaved with
+//!   time, over `PFM_MMAP_READS` (default 1,000,000) reads interleaved with
 //!   sleeps, yields and moves between CPU 0 and 1.
 //! - Agreement: where the page was not updated since the ioctl before it
 //!   (the thread was not switched), context-switches and cpu-migrations
@@ -22,7 +22,8 @@
 //!   the owner reads: nothing goes backwards while counting, no torn
 //!   update.
 //! - close while mapped: the mapping holds the file, so the context lives
-//!   and counts on until munmap, as with any mapped file; rmmod.
+//!   and counts on until munmap, as with any mapped file, and rmmod is
+//!   refused meanwhile; rmmod.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -43,7 +44,7 @@ fn reads() -> usize {
     std::env::var("PFM_MMAP_READS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(200_000)
+        .unwrap_or(1_000_000)
 }
 
 /// A context counting the calling thread, and its page.
@@ -447,6 +448,11 @@ fn close_while_mapped() -> TestResult {
         "while mapped: {during} contexts, expected {}",
         before + 1
     );
+    // The mapping holds the file, the file the module.
+    ensure!(
+        module::rmmod_once().is_err(),
+        "rmmod succeeded with a page mapped"
+    );
     drop(page);
     module::wait_contexts(before, Duration::from_secs(5))
 }
@@ -454,7 +460,7 @@ fn close_while_mapped() -> TestResult {
 fn main() {
     pfm_guest::child::dispatch();
     let mut t = Tap::new(PLAN);
-    pfm_guest::watchdog(Duration::from_secs(220));
+    pfm_guest::watchdog(Duration::from_secs(480));
     t.require("insmod perfmon.ko", module::insmod(&[]));
     t.run("mmap errnos; read-only for good", errnos);
     t.run(
@@ -473,7 +479,7 @@ fn main() {
     t.run("STOP/START hammered: nothing goes back", torture_stop_start);
     t.run("WRITE_PMDS hammered: no torn update", torture_write_pmds);
     t.run(
-        "close while mapped: the context counts on until munmap",
+        "close while mapped: the context counts on until munmap; rmmod refused meanwhile",
         close_while_mapped,
     );
     t.run("rmmod", || module::rmmod().ctx("rmmod"));
