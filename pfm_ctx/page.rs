@@ -10,6 +10,8 @@
 //! A context without a page pays one predictable branch per update point
 //! ([`CtxInner::page_update`]); the work is out of line.
 
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
 use kernel::prelude::*;
 
 use super::{Context, CtxInner};
@@ -23,13 +25,16 @@ use crate::rust::{self as glue, clock, mm};
 unsafe impl mm::PageContents for PageCells {}
 
 /// A context's page.
+///
+/// Never changed through `&mut` once installed: `mmap` holds a shared
+/// reference to `mem` outside the lock while updates run.
 pub(super) struct CtxPage {
     /// The page user space maps.
     mem: mm::SharedPage<PageCells>,
     /// The TSC rate the conversion below was computed for, in kHz.
-    khz: u32,
-    /// The TSC-to-ns conversion at `khz`, if there is one.
-    conv: Option<(u32, u32)>,
+    khz: AtomicU32,
+    /// The TSC-to-ns conversion at `khz`: `mult << 32 | shift`, 0 if none.
+    conv: AtomicU64,
 }
 
 impl CtxPage {
@@ -39,42 +44,42 @@ impl CtxPage {
         mem.get().init(globals().pmu.width as u16);
         Ok(Self {
             mem,
-            khz: 0,
-            conv: None,
+            khz: AtomicU32::new(0),
+            conv: AtomicU64::new(0),
         })
     }
 
     /// The TSC-to-ns conversion now: recomputed only when the TSC's rate
-    /// changed (cpufreq, on CPUs whose TSC rate follows it).
-    fn conversion(&mut self) -> Option<(u32, u32)> {
+    /// changed (cpufreq, on CPUs whose TSC rate follows it). Under the
+    /// context's lock: the atomics only keep the borrow shared.
+    fn conversion(&self) -> Option<(u32, u32)> {
         if !clock::tsc_user_time_ok() {
             return None;
         }
         let khz = clock::tsc_khz();
-        if khz != self.khz {
-            self.khz = khz;
-            self.conv = clock::mult_shift(khz);
+        if khz != self.khz.load(Ordering::Relaxed) {
+            let c = clock::mult_shift(khz).map_or(0, |(m, s)| u64::from(m) << 32 | u64::from(s));
+            self.conv.store(c, Ordering::Relaxed);
+            self.khz.store(khz, Ordering::Relaxed);
         }
-        self.conv
+        let c = self.conv.load(Ordering::Relaxed);
+        (c != 0).then_some(((c >> 32) as u32, c as u32))
     }
 }
 
 impl CtxInner {
     /// Publishes the context's state to its page, if it has one. Lock held.
     #[inline(always)]
-    pub(super) fn page_update(&mut self) {
-        if self.page.is_some() {
-            self.page_write();
+    pub(super) fn page_update(&self) {
+        if let Some(page) = &self.page {
+            self.page_write(page);
         }
     }
 
     /// [`CtxInner::page_update`]'s work.
     #[cold]
     #[inline(never)]
-    fn page_write(&mut self) {
-        let Some(mut page) = self.page.take() else {
-            return;
-        };
+    fn page_write(&self, page: &CtxPage) {
         let cpu = glue::this_cpu();
         let counting = self.counting();
         // The thread is current here: its sched_in ran and its sched_out
@@ -143,7 +148,6 @@ impl CtxInner {
                 offset: 0,
             });
         page.mem.get().write(&u, pmds);
-        self.page = Some(page);
     }
 }
 
@@ -172,9 +176,10 @@ impl Context {
         };
         drop(fresh);
         let mem = mem.ok_or(ENOMEM)?;
-        // SAFETY: Once set, `page` is never replaced nor freed before the
-        // context is dropped, and the caller's file holds the context.
-        // Outside the lock: `insert_ro_page` may sleep.
+        // SAFETY: Once set, `page` is never replaced, freed nor borrowed
+        // mutably before the context is dropped (`CtxPage`), and the
+        // caller's file holds the context. Outside the lock:
+        // `insert_ro_page` may sleep.
         vma.insert_ro_page(unsafe { &*mem })
     }
 
