@@ -95,6 +95,8 @@ impl CtxInner {
             time_mult: 0,
             time_shift: 0,
             state: self.state().abi_value(),
+            time_pmds: 0,
+            slow_pmds: 0,
         };
         if counting {
             u.flags |= abi::PFM_PAGE_COUNTING;
@@ -120,10 +122,12 @@ impl CtxInner {
         };
         u.time_running += pending;
         let clock_pmds = self.counters.clock_pmds();
+        u.time_pmds = clock_pmds;
         // `index` stays 0: a hardware counter is not offered to `rdpmc`
         // (Documentation/perfmon.rst, "Reading without a system call"), so
         // while it counts on the PMU the page's value is stale.
         let stale = if globals().pmu.hw.is_some() {
+            u.slow_pmds = u.pmd_mask & !clock_pmds;
             abi::PFM_PAGE_PMD_STALE
         } else {
             0

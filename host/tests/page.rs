@@ -46,7 +46,7 @@ fn at(cpu: u32, tsc: u64) -> FixedCpu {
 }
 
 #[test]
-fn cycles_to_ns_is_the_exact_product_without_overflow() {
+fn cycles_to_ns_is_the_exact_product_and_the_split_within_a_ns() {
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
     for khz in [1_000_000u32, 2_112_000, 2_496_000, 3_600_123, 5_000_000] {
         let (mult, shift) = calc_mult_shift(khz, 1_000_000, 0);
@@ -100,6 +100,8 @@ fn running_update(cpu: u32, tsc: u64) -> Update {
         time_running: 400,
         tsc_base: tsc,
         state: PFM_STATE_LOADED,
+        time_pmds: 1,
+        slow_pmds: 0,
     }
 }
 
@@ -160,7 +162,9 @@ fn a_stale_pmd_without_index_makes_the_reading_not_live() {
         flags: PFM_PAGE_PMD_STALE,
         ..PmdUpdate::default()
     }];
-    p.write(&running_update(0, 0), pmds.into_iter());
+    let mut u = running_update(0, 0);
+    u.slow_pmds = 1;
+    p.write(&u, pmds.into_iter());
     let r = p.read(1, &at(0, 10)).expect("a reading");
     assert!(!r.meta.live);
     assert_eq!(r.values[0], 77);
@@ -211,7 +215,9 @@ fn rdpmc_adds_what_the_counter_counted_since_the_update_across_a_wrap() {
             offset: raw0,
         },
     ];
-    p.write(&running_update(5, 0), pmds.into_iter());
+    let mut u = running_update(5, 0);
+    u.slow_pmds = 0b10;
+    p.write(&u, pmds.into_iter());
     let cpu = SimCpu {
         sim: RefCell::new(sim),
         cpu: 5,

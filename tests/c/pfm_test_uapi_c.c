@@ -158,6 +158,7 @@ _Static_assert(sizeof(struct pfm_page) == 1152, "pfm_page");
 _Static_assert(offsetof(struct pfm_page, tsc_base) == 40, "tsc_base");
 _Static_assert(offsetof(struct pfm_page, time_shift) == 52, "time_shift");
 _Static_assert(offsetof(struct pfm_page, state) == 56, "state");
+_Static_assert(offsetof(struct pfm_page, time_pmds) == 64, "time_pmds");
 _Static_assert(offsetof(struct pfm_page, pmds) == 128, "pmds");
 
 /*

@@ -213,12 +213,16 @@ struct pfm_page {
 	__u64 time_enabled;	/* ns loaded and started, at the last update */
 	__u64 time_running;	/* ns the thread ran while started, at the last update */
 	__u64 tsc_base;		/* RUNNING and TIME_VALID: the TSC of `cpu` at the update */
-	__u32 time_mult;	/* ns = quot * mult + ((rem * mult) >> shift), where */
-	__u16 time_shift;	/* quot = cycles >> shift, rem = cycles & (2^shift - 1) */
+	__u32 time_mult;	/* ns = (cycles * mult) >> shift, in 128 bits; or, in 64, */
+	__u16 time_shift;	/* quot * mult + ((rem * mult) >> shift), quot = cycles >> shift,
+				 * rem = cycles & (2^shift - 1) (at most 1 ns less) */
 	__u16 pmc_width;	/* bits of the counters rdpmc reads */
 	__u32 state;		/* PFM_STATE_* */
 	__u32 pad;
-	__u64 reserved[8];
+	__u64 time_pmds;	/* the PMDs with PFM_PAGE_PMD_TIME */
+	__u64 slow_pmds;	/* the PMDs with index != 0 or PFM_PAGE_PMD_STALE: a reader
+				 * that reads none of them needs no per-PMD flag */
+	__u64 reserved[6];
 	struct pfm_page_pmd pmds[PFM_MAX_PMDS];	/* indexed by PMD number */
 };
 

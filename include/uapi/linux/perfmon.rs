@@ -348,8 +348,12 @@ pub struct PfmPage {
     pub state: u32,
     /// Zero.
     pub pad: u32,
+    /// The PMDs with `PFM_PAGE_PMD_TIME`.
+    pub time_pmds: u64,
+    /// The PMDs with `index != 0` or `PFM_PAGE_PMD_STALE`.
+    pub slow_pmds: u64,
     /// Zero.
-    pub reserved: [u64; 8],
+    pub reserved: [u64; 6],
     /// Indexed by PMD number.
     pub pmds: [PfmPagePmd; PFM_MAX_PMDS],
 }
@@ -370,7 +374,9 @@ impl Default for PfmPage {
             pmc_width: 0,
             state: 0,
             pad: 0,
-            reserved: [0; 8],
+            time_pmds: 0,
+            slow_pmds: 0,
+            reserved: [0; 6],
             pmds: [PfmPagePmd::default(); PFM_MAX_PMDS],
         }
     }
@@ -443,5 +449,6 @@ const _: () = assert!(core::mem::size_of::<PfmValues>() == 48);
 const _: () = assert!(core::mem::size_of::<PfmPagePmd>() == 32);
 const _: () = assert!(core::mem::size_of::<PfmPage>() == 1152);
 const _: () = assert!(core::mem::offset_of!(PfmPage, tsc_base) == 40);
+const _: () = assert!(core::mem::offset_of!(PfmPage, time_pmds) == 64);
 const _: () = assert!(core::mem::offset_of!(PfmPage, pmds) == 128);
 const _: () = assert!(core::mem::size_of::<PfmPage>() <= PFM_PAGE_SIZE);
