@@ -284,7 +284,7 @@ impl PageCells {
     /// count), and no other thread can run there then. Only that reader
     /// extends task-clock by the TSC since the update and reads `rdpmc`;
     /// any other sees the values of the last update, `live` false.
-    #[inline]
+    #[inline(always)]
     pub fn read_into(&self, mask: u64, cpu: &impl UserCpu, out: &mut [u64]) -> Option<Meta> {
         for retries in 0..MAX_TRIES {
             let s1 = self.seq.load(Ordering::Acquire);
@@ -336,15 +336,13 @@ impl PageCells {
             };
             let mut w = wanted;
             for slot in out.iter_mut() {
-                if w == 0 {
-                    break;
-                }
                 let i = w.trailing_zeros() as usize;
+                let Some(cell) = self.pmds.get(i) else {
+                    break;
+                };
                 w &= w - 1;
-                if let Some(cell) = self.pmds.get(i) {
-                    let add = if time & (1 << i) != 0 { delta } else { 0 };
-                    *slot = cell.value.load(Ordering::Relaxed).wrapping_add(add);
-                }
+                let add = if time & (1 << i) != 0 { delta } else { 0 };
+                *slot = cell.value.load(Ordering::Relaxed).wrapping_add(add);
             }
         }
         let delta = if live { delta } else { 0 };
