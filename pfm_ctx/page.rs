@@ -101,25 +101,22 @@ impl CtxInner {
         if counting {
             u.flags |= abi::PFM_PAGE_COUNTING;
         }
-        if running {
-            u.flags |= abi::PFM_PAGE_RUNNING;
-            if let Some((mult, shift)) = page.conversion() {
-                u.flags |= abi::PFM_PAGE_TIME_VALID;
-                (u.time_mult, u.time_shift) = (mult, shift as u16);
-                // Non-zero: the TSC is not 0 past boot.
-                u.tsc_base = clock::rdtsc().max(1);
-            }
-        }
         // Running: the thread's clock started before this update (at its
         // switch-in, the scheduler started it before the notifier ran; at
         // a fold, a few instructions ago). The page's base is the runtime
-        // now, so the reader's extension starts from the same instant as
-        // the TSC base, not from the last fold.
-        let pending = if u.tsc_base != 0 {
-            glue::current_runtime_ns().saturating_sub(self.run_base)
-        } else {
-            0
-        };
+        // now, and the TSC base is read after it: the reader's extension
+        // may start a little late (the page a few ns behind the runtime),
+        // never early (which would put it ahead of the next fold).
+        let mut pending = 0;
+        if running {
+            u.flags |= abi::PFM_PAGE_RUNNING;
+            if let Some((mult, shift)) = page.conversion() {
+                pending = glue::current_runtime_ns().saturating_sub(self.run_base);
+                u.flags |= abi::PFM_PAGE_TIME_VALID;
+                (u.time_mult, u.time_shift) = (mult, shift as u16);
+                u.tsc_base = clock::rdtsc();
+            }
+        }
         u.time_running += pending;
         let clock_pmds = self.counters.clock_pmds();
         u.time_pmds = clock_pmds;

@@ -53,10 +53,16 @@ pub(crate) fn tsc_user_time_ok() -> bool {
     unsafe { ffi::pfm_tsc_user_time_ok() }
 }
 
-/// This CPU's TSC.
+/// This CPU's TSC, read after every earlier instruction completed
+/// (`rdtsc_ordered`: `lfence; rdtsc`), so it is not older than what the
+/// caller computed before.
 #[inline]
 pub(crate) fn rdtsc() -> u64 {
-    // SAFETY: `rdtsc` reads a counter; every x86-64 CPU has it and the
-    // kernel never disables it for itself (CR4.TSD affects user mode only).
-    unsafe { core::arch::x86_64::_rdtsc() }
+    // SAFETY: `lfence` and `rdtsc` only order and read; every x86-64 CPU
+    // has both, and the kernel never disables `rdtsc` for itself (CR4.TSD
+    // affects user mode only).
+    unsafe {
+        core::arch::x86_64::_mm_lfence();
+        core::arch::x86_64::_rdtsc()
+    }
 }
