@@ -67,6 +67,26 @@ impl CtxPage {
     }
 }
 
+/// The current thread's runtime and a TSC not older than it, read close
+/// together: the runtime between two TSC reads at most a microsecond apart
+/// (a vCPU that stalls between the two, under QEMU for milliseconds, would
+/// otherwise leave the page that far behind), the later TSC returned. A few
+/// tries; the last is kept (behind, never ahead).
+fn runtime_and_tsc() -> (u64, u64) {
+    let max_gap = u64::from(clock::tsc_khz() / 1000).max(1);
+    let mut r = (0, 0);
+    for _ in 0..4 {
+        let t1 = clock::rdtsc();
+        let runtime = glue::current_runtime_ns();
+        let t2 = clock::rdtsc();
+        r = (runtime, t2);
+        if t2.wrapping_sub(t1) <= max_gap {
+            break;
+        }
+    }
+    r
+}
+
 impl CtxInner {
     /// Publishes the context's state to its page, if it has one. Lock held.
     #[inline(always)]
@@ -111,10 +131,11 @@ impl CtxInner {
         if running {
             u.flags |= abi::PFM_PAGE_RUNNING;
             if let Some((mult, shift)) = page.conversion() {
-                pending = glue::current_runtime_ns().saturating_sub(self.run_base);
+                let (runtime, tsc) = runtime_and_tsc();
+                pending = runtime.saturating_sub(self.run_base);
                 u.flags |= abi::PFM_PAGE_TIME_VALID;
                 (u.time_mult, u.time_shift) = (mult, shift as u16);
-                u.tsc_base = clock::rdtsc();
+                u.tsc_base = tsc;
             }
         }
         u.time_running += pending;
