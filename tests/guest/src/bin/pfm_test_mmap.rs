@@ -160,6 +160,9 @@ struct Sandwich {
     switches: u64,
     migrations: u64,
     reports: usize,
+    /// The largest amount by which READ_VALUES' task-clock exceeded the
+    /// thread's own clock read right after it (ns).
+    ioctl_above: u64,
 }
 
 /// Between two reads, sometimes: a 50 us nap, a yield, a move to the
@@ -189,6 +192,11 @@ fn one_read(ctx: &Context, page: &CounterPage, own0: (u64, u64), s: &mut Sandwic
     // The ioctl updates the page once; a switch anywhere adds two more.
     let quiet = page.seq().wrapping_sub(seq) == 2;
     let c = ctx.read_values(MASK).ctx("READ_VALUES")?;
+    let t3 = thread_cpu_ns();
+    // How far READ_VALUES itself is above the thread's clock read after it.
+    s.ioctl_above = s
+        .ioctl_above
+        .max(c.values[0].saturating_sub(t3.saturating_sub(own0.0)));
     let bv = [b.value(0), b.value(1), b.value(2)];
     for i in 0..3 {
         ensure!(
@@ -254,7 +262,7 @@ fn sandwich_checks(t: &mut Tap) {
     let names = [
         "sandwich: READ_VALUES <= page <= next READ_VALUES, every read",
         "agreement: switches and migrations from the page equal the ioctl's between switches",
-        "task-clock from the page within the thread's own CPU time (below by <= 1 us + one switch)",
+        "task-clock from the page within the thread's own CPU time (below by <= 1 us + one switch, above by <= READ_VALUES' own excess + 1 us)",
     ];
     match sandwich() {
         Err(e) => {
@@ -280,15 +288,19 @@ fn sandwich_checks(t: &mut Tap) {
                     Err(format!("nothing to judge: {s:?}"))
                 },
             );
+            // Below: the page's own error. Above: the scheduler's runtime
+            // (what READ_VALUES reads too) can run ahead of the thread's
+            // CPU clock read around it under load; the page may not add to
+            // that by more than 1 us.
             let tol = 1_000 + PER_SWITCH_NS;
             t.result(
                 names[2],
-                if s.max_below <= tol && s.max_above <= 1_000 {
+                if s.max_below <= tol && s.max_above <= s.ioctl_above + 1_000 {
                     Ok(())
                 } else {
                     Err(format!(
-                        "below by {} ns, above by {} ns",
-                        s.max_below, s.max_above
+                        "below by {} ns, above by {} ns (READ_VALUES above by {} ns)",
+                        s.max_below, s.max_above, s.ioctl_above
                     ))
                 },
             );
