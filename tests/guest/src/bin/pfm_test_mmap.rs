@@ -14,8 +14,11 @@
 //!   (the thread was not switched), context-switches and cpu-migrations
 //!   from the page equal the ioctl's; task-clock from the page lies within
 //!   the thread's own `CLOCK_THREAD_CPUTIME_ID` read around it, below by at
-//!   most 1 us + one switch's cost (`PER_SWITCH_NS`): the page's base is the
-//!   switch-in, a little after the scheduler starts the thread's clock.
+//!   most 1 us + one switch's cost (`PER_SWITCH_NS`; each update takes the
+//!   runtime and the TSC at most 1 us apart, so 0 is what runs show), above
+//!   by at most 1 us more than `READ_VALUES` itself is above the clock read
+//!   right after it (the scheduler's runtime, which both read, has been
+//!   seen 0.3 ms ahead of the thread's clock under host load).
 //! - Another thread, and a forked child, read values as of the last
 //!   update, flagged not live.
 //! - Torture: a second thread hammering STOP/START, then WRITE_PMDS, while
