@@ -32,6 +32,8 @@ mod pfm_intr;
 #[allow(dead_code)]
 pub mod pfm_msgq;
 #[allow(dead_code)]
+pub mod pfm_page;
+#[allow(dead_code)]
 pub mod pfm_state;
 pub mod pfm_x86;
 #[path = "rust/mod.rs"]

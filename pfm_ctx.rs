@@ -33,10 +33,12 @@ use crate::rust::{self as glue, new_irq_raw_spinlock, IrqRawSpinLock};
 use crate::{ebadfd, globals};
 
 mod mailbox;
+mod page;
 mod regs;
 mod thread;
 
 use mailbox::Mailbox;
+use page::CtxPage;
 
 /// The part of a context protected by its lock.
 pub(crate) struct CtxInner {
@@ -55,8 +57,9 @@ pub(crate) struct CtxInner {
     exec_check: bool,
     /// The counters, on the model the module runs.
     counters: Counters,
-    /// PMDs written.
-    used_pmds: u64,
+    /// PMDs written (PMD numbers are below `PFM_MAX_PMDS`, 32: a `u32`
+    /// keeps the context in its slab class with the page pointer).
+    used_pmds: u32,
     /// The thread side, while attached (and until its cleanup has run).
     attach: Option<Arc<Attachment<Context>>>,
     /// Monitored thread id in the loader's pid namespace.
@@ -85,6 +88,8 @@ pub(crate) struct CtxInner {
     pending_ovfl: u64,
     /// User instruction pointer of the thread when they overflowed.
     pending_ip: u64,
+    /// The mapped counter page, from the first `mmap` on.
+    page: Option<KBox<CtxPage>>,
 }
 
 /// Maps a state-table refusal to its errno.
@@ -155,6 +160,7 @@ impl CtxInner {
         self.fold_running(cpu);
         let r = op(self, glue::now_ns());
         self.sync_hw();
+        self.page_update();
         r
     }
 
@@ -204,6 +210,7 @@ impl CtxInner {
         self.last_cpu = cpu;
         self.on_cpu = Some(cpu);
         self.sync_hw();
+        self.page_update();
     }
 
     /// The context starts following the thread (current) mid-slice, on
@@ -235,6 +242,7 @@ impl CtxInner {
             self.advance(&d);
         }
         self.on_cpu = None;
+        self.page_update();
     }
 
     /// Applies `d` to every counter and records overflows.
@@ -296,6 +304,7 @@ impl CtxInner {
         });
         self.active = false;
         self.on_cpu = None;
+        self.page_update();
         true
     }
 
@@ -309,6 +318,7 @@ impl CtxInner {
         }
         self.active = false;
         self.on_cpu = None;
+        self.page_update();
     }
 
     /// The thread gained privileges the tool lacks: stop monitoring it,
@@ -356,6 +366,7 @@ impl CtxInner {
         self.time_running = 0;
         self.exec_check = false;
         self.msgs.clear();
+        self.page_update();
     }
 }
 
@@ -408,6 +419,7 @@ impl Context {
                         msgs: MsgQueue::new(),
                         pending_ovfl: 0,
                         pending_ip: 0,
+                        page: None,
                     },
                     "perfmon_ctx"
                 ),
@@ -483,7 +495,7 @@ impl Context {
             tid: inner.tid,
             flags: inner.flags,
             status,
-            used_pmds: inner.used_pmds,
+            used_pmds: inner.used_pmds.into(),
             reserved: [0; 3],
         }
     }

@@ -68,6 +68,7 @@ impl FileOps {
         fops.read = Some(fop_read);
         fops.poll = Some(fop_poll);
         fops.fasync = Some(fop_fasync);
+        fops.mmap = Some(fop_mmap);
         fops.llseek = Some(bindings::noop_llseek);
         Self(fops)
     }
@@ -165,6 +166,28 @@ unsafe extern "C" fn fop_fasync(fd: c_int, file: *mut bindings::file, on: c_int)
     // SAFETY: `file` is an open /dev/perfmon file.
     let ctx = unsafe { file_context(file) };
     ctx.fasync(fd, file, on)
+}
+
+/// `mmap`: the context's counter page.
+///
+/// # Safety
+///
+/// Called by the VFS with an open `/dev/perfmon` file (`file_context`) and
+/// the VMA to fill, the mmap lock held for writing.
+unsafe extern "C" fn fop_mmap(
+    file: *mut bindings::file,
+    vma: *mut bindings::vm_area_struct,
+) -> c_int {
+    // SAFETY: `file` is an open /dev/perfmon file.
+    let ctx = unsafe { file_context(file) };
+    // SAFETY: The VMA of this `mmap` call, under the mmap lock.
+    let Some(vma) = (unsafe { crate::rust::mm::Vma::from_raw(vma) }) else {
+        return EINVAL.to_errno();
+    };
+    match ctx.mmap(&vma) {
+        Ok(()) => 0,
+        Err(e) => e.to_errno(),
+    }
 }
 
 /// `unlocked_ioctl`.

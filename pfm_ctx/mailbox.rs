@@ -113,6 +113,7 @@ impl Context {
                 && inner.transition(Op::OverflowBlock).is_ok();
             // A masked context stops counting (hardware: leaves the PMU).
             inner.sync_hw();
+            inner.page_update();
         }
         self.wake();
         block

@@ -216,7 +216,7 @@ impl Context {
                     pmd.long_reset = p.reg_long_reset;
                     pmd.flags = p.reg_flags & abi::PFM_REGFL_PMD_MASK;
                     pmd.reset_pmds = p.reg_reset_pmds;
-                    inner.used_pmds |= 1 << p.reg_num;
+                    inner.used_pmds |= 1u32.checked_shl(p.reg_num.into()).unwrap_or(0);
                 }
                 Ok(())
             };

@@ -16,6 +16,7 @@ use kernel::prelude::*;
 
 use super::driver::{HwModel, HwRegs, PmiThrottle};
 use super::{soft_count, Pmu, ThreadDeltas, SOFT_COUNTERS};
+use crate::abi;
 use crate::pfm_counter::PmdState;
 use crate::rust as glue;
 
@@ -109,6 +110,15 @@ impl Counters {
         match self {
             Self::Soft(s) => &s.pmds,
             Self::Hw(h) => &h.pmds,
+        }
+    }
+
+    /// The PMDs that count the thread's time on CPU (the soft model's
+    /// task-clock), which a reader of the mapped page may extend itself.
+    pub(crate) fn clock_pmds(&self) -> u64 {
+        match self {
+            Self::Soft(s) => u64::from(s.ev_pmds[abi::PFM_SOFT_EV_TASK_CLOCK as usize]),
+            Self::Hw(_) => 0,
         }
     }
 

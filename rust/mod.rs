@@ -27,9 +27,11 @@ pub(crate) use sched::*;
 pub(crate) use task::*;
 pub(crate) use wait::*;
 
+pub(crate) mod clock;
 pub(crate) mod cpu;
 pub(crate) mod hrtimer;
 pub(crate) mod irq;
+pub(crate) mod mm;
 
 pub(crate) use cpu::{call_on_cpu, on_each_cpu};
 pub(crate) use hrtimer::PeriodicTimer;

@@ -139,18 +139,34 @@ pub(crate) use impl_has_preempt_notifier;
 /// The current thread's scheduler runtime in ns, live: its
 /// `se.sum_exec_runtime` plus what it ran since the scheduler last updated
 /// it (`exec_start` is on the `local_clock` time base, as `rq->clock` is).
-/// Call with IRQs off (the fields are updated by this CPU's scheduler).
+/// Call with IRQs off (this CPU's scheduler then cannot run).
+///
+/// Another CPU may update the two fields meanwhile (a wake-up onto this
+/// runqueue runs `update_curr` on its current task under the runqueue lock,
+/// which this path does not hold): a pair read across that update is off by
+/// the time since the previous one, up to a tick (seen: a mapped page and a
+/// READ_VALUES 0.8 ms ahead of the thread's own clock). So the pair is read
+/// until both fields read the same twice in a row (a few tries).
 pub(crate) fn current_runtime_ns() -> u64 {
-    // SAFETY: `current` is a valid task; its `se` is written only by this
-    // CPU's scheduler, which IRQs-off callers exclude.
-    let (sum, start) = unsafe {
-        let t = bindings::get_current();
-        (
-            ffi::pfm_task_sum_exec_runtime(t),
-            ffi::pfm_task_exec_start(t),
-        )
-    };
-    sum + now_ns().saturating_sub(start)
+    let mut pair = (0, 0);
+    for _ in 0..4 {
+        // SAFETY: `current` is a valid task; reading its `se` fields races
+        // only with the scheduler's own updates, which the loop detects.
+        let (s1, e1, s2, e2) = unsafe {
+            let t = bindings::get_current();
+            (
+                ffi::pfm_task_sum_exec_runtime(t),
+                ffi::pfm_task_exec_start(t),
+                ffi::pfm_task_sum_exec_runtime(t),
+                ffi::pfm_task_exec_start(t),
+            )
+        };
+        pair = (s2, e2);
+        if s1 == s2 && e1 == e2 {
+            break;
+        }
+    }
+    pair.0 + now_ns().saturating_sub(pair.1)
 }
 
 /// The current thread's `se.sum_exec_runtime`: exact at a switch-in (the

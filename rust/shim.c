@@ -210,8 +210,8 @@ bool pfm_same_thread_group_as_current(struct task_struct *t) { return same_threa
 void pfm_cred_ids(const struct cred *c, u32 ids[6]) { ids[0] = c->uid.val; ids[1] = c->euid.val; ids[2] = c->suid.val; ids[3] = c->gid.val; ids[4] = c->egid.val; ids[5] = c->sgid.val; }
 int pfm_task_dumpable(struct task_struct *t) { return t->mm ? get_dumpable(t->mm) : -1; }
 int pfm_mm_dumpable(struct mm_struct *mm) { return get_dumpable(mm); }
-u64 pfm_task_sum_exec_runtime(struct task_struct *t) { return t->se.sum_exec_runtime; }
-u64 pfm_task_exec_start(struct task_struct *t) { return t->se.exec_start; }
+u64 pfm_task_sum_exec_runtime(struct task_struct *t) { return READ_ONCE(t->se.sum_exec_runtime); }
+u64 pfm_task_exec_start(struct task_struct *t) { return READ_ONCE(t->se.exec_start); }
 
 /*
  * The overflow vector (rust/irq.rs, for pfm_intr.rs): struct irq_alloc_info,

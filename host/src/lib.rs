@@ -35,3 +35,6 @@ pub mod pfm_x86 {
     pub mod soft;
     pub mod throttle;
 }
+
+#[path = "../../pfm_page.rs"]
+pub mod pfm_page;

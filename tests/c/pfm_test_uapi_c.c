@@ -9,7 +9,9 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <stdint.h>
+#include <stddef.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <linux/perf_event.h>
 #include <linux/perfmon.h>
@@ -150,12 +152,62 @@ static void read_values(void)
 	close(fd);
 }
 
+/* The mapped page's layout, as include/uapi/linux/perfmon.rs pins it. */
+_Static_assert(sizeof(struct pfm_page_pmd) == 32, "pfm_page_pmd");
+_Static_assert(sizeof(struct pfm_page) == 1152, "pfm_page");
+_Static_assert(offsetof(struct pfm_page, tsc_base) == 40, "tsc_base");
+_Static_assert(offsetof(struct pfm_page, time_shift) == 52, "time_shift");
+_Static_assert(offsetof(struct pfm_page, state) == 56, "state");
+_Static_assert(offsetof(struct pfm_page, time_pmds) == 64, "time_pmds");
+_Static_assert(offsetof(struct pfm_page, pmds) == 128, "pmds");
+
+/*
+ * The page from C: a stopped context's values (nothing to extend) read
+ * under the sequence count equal READ_VALUES'. C11 atomics are the C side
+ * of the protocol (Documentation/perfmon.rst).
+ */
+static void mapped_page(void)
+{
+	struct pfm_pmc pmc = { .reg_num = 1, .reg_value = PFM_SOFT_EV_CONTEXT_SWITCHES };
+	struct pfm_regs_arg ra = { .regs = (uintptr_t)&pmc, .count = 1 };
+	struct pfm_load load = { .tid = 0 };
+	uint64_t val = 0, seen = 0;
+	struct pfm_values v = { .pmd_mask = 0x2, .values = (uintptr_t)&val };
+	int fd = open("/dev/perfmon", O_RDWR), ok;
+	struct pfm_page *pg;
+	__u32 s1, s2, version = 0, state = 0;
+
+	pg = mmap(NULL, PFM_PAGE_SIZE, PROT_READ, MAP_SHARED, fd, 0);
+	ok = fd >= 0 && pg != MAP_FAILED && ioctl(fd, PFM_IOC_WRITE_PMCS, &ra) == 0 &&
+	     ioctl(fd, PFM_IOC_LOAD, &load) == 0 && ioctl(fd, PFM_IOC_START, 0) == 0;
+	workload(0);
+	ok = ok && ioctl(fd, PFM_IOC_STOP, 0) == 0 && ioctl(fd, PFM_IOC_READ_VALUES, &v) == 0;
+	if (ok) {
+		do {
+			s1 = __atomic_load_n(&pg->seq, __ATOMIC_ACQUIRE);
+			version = __atomic_load_n(&pg->version, __ATOMIC_RELAXED);
+			state = __atomic_load_n(&pg->state, __ATOMIC_RELAXED);
+			seen = __atomic_load_n(&pg->pmds[1].value, __ATOMIC_RELAXED);
+			__atomic_thread_fence(__ATOMIC_ACQUIRE);
+			s2 = __atomic_load_n(&pg->seq, __ATOMIC_RELAXED);
+		} while ((s1 & 1) || s1 != s2);
+	}
+	printf("# page: version %u state %u switches %llu, READ_VALUES %llu\n", version, state,
+	       (unsigned long long)seen, (unsigned long long)val);
+	tap(ok && version == PFM_PAGE_VERSION && state == PFM_STATE_LOADED && seen == val && val > 0,
+	    "mapped page: a stopped context's value equals READ_VALUES'");
+	if (pg != MAP_FAILED)
+		munmap(pg, PFM_PAGE_SIZE);
+	if (fd >= 0)
+		close(fd);
+}
+
 int main(void)
 {
 	static const char *const widths[] = { "", "soft_width=16" };
 	struct sample s;
 
-	printf("TAP version 13\n1..%d\n", 2 * 5 + 2 + 1);
+	printf("TAP version 13\n1..%d\n", 2 * 5 + 2 + 1 + 1);
 	for (int w = 0; w < 2; w++) {
 		const char *name = w ? "soft_width=16" : "default width";
 		int ok = 0;
@@ -189,6 +241,7 @@ int main(void)
 		    "%s: task-clock of a running thread within 1%% of perf's", name);
 	}
 	read_values();
+	mapped_page();
 	tap(pfm_unload_module() == 0, "rmmod perfmon");
 	return pfm_failed;
 }

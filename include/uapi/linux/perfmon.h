@@ -180,6 +180,60 @@ struct pfm_msg {
 	__u64 reserved[3];
 };
 
+/*
+ * The mapped counter page: mmap(NULL, PFM_PAGE_SIZE, PROT_READ, MAP_SHARED,
+ * fd, 0) maps one read-only page that describes the context's counters
+ * (Documentation/perfmon.rst, "Reading without a system call"). The kernel
+ * updates it at every switch-in and switch-out of the monitored thread and
+ * at every call that folds or changes the counters, under `seq`: odd while
+ * it writes; a reader retries until it saw the same even value before and
+ * after its reads.
+ */
+#define PFM_PAGE_VERSION	1
+#define PFM_PAGE_SIZE		4096	/* the mmap length; the offset must be 0 */
+
+/* struct pfm_page.flags */
+#define PFM_PAGE_COUNTING	(1u << 0)	/* loaded, started, not masked */
+#define PFM_PAGE_RUNNING	(1u << 1)	/* COUNTING, and the thread was on `cpu` at the
+						 * update and has not been switched out since */
+#define PFM_PAGE_TIME_VALID	(1u << 2)	/* tsc_base, time_mult, time_shift are valid */
+
+/* struct pfm_page_pmd.flags */
+#define PFM_PAGE_PMD_TIME	(1u << 0)	/* counts the thread's time on CPU (task-clock) */
+#define PFM_PAGE_PMD_STALE	(1u << 1)	/* moves while the thread runs, and index is 0:
+						 * only the system call reads it live */
+
+struct pfm_page_pmd {
+	__u64 value;		/* 64-bit value at the last update */
+	__u32 index;		/* rdpmc index + 1 while readable in user mode; 0: not */
+	__u32 flags;		/* PFM_PAGE_PMD_* */
+	__u64 offset;		/* index != 0: the raw counter at the last update; the value
+				 * now is value + ((rdpmc(index - 1) - offset) & (2^pmc_width - 1)) */
+	__u64 reserved;
+};
+
+struct pfm_page {
+	__u32 version;		/* PFM_PAGE_VERSION */
+	__u32 seq;		/* sequence count: odd while the kernel writes */
+	__u32 flags;		/* PFM_PAGE_* */
+	__u32 cpu;		/* RUNNING: the CPU the thread runs on (TSC_AUX & 0xfff there) */
+	__u64 pmd_mask;		/* PMDs described (the model's implemented PMDs) */
+	__u64 time_enabled;	/* ns loaded and started, at the last update */
+	__u64 time_running;	/* ns the thread ran while started, at the last update */
+	__u64 tsc_base;		/* RUNNING and TIME_VALID: the TSC of `cpu` at the update */
+	__u32 time_mult;	/* ns = (cycles * mult) >> shift, in 128 bits; or, in 64, */
+	__u16 time_shift;	/* quot * mult + ((rem * mult) >> shift), quot = cycles >> shift,
+				 * rem = cycles & (2^shift - 1) (at most 1 ns less) */
+	__u16 pmc_width;	/* bits of the counters rdpmc reads */
+	__u32 state;		/* PFM_STATE_* */
+	__u32 pad;
+	__u64 time_pmds;	/* the PMDs with PFM_PAGE_PMD_TIME */
+	__u64 slow_pmds;	/* the PMDs with index != 0 or PFM_PAGE_PMD_STALE: a reader
+				 * that reads none of them needs no per-PMD flag */
+	__u64 reserved[6];
+	struct pfm_page_pmd pmds[PFM_MAX_PMDS];	/* indexed by PMD number */
+};
+
 #define PFM_IOC_MAGIC		0xB6
 
 #define PFM_IOC_GET_INFO	_IOR(PFM_IOC_MAGIC, 0x00, struct pfm_info)

@@ -299,6 +299,103 @@ pub struct PfmMsg {
     pub reserved: [u64; 3],
 }
 
+/// Version of the mapped counter page ([`PfmPage::version`]).
+pub const PFM_PAGE_VERSION: u32 = 1;
+/// The length to `mmap` (offset 0): one page.
+pub const PFM_PAGE_SIZE: usize = 4096;
+/// Page flag: loaded, started, not masked.
+pub const PFM_PAGE_COUNTING: u32 = 1 << 0;
+/// Page flag: counting, and the thread was on [`PfmPage::cpu`] at the
+/// update and has not been switched out since.
+pub const PFM_PAGE_RUNNING: u32 = 1 << 1;
+/// Page flag: `tsc_base`, `time_mult` and `time_shift` are valid.
+pub const PFM_PAGE_TIME_VALID: u32 = 1 << 2;
+/// PMD flag: the PMD counts the thread's time on CPU (task-clock).
+pub const PFM_PAGE_PMD_TIME: u32 = 1 << 0;
+/// PMD flag: the value moves while the thread runs and `index` is 0: only
+/// the system call reads it live.
+pub const PFM_PAGE_PMD_STALE: u32 = 1 << 1;
+
+/// One PMD in the mapped counter page.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct PfmPagePmd {
+    /// The 64-bit value at the last update.
+    pub value: u64,
+    /// `rdpmc` index + 1 while the counter is readable in user mode; 0: not.
+    pub index: u32,
+    /// `PFM_PAGE_PMD_*`.
+    pub flags: u32,
+    /// `index != 0`: the raw counter at the last update.
+    pub offset: u64,
+    /// Zero.
+    pub reserved: u64,
+}
+
+/// The mapped counter page (`mmap` of [`PFM_PAGE_SIZE`] at offset 0).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PfmPage {
+    /// [`PFM_PAGE_VERSION`].
+    pub version: u32,
+    /// Sequence count: odd while the kernel writes.
+    pub seq: u32,
+    /// `PFM_PAGE_*`.
+    pub flags: u32,
+    /// Running: the CPU the thread runs on.
+    pub cpu: u32,
+    /// PMDs described.
+    pub pmd_mask: u64,
+    /// ns loaded and started, at the last update.
+    pub time_enabled: u64,
+    /// ns the thread ran while started, at the last update.
+    pub time_running: u64,
+    /// Running and time valid: the TSC of `cpu` at the update.
+    pub tsc_base: u64,
+    /// TSC to ns: multiplier.
+    pub time_mult: u32,
+    /// TSC to ns: shift.
+    pub time_shift: u16,
+    /// Bits of the counters `rdpmc` reads.
+    pub pmc_width: u16,
+    /// `PFM_STATE_*`.
+    pub state: u32,
+    /// Zero.
+    pub pad: u32,
+    /// The PMDs with `PFM_PAGE_PMD_TIME`.
+    pub time_pmds: u64,
+    /// The PMDs with `index != 0` or `PFM_PAGE_PMD_STALE`.
+    pub slow_pmds: u64,
+    /// Zero.
+    pub reserved: [u64; 6],
+    /// Indexed by PMD number.
+    pub pmds: [PfmPagePmd; PFM_MAX_PMDS],
+}
+
+impl Default for PfmPage {
+    fn default() -> Self {
+        Self {
+            version: 0,
+            seq: 0,
+            flags: 0,
+            cpu: 0,
+            pmd_mask: 0,
+            time_enabled: 0,
+            time_running: 0,
+            tsc_base: 0,
+            time_mult: 0,
+            time_shift: 0,
+            pmc_width: 0,
+            state: 0,
+            pad: 0,
+            time_pmds: 0,
+            slow_pmds: 0,
+            reserved: [0; 6],
+            pmds: [PfmPagePmd::default(); PFM_MAX_PMDS],
+        }
+    }
+}
+
 /// The ioctl type byte.
 pub const PFM_IOC_MAGIC: u32 = 0xB6;
 
@@ -363,3 +460,9 @@ const _: () = assert!(core::mem::size_of::<PfmEventInfo>() == 32);
 const _: () = assert!(core::mem::size_of::<PfmInfo>() == 872);
 const _: () = assert!(core::mem::size_of::<PfmMsg>() == 64);
 const _: () = assert!(core::mem::size_of::<PfmValues>() == 48);
+const _: () = assert!(core::mem::size_of::<PfmPagePmd>() == 32);
+const _: () = assert!(core::mem::size_of::<PfmPage>() == 1152);
+const _: () = assert!(core::mem::offset_of!(PfmPage, tsc_base) == 40);
+const _: () = assert!(core::mem::offset_of!(PfmPage, time_pmds) == 64);
+const _: () = assert!(core::mem::offset_of!(PfmPage, pmds) == 128);
+const _: () = assert!(core::mem::size_of::<PfmPage>() <= PFM_PAGE_SIZE);

@@ -476,3 +476,62 @@ pub fn read_line(path: &str) -> Option<String> {
         .ok()
         .map(|s| s.trim().to_string())
 }
+
+/// A context's counter page, mapped read-only; unmapped on drop.
+pub struct Page(std::ptr::NonNull<crate::pfm_page::PageCells>);
+
+impl Page {
+    /// mmap of `pfm`'s page.
+    pub fn map(pfm: &Pfm) -> io::Result<Self> {
+        // SAFETY: a new read-only mapping at an address the kernel picks.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                abi::PFM_PAGE_SIZE,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                pfm.fd.0,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        std::ptr::NonNull::new(p.cast())
+            .map(Page)
+            .ok_or_else(|| io::Error::other("mmap returned NULL"))
+    }
+
+    /// The PMDs of `mask` into `vals` (PMD order), without a system call;
+    /// `Ok(false)` if the reading was not live (the caller is not the
+    /// running monitored thread) or not consistent.
+    #[inline(always)]
+    pub fn read(&self, mask: u64, vals: &mut [u64]) -> io::Result<bool> {
+        // SAFETY: the mapping lives as long as `self`; its cells are atomics.
+        let cells = unsafe { self.0.as_ref() };
+        Ok(cells.read_into(mask, &Rdtscp, vals).is_some_and(|m| m.live))
+    }
+}
+
+impl Drop for Page {
+    fn drop(&mut self) {
+        // SAFETY: our mapping of that length, unmapped once.
+        unsafe { libc::munmap(self.0.as_ptr().cast(), abi::PFM_PAGE_SIZE) };
+    }
+}
+
+/// The reader's CPU: `rdtscp`; no `rdpmc` (the soft model has no index).
+struct Rdtscp;
+
+impl crate::pfm_page::UserCpu for Rdtscp {
+    #[inline(always)]
+    fn rdtscp(&self) -> (u64, u32) {
+        let mut aux = 0u32;
+        // SAFETY: called only when the kernel said the CPU has rdtscp.
+        let t = unsafe { core::arch::x86_64::__rdtscp(&mut aux) };
+        (t, aux)
+    }
+    fn rdpmc(&self, _: u32) -> u64 {
+        0
+    }
+}

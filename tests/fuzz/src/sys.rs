@@ -157,16 +157,20 @@ pub fn lseek(fd: i32, off: i64, whence: i32) -> Result<i64, i32> {
     check(unsafe { libc::lseek(fd, off, whence) })
 }
 
-/// `mmap` of `fd` (perfmon has no mmap: it must fail); unmapped again if it succeeds.
+/// `mmap` of `fd` (perfmon's counter page: one page, read-only); if it
+/// succeeds, the page's version word is read (a volatile read: the kernel
+/// writes the page) and returned, and the mapping unmapped again.
 pub fn mmap_fd(fd: i32, len: usize, prot: i32) -> Result<i64, i32> {
     // SAFETY: a new shared mapping of the file; nothing existing is replaced.
     let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd, 0) };
     if p == libc::MAP_FAILED {
         return Err(errno());
     }
+    // SAFETY: the first word of the readable mapping we just made.
+    let version = unsafe { std::ptr::read_volatile(p as *const u32) };
     // SAFETY: the mapping we just made.
     unsafe { libc::munmap(p, len) };
-    Ok(0)
+    Ok(i64::from(version))
 }
 
 /// `fstat(fd)`: whether it succeeded.

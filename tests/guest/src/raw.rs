@@ -602,3 +602,88 @@ mod tests {
         assert_eq!(load.tid, 5);
     }
 }
+
+/// A mapping of a file (a perfmon fd's counter page), unmapped on drop
+/// unless [`FileMap::leak`]ed.
+#[derive(Debug)]
+pub struct FileMap {
+    addr: usize,
+    len: usize,
+}
+
+impl FileMap {
+    /// `mmap(NULL, len, prot, flags, fd, off)`.
+    pub fn new(fd: RawFd, len: usize, prot: i32, flags: i32, off: i64) -> Result<Self, i32> {
+        // SAFETY: a fresh mapping at an address the kernel picks; no existing
+        // memory is affected.
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, fd, off) };
+        if p == libc::MAP_FAILED {
+            return Err(errno());
+        }
+        Ok(FileMap {
+            addr: p as usize,
+            len,
+        })
+    }
+
+    /// `mprotect` of the whole mapping.
+    pub fn protect(&self, prot: i32) -> Result<(), i32> {
+        // SAFETY: our own mapping; changing its protection affects only it.
+        let r = unsafe { libc::mprotect(self.addr as *mut libc::c_void, self.len, prot) };
+        if r != 0 {
+            return Err(errno());
+        }
+        Ok(())
+    }
+
+    /// The `u32` at byte `off` (a volatile read: the kernel changes it).
+    pub fn read_u32(&self, off: usize) -> u32 {
+        assert!(off + 4 <= self.len && off % 4 == 0);
+        // SAFETY: inside our readable mapping, aligned.
+        unsafe { std::ptr::read_volatile((self.addr + off) as *const u32) }
+    }
+
+    /// Whether `mremap` can grow it in place or by moving (`Ok`), or the errno.
+    pub fn try_grow(&self) -> Result<(), i32> {
+        // SAFETY: growing our own mapping; MREMAP_MAYMOVE moves it only if the
+        // kernel allows, and then unmaps nothing else. Undone below.
+        let p = unsafe { libc::mremap(self.addr as *mut libc::c_void, self.len, self.len * 2, 0) };
+        if p == libc::MAP_FAILED {
+            return Err(errno());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for FileMap {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping, unmapped once.
+        unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len) };
+    }
+}
+
+/// Runs `f` in a forked child (the mappings inherited) and returns its exit
+/// status. `f` must not allocate or take locks another thread may hold (a
+/// forked child of a threaded program has only the forking thread).
+pub fn in_forked_child(f: impl FnOnce() -> i32) -> Result<i32, i32> {
+    // SAFETY: the child runs only `f`, then `_exit`, without unwinding.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(errno());
+    }
+    if pid == 0 {
+        let code = f();
+        // SAFETY: ends the child without running the parent's atexit work.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for our own child; `status` is a valid out-pointer.
+    if unsafe { libc::waitpid(pid, &mut status, 0) } != pid {
+        return Err(errno());
+    }
+    Ok(if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        128 + libc::WTERMSIG(status)
+    })
+}

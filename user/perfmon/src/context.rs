@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::abi::*;
 use crate::error::{Error, Op, Result};
+use crate::mapped::CounterPage;
 use crate::pmu::{Event, PmuInfo};
 use crate::sys;
 
@@ -184,6 +185,9 @@ pub struct Context {
     info: OnceLock<PmuInfo>,
     /// PMD numbers programmed by [`Context::program`], in event order.
     pmds: Vec<u16>,
+    /// The counter page [`Context::read_mapped`] reads, mapped at its first
+    /// call (`None`: the module offers none; the system call it is).
+    page: OnceLock<Option<CounterPage>>,
 }
 
 /// How long [`Context::wait_active`] sleeps between two looks.
@@ -202,6 +206,7 @@ impl Context {
                 file,
                 info: OnceLock::new(),
                 pmds: Vec::new(),
+                page: OnceLock::new(),
             }),
             Err(e) => {
                 let errno = e.raw_os_error().unwrap_or(libc::EIO);
@@ -400,6 +405,35 @@ impl Context {
             time_enabled: arg.time_enabled,
             time_running: arg.time_running,
         })
+    }
+
+    /// Maps the context's counter page (`mmap` of the fd): reads without a
+    /// system call ([`CounterPage::read`]).
+    pub fn map_counter_page(&self) -> Result<CounterPage> {
+        CounterPage::map(self.fd()).map_err(|e| Error::os(Op::Mmap, e))
+    }
+
+    /// Reads the PMDs of `pmd_mask` as [`Context::read_values`] does, from
+    /// the counter page when the page can give the same answer (the caller
+    /// is the monitored thread, running, or the context is loaded and not
+    /// counting), with `PFM_IOC_READ_VALUES` otherwise. The page is mapped
+    /// at the first call.
+    pub fn read_mapped(&self, pmd_mask: u64) -> Result<Counts> {
+        let page = self.page.get_or_init(|| CounterPage::map(self.fd()).ok());
+        if let Some(page) = page {
+            let mut values = vec![0u64; pmd_mask.count_ones() as usize];
+            if let Some(r) = page.read_into(pmd_mask, &mut values) {
+                let all = r.pmd_mask() & pmd_mask == pmd_mask;
+                if r.exact() && r.state() == PFM_STATE_LOADED && all {
+                    return Ok(Counts {
+                        values,
+                        time_enabled: r.time_enabled(),
+                        time_running: r.time_running(),
+                    });
+                }
+            }
+        }
+        self.read_values(pmd_mask)
     }
 
     /// The context's state (`PFM_IOC_GET_STATE`).

@@ -42,6 +42,8 @@ pub enum Op {
     Poll,
     /// `fcntl()` on the context (non-blocking mode).
     Fcntl,
+    /// `mmap()` of the context's counter page.
+    Mmap,
     /// `perf_event_open()`.
     PerfEventOpen,
     /// A perf_event ioctl (enable, disable, reset).
@@ -82,6 +84,7 @@ impl Op {
             Op::ReadMessage => "read",
             Op::Poll => "poll",
             Op::Fcntl => "fcntl",
+            Op::Mmap => "mmap",
             Op::PerfEventOpen => "perf_event_open",
             Op::PerfIoctl => "perf_event ioctl",
             Op::PerfRead => "perf_event read",

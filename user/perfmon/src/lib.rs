@@ -35,7 +35,11 @@ pub mod abi;
 
 mod context;
 mod error;
+mod mapped;
 pub mod perf;
+#[path = "../../../pfm_page.rs"]
+#[allow(dead_code)]
+mod pfm_page;
 mod pmu;
 pub mod process;
 mod sys;
@@ -45,6 +49,7 @@ pub use context::{
     Context, Counts, CtxState, Message, MessageKind, Messages, Readiness, State, DEVICE,
 };
 pub use error::{errno_name, errno_text, Error, ErrorKind, Op, Result};
+pub use mapped::{CounterPage, MappedReading, MappedStatus};
 pub use pmu::{aliases_of, describe, edit_distance, suggest, Event, Generic, PmuInfo};
 
 #[cfg(test)]

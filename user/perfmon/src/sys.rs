@@ -512,3 +512,59 @@ pub(crate) fn read_signalfd(fd: BorrowedFd<'_>) -> Result<Option<i32>, i32> {
     }
     Ok(Some(info.ssi_signo as i32))
 }
+
+/// Maps a context's counter page read-only (`PFM_PAGE_SIZE` at offset 0).
+pub(crate) fn mmap_page(fd: BorrowedFd<'_>) -> Result<std::ptr::NonNull<u8>, i32> {
+    // SAFETY: A new mapping chosen by the kernel (address NULL): no existing
+    // memory is affected.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            crate::abi::PFM_PAGE_SIZE,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(errno());
+    }
+    std::ptr::NonNull::new(p.cast::<u8>()).ok_or(libc::EIO)
+}
+
+/// Unmaps a page from [`mmap_page`].
+///
+/// # Safety
+///
+/// `p` comes from [`mmap_page`], is unmapped once, and no reference into
+/// the page outlives this call.
+pub(crate) unsafe fn munmap_page(p: std::ptr::NonNull<u8>) {
+    // SAFETY: The caller's guarantees: our own mapping, of that length.
+    unsafe { libc::munmap(p.as_ptr().cast(), crate::abi::PFM_PAGE_SIZE) };
+}
+
+/// The CPU instructions the page reader needs.
+pub(crate) struct Instructions;
+
+impl crate::pfm_page::UserCpu for Instructions {
+    fn rdtscp(&self) -> (u64, u32) {
+        let mut aux = 0u32;
+        // SAFETY: `rdtscp` reads the TSC and TSC_AUX. The page reader calls
+        // it only when the kernel said the CPU has it (PFM_PAGE_TIME_VALID).
+        let tsc = unsafe { core::arch::x86_64::__rdtscp(&mut aux) };
+        (tsc, aux)
+    }
+
+    fn rdpmc(&self, index: u32) -> u64 {
+        let (lo, hi): (u32, u32);
+        // SAFETY: `rdpmc` reads a counter; the page reader calls it only for
+        // an index the kernel published while the calling thread is the one
+        // running with that counter (the kernel then allows `rdpmc`).
+        unsafe {
+            core::arch::asm!("rdpmc", in("ecx") index, out("eax") lo, out("edx") hi,
+                options(nomem, nostack, preserves_flags));
+        }
+        (u64::from(hi) << 32) | u64::from(lo)
+    }
+}

@@ -705,6 +705,7 @@ impl Actor {
         let which = self.rng.below(4);
         self.note(format_args!(" fd={fd} kind={which}"));
         let addr = self.arena.at(0);
+        let mut page_ok = false;
         let r = match which {
             0 => sys::write_raw(fd, addr, self.rng.pick(&[0usize, 1, 64, 4096])),
             1 => sys::lseek(
@@ -712,12 +713,14 @@ impl Actor {
                 self.rng.interesting_u64() as i64,
                 self.rng.below(3) as i32,
             ),
-            2 => sys::mmap_fd(
-                fd,
-                PAGE * self.rng.range(1, 4) as usize,
-                self.rng
-                    .pick(&[libc::PROT_READ, libc::PROT_READ | libc::PROT_WRITE]),
-            ),
+            2 => {
+                let len = PAGE * self.rng.range(1, 4) as usize;
+                let prot = self
+                    .rng
+                    .pick(&[libc::PROT_READ, libc::PROT_READ | libc::PROT_WRITE]);
+                page_ok = len == PAGE && prot == libc::PROT_READ;
+                sys::mmap_fd(fd, len, prot)
+            }
             _ => sys::fstat_ok(fd),
         };
         let r = self.res(Op::MiscFd, r);
@@ -732,12 +735,23 @@ impl Actor {
                     }
                 }
             }
-            2 => self.expect_err(
-                Op::MiscFd,
-                r,
-                &[libc::ENODEV, libc::EACCES],
-                "perfmon has no mmap",
-            ),
+            // The counter page: one page, read-only, at offset 0 (EACCES:
+            // PROT_WRITE on a read-only fd, refused before perfmon sees it).
+            2 => match r {
+                Ok(_) if !page_ok => self.anomaly(
+                    Op::MiscFd,
+                    "mmap of more than a page or writable accepted".to_string(),
+                ),
+                Ok(v) if v != i64::from(abi::PFM_PAGE_VERSION) => {
+                    self.anomaly(Op::MiscFd, format!("page version {v}"))
+                }
+                Ok(_) => {}
+                Err(_) => self.allow(
+                    Op::MiscFd,
+                    r,
+                    &[libc::EINVAL, libc::EPERM, libc::EACCES, libc::ENOMEM],
+                ),
+            },
             _ => {}
         }
     }

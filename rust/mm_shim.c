@@ -1,0 +1,34 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The C side of rust/mm.rs and rust/clock.rs: one-line wrappers of the
+ * static inlines and macros that the mapped counter page needs (page
+ * allocation, the VMA's fields and flags, CPU features), which 6.12's
+ * `bindings` does not reach.
+ */
+#include <linux/gfp.h>
+#include <linux/mm.h>
+#include <asm/cpufeature.h>
+#include <asm/tsc.h>
+#include "mm_shim.h"
+
+void *pfm_page_alloc(void) { return (void *)get_zeroed_page(GFP_KERNEL_ACCOUNT); }
+void pfm_page_free(void *p) { free_page((unsigned long)p); }
+unsigned long pfm_vma_len(struct vm_area_struct *v) { return v->vm_end - v->vm_start; }
+unsigned long pfm_vma_pgoff(struct vm_area_struct *v) { return v->vm_pgoff; }
+unsigned long pfm_vma_flags(struct vm_area_struct *v) { return v->vm_flags; }
+/* Read-only for good (no mprotect to writable or executable), not grown by mremap, not in core dumps. */
+int pfm_vma_insert_ro_page(struct vm_area_struct *v, void *p)
+{
+	vm_flags_mod(v, VM_DONTEXPAND | VM_DONTDUMP, VM_MAYWRITE | VM_MAYEXEC);
+	return vm_insert_page(v, v->vm_start, virt_to_page(p));
+}
+/*
+ * A TSC user space may extend times with: not marked unstable (then
+ * sched_clock is the TSC scaled by cyc2ns, as perf's cap_user_time asks),
+ * rdtscp to tell the CPU, CPU numbers that fit TSC_AUX's 12 bits.
+ */
+bool pfm_tsc_user_time_ok(void)
+{
+	return boot_cpu_has(X86_FEATURE_RDTSCP) && !check_tsc_unstable() && nr_cpu_ids <= 4096 &&
+	       READ_ONCE(tsc_khz) != 0;
+}

@@ -1,0 +1,20 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The functions rust/mm_shim.c exports to rust/mm.rs and rust/clock.rs
+ * (their Rust declarations are there).
+ */
+#ifndef PFM_MM_SHIM_H
+#define PFM_MM_SHIM_H
+
+#include <linux/mm_types.h>
+#include <linux/types.h>
+
+void *pfm_page_alloc(void);
+void pfm_page_free(void *p);
+unsigned long pfm_vma_len(struct vm_area_struct *v);
+unsigned long pfm_vma_pgoff(struct vm_area_struct *v);
+unsigned long pfm_vma_flags(struct vm_area_struct *v);
+int pfm_vma_insert_ro_page(struct vm_area_struct *v, void *p);
+bool pfm_tsc_user_time_ok(void);
+
+#endif /* PFM_MM_SHIM_H */
