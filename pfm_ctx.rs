@@ -147,7 +147,7 @@ impl CtxInner {
     /// back after the caller's change.
     fn fold_running(&mut self, cpu: i32) {
         if self.on_cpu == Some(cpu) {
-            self.fold_to(glue::current_runtime_ns());
+            self.fold_to(glue::current_runtime_ns().max(self.page_promise()));
             let ovfl = self.counters.uninstall_here(&globals().pmu);
             self.overflowed(ovfl);
         }
@@ -231,7 +231,14 @@ impl CtxInner {
         let runtime = glue::current_sum_exec_runtime();
         let mut d = ThreadDeltas::default();
         if self.on_cpu == Some(cpu) {
-            d.task_clock = runtime.saturating_sub(self.run_base);
+            // A preempted thread's slice may end before what its page let
+            // it see (`page_promise`): not below that. The next slice
+            // counts from the scheduler's end of this one.
+            let end = match self.page.is_some() && glue::current_is_runnable() {
+                true => runtime.max(self.page_promise()),
+                false => runtime,
+            };
+            d.task_clock = end.saturating_sub(self.run_base);
         }
         self.run_base = runtime;
         if self.counting() {

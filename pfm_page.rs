@@ -118,6 +118,20 @@ pub const fn calc_mult_shift(from: u32, to: u32, maxsec: u32) -> (u32, u32) {
     (t as u32, sft)
 }
 
+/// `sched_clock`'s TSC-to-ns conversion from `clocks_calc_mult_shift`'s
+/// `(mult, shift)`: `__set_cyc2ns_scale` turns a shift of 32 into 31 with
+/// `mult` halved (truncated), for perf's user page. The page uses the same
+/// pair, so its extension runs at exactly the rate of `sched_clock`, the
+/// scheduler's runtime: the unhalved pair runs ahead of it where `mult` is
+/// odd (up to 0.6 ns a second; host test).
+pub const fn sched_clock_scale(mult: u32, shift: u32) -> (u32, u32) {
+    if shift == 32 {
+        (mult >> 1, 31)
+    } else {
+        (mult, shift)
+    }
+}
+
 /// What an update writes besides the PMDs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Update {
@@ -201,10 +215,13 @@ pub struct Reading {
     pub meta: Meta,
 }
 
-/// Tries a reader makes before it gives up (the caller then uses the
-/// system call): the writer holds the count odd for a few hundred
-/// instructions with interrupts off, so a reader that keeps losing is being
-/// preempted in its loop, not waiting for the writer.
+/// Completed updates a reader sees under it before it gives up (the caller
+/// then uses the system call): a reader that keeps losing is being
+/// preempted in its loop. An odd count (an update in progress) is waited
+/// out and not counted: the writer holds it for a few hundred instructions
+/// with interrupts off, but in a VM its vCPU can be descheduled by the host
+/// meanwhile for milliseconds (`pfm_test_mmap` saw a reader give up on an
+/// odd count alone under the debug kernel).
 pub const MAX_TRIES: u32 = 1000;
 
 impl PageCells {
@@ -288,9 +305,11 @@ impl PageCells {
     /// any other sees the values of the last update, `live` false.
     #[inline(always)]
     pub fn read_into(&self, mask: u64, cpu: &impl UserCpu, out: &mut [u64]) -> Option<Meta> {
-        for retries in 0..MAX_TRIES {
+        let mut retries = 0;
+        while retries < MAX_TRIES {
             let s1 = self.seq.load(Ordering::Acquire);
             if s1 & 1 != 0 {
+                // The writer always finishes: it runs with interrupts off.
                 core::hint::spin_loop();
                 continue;
             }
@@ -301,6 +320,7 @@ impl PageCells {
                 meta.retries = retries;
                 return Some(meta);
             }
+            retries += 1;
         }
         None
     }

@@ -17,7 +17,7 @@ use kernel::prelude::*;
 use super::{Context, CtxInner};
 use crate::abi;
 use crate::globals;
-use crate::pfm_page::{PageCells, PmdUpdate, Update};
+use crate::pfm_page::{cycles_to_ns, sched_clock_scale, PageCells, PmdUpdate, Update};
 use crate::rust::{self as glue, clock, mm};
 
 // SAFETY: Atomics only (all-zero is a valid value of each), 1152 bytes
@@ -35,6 +35,12 @@ pub(super) struct CtxPage {
     khz: AtomicU32,
     /// The TSC-to-ns conversion at `khz`: `mult << 32 | shift`, 0 if none.
     conv: AtomicU64,
+    /// What the page promises a live reader while its thread runs: the
+    /// runtime and the TSC at the last update that let it extend
+    /// task-clock (`promise_tsc` 0: none), at `conv`. See
+    /// [`CtxInner::page_promise`].
+    promise_runtime: AtomicU64,
+    promise_tsc: AtomicU64,
 }
 
 impl CtxPage {
@@ -46,6 +52,8 @@ impl CtxPage {
             mem,
             khz: AtomicU32::new(0),
             conv: AtomicU64::new(0),
+            promise_runtime: AtomicU64::new(0),
+            promise_tsc: AtomicU64::new(0),
         })
     }
 
@@ -58,12 +66,29 @@ impl CtxPage {
         }
         let khz = clock::tsc_khz();
         if khz != self.khz.load(Ordering::Relaxed) {
-            let c = clock::mult_shift(khz).map_or(0, |(m, s)| u64::from(m) << 32 | u64::from(s));
+            let c = clock::mult_shift(khz).map_or(0, |(m, s)| {
+                let (m, s) = sched_clock_scale(m, s);
+                u64::from(m) << 32 | u64::from(s)
+            });
             self.conv.store(c, Ordering::Relaxed);
             self.khz.store(khz, Ordering::Relaxed);
         }
         let c = self.conv.load(Ordering::Relaxed);
         (c != 0).then_some(((c >> 32) as u32, c as u32))
+    }
+
+    /// The runtime a live reader may have computed by now: the promised
+    /// runtime extended by the TSC, as the reader extends it; 0 if no
+    /// promise stands. Under the context's lock.
+    fn promised_now(&self) -> u64 {
+        let tsc = self.promise_tsc.load(Ordering::Relaxed);
+        if tsc == 0 {
+            return 0;
+        }
+        let c = self.conv.load(Ordering::Relaxed);
+        let cycles = clock::rdtsc().saturating_sub(tsc);
+        self.promise_runtime.load(Ordering::Relaxed)
+            + cycles_to_ns(cycles, (c >> 32) as u32, c as u32)
     }
 }
 
@@ -88,6 +113,33 @@ fn runtime_and_tsc() -> (u64, u64) {
 }
 
 impl CtxInner {
+    /// The least runtime the thread's task-clock may be folded to now (0:
+    /// any): what a live reader of the page may already have seen.
+    ///
+    /// The scheduler closes a time slice at its runqueue clock, and a
+    /// wake-up that preempts the thread stamps that clock early
+    /// (`wakeup_preempt` asks `__schedule` to skip its clock update,
+    /// `RQCF_REQ_SKIP`): the thread runs on in user mode until the
+    /// rescheduling IPI arrives, yet its slice ends at the wake-up, and
+    /// the rest goes to the next thread. A reader that extended task-clock
+    /// meanwhile saw more than the scheduler then accounts (`pfm_test_mmap`:
+    /// a STOP froze task-clock below a live reading made before it, in
+    /// every run once a sleeper on the reader's CPU was woken from the
+    /// other). So a fold on the thread's CPU, and the switch-out of a
+    /// preempted thread, take task-clock to at least what the page promised
+    /// by then. Not a thread's switch-out as it blocks: a blocking thread
+    /// left user mode before it called into the scheduler, which updates
+    /// its clock then (the switch path after it, with an idle CPU's
+    /// balancing, is tens of microseconds under QEMU, the scheduler gives
+    /// it to the idle task, and so does this).
+    #[inline(always)]
+    pub(super) fn page_promise(&self) -> u64 {
+        match &self.page {
+            Some(page) => page.promised_now(),
+            None => 0,
+        }
+    }
+
     /// Publishes the context's state to its page, if it has one. Lock held.
     #[inline(always)]
     pub(super) fn page_update(&self) {
@@ -128,6 +180,7 @@ impl CtxInner {
         // may start a little late (the page a few ns behind the runtime),
         // never early (which would put it ahead of the next fold).
         let mut pending = 0;
+        let mut promise = None;
         if running {
             u.flags |= abi::PFM_PAGE_RUNNING;
             if let Some((mult, shift)) = page.conversion() {
@@ -136,7 +189,19 @@ impl CtxInner {
                 u.flags |= abi::PFM_PAGE_TIME_VALID;
                 (u.time_mult, u.time_shift) = (mult, shift as u16);
                 u.tsc_base = tsc;
+                promise = Some((runtime, tsc));
             }
+        }
+        // A promise stands until the thread leaves its CPU: an update made
+        // elsewhere meanwhile (`with_live`'s fallback) does not take back
+        // what its readers may have seen.
+        match promise {
+            Some((runtime, tsc)) => {
+                page.promise_runtime.store(runtime, Ordering::Relaxed);
+                page.promise_tsc.store(tsc.max(1), Ordering::Relaxed);
+            }
+            None if self.on_cpu.is_none() => page.promise_tsc.store(0, Ordering::Relaxed),
+            None => {}
         }
         u.time_running += pending;
         let clock_pmds = self.counters.clock_pmds();

@@ -32,9 +32,9 @@ pub(crate) fn tsc_khz() -> u32 {
 
 /// The TSC-to-ns conversion `(mult, shift)` at `khz`: computed by
 /// `clocks_calc_mult_shift` with the arguments `set_cyc2ns_scale` gives it
-/// (maxsec 0), so the rate is exactly the one `sched_clock` (and so the
-/// scheduler's runtime) uses. `None` for a rate of 0 or one it cannot
-/// express with a shift of at most 32.
+/// (maxsec 0); `pfm_page::sched_clock_scale` then makes it the pair
+/// `sched_clock` (and so the scheduler's runtime) uses. `None` for a rate
+/// of 0 or one it cannot express with a shift of at most 32.
 pub(crate) fn mult_shift(khz: u32) -> Option<(u32, u32)> {
     if khz == 0 {
         return None;

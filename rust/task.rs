@@ -74,6 +74,18 @@ pub(crate) unsafe fn is_dying(task: &Task) -> bool {
     unsafe { (*task_ptr(task)).__state == bindings::TASK_DEAD }
 }
 
+/// Whether the current thread is still runnable as the scheduler switches
+/// it out: preempted (or yielding), not blocking. For a sched-out
+/// notifier, which runs in the outgoing thread.
+pub(crate) fn current_is_runnable() -> bool {
+    // SAFETY: `current` is a valid task; its `__state` is read once, as
+    // the scheduler reads it.
+    unsafe {
+        core::ptr::read_volatile(core::ptr::addr_of!((*bindings::get_current()).__state))
+            == bindings::TASK_RUNNING
+    }
+}
+
 /// How a queued task_work reaches a task that is not returning to user
 /// mode on its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

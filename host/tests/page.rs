@@ -87,6 +87,38 @@ fn mult_shift_converts_within_a_part_per_billion() {
     );
 }
 
+/// The page converts as `sched_clock` does (`__set_cyc2ns_scale`: a shift
+/// of 32 becomes 31 with `mult` halved), not as `clocks_calc_mult_shift`
+/// alone would: where that `mult` is odd, the unhalved pair runs ahead of
+/// the scheduler's runtime (2,500,001 kHz: 582 ns in 1,000 s).
+#[test]
+fn the_page_converts_at_sched_clocks_rate() {
+    let mut odd = 0;
+    for khz in (1_000_000u32..5_000_000).step_by(997) {
+        let (m, s) = calc_mult_shift(khz, 1_000_000, 0);
+        let (km, ks) = sched_clock_scale(m, s);
+        assert!(ks <= 31, "{khz} kHz: shift {ks}");
+        // 1,000 s of cycles, as sched_clock converts them.
+        let cycles = u64::from(khz) * 1_000_000;
+        let kernel = (u128::from(cycles) * u128::from(m >> (s - ks)) >> ks) as u64;
+        assert_eq!(cycles_to_ns(cycles, km, ks), kernel, "{khz} kHz");
+        if m % 2 == 1 && s == 32 {
+            odd += 1;
+            assert!(cycles_to_ns(cycles, m, s) > kernel, "{khz} kHz");
+        }
+    }
+    assert!(odd > 0);
+    let (m, s) = calc_mult_shift(2_500_001, 1_000_000, 0);
+    assert_eq!((m % 2, s), (1, 32));
+    let (km, ks) = sched_clock_scale(m, s);
+    let cycles = 2_500_001_000 * 1000;
+    assert_eq!(
+        cycles_to_ns(cycles, m, s) - cycles_to_ns(cycles, km, ks),
+        582
+    );
+    assert_eq!(sched_clock_scale(7, 30), (7, 30));
+}
+
 fn running_update(cpu: u32, tsc: u64) -> Update {
     // 1 GHz: one ns per cycle.
     let (mult, shift) = calc_mult_shift(1_000_000, 1_000_000, 0);
@@ -295,4 +327,45 @@ fn readers_never_see_a_torn_update() {
     }
     assert_eq!(p.seq() % 2, 0);
     assert_eq!(p.seq(), 400_000);
+}
+
+/// A writer stalled inside its update (a vCPU the host deschedules with the
+/// count odd) is waited out: the reader gets the update, never gives up.
+#[test]
+fn a_reader_waits_out_a_writer_stalled_mid_update() {
+    let p: Arc<PageCells> = Arc::from(page());
+    let in_update = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (p, in_update) = (p.clone(), in_update.clone());
+        std::thread::spawn(move || {
+            let u = Update {
+                pmd_mask: 1,
+                time_enabled: 7,
+                ..Update::default()
+            };
+            let mut first = true;
+            let stalled = std::iter::from_fn(move || {
+                if first {
+                    first = false;
+                    in_update.store(true, Ordering::Release);
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                Some(PmdUpdate {
+                    value: 7,
+                    ..PmdUpdate::default()
+                })
+            });
+            p.write(&u, stalled);
+        })
+    };
+    while !in_update.load(Ordering::Acquire) {
+        std::hint::spin_loop();
+    }
+    assert_eq!(p.seq() % 2, 1, "the writer is inside its update");
+    let r = p
+        .read(u64::MAX, &NoCpu)
+        .expect("gave up on a stalled writer");
+    assert_eq!((r.meta.time_enabled, r.values[0]), (7, 7));
+    assert_eq!(r.meta.retries, 0, "an update in progress is not a retry");
+    writer.join().expect("writer");
 }
