@@ -157,6 +157,9 @@ impl PmdState {
 /// counted past it. Returns the PMDs reset here, which a hardware model
 /// must load into its counters again.
 pub fn reset_linked(pmds: &mut [PmdState], ovfl: u64, long: bool, width: u32) -> u64 {
+    if ovfl == 0 {
+        return 0;
+    }
     let mut linked = 0u64;
     let mut m = ovfl;
     while m != 0 {

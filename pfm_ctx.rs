@@ -144,21 +144,25 @@ impl CtxInner {
     /// this CPU: the target is then the current thread, and its live
     /// scheduler runtime is what task-clock reads. A hardware model's
     /// counters are folded by taking them off the PMU; `sync_hw` puts them
-    /// back after the caller's change.
-    fn fold_running(&mut self, cpu: i32) {
-        if self.on_cpu == Some(cpu) {
-            self.fold_to(glue::current_runtime_ns().max(self.page_promise()));
-            let ovfl = self.counters.uninstall_here(&globals().pmu);
-            self.overflowed(ovfl);
+    /// back after the caller's change. Returns the `local_clock` time now
+    /// (the fold's own, when it folds: one clock read per call).
+    fn fold_running(&mut self, cpu: i32) -> u64 {
+        if self.on_cpu != Some(cpu) {
+            return glue::now_ns();
         }
+        let (runtime, now) = glue::current_runtime_and_clock();
+        self.fold_to(runtime.max(self.page_promise()));
+        let ovfl = self.counters.uninstall_here(&globals().pmu);
+        self.overflowed(ovfl);
+        now
     }
 
     /// Runs `op` on the live context (the thread runs on `cpu`, this CPU,
     /// or nowhere): counters advanced first, hardware counters put back
     /// (or not) after, as `op` left the state.
     fn live_op<R>(&mut self, cpu: i32, op: impl FnOnce(&mut Self, u64) -> R) -> R {
-        self.fold_running(cpu);
-        let r = op(self, glue::now_ns());
+        let now = self.fold_running(cpu);
+        let r = op(self, now);
         self.sync_hw();
         self.page_update();
         r

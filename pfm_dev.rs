@@ -12,7 +12,7 @@ use kernel::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void};
 use kernel::ioctl::{_IOC_NR, _IOC_SIZE, _IOC_TYPE};
 use kernel::prelude::*;
 use kernel::str::CStr;
-use kernel::sync::Arc;
+use kernel::sync::{Arc, ArcBorrow};
 use kernel::types::{AsBytes, ForeignOwnable, FromBytes};
 use kernel::uaccess::UserSlice;
 
@@ -198,8 +198,7 @@ unsafe extern "C" fn fop_mmap(
 unsafe extern "C" fn fop_ioctl(file: *mut bindings::file, cmd: c_uint, arg: c_ulong) -> c_long {
     // SAFETY: `file` is an open /dev/perfmon file.
     let ctx = unsafe { file_context(file) };
-    let ctx: Arc<Context> = ctx.into();
-    match ioctl(&ctx, cmd, arg as usize) {
+    match ioctl(ctx, cmd, arg as usize) {
         Ok(()) => 0,
         Err(e) => e.to_errno() as c_long,
     }
@@ -231,7 +230,10 @@ const fn compat_ptr(arg: c_ulong) -> c_ulong {
 /// Dispatches one ioctl. The command's type and number select the call; a
 /// known call with the wrong direction or size is `EINVAL`, an unknown one
 /// `ENOTTY`. Every argument is read from user memory exactly once.
-fn ioctl(ctx: &Arc<Context>, cmd: u32, arg: usize) -> Result {
+///
+/// The file's reference to the context is borrowed, not cloned: only LOAD,
+/// which hands the context to the thread, takes a reference of its own.
+fn ioctl(ctx: ArcBorrow<'_, Context>, cmd: u32, arg: usize) -> Result {
     if _IOC_TYPE(cmd) != abi::PFM_IOC_MAGIC {
         return Err(ENOTTY);
     }
@@ -264,11 +266,11 @@ fn ioctl(ctx: &Arc<Context>, cmd: u32, arg: usize) -> Result {
             user.writer().write(&info)
         }
         abi::PFM_IOC_WRITE_PMCS | abi::PFM_IOC_WRITE_PMDS | abi::PFM_IOC_READ_PMDS => {
-            regs_ioctl(ctx, cmd, arg)
+            regs_ioctl(&ctx, cmd, arg)
         }
         abi::PFM_IOC_LOAD => {
             let l: abi::PfmLoad = user.reader().read()?;
-            ctx.load(&l)
+            Arc::<Context>::from(ctx).load(&l)
         }
         abi::PFM_IOC_UNLOAD => ctx.unload(),
         abi::PFM_IOC_START => ctx.start(),
@@ -276,10 +278,14 @@ fn ioctl(ctx: &Arc<Context>, cmd: u32, arg: usize) -> Result {
         abi::PFM_IOC_RESTART => ctx.restart(),
         abi::PFM_IOC_GET_STATE => user.writer().write(&ctx.get_state()),
         abi::PFM_IOC_READ_VALUES => {
-            let (mut reader, mut writer) = user.reader_writer();
-            let mut v: abi::PfmValues = reader.read()?;
-            ctx.read_values(&mut v)?;
-            writer.write(&v)
+            let v: abi::PfmValues = user.reader().read()?;
+            let times = ctx.read_values(&v)?;
+            // The times are the argument's only outputs: 16 bytes back,
+            // not 48 (the cheap read's cost is mostly its user copies).
+            let at = arg + core::mem::offset_of!(abi::PfmValues, time_enabled);
+            UserSlice::new(at, core::mem::size_of_val(&times))
+                .writer()
+                .write(&times)
         }
         abi::PFM_IOC_SET_FLAGS => {
             let f: abi::PfmCtxFlags = user.reader().read()?;
@@ -291,7 +297,7 @@ fn ioctl(ctx: &Arc<Context>, cmd: u32, arg: usize) -> Result {
 
 /// `PFM_IOC_WRITE_PMCS`, `PFM_IOC_WRITE_PMDS` and `PFM_IOC_READ_PMDS`: a
 /// [`abi::PfmRegsArg`] at `arg` naming an array of registers.
-fn regs_ioctl(ctx: &Arc<Context>, cmd: u32, arg: usize) -> Result {
+fn regs_ioctl(ctx: &Context, cmd: u32, arg: usize) -> Result {
     let size = _IOC_SIZE(cmd);
     let (mut reader, mut writer) = UserSlice::new(arg, size).reader_writer();
     let mut a: abi::PfmRegsArg = reader.read()?;

@@ -260,34 +260,39 @@ impl Context {
     }
 
     /// `PFM_IOC_READ_VALUES`: the values of the PMDs in `pmd_mask`, in PMD
-    /// order, into the user array `values`; the times into `arg`.
-    pub(crate) fn read_values(&self, arg: &mut abi::PfmValues) -> Result {
+    /// order, into the user array `values`; returns `[time_enabled,
+    /// time_running]`.
+    pub(crate) fn read_values(&self, arg: &abi::PfmValues) -> Result<[u64; 2]> {
         let implemented = globals().pmu.impl_mask();
         if arg.reserved != [0; 2] || arg.pmd_mask == 0 || arg.pmd_mask & !implemented != 0 {
             return Err(EINVAL);
         }
-        let mut values = [0u64; abi::PFM_MAX_PMDS];
+        // Not zeroed: only the first `n` are written and copied out.
+        let mut values = [core::mem::MaybeUninit::<u64>::uninit(); abi::PFM_MAX_PMDS];
         let mut n = 0;
-        let (enabled, running) = self.with_live(|inner, now| -> Result<(u64, u64)> {
+        let times = self.with_live(|inner, now| -> Result<[u64; 2]> {
             inner.transition(Op::Read)?;
+            let pmds = inner.counters.pmds();
             n = 0;
-            for (i, pmd) in inner.counters.pmds().iter().enumerate() {
-                if arg.pmd_mask & (1 << i) != 0 {
-                    values[n] = pmd.value;
+            // Only the requested PMDs are visited (the mask names
+            // implemented ones only, checked above).
+            let mut m = arg.pmd_mask;
+            while m != 0 {
+                let i = m.trailing_zeros() as usize;
+                m &= m - 1;
+                if let (Some(pmd), Some(slot)) = (pmds.get(i), values.get_mut(n)) {
+                    slot.write(pmd.value);
                     n += 1;
                 }
             }
-            Ok((inner.time_enabled(now), inner.time_running))
+            Ok([inner.time_enabled(now), inner.time_running])
         })?;
-        let out = &values[..n];
-        // SAFETY: `u64`s are plain bytes: the slice's memory, viewed as bytes.
-        let bytes =
-            unsafe { core::slice::from_raw_parts(out.as_ptr().cast::<u8>(), out.len() * 8) };
+        // SAFETY: The first `n` elements were written above; `u64`s are
+        // plain bytes: their memory, viewed as bytes.
+        let bytes = unsafe { core::slice::from_raw_parts(values.as_ptr().cast::<u8>(), n * 8) };
         UserSlice::new(arg.values as usize, bytes.len())
             .writer()
             .write_slice(bytes)?;
-        arg.time_enabled = enabled;
-        arg.time_running = running;
-        Ok(())
+        Ok(times)
     }
 }

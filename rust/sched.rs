@@ -148,6 +148,11 @@ pub(crate) use impl_has_preempt_notifier;
 /// READ_VALUES 0.8 ms ahead of the thread's own clock). So the pair is read
 /// until both fields read the same twice in a row (a few tries).
 pub(crate) fn current_runtime_ns() -> u64 {
+    current_runtime_and_clock().0
+}
+
+/// [`current_runtime_ns`] and the `local_clock` time it was taken at.
+pub(crate) fn current_runtime_and_clock() -> (u64, u64) {
     let mut pair = (0, 0);
     for _ in 0..4 {
         // SAFETY: `current` is a valid task; reading its `se` fields races
@@ -166,7 +171,8 @@ pub(crate) fn current_runtime_ns() -> u64 {
             break;
         }
     }
-    pair.0 + now_ns().saturating_sub(pair.1)
+    let now = now_ns();
+    (pair.0 + now.saturating_sub(pair.1), now)
 }
 
 /// The current thread's `se.sum_exec_runtime`: exact at a switch-in (the

@@ -9,7 +9,7 @@
 # dump and the guest output) and prints the report.
 #
 # env: PROFILE_ITEMS  SECTION:VARIANT,... (default below; sections ctxsw,
-#                     read: none, perfmon-1, perfmon-4, perf-1, perf-3,
+#                     read: none, perfmon-1, perfmon-4, perfmon-1v, perfmon-4v (READ_VALUES), perf-1, perf-3,
 #                     perf-4; attach: perfmon-1-full, perfmon-4-full,
 #                     perfmon-4-load, perf-1, perf-3, perf-4)
 #      PROFILE_ARGS   pfm_bench iteration counts (default

@@ -1536,11 +1536,23 @@ fn profile(o: &Opts, items: &str) -> io::Result<()> {
                 (2 * o.trips, "switch")
             }
             "read" => {
-                let mon = mon_by_name(variant).ok_or_else(bad)?;
+                // `perfmon-1v`, `perfmon-4v`: PFM_IOC_READ_VALUES.
+                let values = variant.ends_with('v');
+                let mon = mon_by_name(variant.trim_end_matches('v')).ok_or_else(bad)?;
                 let guard = Guard::new(mon, 0)?;
                 let n = o.reads as u64;
                 match &guard {
                     Guard::None => return Err(bad()),
+                    Guard::Pfm(p, k) if values => {
+                        let mask = (1u64 << *k) - 1;
+                        let mut vals = vec![0u64; *k];
+                        p.read_values(mask, &mut vals)?;
+                        sys::profile_marker();
+                        for _ in 0..n {
+                            p.read_values(mask, &mut vals)?;
+                        }
+                        sys::profile_marker();
+                    }
                     Guard::Pfm(p, k) => {
                         let mut regs = sys::pmd_array(*k);
                         let mut arg = abi::PfmRegsArg::default();
