@@ -166,17 +166,3 @@ pub fn comm(pid: u32) -> String {
         .trim()
         .to_string()
 }
-
-/// Waits up to `timeout` for `cond`, polling every 5 ms.
-pub fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        sys::usleep(5_000);
-    }
-}

@@ -163,6 +163,27 @@ fn interval_value_width(style: Style) -> usize {
 }
 
 impl Report {
+    /// A summary of `subject` (thread `tid`, PMU `model`) with nothing
+    /// counted yet: what a measurement fills in.
+    pub fn empty_summary(subject: Subject, tid: u32, model: String) -> Self {
+        Self {
+            kind: StatKind::Summary,
+            subject,
+            tid,
+            model,
+            rows: Vec::new(),
+            time_enabled: 0,
+            time_running: 0,
+            elapsed: Duration::ZERO,
+            interval_end: None,
+            exit: None,
+            interrupted: false,
+            target_exited: false,
+            run: None,
+            runs: None,
+        }
+    }
+
     fn has_perf(&self) -> bool {
         self.rows.iter().any(|r| r.perf.is_some())
     }

@@ -373,22 +373,11 @@ impl Stat<'_> {
         if let Some((g, _)) = &perf {
             g.enable()?;
         }
-        let base = Report {
-            kind: StatKind::Summary,
-            subject: Subject::Command(argv_text.to_vec()),
-            tid: pid,
-            model: self.pmu.model.clone(),
-            rows: Vec::new(),
-            time_enabled: 0,
-            time_running: 0,
-            elapsed: Duration::ZERO,
-            interval_end: None,
-            exit: None,
-            interrupted: false,
-            target_exited: false,
-            run: None,
-            runs: None,
-        };
+        let base = Report::empty_summary(
+            Subject::Command(argv_text.to_vec()),
+            pid,
+            self.pmu.model.clone(),
+        );
         self.interval_header(perf.is_some())?;
         let t0 = Instant::now();
         ctx.start()?;
@@ -482,22 +471,7 @@ impl Stat<'_> {
         if let Some((g, _)) = &perf {
             g.enable()?;
         }
-        let base = Report {
-            kind: StatKind::Summary,
-            subject: Subject::Thread(tid),
-            tid,
-            model: self.pmu.model.clone(),
-            rows: Vec::new(),
-            time_enabled: 0,
-            time_running: 0,
-            elapsed: Duration::ZERO,
-            interval_end: None,
-            exit: None,
-            interrupted: false,
-            target_exited: false,
-            run: None,
-            runs: None,
-        };
+        let base = Report::empty_summary(Subject::Thread(tid), tid, self.pmu.model.clone());
         self.interval_header(perf.is_some())?;
         let t0 = Instant::now();
         ctx.start()?;

@@ -28,9 +28,10 @@
 
 use std::time::{Duration, Instant};
 
+use pfm_fuzz::guest::wait_for;
 use pfm_fuzz::guest::{self, Counters};
 use pfm_fuzz::pfm::{msg_name, outcome, state_name, Ctx};
-use pfm_fuzz::proc::{comm, uid_line, wait_for, Pipe, Proc};
+use pfm_fuzz::proc::{comm, uid_line, Pipe, Proc};
 use pfm_fuzz::sys::{self, abi};
 use pfm_fuzz::tap::{diag, Tap, TestResult};
 

@@ -24,9 +24,10 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use pfm_fuzz::ensure;
+use pfm_fuzz::guest::wait_for;
 use pfm_fuzz::guest::{self, Counters};
 use pfm_fuzz::pfm::{msg_name, state_name, Ctx};
-use pfm_fuzz::proc::{wait_for, Pipe, Proc};
+use pfm_fuzz::proc::{Pipe, Proc};
 use pfm_fuzz::rng::Rng;
 use pfm_fuzz::sys::{self, abi};
 use pfm_fuzz::tap::{diag, Tap, TestResult};
