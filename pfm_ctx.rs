@@ -236,12 +236,9 @@ impl CtxInner {
         let mut d = ThreadDeltas::default();
         if self.on_cpu == Some(cpu) {
             // A preempted thread's slice may end before what its page let
-            // it see (`page_promise`): not below that. The next slice
-            // counts from the scheduler's end of this one.
-            let end = match self.page.is_some() && glue::current_is_runnable() {
-                true => runtime.max(self.page_promise()),
-                false => runtime,
-            };
+            // it see: not below that. The next slice counts from the
+            // scheduler's end of this one.
+            let end = runtime.max(self.switch_out_promise());
             d.task_clock = end.saturating_sub(self.run_base);
         }
         self.run_base = runtime;

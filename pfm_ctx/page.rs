@@ -140,6 +140,17 @@ impl CtxInner {
         }
     }
 
+    /// [`CtxInner::page_promise`] at the thread's switch-out: only for a
+    /// preempted thread (still runnable); 0 for one that blocks, or without
+    /// a page (one test on the switch path).
+    #[inline(always)]
+    pub(super) fn switch_out_promise(&self) -> u64 {
+        match &self.page {
+            Some(page) if glue::current_is_runnable() => page.promised_now(),
+            _ => 0,
+        }
+    }
+
     /// Publishes the context's state to its page, if it has one. Lock held.
     #[inline(always)]
     pub(super) fn page_update(&self) {
