@@ -88,6 +88,10 @@ pub(crate) struct Globals {
     reap_queue: AtomicPtr<bindings::workqueue_struct>,
     /// The overflow vectors.
     pub(crate) intr: pfm_intr::Vectors<Attachment>,
+    /// Where contexts are allocated: a cache of their exact size (see
+    /// `rust/slab.rs`). Destroyed with the globals, after every context
+    /// (each holds a module reference, through its file or attachment).
+    pub(crate) contexts: rust::SlabCache<Context>,
 }
 
 // SAFETY: `reap_queue` is a workqueue, usable from any thread; the rest is
@@ -281,6 +285,7 @@ impl kernel::Module for PerfmonModule {
         // a hardware model takes it while it holds the counters.
         let intr = pfm_intr::Vectors::new(pmu.hw.is_none() && !pfm_x86::cpu_has_pmu())?;
         let registry = pfm_ctxsw::Registry::<Context>::new()?;
+        let contexts = rust::SlabCache::new(kernel::c_str!("perfmon_context"))?;
         let globals = KBox::pin_init(
             pin_init!(Globals {
                 pmu,
@@ -290,6 +295,7 @@ impl kernel::Module for PerfmonModule {
                 registry <- new_irq_spinlock!(registry, "perfmon_registry"),
                 reap_queue: AtomicPtr::new(core::ptr::null_mut()),
                 intr,
+                contexts,
             }),
             GFP_KERNEL,
         )?;

@@ -21,36 +21,6 @@ pub const fn hw_delta(prev: u64, now: u64, width: u32) -> u64 {
     now.wrapping_sub(prev) & width_mask(width)
 }
 
-/// A `width`-bit counter register as the soft PMU model keeps it: it wraps
-/// like a hardware counter, and every wrap is reported so it can be folded
-/// into the 64-bit value.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct NarrowCounter {
-    /// The register's value, always within `width_mask(width)`.
-    pub raw: u64,
-}
-
-impl NarrowCounter {
-    /// Loads the low `width` bits of a 64-bit value, as a counter write does.
-    pub const fn load(value: u64, width: u32) -> Self {
-        Self {
-            raw: value & width_mask(width),
-        }
-    }
-
-    /// Adds `delta` events and returns how many times the register wrapped.
-    pub fn add(&mut self, delta: u64, width: u32) -> u64 {
-        let mask = width_mask(width);
-        let sum = self.raw as u128 + delta as u128;
-        self.raw = (sum as u64) & mask;
-        if mask == u64::MAX {
-            (sum >> 64) as u64
-        } else {
-            (sum >> width) as u64
-        }
-    }
-}
-
 /// The result of advancing a 64-bit virtual counter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Advance {
@@ -98,14 +68,13 @@ pub const fn period_to_value(period: u64) -> u64 {
     0u64.wrapping_sub(period)
 }
 
-/// A PMD's software state: the 64-bit value and its reset values.
+/// A PMD's software state: the 64-bit value and its reset values. A
+/// narrow register behind it (a hardware counter) is its model's to keep:
+/// the soft model's would only repeat the value's low bits.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PmdState {
     /// The 64-bit virtualized value.
     pub value: u64,
-    /// The narrow register backing it: the soft model's counter, or, for a
-    /// hardware model, the raw counter value at the last write or read.
-    pub hw: NarrowCounter,
     /// Reload value after a non-notified overflow.
     pub short_reset: u64,
     /// Reload value on RESTART after a notification.
@@ -114,35 +83,30 @@ pub struct PmdState {
     pub last_reset: u64,
     /// `PFM_REGFL_*` input flags.
     pub flags: u32,
-    /// PMDs reset with this one.
-    pub reset_pmds: u64,
+    /// PMDs reset with this one (PMD numbers are below `PFM_MAX_PMDS`,
+    /// 32).
+    pub reset_pmds: u32,
 }
 
 impl PmdState {
-    /// Sets the value as a PMD write does: the narrow register takes the low bits.
-    pub fn write(&mut self, value: u64, width: u32) {
+    /// Sets the value, as a PMD write does.
+    pub fn write(&mut self, value: u64) {
         self.value = value;
-        self.hw = NarrowCounter::load(value, width);
     }
 
-    /// Counts `delta` events. The narrow register is always the low
-    /// `width` bits of the 64-bit value: its wraps are folded into the value
-    /// exactly (`NarrowCounter`'s tests check the equivalence at every
-    /// width), and only the value crossing 2^64 is an overflow. Returns the
-    /// number of 64-bit overflows.
-    pub fn count(&mut self, delta: u64, width: u32) -> u64 {
+    /// Counts `delta` events. A narrow counter's wraps are the caller's
+    /// (`hw_delta`): only the value
+    /// crossing 2^64 is an overflow. Returns the number of 64-bit
+    /// overflows.
+    pub fn count(&mut self, delta: u64) -> u64 {
         if let Some(v) = self.value.checked_add(delta) {
             // No overflow, the common case.
             self.value = v;
-            self.hw = NarrowCounter {
-                raw: v & width_mask(width),
-            };
             return 0;
         }
         let a = advance(self.value, delta, self.short_reset);
         if a.overflows != 0 {
             self.last_reset = self.short_reset;
-            self.hw = NarrowCounter::load(a.value, width);
         }
         self.value = a.value;
         a.overflows
@@ -156,7 +120,7 @@ impl PmdState {
 /// alone: their own overflow (or RESTART) reset them, keeping what they
 /// counted past it. Returns the PMDs reset here, which a hardware model
 /// must load into its counters again.
-pub fn reset_linked(pmds: &mut [PmdState], ovfl: u64, long: bool, width: u32) -> u64 {
+pub fn reset_linked(pmds: &mut [PmdState], ovfl: u64, long: bool) -> u64 {
     if ovfl == 0 {
         return 0;
     }
@@ -165,7 +129,7 @@ pub fn reset_linked(pmds: &mut [PmdState], ovfl: u64, long: bool, width: u32) ->
     while m != 0 {
         let i = m.trailing_zeros() as usize;
         m &= m - 1;
-        linked |= pmds.get(i).map_or(0, |p| p.reset_pmds);
+        linked |= pmds.get(i).map_or(0, |p| u64::from(p.reset_pmds));
     }
     linked &= !ovfl;
     let mut reset = 0u64;
@@ -175,7 +139,7 @@ pub fn reset_linked(pmds: &mut [PmdState], ovfl: u64, long: bool, width: u32) ->
         m &= m - 1;
         if let Some(p) = pmds.get_mut(j) {
             let value = if long { p.long_reset } else { p.short_reset };
-            p.write(value, width);
+            p.write(value);
             p.last_reset = value;
             reset |= 1 << j;
         }
@@ -205,27 +169,6 @@ mod tests {
             assert_eq!(hw_delta(m, 0, w), 1, "width {w}");
             assert_eq!(hw_delta(m - 1, 1, w), 3 & m, "width {w}");
             assert_eq!(hw_delta(5 & m, 5 & m, w), 0);
-        }
-    }
-
-    #[test]
-    fn narrow_counter_folds_to_exact_64_bit_values() {
-        for w in WIDTHS {
-            let mut reg = NarrowCounter::load(0, w);
-            let mut folded: u128 = 0;
-            let mut exact: u128 = 0;
-            // Steps of assorted sizes, some far larger than the register.
-            for (i, step) in [1u64, 7, 0xffff, 0x1_0000, 0x1234_5678, 1 << 40, 3]
-                .iter()
-                .cycle()
-                .take(200)
-                .enumerate()
-            {
-                let wraps = reg.add(*step, w);
-                folded += wraps as u128 * (width_mask(w) as u128 + 1);
-                exact += *step as u128;
-                assert_eq!(folded + reg.raw as u128, exact, "width {w} step {i}");
-            }
         }
     }
 

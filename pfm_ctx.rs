@@ -25,11 +25,11 @@ use kernel::sync::Arc;
 
 use crate::abi;
 use crate::pfm_ctxsw::{self, Attachment};
-use crate::pfm_msgq::{MsgQueue, Ring};
+use crate::pfm_msgq::{FinalMsg, MsgQueue, Ring, FINAL_END, FINAL_REVOKED};
 use crate::pfm_state::{Lifecycle, Op, State, StateError};
 use crate::pfm_x86::counters::Counters;
 use crate::pfm_x86::ThreadDeltas;
-use crate::rust::{self as glue, new_irq_raw_spinlock, IrqRawSpinLock};
+use crate::rust::{self as glue, new_irq_raw_spinlock, InSlab, IrqRawSpinLock, SlabArc, SlabCache};
 use crate::{ebadfd, globals};
 
 mod mailbox;
@@ -37,7 +37,7 @@ mod page;
 mod regs;
 mod thread;
 
-use mailbox::Mailbox;
+use mailbox::{Mailbox, Reader};
 use page::CtxPage;
 
 /// The part of a context protected by its lock.
@@ -84,6 +84,8 @@ pub(crate) struct CtxInner {
     /// Messages for the tool (the overflow ring is allocated when a PMD
     /// first asks for notification).
     msgs: MsgQueue<KBox<Ring>>,
+    /// Whether a `read(2)` holds the messages.
+    reader: Reader,
     /// Overflowed PMDs not yet handled by the overflow interrupt.
     pending_ovfl: u64,
     /// User instruction pointer of the thread when they overflowed.
@@ -255,7 +257,7 @@ impl CtxInner {
 
     /// Applies `d` to every counter and records overflows.
     fn advance(&mut self, d: &ThreadDeltas) {
-        let ovfl = self.counters.advance(d, globals().pmu.width);
+        let ovfl = self.counters.advance(d);
         self.overflowed(ovfl);
     }
 
@@ -297,18 +299,17 @@ impl CtxInner {
     /// the counts stay, the tool gets `msg_type` (END, REVOKED), which is
     /// never lost (it has a slot of its own, read after the overflow
     /// messages). Whether the table allowed it.
-    fn end(&mut self, op: Op, msg_type: u32) -> bool {
+    fn end(&mut self, op: Op, msg_type: u16) -> bool {
         let now = glue::now_ns();
         if self.transition(op).is_err() {
             return false;
         }
         self.stop_clock(now);
-        self.msgs.push_last(abi::PfmMsg {
+        self.msgs.push_last(FinalMsg {
             msg_type,
             tid: self.tid,
             cpu: self.last_cpu as u16,
             tstamp: now,
-            ..abi::PfmMsg::default()
         });
         self.active = false;
         self.on_cpu = None;
@@ -322,7 +323,7 @@ impl CtxInner {
         if self.state() == State::Zombie {
             let _ = self.transition(Op::TargetExit);
         } else {
-            self.exited = self.end(Op::TargetExit, abi::PFM_MSG_END);
+            self.exited = self.end(Op::TargetExit, FINAL_END);
         }
         self.active = false;
         self.on_cpu = None;
@@ -334,7 +335,7 @@ impl CtxInner {
     fn revoke(&mut self) {
         let cpu = glue::this_cpu();
         self.fold_running(cpu);
-        if self.end(Op::Revoke, abi::PFM_MSG_REVOKED) {
+        if self.end(Op::Revoke, FINAL_REVOKED) {
             self.started = false;
         }
     }
@@ -380,10 +381,11 @@ impl CtxInner {
 
 // Memory per monitored thread (`make bench --only many`): a soft
 // context, its counters inline and its message ring not yet allocated,
-// fits `kmalloc-512` with the `Arc` header, and an attachment
-// `kmalloc-256`. Without lock debugging, whose locks are larger.
+// packs 11 to a 4 KiB page in its own cache with the count before it
+// (`rust/slab.rs`), and an attachment fits `kmalloc-256`. Without lock
+// debugging, whose locks are larger.
 #[cfg(not(CONFIG_DEBUG_LOCK_ALLOC))]
-const _: () = assert!(core::mem::size_of::<Context>() <= 512 - 8);
+const _: () = assert!(core::mem::size_of::<Context>() + 8 <= 4096 / 11);
 #[cfg(not(CONFIG_DEBUG_LOCK_ALLOC))]
 const _: () = assert!(core::mem::size_of::<Attachment<Context>>() <= 256 - 8);
 
@@ -400,41 +402,45 @@ pub(crate) struct Context {
     mailbox: Mailbox,
 }
 
+impl InSlab for Context {
+    fn slab() -> &'static SlabCache<Self> {
+        &globals().contexts
+    }
+}
+
 impl Context {
     /// A new, UNLOADED context.
-    pub(crate) fn new() -> Result<Arc<Self>> {
+    pub(crate) fn new() -> Result<SlabArc<Self>> {
         let counters = Counters::new(&globals().pmu)?;
-        let ctx = Arc::pin_init(
-            pin_init!(Self {
-                inner <- new_irq_raw_spinlock!(
-                    CtxInner {
-                        life: Lifecycle::new(),
-                        flags: 0,
-                        started: false,
-                        active: false,
-                        exited: false,
-                        exec_check: false,
-                        counters,
-                        used_pmds: 0,
-                        attach: None,
-                        tid: 0,
-                        on_cpu: None,
-                        last_cpu: -1,
-                        run_base: 0,
-                        enabled_start: 0,
-                        time_enabled: 0,
-                        time_running: 0,
-                        msgs: MsgQueue::new(),
-                        pending_ovfl: 0,
-                        pending_ip: 0,
-                        page: None,
-                    },
-                    "perfmon_ctx"
-                ),
-                mailbox <- Mailbox::new(),
-            }),
-            GFP_KERNEL_ACCOUNT,
-        )?;
+        let ctx = SlabArc::pin_init(pin_init!(Self {
+            inner <- new_irq_raw_spinlock!(
+                CtxInner {
+                    life: Lifecycle::new(),
+                    flags: 0,
+                    started: false,
+                    active: false,
+                    exited: false,
+                    exec_check: false,
+                    counters,
+                    used_pmds: 0,
+                    attach: None,
+                    tid: 0,
+                    on_cpu: None,
+                    last_cpu: -1,
+                    run_base: 0,
+                    enabled_start: 0,
+                    time_enabled: 0,
+                    time_running: 0,
+                    msgs: MsgQueue::new(),
+                    reader: Reader::Idle,
+                    pending_ovfl: 0,
+                    pending_ip: 0,
+                    page: None,
+                },
+                "perfmon_ctx"
+            ),
+            mailbox <- Mailbox::new(),
+        }))?;
         globals().live_contexts.fetch_add(1, Ordering::Relaxed);
         Ok(ctx)
     }
@@ -547,7 +553,6 @@ impl Context {
 
     /// `PFM_IOC_RESTART`: leave MASKED, apply the long reset.
     pub(crate) fn restart(&self) -> Result {
-        let width = globals().pmu.width;
         self.with_live(|inner, _| -> Result {
             inner.transition(Op::Restart)?;
             let pmds = inner.counters.pmds_mut();
@@ -555,14 +560,14 @@ impl Context {
             for (i, pmd) in pmds.iter_mut().enumerate() {
                 if pmd.flags & abi::PFM_REGFL_OVFL_NOTIFY != 0 {
                     let reset = pmd.long_reset;
-                    pmd.write(reset, width);
+                    pmd.write(reset);
                     pmd.last_reset = reset;
                     notified |= 1 << i;
                 }
             }
             // perfmon2: the PMDs linked to a notifying one get their long
             // reset too.
-            crate::pfm_counter::reset_linked(pmds, notified, true, width);
+            crate::pfm_counter::reset_linked(pmds, notified, true);
             if inner.on_cpu == Some(glue::this_cpu()) {
                 inner.run_base = glue::current_runtime_ns();
             }
@@ -573,15 +578,15 @@ impl Context {
         Ok(())
     }
 
-    /// `PFM_IOC_LOAD`.
-    pub(crate) fn load(self: &Arc<Self>, arg: &abi::PfmLoad) -> Result {
+    /// `PFM_IOC_LOAD` on context `this`.
+    pub(crate) fn load(this: &SlabArc<Self>, arg: &abi::PfmLoad) -> Result {
         if arg.flags != 0 || arg.reserved != [0; 3] {
             return Err(EINVAL);
         }
         // Refused early, before the thread is looked up; `publish` asks
         // the table again under the lock.
-        self.inner.lock().life.check(Op::Load).map_err(state_err)?;
-        pfm_ctxsw::attach(self, arg.tid)
+        this.inner.lock().life.check(Op::Load).map_err(state_err)?;
+        pfm_ctxsw::attach(this, arg.tid)
     }
 
     /// `PFM_IOC_UNLOAD`.

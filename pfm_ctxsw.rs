@@ -31,8 +31,8 @@ use kernel::workqueue::{impl_has_work, Work, WorkItem};
 use crate::globals;
 use crate::pfm_x86::HwClaim;
 use crate::rust::{
-    self as glue, impl_has_preempt_notifier, impl_has_task_work, IrqSpinLock, IrqWork, ModuleRef,
-    Notify, PreemptNotifier, PreemptNotify, TaskWork,
+    self as glue, impl_has_preempt_notifier, impl_has_task_work, InSlab, IrqSpinLock, IrqWork,
+    ModuleRef, Notify, PreemptNotifier, PreemptNotify, SlabArc, TaskWork,
 };
 
 mod access;
@@ -48,7 +48,7 @@ pub(crate) use works::exec_hook;
 /// What the thread side asks of the context it attaches. Every method
 /// takes the context's lock itself, once; those given an attachment act
 /// only if it is still the context's own.
-pub(crate) trait Monitor: Send + Sync + Sized + 'static {
+pub(crate) trait Monitor: InSlab + Send + Sync + Sized + 'static {
     /// The registry of this kind's attachments.
     fn registry() -> &'static IrqSpinLock<Registry<Self>>;
     /// The thread was switched in on `cpu` (scheduler callback).
@@ -220,7 +220,7 @@ pub(crate) struct Attachment<M: Monitor> {
     /// The monitored thread (a counted reference).
     task: ARef<Task>,
     /// The context (keeps a zombie's memory alive).
-    ctx: Arc<M>,
+    ctx: SlabArc<M>,
     life: Life,
     /// `None`: the loader is privileged and nothing is watched.
     watch: Option<Watch>,

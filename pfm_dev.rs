@@ -8,15 +8,15 @@ use core::sync::atomic::Ordering;
 
 use kernel::bindings;
 use kernel::c_str;
-use kernel::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void};
+use kernel::ffi::{c_char, c_int, c_long, c_uint, c_ulong};
 use kernel::ioctl::{_IOC_NR, _IOC_SIZE, _IOC_TYPE};
 use kernel::prelude::*;
 use kernel::str::CStr;
-use kernel::sync::{Arc, ArcBorrow};
-use kernel::types::{AsBytes, ForeignOwnable, FromBytes};
+use kernel::types::{AsBytes, FromBytes};
 use kernel::uaccess::UserSlice;
 
 use crate::pfm_ctx::Context;
+use crate::rust::{SlabArc, SlabArcBorrow};
 use crate::{abi, globals, pfm_ctxsw, Globals};
 
 // SAFETY: The ABI structures are `repr(C)` integers and integer arrays with
@@ -84,10 +84,10 @@ impl FileOps {
 /// # Safety
 ///
 /// `file` must be an open `/dev/perfmon` file (its `private_data` set by `fop_open`).
-unsafe fn file_context<'a>(file: *mut bindings::file) -> kernel::sync::ArcBorrow<'a, Context> {
-    // SAFETY: `private_data` holds `Arc::into_foreign` from `fop_open`,
+unsafe fn file_context<'a>(file: *mut bindings::file) -> SlabArcBorrow<'a, Context> {
+    // SAFETY: `private_data` holds `SlabArc::into_raw` from `fop_open`,
     // reclaimed only in `fop_release`, after every other file operation.
-    unsafe { <Arc<Context> as ForeignOwnable>::borrow((*file).private_data) }
+    unsafe { SlabArc::borrow_raw((*file).private_data.cast_const().cast()) }
 }
 
 /// `open`: a new context for the file.
@@ -102,7 +102,7 @@ unsafe extern "C" fn fop_open(_inode: *mut bindings::inode, file: *mut bindings:
     match Context::new() {
         Ok(ctx) => {
             // SAFETY: `file` is being opened; we own `private_data`.
-            unsafe { (*file).private_data = ctx.into_foreign() as *mut c_void };
+            unsafe { (*file).private_data = ctx.into_raw().cast_mut().cast() };
             0
         }
         Err(e) => e.to_errno(),
@@ -116,7 +116,7 @@ unsafe extern "C" fn fop_open(_inode: *mut bindings::inode, file: *mut bindings:
 /// Called by the VFS with an open `/dev/perfmon` file (`file_context`).
 unsafe extern "C" fn fop_release(_inode: *mut bindings::inode, file: *mut bindings::file) -> c_int {
     // SAFETY: The last file operation: take back the reference from `fop_open`.
-    let ctx = unsafe { <Arc<Context> as ForeignOwnable>::from_foreign((*file).private_data) };
+    let ctx = unsafe { SlabArc::<Context>::from_raw((*file).private_data.cast_const().cast()) };
     ctx.close();
     0
 }
@@ -233,7 +233,7 @@ const fn compat_ptr(arg: c_ulong) -> c_ulong {
 ///
 /// The file's reference to the context is borrowed, not cloned: only LOAD,
 /// which hands the context to the thread, takes a reference of its own.
-fn ioctl(ctx: ArcBorrow<'_, Context>, cmd: u32, arg: usize) -> Result {
+fn ioctl(ctx: SlabArcBorrow<'_, Context>, cmd: u32, arg: usize) -> Result {
     if _IOC_TYPE(cmd) != abi::PFM_IOC_MAGIC {
         return Err(ENOTTY);
     }
@@ -270,7 +270,7 @@ fn ioctl(ctx: ArcBorrow<'_, Context>, cmd: u32, arg: usize) -> Result {
         }
         abi::PFM_IOC_LOAD => {
             let l: abi::PfmLoad = user.reader().read()?;
-            Arc::<Context>::from(ctx).load(&l)
+            Context::load(&ctx.to_arc(), &l)
         }
         abi::PFM_IOC_UNLOAD => ctx.unload(),
         abi::PFM_IOC_START => ctx.start(),
@@ -340,7 +340,7 @@ enum SysfsValue {
 /// `/sys/kernel/perfmon`'s files, the one list of them: name and value.
 /// `shim.c` creates one read-only file per entry ([`pfm_sysfs_count`],
 /// [`pfm_sysfs_name`]) and asks [`pfm_sysfs_show`] for entry `i`'s value.
-const SYSFS_FILES: [(&CStr, fn(&Globals) -> SysfsValue); 16] = {
+const SYSFS_FILES: [(&CStr, fn(&Globals) -> SysfsValue); 17] = {
     use SysfsValue::{Num, Text};
     [
         (c_str!("abi_version"), |_| Num(abi::PFM_ABI_VERSION as u64)),
@@ -353,6 +353,9 @@ const SYSFS_FILES: [(&CStr, fn(&Globals) -> SysfsValue); 16] = {
         }),
         (c_str!("attached_threads"), |g| {
             Num(g.attached.load(Ordering::Relaxed) as u64)
+        }),
+        (c_str!("context_bytes"), |g| {
+            Num(g.contexts.object_size() as u64)
         }),
         (c_str!("vector"), |g| Num(g.intr.vector_of_cpu0().into())),
         (c_str!("counter_width"), |g| Num(g.pmu.width.into())),

@@ -54,6 +54,41 @@ const EMPTY: PfmMsg = PfmMsg {
     reserved: [0; 3],
 };
 
+/// The message that ends a monitoring (END, REVOKED), in the fields such a
+/// message carries: its slot is in every context, which is sized to a slab
+/// class, and a whole [`PfmMsg`] is 64 bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FinalMsg {
+    /// ns, `local_clock()`.
+    pub tstamp: u64,
+    /// Monitored thread.
+    pub tid: u32,
+    /// CPU where the thread last ran.
+    pub cpu: u16,
+    /// `PFM_MSG_END` or `PFM_MSG_REVOKED` (both fit 16 bits); 0: none.
+    pub msg_type: u16,
+}
+
+/// [`FinalMsg::msg_type`] of END.
+pub const FINAL_END: u16 = crate::abi::PFM_MSG_END as u16;
+/// [`FinalMsg::msg_type`] of REVOKED.
+pub const FINAL_REVOKED: u16 = crate::abi::PFM_MSG_REVOKED as u16;
+const _: () = assert!(FINAL_END as u32 == crate::abi::PFM_MSG_END);
+const _: () = assert!(FINAL_REVOKED as u32 == crate::abi::PFM_MSG_REVOKED);
+
+impl FinalMsg {
+    /// The message as the tool reads it.
+    fn to_msg(self) -> PfmMsg {
+        PfmMsg {
+            msg_type: self.msg_type.into(),
+            tid: self.tid,
+            cpu: self.cpu,
+            tstamp: self.tstamp,
+            ..EMPTY
+        }
+    }
+}
+
 /// Storage for the overflow messages.
 pub struct Ring {
     msgs: [PfmMsg; MSG_QUEUE_DEPTH],
@@ -90,9 +125,9 @@ pub struct MsgQueue<S> {
     /// or missing), and final messages replaced unread.
     pub lost: u64,
     /// END or REVOKED, read after the ring's messages; none while its
-    /// `msg_type` is 0 (the field is kept whole, not in an `Option`: the
-    /// context is sized to a slab class).
-    last: PfmMsg,
+    /// `msg_type` is 0 (not an `Option`: the context is sized to a slab
+    /// class).
+    last: FinalMsg,
     /// Final messages ever set (or cleared): `last`'s sequence number
     /// (compared for equality only, across one read).
     last_seq: u32,
@@ -114,7 +149,12 @@ impl<S: DerefMut<Target = Ring>> MsgQueue<S> {
             ring: None,
             removed: 0,
             lost: 0,
-            last: EMPTY,
+            last: FinalMsg {
+                tstamp: 0,
+                tid: 0,
+                cpu: 0,
+                msg_type: 0,
+            },
             last_seq: 0,
             head: 0,
             len: 0,
@@ -153,7 +193,7 @@ impl<S: DerefMut<Target = Ring>> MsgQueue<S> {
     /// Sets the final message (END, REVOKED: its `msg_type` is not 0),
     /// read after every overflow message. One per attachment; one still
     /// unread is replaced and counted as lost.
-    pub fn push_last(&mut self, msg: PfmMsg) {
+    pub fn push_last(&mut self, msg: FinalMsg) {
         if self.last.msg_type != 0 {
             self.lost += 1;
         }
@@ -196,7 +236,7 @@ impl<S: DerefMut<Target = Ring>> MsgQueue<S> {
         };
         match out.get_mut(n) {
             Some(slot) if n == len && self.last.msg_type != 0 => {
-                *slot = self.last;
+                *slot = self.last.to_msg();
                 mark.last = Some(self.last_seq);
                 (n + 1, mark)
             }
@@ -258,11 +298,11 @@ mod tests {
     }
 
     /// A final message (END).
-    fn fin(tstamp: u64) -> PfmMsg {
-        PfmMsg {
-            msg_type: crate::abi::PFM_MSG_END,
+    fn fin(tstamp: u64) -> FinalMsg {
+        FinalMsg {
+            msg_type: FINAL_END,
             tstamp,
-            ..PfmMsg::default()
+            ..FinalMsg::default()
         }
     }
 
@@ -373,6 +413,27 @@ mod tests {
         q.commit(mark, n);
         assert_eq!(q.lost, 0);
         assert_eq!(stamps(&q), [50]);
+    }
+
+    #[test]
+    fn the_final_message_reads_back_as_queued() {
+        let mut q = Queue::new();
+        q.push_last(FinalMsg {
+            tstamp: 1 << 40,
+            tid: 0x8000_0001,
+            cpu: 0xfffe,
+            msg_type: FINAL_REVOKED,
+        });
+        let mut out = [PfmMsg::default(); 1];
+        assert_eq!(q.peek(&mut out).0, 1);
+        let want = PfmMsg {
+            msg_type: crate::abi::PFM_MSG_REVOKED,
+            tid: 0x8000_0001,
+            cpu: 0xfffe,
+            tstamp: 1 << 40,
+            ..PfmMsg::default()
+        };
+        assert_eq!(out[0], want);
     }
 
     #[test]

@@ -7,7 +7,6 @@
 
 use kernel::bindings;
 use kernel::prelude::*;
-use kernel::sync::{new_mutex, Mutex};
 use kernel::uaccess::UserSliceWriter;
 
 use super::Context;
@@ -15,6 +14,19 @@ use crate::abi;
 use crate::pfm_msgq::MSG_QUEUE_DEPTH;
 use crate::pfm_state::{Op, State};
 use crate::rust::{self as glue, FasyncList, WaitQueue};
+
+/// Whether a `read(2)` is between taking messages and removing them
+/// (`pfm_msgq`'s peek and commit): readers go one at a time, so no
+/// message reaches two. Kept under the context's lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Reader {
+    /// No reader holds the messages.
+    Idle,
+    /// One is copying them to user memory.
+    Copying,
+    /// One is copying them, and another waits for its commit.
+    Awaited,
+}
 
 /// Who waits for a context's messages.
 ///
@@ -26,9 +38,6 @@ use crate::rust::{self as glue, FasyncList, WaitQueue};
 pub(super) struct Mailbox {
     #[pin]
     waitq: WaitQueue,
-    /// Held by a `read(2)` from taking messages to removing them.
-    #[pin]
-    reader: Mutex<()>,
     fasync: FasyncList,
 }
 
@@ -42,7 +51,6 @@ impl Mailbox {
     pub(super) fn new() -> impl PinInit<Self> {
         pin_init!(Self {
             waitq <- WaitQueue::new(),
-            reader <- new_mutex!((), "perfmon_reader"),
             fasync: FasyncList::new(),
         })
     }
@@ -168,11 +176,19 @@ impl Context {
         }
         loop {
             let (mut ready, mut exited, mut interrupted) = (false, false, false);
-            // Woken by `wake`; one reader per message (exclusive).
+            // Woken by `wake`, or by a reader that held the messages; one
+            // reader per message (exclusive).
             self.mailbox.waitq.wait_unless(true, || {
-                let inner = self.inner.lock();
+                let mut inner = self.inner.lock();
                 ready = !inner.msgs.is_empty();
-                exited = inner.exited;
+                let busy = ready && inner.reader != Reader::Idle;
+                if busy {
+                    // Another `read(2)` is copying them: its commit
+                    // wakes us. Not the end yet, even if the thread exited.
+                    inner.reader = Reader::Awaited;
+                    ready = false;
+                }
+                exited = inner.exited && !busy;
                 if ready || exited || nonblock {
                     return true;
                 }
@@ -200,15 +216,26 @@ impl Context {
 
     /// Copies the oldest messages that fit to `out` and removes from the
     /// queue exactly those that reached it (`pfm_msgq`): a faulting copy
-    /// leaves every message queued. `None` if the queue was empty.
+    /// leaves every message queued. `None` if the queue was empty, or
+    /// another reader holds the messages.
     fn deliver(&self, out: &mut UserSliceWriter) -> Option<Result<usize>> {
         const MSG: usize = core::mem::size_of::<abi::PfmMsg>();
-        // One reader between peek and commit, so no message reaches two.
-        let _reading = self.mailbox.reader.lock();
         // The ring's messages and the final one.
         let mut batch = [abi::PfmMsg::default(); MSG_QUEUE_DEPTH + 1];
         let room = (out.len() / MSG).min(batch.len());
-        let (n, mark) = self.inner.lock().msgs.peek(&mut batch[..room]);
+        let (n, mark) = {
+            let mut inner = self.inner.lock();
+            // One reader between peek and commit, so no message reaches two.
+            if inner.reader != Reader::Idle {
+                inner.reader = Reader::Awaited;
+                return None;
+            }
+            let (n, mark) = inner.msgs.peek(&mut batch[..room]);
+            if n != 0 {
+                inner.reader = Reader::Copying;
+            }
+            (n, mark)
+        };
         if n == 0 {
             return None;
         }
@@ -223,7 +250,14 @@ impl Context {
                 }
             }
         }
-        self.inner.lock().msgs.commit(mark, delivered);
+        let awaited = {
+            let mut inner = self.inner.lock();
+            inner.msgs.commit(mark, delivered);
+            core::mem::replace(&mut inner.reader, Reader::Idle) == Reader::Awaited
+        };
+        if awaited {
+            self.mailbox.waitq.wake_all();
+        }
         match fault {
             Some(e) if delivered == 0 => Some(Err(e)),
             _ => Some(Ok(delivered * MSG)),

@@ -162,7 +162,6 @@ impl Context {
     /// `PFM_IOC_WRITE_PMDS`.
     pub(crate) fn write_pmds(&self, arg: &mut abi::PfmRegsArg, regs: UserSlice) -> Result {
         let implemented = globals().pmu.impl_mask();
-        let width = globals().pmu.width;
         let check = |p: &abi::PfmPmd| {
             if p.reg_set != 0 {
                 abi::PFM_REG_RETFL_NOSET
@@ -211,11 +210,12 @@ impl Context {
                     let Some(pmd) = table.get_mut(p.reg_num as usize) else {
                         continue;
                     };
-                    pmd.write(p.reg_value, width);
+                    pmd.write(p.reg_value);
                     pmd.short_reset = p.reg_short_reset;
                     pmd.long_reset = p.reg_long_reset;
                     pmd.flags = p.reg_flags & abi::PFM_REGFL_PMD_MASK;
-                    pmd.reset_pmds = p.reg_reset_pmds;
+                    // Checked above: implemented PMDs, all below 32.
+                    pmd.reset_pmds = p.reg_reset_pmds as u32;
                     inner.used_pmds |= 1u32.checked_shl(p.reg_num.into()).unwrap_or(0);
                 }
                 Ok(())
@@ -248,7 +248,7 @@ impl Context {
                 p.reg_short_reset = pmd.short_reset;
                 p.reg_long_reset = pmd.long_reset;
                 p.reg_last_reset_val = pmd.last_reset;
-                p.reg_reset_pmds = pmd.reset_pmds;
+                p.reg_reset_pmds = pmd.reset_pmds.into();
                 p.reg_flags = pmd.flags;
             }
             Ok((inner.time_enabled(now), inner.time_running))

@@ -14,7 +14,7 @@ use kernel::workqueue::new_work;
 use super::access::{may_monitor, Access};
 use super::{release, release_in_fop, Attachment, Life, Monitor, Watch, INSTALL};
 use crate::pfm_x86::HwClaim;
-use crate::rust::{self as glue, IrqWork, ModuleRef, Notify, PreemptNotifier, TaskWork};
+use crate::rust::{self as glue, IrqWork, ModuleRef, Notify, PreemptNotifier, SlabArc, TaskWork};
 use crate::{edquot, globals};
 
 /// Attachments a thread may hold awaiting its own cleanup (it runs them at
@@ -23,7 +23,12 @@ const MAX_PENDING_PER_THREAD: usize = 4;
 
 impl<M: Monitor> Attachment<M> {
     /// A new attachment of `ctx` to `task`, as `access` allowed it.
-    fn new(task: ARef<Task>, ctx: Arc<M>, access: Access, module: ModuleRef) -> Result<Arc<Self>> {
+    fn new(
+        task: ARef<Task>,
+        ctx: SlabArc<M>,
+        access: Access,
+        module: ModuleRef,
+    ) -> Result<Arc<Self>> {
         let Access {
             tool_ids,
             owner_uid,
@@ -97,7 +102,7 @@ fn registry_refusal<M: Monitor>(reg: &super::Registry<M>, att: &Attachment<M>) -
 
 /// `PFM_IOC_LOAD`'s thread side: attach `ctx` to thread `tid` (0: the
 /// caller).
-pub(crate) fn attach<M: Monitor>(ctx: &Arc<M>, tid: u32) -> Result {
+pub(crate) fn attach<M: Monitor>(ctx: &SlabArc<M>, tid: u32) -> Result {
     let me = kernel::current!();
     let my_tid = glue::current_tid();
     let is_self = tid == 0 || tid == my_tid;
@@ -135,7 +140,7 @@ pub(crate) fn attach<M: Monitor>(ctx: &Arc<M>, tid: u32) -> Result {
         release(att);
         return Err(e);
     }
-    if let Err(e) = publish(ctx, &att, shown_tid, is_self) {
+    if let Err(e) = publish(&**ctx, &att, shown_tid, is_self) {
         release(att);
         return Err(e);
     }
@@ -158,7 +163,7 @@ pub(crate) fn attach<M: Monitor>(ctx: &Arc<M>, tid: u32) -> Result {
 
 /// Publishes `att` in the registry and in its context, under the registry
 /// lock (lock order: registry, then context).
-fn publish<M: Monitor>(ctx: &Arc<M>, att: &Arc<Attachment<M>>, tid: u32, is_self: bool) -> Result {
+fn publish<M: Monitor>(ctx: &M, att: &Arc<Attachment<M>>, tid: u32, is_self: bool) -> Result {
     let mut reg = M::registry().lock();
     registry_refusal(&reg, att)?;
     // SAFETY: We are the task (`is_self`), with the context lock held

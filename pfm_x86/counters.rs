@@ -44,6 +44,9 @@ pub(crate) struct HwCounters {
     pmc_used: u64,
     /// PMD state, one per PMD number of the model.
     pmds: KVec<PmdState>,
+    /// Each PMD's hardware counter value at the last write or read (as
+    /// long as `pmds`).
+    raw: KVec<u64>,
     /// The PMDs the written PMCs make count.
     used: u64,
     /// The CPU whose PMU holds the counters now, if any.
@@ -90,6 +93,7 @@ impl Counters {
             pmcs: table(model.pmc_slots(), 0u64)?,
             pmc_used: 0,
             pmds: table(model.pmd_slots(), PmdState::default())?,
+            raw: table(model.pmd_slots(), 0u64)?,
             used: 0,
             cpu: None,
             resume: None,
@@ -184,9 +188,9 @@ impl Counters {
     /// Advances the soft counters by what the thread did (`d`); a hardware
     /// model counts by itself. Returns the PMDs that overflowed.
     #[inline]
-    pub(crate) fn advance(&mut self, d: &ThreadDeltas, width: u32) -> u64 {
+    pub(crate) fn advance(&mut self, d: &ThreadDeltas) -> u64 {
         match self {
-            Self::Soft(s) => soft_count(&s.ev_pmds, &mut s.pmds, d, width),
+            Self::Soft(s) => soft_count(&s.ev_pmds, &mut s.pmds, d),
             Self::Hw(_) => 0,
         }
     }
@@ -259,6 +263,7 @@ impl HwCounters {
             pmcs: &self.pmcs,
             pmc_used: self.pmc_used,
             pmds: &mut self.pmds,
+            raw: &mut self.raw,
             used: self.used,
             tally: None,
             min_arm: self.throttle.min_arm(),

@@ -236,8 +236,8 @@ fn bits(mask: u64) -> impl Iterator<Item = usize> {
 /// One context's registers on a hardware model, borrowed for one sequence.
 ///
 /// `pmcs[i]` is PMC i's validated value (meaningful where bit i of
-/// `pmc_used` is set); `pmds[i]` is PMD i's state, whose `hw.raw` holds the
-/// raw counter value at the last write or read; `used` the PMDs the written
+/// `pmc_used` is set); `pmds[i]` is PMD i's state, and `raw[i]` its
+/// hardware counter's value at the last write or read; `used` the PMDs the written
 /// PMCs make count. Registers out of the tables' range are ignored, never
 /// indexed.
 pub struct HwRegs<'a, M: HwPmu> {
@@ -249,6 +249,9 @@ pub struct HwRegs<'a, M: HwPmu> {
     pub pmc_used: u64,
     /// PMD state.
     pub pmds: &'a mut [PmdState],
+    /// Each PMD's raw counter value at the last write or read (as long as
+    /// `pmds`: a PMD beyond either table is not used).
+    pub raw: &'a mut [u64],
     /// PMDs counting.
     pub used: u64,
     /// Where to add each PMD's number of 64-bit overflows (one fold can
@@ -288,7 +291,7 @@ impl Outcome {
 impl<M: HwPmu> HwRegs<'_, M> {
     /// The PMDs this context counts with, limited to its table.
     fn used_pmds(&self) -> u64 {
-        let n = self.pmds.len().min(64);
+        let n = self.pmds.len().min(self.raw.len()).min(64);
         let table = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
         self.used & table & self.model.impl_pmds()
     }
@@ -305,12 +308,12 @@ impl<M: HwPmu> HwRegs<'_, M> {
 
     /// Loads PMD `pmd`'s hardware counter from its 64-bit value.
     fn arm<B: MsrBus>(&mut self, bus: &mut B, pmd: usize, out: &mut Outcome) {
-        let Some(p) = self.pmds.get_mut(pmd) else {
+        let (Some(p), Some(r)) = (self.pmds.get(pmd), self.raw.get_mut(pmd)) else {
             return;
         };
         if let Some(w) = self.model.pmd_write_min(pmd, p.value, self.min_arm) {
             if out.note(bus.wrmsr(w.msr, w.value)).is_some() {
-                p.hw.raw = w.raw;
+                *r = w.raw;
             }
         }
     }
@@ -320,27 +323,27 @@ impl<M: HwPmu> HwRegs<'_, M> {
     fn fold<B: MsrBus>(&mut self, bus: &mut B, pmd: usize, out: &mut Outcome) -> Option<u64> {
         let d = self.model.pmd_desc(pmd)?;
         let raw = out.note(bus.rdmsr(d.msr))?;
-        let p = self.pmds.get_mut(pmd)?;
-        let delta = self.model.pmd_delta(pmd, p.hw.raw, raw);
-        let n = p.count(delta, 64);
+        let (p, r) = (self.pmds.get_mut(pmd)?, self.raw.get_mut(pmd)?);
+        let delta = self.model.pmd_delta(pmd, *r, raw);
+        let n = p.count(delta);
         if n != 0 {
             out.overflowed |= 1 << pmd;
             if let Some(t) = self.tally.as_mut().and_then(|t| t.get_mut(pmd)) {
                 *t += n;
             }
         }
-        p.hw.raw = raw;
+        *r = raw;
         Some(raw)
     }
 
     /// Applies the linked resets of the PMDs in `ovfl` (short: an
     /// overflow); returns the PMDs reset, which the caller arms again. The
-    /// 64-bit values only: `hw.raw` is set when they are armed.
+    /// 64-bit values only: `raw` is set when they are armed.
     fn reset_linked(&mut self, ovfl: u64) -> u64 {
         if ovfl == 0 {
             return 0;
         }
-        crate::pfm_counter::reset_linked(self.pmds, ovfl, false, 64)
+        crate::pfm_counter::reset_linked(self.pmds, ovfl, false)
     }
 
     /// Puts the context on this CPU's PMU: PMCs written, counters armed,

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The soft model, the PMU every machine has: software counters (task
-//! clock, context switches, CPU migrations) of a configurable width,
-//! virtualized by the same save/restore path as hardware counters. Nothing
+//! clock, context switches, CPU migrations), 64 bits wide whatever width
+//! the model reports (`soft_width`), virtualized by the same save/restore path as hardware counters. Nothing
 //! here is x86: the events are the scheduler's.
 //!
 //! Pure logic: `core` only (host-tested).
@@ -65,7 +65,7 @@ pub struct ThreadDeltas {
 
 /// Advances every counter by what its PMC selects (`ev_pmds[event]`: the
 /// PMDs counting that event); returns the mask of PMDs that overflowed.
-pub fn soft_count(ev_pmds: &[u8; 4], pmds: &mut [PmdState], d: &ThreadDeltas, width: u32) -> u64 {
+pub fn soft_count(ev_pmds: &[u8; 4], pmds: &mut [PmdState], d: &ThreadDeltas) -> u64 {
     let mut ovfl = 0u64;
     let deltas = [
         (abi::PFM_SOFT_EV_TASK_CLOCK as usize, d.task_clock),
@@ -81,13 +81,13 @@ pub fn soft_count(ev_pmds: &[u8; 4], pmds: &mut [PmdState], d: &ThreadDeltas, wi
             let i = m.trailing_zeros() as usize;
             m &= m - 1;
             if let Some(pmd) = pmds.get_mut(i) {
-                if pmd.count(delta, width) != 0 {
+                if pmd.count(delta) != 0 {
                     ovfl |= 1 << i;
                 }
             }
         }
     }
-    crate::pfm_counter::reset_linked(pmds, ovfl, false, width);
+    crate::pfm_counter::reset_linked(pmds, ovfl, false);
     ovfl
 }
 
@@ -114,13 +114,13 @@ mod tests {
         let mut ev_pmds = [0u8; 4];
         ev_pmds[abi::PFM_SOFT_EV_TASK_CLOCK as usize] = 0b0011;
         ev_pmds[abi::PFM_SOFT_EV_CPU_MIGRATIONS as usize] = 0b1000;
-        pmds[1].write(u64::MAX - 5, 64);
+        pmds[1].write(u64::MAX - 5);
         let d = ThreadDeltas {
             task_clock: 10,
             switches: 3,
             migrations: 1,
         };
-        let ovfl = soft_count(&ev_pmds, &mut pmds, &d, 64);
+        let ovfl = soft_count(&ev_pmds, &mut pmds, &d);
         assert_eq!(ovfl, 0b0010, "only PMD 1 crossed 2^64");
         assert_eq!((pmds[0].value, pmds[2].value, pmds[3].value), (10, 0, 1));
     }

@@ -16,6 +16,7 @@ mod lock;
 mod module;
 mod msr;
 mod sched;
+mod slab;
 mod task;
 mod wait;
 
@@ -24,6 +25,7 @@ pub(crate) use lock::*;
 pub(crate) use module::*;
 pub(crate) use msr::*;
 pub(crate) use sched::*;
+pub(crate) use slab::*;
 pub(crate) use task::*;
 pub(crate) use wait::*;
 
@@ -113,6 +115,10 @@ mod ffi {
         pub(crate) fn pfm_have_tasks_rcu() -> bool;
         pub(crate) fn pfm_synchronize_rcu_tasks();
         pub(crate) fn pfm_cpu_online(cpu: c_uint) -> bool;
+        pub(crate) fn pfm_kmem_cache_alloc(
+            cache: *mut bindings::kmem_cache,
+            flags: bindings::gfp_t,
+        ) -> *mut c_void;
         pub(crate) fn pfm_work_on_cpu(
             cpu: c_int,
             func: unsafe extern "C" fn(*mut c_void) -> core::ffi::c_long,

@@ -10,6 +10,7 @@
 #include <linux/fs.h>
 #include <linux/irq_work.h>
 #include <linux/poll.h>
+#include <linux/slab.h>
 #include <linux/spinlock.h>
 #include <linux/wait.h>
 
@@ -29,6 +30,7 @@ void pfm_spin_unlock_irqrestore(spinlock_t *l, unsigned long f);
 void pfm_raw_spin_lock_init(raw_spinlock_t *l, const char *name, struct lock_class_key *key);
 unsigned long pfm_raw_spin_lock_irqsave(raw_spinlock_t *l);
 void pfm_raw_spin_unlock_irqrestore(raw_spinlock_t *l, unsigned long f);
+void *pfm_kmem_cache_alloc(struct kmem_cache *s, gfp_t flags);
 void pfm_init_irq_work(struct irq_work *w, void (*fn)(struct irq_work *));
 void pfm_poll_wait(struct file *f, wait_queue_head_t *q, poll_table *p);
 int pfm_this_cpu(void);

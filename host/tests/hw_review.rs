@@ -27,6 +27,7 @@ struct Ctx {
     model: IntelArch,
     pmcs: Vec<u64>,
     pmds: Vec<PmdState>,
+    raw: Vec<u64>,
 }
 
 impl Ctx {
@@ -38,6 +39,7 @@ impl Ctx {
             model,
             pmcs: vec![pmc],
             pmds: vec![PmdState::default(); 2],
+            raw: vec![0; 2],
         }
     }
 
@@ -47,6 +49,7 @@ impl Ctx {
             pmcs: &self.pmcs,
             pmc_used: 1,
             pmds: &mut self.pmds,
+            raw: &mut self.raw,
             used: 1,
             tally: None,
             min_arm: MIN_ARM_EVENTS,
@@ -65,7 +68,7 @@ fn throttle_counts_only_real_pmis() {
     let mut sim = IntelSim::new(cfg);
     let mut ctx = Ctx::new(model);
     // A period of exactly the arming floor: one PMI per period.
-    ctx.pmds[0].write(period_to_value(MIN_ARM_EVENTS), 64);
+    ctx.pmds[0].write(period_to_value(MIN_ARM_EVENTS));
     ctx.pmds[0].short_reset = period_to_value(MIN_ARM_EVENTS);
     let mut throttle = PmiThrottle::new();
     let out = ctx.regs().install(&mut sim, true);
@@ -102,7 +105,7 @@ fn reset_pmds_applied_on_soft_overflow() {
     ev[abi::PFM_SOFT_EV_CONTEXT_SWITCHES as usize] = 1 << 0;
     ev[abi::PFM_SOFT_EV_TASK_CLOCK as usize] = 1 << 1;
     let mut pmds = [PmdState::default(); 2];
-    pmds[0].write(period_to_value(3), 64);
+    pmds[0].write(period_to_value(3));
     pmds[0].short_reset = period_to_value(3);
     pmds[0].reset_pmds = 1 << 1;
     pmds[1].short_reset = 7;
@@ -111,15 +114,15 @@ fn reset_pmds_applied_on_soft_overflow() {
         switches: 1,
         ..ThreadDeltas::default()
     };
-    assert_eq!(soft_count(&ev, &mut pmds, &d, 64), 0);
-    assert_eq!(soft_count(&ev, &mut pmds, &d, 64), 0);
+    assert_eq!(soft_count(&ev, &mut pmds, &d), 0);
+    assert_eq!(soft_count(&ev, &mut pmds, &d), 0);
     assert_eq!(pmds[1].value, 2000);
     // The third switch ends PMD 0's period: PMD 1 restarts from 7.
-    assert_eq!(soft_count(&ev, &mut pmds, &d, 64), 1 << 0);
+    assert_eq!(soft_count(&ev, &mut pmds, &d), 1 << 0);
     assert_eq!(pmds[0].value, period_to_value(3));
     assert_eq!((pmds[1].value, pmds[1].last_reset), (7, 7));
     // Not the other way round: PMD 1's list is empty.
-    assert_eq!(soft_count(&ev, &mut pmds, &d, 64), 0);
+    assert_eq!(soft_count(&ev, &mut pmds, &d), 0);
     assert_eq!(pmds[1].value, 1007);
 }
 
@@ -137,7 +140,7 @@ fn reset_pmds_applied_on_hw_pmi() {
         .unwrap();
     ctx.pmcs.push(cycles);
     let period = MIN_ARM_EVENTS;
-    ctx.pmds[0].write(period_to_value(period), 64);
+    ctx.pmds[0].write(period_to_value(period));
     ctx.pmds[0].short_reset = period_to_value(period);
     ctx.pmds[0].reset_pmds = 1 << 1;
     ctx.pmds[1].short_reset = 5;
@@ -280,11 +283,13 @@ fn hybrid_model_runs_on_every_core_type() {
         pmc_used |= 1 << 16;
         used |= m.pmc_pmds(16, pmcs[16]);
         let mut pmds = vec![PmdState::default(); 20];
+        let mut raw = vec![0u64; 20];
         let mut regs = HwRegs {
             model: &m,
             pmcs: &pmcs,
             pmc_used,
             pmds: &mut pmds,
+            raw: &mut raw,
             used,
             tally: None,
             min_arm: MIN_ARM_EVENTS,

@@ -30,6 +30,8 @@ pub struct Driver<'a, M: HwPmu> {
     pub pmc_used: u64,
     /// The module's PMD state.
     pub state: [PmdState; PFM_MAX_PMDS],
+    /// The raw counter values the driver keeps beside `state`.
+    pub raw: [u64; PFM_MAX_PMDS],
     /// What the tests read: values and overflow counts.
     pub pmds: [Pmd; PFM_MAX_PMDS],
     /// The PMDs the written PMCs make count.
@@ -66,6 +68,7 @@ impl<'a, M: HwPmu> Driver<'a, M> {
             pmcs: [0; PFM_MAX_PMCS],
             pmc_used: 0,
             state: [PmdState::default(); PFM_MAX_PMDS],
+            raw: [0; PFM_MAX_PMDS],
             pmds: [Pmd::default(); PFM_MAX_PMDS],
             used: 0,
             started: false,
@@ -91,7 +94,7 @@ impl<'a, M: HwPmu> Driver<'a, M> {
     pub fn write_pmd(&mut self, pmd: usize, value: u64, reset: u64) -> Result<(), PmcError> {
         self.model.pmd_desc(pmd).ok_or(PmcError::NotAvailable)?;
         self.state[pmd] = PmdState::default();
-        self.state[pmd].write(value, 64);
+        self.state[pmd].write(value);
         self.state[pmd].short_reset = reset;
         self.pmds[pmd] = Pmd {
             value,
@@ -112,6 +115,7 @@ impl<'a, M: HwPmu> Driver<'a, M> {
             pmcs: &self.pmcs,
             pmc_used: self.pmc_used,
             pmds: &mut self.state,
+            raw: &mut self.raw,
             used: self.used,
             tally: Some(&mut self.tally),
             min_arm: pfm_host_tests::pfm_x86::model::MIN_ARM_EVENTS,
