@@ -84,31 +84,17 @@ pub(crate) struct Globals {
     /// Every attachment, by thread.
     #[pin]
     pub(crate) registry: IrqSpinLock<pfm_ctxsw::Registry<Context>>,
-    /// Where attachments are finally freed (set by [`ReapQueueInstalled`]).
-    reap_queue: AtomicPtr<bindings::workqueue_struct>,
+    /// Where attachments finish in process context: their final drop, a
+    /// dead thread's unregistering (its workqueue set by
+    /// [`ReapQueueInstalled`]).
+    #[pin]
+    pub(crate) reaper: rust::WorkList<Attachment>,
     /// The overflow vectors.
     pub(crate) intr: pfm_intr::Vectors<Attachment>,
     /// Where contexts are allocated: a cache of their exact size (see
     /// `rust/slab.rs`). Destroyed with the globals, after every context
     /// (each holds a module reference, through its file or attachment).
     pub(crate) contexts: rust::SlabCache<Context>,
-}
-
-// SAFETY: `reap_queue` is a workqueue, usable from any thread; the rest is
-// atomics and locks.
-unsafe impl Sync for Globals {}
-// SAFETY: See `Sync`.
-unsafe impl Send for Globals {}
-
-impl Globals {
-    /// The reap workqueue.
-    pub(crate) fn reap_queue(&self) -> &kernel::workqueue::Queue {
-        // SAFETY: Set by `init` before `/dev/perfmon` exists, so before any
-        // attachment; cleared only at exit after `destroy_workqueue` drained
-        // it, when no attachment is left (each holds a module reference)
-        // and the reaper has returned: every caller sees the live queue.
-        unsafe { kernel::workqueue::Queue::from_raw(self.reap_queue.load(Ordering::Acquire)) }
-    }
 }
 
 static GLOBALS: AtomicPtr<Globals> = AtomicPtr::new(core::ptr::null_mut());
@@ -153,7 +139,9 @@ struct ReapQueueInstalled(Option<rust::Workqueue>);
 impl ReapQueueInstalled {
     fn new() -> Result<Self> {
         let wq = rust::Workqueue::new(kernel::c_str!("perfmon_reap"))?;
-        globals().reap_queue.store(wq.as_ptr(), Ordering::Release);
+        // SAFETY: `wq` lives in `self` until `drop` replaces it with null
+        // after destroying it, when no attachment is left to push.
+        unsafe { globals().reaper.set_queue(wq.as_ptr()) };
         Ok(Self(Some(wq)))
     }
 }
@@ -165,9 +153,8 @@ impl Drop for ReapQueueInstalled {
         // past its `module_put`, and may queue more of its own: destroying
         // drains it. Only then is the pointer cleared.
         drop(self.0.take());
-        globals()
-            .reap_queue
-            .store(core::ptr::null_mut(), Ordering::Release);
+        // SAFETY: Null: nothing is pushed any more (see above).
+        unsafe { globals().reaper.set_queue(core::ptr::null_mut()) };
     }
 }
 
@@ -293,7 +280,7 @@ impl kernel::Module for PerfmonModule {
                 zombies: AtomicUsize::new(0),
                 attached: AtomicUsize::new(0),
                 registry <- new_irq_spinlock!(registry, "perfmon_registry"),
-                reap_queue: AtomicPtr::new(core::ptr::null_mut()),
+                reaper <- rust::WorkList::new(),
                 intr,
                 contexts,
             }),

@@ -382,12 +382,12 @@ impl CtxInner {
 // Memory per monitored thread (`make bench --only many`): a soft
 // context, its counters inline and its message ring not yet allocated,
 // packs 11 to a 4 KiB page in its own cache with the count before it
-// (`rust/slab.rs`), and an attachment fits `kmalloc-256`. Without lock
-// debugging, whose locks are larger.
+// (`rust/slab.rs`), and an attachment fits `kmalloc-192` with the `Arc`
+// header. Without lock debugging, whose locks are larger.
 #[cfg(not(CONFIG_DEBUG_LOCK_ALLOC))]
 const _: () = assert!(core::mem::size_of::<Context>() + 8 <= 4096 / 11);
 #[cfg(not(CONFIG_DEBUG_LOCK_ALLOC))]
-const _: () = assert!(core::mem::size_of::<Attachment<Context>>() <= 256 - 8);
+const _: () = assert!(core::mem::size_of::<Attachment<Context>>() <= 192 - 8);
 
 /// How many times [`Context::with_live`] tries to reach a running
 /// thread's CPU.

@@ -26,13 +26,13 @@ use kernel::prelude::*;
 use kernel::sync::Arc;
 use kernel::task::Task;
 use kernel::types::ARef;
-use kernel::workqueue::{impl_has_work, Work, WorkItem};
 
 use crate::globals;
 use crate::pfm_x86::HwClaim;
 use crate::rust::{
     self as glue, impl_has_preempt_notifier, impl_has_task_work, InSlab, IrqSpinLock, IrqWork,
-    ModuleRef, Notify, PreemptNotifier, PreemptNotify, SlabArc, TaskWork,
+    ModuleRef, Notify, PreemptNotifier, PreemptNotify, SlabArc, TaskWork, WorkLink, WorkList,
+    WorkListItem,
 };
 
 mod access;
@@ -51,6 +51,8 @@ pub(crate) use works::exec_hook;
 pub(crate) trait Monitor: InSlab + Send + Sync + Sized + 'static {
     /// The registry of this kind's attachments.
     fn registry() -> &'static IrqSpinLock<Registry<Self>>;
+    /// Where attachments finish in process context (the reap workqueue).
+    fn reaper() -> &'static WorkList<Attachment<Self>>;
     /// The thread was switched in on `cpu` (scheduler callback).
     fn switched_in(&self, cpu: i32);
     /// The thread is switched out (scheduler callback); `dead`: for the
@@ -131,7 +133,8 @@ pub(crate) enum Installed {
 /// after that. `REGISTERED` then `UNREGISTERED`: the notifier's time on
 /// the thread's list. `DEAD`: the thread did its final switch. `REAPING`:
 /// the final drop was handed to the reaper. `REVOKED`: a scheduler
-/// callback revoked; the irq_work queues the cleanup.
+/// callback revoked; the irq_work queues the cleanup. `WATCHED`, set at
+/// creation only: the loader is unprivileged, and `watch` is in use.
 struct Life(AtomicU8);
 
 impl Life {
@@ -141,6 +144,7 @@ impl Life {
     const DEAD: u8 = 1 << 3;
     const REAPING: u8 = 1 << 4;
     const REVOKED: u8 = 1 << 5;
+    const WATCHED: u8 = 1 << 6;
 
     fn has(&self, flag: u8) -> bool {
         self.0.load(Ordering::Acquire) & flag != 0
@@ -172,7 +176,9 @@ const CLEANUP: u64 = 1;
 const BLOCK: u64 = 2;
 const EXEC: u64 = 3;
 
-/// The credentials a thread monitored by an unprivileged loader must keep.
+/// The credentials a thread monitored by an unprivileged loader must keep
+/// (unused, ids 0 and no credentials, for a privileged one: see
+/// [`Attachment::watch`]).
 struct Watch {
     /// The loader's real uid and gid.
     ids: (u32, u32),
@@ -215,15 +221,16 @@ pub(crate) struct Attachment<M: Monitor> {
     exec_work: TaskWork<Self, EXEC>,
     #[pin]
     irq_work: IrqWork,
-    #[pin]
-    reap_work: Work<Self>,
+    /// Its place in the reaper's list (`Monitor::reaper`).
+    reap_link: WorkLink,
     /// The monitored thread (a counted reference).
     task: ARef<Task>,
     /// The context (keeps a zombie's memory alive).
     ctx: SlabArc<M>,
     life: Life,
-    /// `None`: the loader is privileged and nothing is watched.
-    watch: Option<Watch>,
+    /// What is watched, if `life` has `WATCHED` (not an `Option`, which
+    /// would take 8 more bytes: see [`Attachment::watch`]).
+    watch: Watch,
     /// The real uid of the loader (the per-user limit's account).
     owner_uid: u32,
     /// A hardware model's claim on the counters, taken when the attachment
@@ -233,8 +240,8 @@ pub(crate) struct Attachment<M: Monitor> {
     _module: ModuleRef,
 }
 
-impl_has_work! {
-    impl{M: Monitor} HasWork<Self> for Attachment<M> { self.reap_work }
+crate::rust::impl_has_work_link! {
+    impl{M: Monitor} HasWorkLink for Attachment<M> { self.reap_link }
 }
 impl_has_preempt_notifier! {
     impl{M: Monitor} HasPreemptNotifier for Attachment<M> { self.notifier }
@@ -254,6 +261,11 @@ unsafe impl<M: Monitor> Send for Attachment<M> {}
 unsafe impl<M: Monitor> Sync for Attachment<M> {}
 
 impl<M: Monitor> Attachment<M> {
+    /// What is watched: `None` if the loader is privileged.
+    fn watch(&self) -> Option<&Watch> {
+        self.life.has(Life::WATCHED).then_some(&self.watch)
+    }
+
     /// The monitored thread.
     pub(crate) fn task(&self) -> &Task {
         &self.task
@@ -313,7 +325,7 @@ impl<M: Monitor> Attachment<M> {
     /// Must run in `task` itself or in a scheduler callback of it (its
     /// credentials and mm cannot change under us).
     unsafe fn lost_access(&self) -> bool {
-        let Some(watch) = &self.watch else {
+        let Some(watch) = self.watch() else {
             return false;
         };
         let task = glue::task_ptr(&self.task);
@@ -337,7 +349,7 @@ impl<M: Monitor> Attachment<M> {
     ///
     /// Must run in `task` itself, in process context.
     unsafe fn accept_current_cred(&self) {
-        let Some(watch) = &self.watch else {
+        let Some(watch) = self.watch() else {
             return;
         };
         let task = glue::task_ptr(&self.task);
@@ -359,7 +371,7 @@ impl<M: Monitor> Attachment<M> {
     #[inline]
     unsafe fn check_access(&self) -> bool {
         // SAFETY: Forwarded.
-        if self.watch.is_none() || !unsafe { self.lost_access() } {
+        if self.watch().is_none() || !unsafe { self.lost_access() } {
             return false;
         }
         self.revoke_here();
@@ -449,9 +461,9 @@ pub(crate) fn release<M: Monitor>(att: Arc<Attachment<M>>) {
     if let Some(last) = Arc::into_unique_or_drop(att) {
         let arc: Arc<Attachment<M>> = last.into();
         arc.life.set(Life::REAPING);
-        // A pending reap work holds a reference, so ours is not the last if
-        // one were queued: enqueueing cannot fail here.
-        let _ = globals().reap_queue().enqueue(arc);
+        // A waiting reap holds a reference, so ours is not the last if one
+        // were queued: the push cannot be refused here.
+        let _ = M::reaper().push(arc);
     }
 }
 
@@ -483,9 +495,7 @@ fn release_in_fop<M: Monitor>(att: Arc<Attachment<M>>) {
     drop(att);
 }
 
-impl<M: Monitor> WorkItem for Attachment<M> {
-    type Pointer = Arc<Attachment<M>>;
-
+impl<M: Monitor> WorkListItem for Attachment<M> {
     fn run(this: Arc<Attachment<M>>) {
         if this.life.has(Life::DEAD) && !this.life.has(Life::REAPING) {
             // `DEAD` is set inside the final switch, whose notifier loop
@@ -577,6 +587,6 @@ unsafe extern "C" fn irq_work_fn<M: Monitor>(work: *mut IrqWork) {
     if arc.life.has(Life::DEAD) {
         // The notifier list's reference keeps `att` alive until the reaper
         // unregisters it, so taking one more here is sound.
-        let _ = globals().reap_queue().enqueue((*arc).clone());
+        let _ = M::reaper().push((*arc).clone());
     }
 }

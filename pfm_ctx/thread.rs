@@ -11,11 +11,15 @@ use super::{state_err, Context};
 use crate::globals;
 use crate::pfm_ctxsw::{Attachment, Installed, Monitor, Registry, Verdict};
 use crate::pfm_state::{Op, State};
-use crate::rust::{self as glue, IrqSpinLock};
+use crate::rust::{self as glue, IrqSpinLock, WorkList};
 
 impl Monitor for Context {
     fn registry() -> &'static IrqSpinLock<Registry<Self>> {
         &globals().registry
+    }
+
+    fn reaper() -> &'static WorkList<Attachment<Self>> {
+        &globals().reaper
     }
 
     #[inline]

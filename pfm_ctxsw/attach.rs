@@ -9,12 +9,13 @@ use kernel::prelude::*;
 use kernel::sync::Arc;
 use kernel::task::Task;
 use kernel::types::ARef;
-use kernel::workqueue::new_work;
 
 use super::access::{may_monitor, Access};
 use super::{release, release_in_fop, Attachment, Life, Monitor, Watch, INSTALL};
 use crate::pfm_x86::HwClaim;
-use crate::rust::{self as glue, IrqWork, ModuleRef, Notify, PreemptNotifier, SlabArc, TaskWork};
+use crate::rust::{
+    self as glue, IrqWork, ModuleRef, Notify, PreemptNotifier, SlabArc, TaskWork, WorkLink,
+};
 use crate::{edquot, globals};
 
 /// Attachments a thread may hold awaiting its own cleanup (it runs them at
@@ -34,15 +35,19 @@ impl<M: Monitor> Attachment<M> {
             owner_uid,
             cred,
         } = access;
-        let watch = tool_ids.map(|ids| Watch {
-            ids,
+        let life = match tool_ids {
+            Some(_) => Life::WANTED | Life::WATCHED,
+            None => Life::WANTED,
+        };
+        let watch = Watch {
+            ids: tool_ids.unwrap_or((0, 0)),
             // The reference moves into the field (put by `Drop`).
             cred_seen: AtomicPtr::new(cred.map_or(core::ptr::null_mut(), |c| {
                 let p = c.as_ptr() as *mut _;
                 core::mem::forget(c);
                 p
             })),
-        });
+        };
         Arc::pin_init(
             pin_init!(Self {
                 notifier <- PreemptNotifier::new(),
@@ -51,10 +56,10 @@ impl<M: Monitor> Attachment<M> {
                 block_work <- TaskWork::new(),
                 exec_work <- TaskWork::new(),
                 irq_work <- IrqWork::new(super::irq_work_fn::<M>),
-                reap_work <- new_work!("perfmon_reap"),
+                reap_link: WorkLink::new(),
                 task,
                 ctx,
-                life: Life(AtomicU8::new(Life::WANTED)),
+                life: Life(AtomicU8::new(life)),
                 watch,
                 owner_uid,
                 hw_claim: HwClaim::new(),
@@ -70,11 +75,11 @@ fn registry_refusal<M: Monitor>(reg: &super::Registry<M>, att: &Attachment<M>) -
     // One user cannot take every slot from the others (privileged loaders
     // are not counted, as perf's per-user limits exempt them). A full
     // registry is ENOSPC for everyone, whoever holds it.
-    if att.watch.is_some() && !reg.is_full() {
+    if att.watch().is_some() && !reg.is_full() {
         let limit = glue::param_max_attached_per_user() as usize;
         let mine = reg
             .iter()
-            .filter(|a| a.watch.is_some() && a.owner_uid == att.owner_uid)
+            .filter(|a| a.watch().is_some() && a.owner_uid == att.owner_uid)
             .count();
         if mine >= limit {
             return Err(edquot());

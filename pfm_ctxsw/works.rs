@@ -118,7 +118,7 @@ pub(crate) fn exec_hook<M: Monitor>() {
         let reg = M::registry().lock();
         let found = reg
             .iter()
-            .find(|a| core::ptr::eq(&*a.task, &*me) && a.watch.is_some() && a.life.wanted())
+            .find(|a| core::ptr::eq(&*a.task, &*me) && a.watch().is_some() && a.life.wanted())
             .cloned();
         found
     };

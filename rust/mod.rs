@@ -19,6 +19,7 @@ mod sched;
 mod slab;
 mod task;
 mod wait;
+mod worklist;
 
 pub(crate) use cred::*;
 pub(crate) use lock::*;
@@ -28,6 +29,7 @@ pub(crate) use sched::*;
 pub(crate) use slab::*;
 pub(crate) use task::*;
 pub(crate) use wait::*;
+pub(crate) use worklist::*;
 
 pub(crate) mod clock;
 pub(crate) mod cpu;
@@ -115,6 +117,10 @@ mod ffi {
         pub(crate) fn pfm_have_tasks_rcu() -> bool;
         pub(crate) fn pfm_synchronize_rcu_tasks();
         pub(crate) fn pfm_cpu_online(cpu: c_uint) -> bool;
+        pub(crate) fn pfm_init_work(
+            work: *mut bindings::work_struct,
+            func: unsafe extern "C" fn(*mut bindings::work_struct),
+        );
         pub(crate) fn pfm_kmem_cache_alloc(
             cache: *mut bindings::kmem_cache,
             flags: bindings::gfp_t,

@@ -5,10 +5,10 @@
 //! its way back to user mode or at its exit.
 
 use core::marker::PhantomData;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicPtr, Ordering};
 
 use kernel::bindings;
-use kernel::ffi::c_int;
+use kernel::ffi::{c_int, c_void};
 use kernel::prelude::*;
 use kernel::sync::Arc;
 use kernel::task::Task;
@@ -110,17 +110,25 @@ pub(crate) enum Refused {
 /// the callback gets back ([`TaskWorkItem::run`]). `ID` tells several works
 /// of one type apart.
 ///
+/// Whether it is queued is `head.func` itself: set (to the trampoline) by
+/// the one `queue` that wins, cleared by the trampoline once
+/// `task_work_run` has unlinked the work and read `func`. While the work is
+/// on a task's list nothing writes `func` (a losing `queue`'s exchange
+/// fails without a store), so the kernel's own plain reads of it (a
+/// `task_work_cancel_func` scanning the list) race with nothing. An
+/// attachment has four of these: no flag of their own keeps each at the
+/// 16 bytes of a `callback_head`.
+///
 /// # Invariants
 ///
-/// `head.func` is [`TaskWork::trampoline`]; `queued` is set exactly while
-/// `head` is on a task's list, and a leaked `Arc<T>` reference is held for
-/// it then.
+/// `head.func` is [`TaskWork::trampoline`] exactly while `head` is on a
+/// task's list (or being put there by `queue`), and a leaked `Arc<T>`
+/// reference is held for it then; `None` otherwise.
 #[repr(C)]
 #[pin_data]
 pub(crate) struct TaskWork<T, const ID: u64 = 0> {
     #[pin]
     head: Opaque<bindings::callback_head>,
-    queued: AtomicBool,
     _owner: PhantomData<T>,
 }
 
@@ -171,31 +179,49 @@ impl<T: HasTaskWork<ID> + TaskWorkItem<ID>, const ID: u64> TaskWork<T, ID> {
     /// A work not queued anywhere.
     pub(crate) fn new() -> impl PinInit<Self> {
         pin_init!(Self {
-            // INVARIANT: `func` is the trampoline; not queued.
+            // INVARIANT: not queued, so no `func`.
             head <- Opaque::ffi_init(|w: *mut bindings::callback_head| {
                 // SAFETY: `w` is valid for writes.
                 unsafe {
                     w.write(bindings::callback_head {
                         next: core::ptr::null_mut(),
-                        func: Some(Self::trampoline),
+                        func: None,
                     })
                 }
             }),
-            queued: AtomicBool::new(false),
             _owner: PhantomData,
         })
     }
 
+    /// `head.func`, as the queued flag (see the type's comment).
+    fn func(&self) -> &AtomicPtr<c_void> {
+        // SAFETY: `func` is a pointer-sized, pointer-aligned field (an
+        // `Option` of a function pointer is a nullable pointer) of the
+        // pinned `head`, which lives as long as `self`. Rust writes it only
+        // through this atomic view; see the type's comment for C's reads.
+        unsafe { AtomicPtr::from_ptr(core::ptr::addr_of_mut!((*self.head.get()).func).cast()) }
+    }
+
     /// Whether the work is queued and has not started running.
     pub(crate) fn is_queued(&self) -> bool {
-        self.queued.load(Ordering::Acquire)
+        !self.func().load(Ordering::Acquire).is_null()
     }
 
     /// Queues `this`'s work on `task`. On refusal nothing is queued and
     /// no reference is kept.
     pub(crate) fn queue(this: &Arc<T>, task: &Task, notify: Notify) -> Result<(), Refused> {
         let work = this.task_work();
-        if work.queued.swap(true, Ordering::AcqRel) {
+        let trampoline: unsafe extern "C" fn(*mut bindings::callback_head) = Self::trampoline;
+        if work
+            .func()
+            .compare_exchange(
+                core::ptr::null_mut(),
+                trampoline as *mut c_void,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_err()
+        {
             return Err(Refused::AlreadyQueued);
         }
         let mode: c_int = match notify {
@@ -208,7 +234,7 @@ impl<T: HasTaskWork<ID> + TaskWorkItem<ID>, const ID: u64> TaskWork<T, ID> {
         // has run; `queued` keeps it from being queued twice; `func` is set.
         let ret = unsafe { ffi::task_work_add(task_ptr(task), work.head.get(), mode) };
         if ret < 0 {
-            work.queued.store(false, Ordering::Release);
+            work.func().store(core::ptr::null_mut(), Ordering::Release);
             // SAFETY: Not queued: take the leaked reference back. The caller
             // holds another, so this is not the last.
             drop(unsafe { Arc::from_raw(leaked) });
@@ -223,8 +249,11 @@ impl<T: HasTaskWork<ID> + TaskWorkItem<ID>, const ID: u64> TaskWork<T, ID> {
         let owner = head.cast::<u8>().wrapping_sub(T::OFFSET).cast::<T>();
         // SAFETY: `queue` leaked this reference for the queued work.
         let this = unsafe { Arc::from_raw(owner) };
-        // INVARIANT: off the task's list now (task_work_run unlinked it).
-        this.task_work().queued.store(false, Ordering::Release);
+        // INVARIANT: off the task's list now (task_work_run unlinked it and
+        // read `func` before calling us).
+        this.task_work()
+            .func()
+            .store(core::ptr::null_mut(), Ordering::Release);
         T::run(this);
     }
 }
