@@ -271,6 +271,106 @@ fn faulting_reads_keep_end() -> TestResult {
 }
 
 /// Wrong-size variant of `req` for an ioctl with argument `T`.
+/// Readers that take turns: a child's 8 queued overflow messages and its
+/// END, read by 4 threads at once, one message per `read()`, each thread
+/// also reading into a PROT_NONE page between its reads (EFAULT: it held
+/// the messages, then gave them all back). Every message reaches exactly
+/// one reader, END last; every reader then gets EOF. A reader that waited
+/// for another's copy is woken by its end: one left asleep never returns
+/// and the round times out. 10 rounds.
+fn concurrent_readers_take_turns() -> TestResult {
+    const READERS: usize = 4;
+    for round in 0..10 {
+        let mut child = pfm_guest::child::Child::spawn("sleeps", &["30"])?;
+        let ctx = open()?;
+        ctx.write_pmcs(&mut [pmc(0, PFM_SOFT_EV_CONTEXT_SWITCHES)])
+            .ctx("WRITE_PMCS")?;
+        let p = PfmPmd {
+            reg_flags: PFM_REGFL_OVFL_NOTIFY,
+            reg_short_reset: u64::MAX,
+            reg_long_reset: u64::MAX,
+            ..pmd(0, u64::MAX)
+        };
+        ctx.write_pmds(&mut [p]).ctx("WRITE_PMDS")?;
+        ctx.load(child.pid()).ctx("LOAD")?;
+        ctx.start().ctx("START")?;
+        ensure!(
+            child.wait_timeout(Duration::from_secs(10))? == Some(0),
+            "round {round}: the child failed"
+        );
+        // The ring is full (8, masked) and END is queued after it.
+        let ended = module::wait_for(Duration::from_secs(5), || {
+            state(&ctx).ok() == Some(CtxState::Unloaded)
+        });
+        ensure!(
+            ended,
+            "round {round}: state {:?} after the child's exit",
+            state(&ctx)?
+        );
+        let fd = fd(&ctx);
+        let (tx, rx) = std::sync::mpsc::channel();
+        for _ in 0..READERS {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let got = (|| -> Result<Vec<PfmMsg>, String> {
+                    let none = Mapping::new(1, libc::PROT_NONE).map_err(errno_name)?;
+                    let mut got = Vec::new();
+                    loop {
+                        // SAFETY: the kernel cannot write a PROT_NONE page.
+                        let r = unsafe { libc::read(fd, none.addr() as *mut libc::c_void, 64) };
+                        let e = std::io::Error::last_os_error().raw_os_error();
+                        if r == 0 {
+                            // END was read (by any reader): EOF.
+                            return Ok(got);
+                        }
+                        if r != -1 || e != Some(libc::EFAULT) {
+                            return Err(format!("read() into PROT_NONE: {r} ({e:?})"));
+                        }
+                        match raw::read_fd(fd, 64) {
+                            Ok(b) if b.is_empty() => return Ok(got),
+                            Ok(b) if b.len() == 64 => {
+                                let mut m = PfmMsg::default();
+                                // SAFETY: `PfmMsg` is 64 bytes of plain integers.
+                                unsafe {
+                                    std::ptr::copy_nonoverlapping(
+                                        b.as_ptr(),
+                                        &mut m as *mut PfmMsg as *mut u8,
+                                        64,
+                                    )
+                                };
+                                got.push(m);
+                            }
+                            Ok(b) => return Err(format!("read() returned {} bytes", b.len())),
+                            Err(e) => return Err(format!("read(): {}", errno_name(e))),
+                        }
+                    }
+                })();
+                let _ = tx.send(got);
+            });
+        }
+        drop(tx);
+        let mut all = Vec::new();
+        for _ in 0..READERS {
+            let got = rx
+                .recv_timeout(Duration::from_secs(10))
+                .map_err(|_| format!("round {round}: a reader never returned"))?;
+            all.extend(got.map_err(|e| format!("round {round}: {e}"))?);
+        }
+        let ovfl = all.iter().filter(|m| m.msg_type == PFM_MSG_OVFL).count();
+        let end = all.iter().filter(|m| m.msg_type == PFM_MSG_END).count();
+        let mut stamps: Vec<_> = all.iter().map(|m| (m.msg_type, m.tstamp)).collect();
+        stamps.sort_unstable();
+        stamps.dedup();
+        ensure!(
+            ovfl == 8 && end == 1 && all.len() == 9 && stamps.len() == 9,
+            "round {round}: {} messages ({ovfl} OVFL, {end} END, {} distinct), expected 8 OVFL and END once each",
+            all.len(),
+            stamps.len()
+        );
+    }
+    Ok(())
+}
+
 fn wrong_size<T: raw::Plain>(req: u32, size: u32) -> TestResult {
     let ctx = open()?;
     let mut v = T::default();
@@ -973,6 +1073,10 @@ fn cases() -> Vec<Case> {
     case!(
         "a faulting read() keeps END: POLLIN, then END, then EOF",
         faulting_reads_keep_end
+    );
+    case!(
+        "4 concurrent readers, faulting in turn: 8 OVFL + END each read once, then EOF (10 rounds)",
+        concurrent_readers_take_turns
     );
     case!(
         "close() of a self-monitoring context frees it before close returns (100 times)",
