@@ -234,6 +234,10 @@ const fn compat_ptr(arg: c_ulong) -> c_ulong {
 /// The file's reference to the context is borrowed, not cloned: only LOAD,
 /// which hands the context to the thread, takes a reference of its own.
 fn ioctl(ctx: SlabArcBorrow<'_, Context>, cmd: u32, arg: usize) -> Result {
+    // The cheap read first: one comparison on its way.
+    if cmd == abi::PFM_IOC_READ_VALUES {
+        return read_values(&ctx, arg);
+    }
     if _IOC_TYPE(cmd) != abi::PFM_IOC_MAGIC {
         return Err(ENOTTY);
     }
@@ -277,22 +281,26 @@ fn ioctl(ctx: SlabArcBorrow<'_, Context>, cmd: u32, arg: usize) -> Result {
         abi::PFM_IOC_STOP => ctx.stop(),
         abi::PFM_IOC_RESTART => ctx.restart(),
         abi::PFM_IOC_GET_STATE => user.writer().write(&ctx.get_state()),
-        abi::PFM_IOC_READ_VALUES => {
-            let v: abi::PfmValues = user.reader().read()?;
-            let times = ctx.read_values(&v)?;
-            // The times are the argument's only outputs: 16 bytes back,
-            // not 48 (the cheap read's cost is mostly its user copies).
-            let at = arg + core::mem::offset_of!(abi::PfmValues, time_enabled);
-            UserSlice::new(at, core::mem::size_of_val(&times))
-                .writer()
-                .write(&times)
-        }
         abi::PFM_IOC_SET_FLAGS => {
             let f: abi::PfmCtxFlags = user.reader().read()?;
             ctx.set_flags(&f)
         }
         _ => Err(ENOTTY),
     }
+}
+
+/// `PFM_IOC_READ_VALUES`: a [`abi::PfmValues`] at `arg`.
+fn read_values(ctx: &Context, arg: usize) -> Result {
+    let v: abi::PfmValues = UserSlice::new(arg, core::mem::size_of::<abi::PfmValues>())
+        .reader()
+        .read()?;
+    let times = ctx.read_values(&v)?;
+    // The times are the argument's only outputs: 16 bytes back, not 48
+    // (the cheap read's cost is mostly its user copies).
+    let at = arg + core::mem::offset_of!(abi::PfmValues, time_enabled);
+    UserSlice::new(at, core::mem::size_of_val(&times))
+        .writer()
+        .write(&times)
 }
 
 /// `PFM_IOC_WRITE_PMCS`, `PFM_IOC_WRITE_PMDS` and `PFM_IOC_READ_PMDS`: a

@@ -7,11 +7,12 @@
 use kernel::prelude::*;
 use kernel::uaccess::UserSlice;
 
-use super::{Context, CtxInner};
+use super::{state_err, Context, CtxInner};
 use crate::abi;
 use crate::globals;
 use crate::pfm_msgq::Ring;
 use crate::pfm_state::Op;
+use crate::rust as glue;
 
 /// Whether PMD `reg` exists in the bitmap `implemented`.
 fn pmd_exists(implemented: u64, reg: u16) -> bool {
@@ -269,6 +270,37 @@ impl Context {
         }
         // Not zeroed: only the first `n` are written and copied out.
         let mut values = [core::mem::MaybeUninit::<u64>::uninit(); abi::PFM_MAX_PMDS];
+        let peeked = {
+            let inner = self.inner.lock();
+            inner.life.check(Op::Read).map_err(state_err)?;
+            inner.peek_values(arg.pmd_mask, &mut values)
+        };
+        let (n, times) = match peeked {
+            Some(r) => r,
+            None => self.fold_values(arg.pmd_mask, &mut values)?,
+        };
+        let mut out = UserSlice::new(arg.values as usize, n * 8).writer();
+        if n == 1 {
+            // One value, the common read: the copy inline, as for a `u64`.
+            // SAFETY: Written above (`n` is 1).
+            out.write(&unsafe { values[0].assume_init() })?;
+        } else {
+            // SAFETY: The first `n` elements were written above; `u64`s are
+            // plain bytes: their memory, viewed as bytes.
+            let bytes = unsafe { core::slice::from_raw_parts(values.as_ptr().cast::<u8>(), n * 8) };
+            out.write_slice(bytes)?;
+        }
+        Ok(times)
+    }
+
+    /// [`Context::read_values`] where only a fold will do: the values in
+    /// `pmd_mask` into `values`; how many, and the times.
+    #[inline(never)]
+    fn fold_values(
+        &self,
+        pmd_mask: u64,
+        values: &mut [core::mem::MaybeUninit<u64>; abi::PFM_MAX_PMDS],
+    ) -> Result<(usize, [u64; 2])> {
         let mut n = 0;
         let times = self.with_live(|inner, now| -> Result<[u64; 2]> {
             inner.transition(Op::Read)?;
@@ -276,7 +308,7 @@ impl Context {
             n = 0;
             // Only the requested PMDs are visited (the mask names
             // implemented ones only, checked above).
-            let mut m = arg.pmd_mask;
+            let mut m = pmd_mask;
             while m != 0 {
                 let i = m.trailing_zeros() as usize;
                 m &= m - 1;
@@ -287,12 +319,60 @@ impl Context {
             }
             Ok([inner.time_enabled(now), inner.time_running])
         })?;
-        // SAFETY: The first `n` elements were written above; `u64`s are
-        // plain bytes: their memory, viewed as bytes.
-        let bytes = unsafe { core::slice::from_raw_parts(values.as_ptr().cast::<u8>(), n * 8) };
-        UserSlice::new(arg.values as usize, bytes.len())
-            .writer()
-            .write_slice(bytes)?;
-        Ok(times)
+        Ok((n, times))
+    }
+}
+
+impl CtxInner {
+    /// `READ_VALUES` without a fold: the values in `pmd_mask` into `out`
+    /// as a fold now would leave them, and the times, with nothing
+    /// changed; how many. The soft model's values move only with
+    /// task-clock while the thread runs, so they are the stored ones plus
+    /// the runtime not yet folded, on the PMDs that count it. `None` where
+    /// only a fold will do: a hardware model (its counters are on a PMU),
+    /// a thread running on another CPU, a value that would cross 2^64
+    /// (the fold raises the overflow), or a mapped page (a fold updates
+    /// it, so that the page's readers extend from the value this read
+    /// returned and never read below it).
+    fn peek_values(
+        &self,
+        pmd_mask: u64,
+        out: &mut [core::mem::MaybeUninit<u64>; abi::PFM_MAX_PMDS],
+    ) -> Option<(usize, [u64; 2])> {
+        if self.counters.read_only_where_running() || self.page.is_some() {
+            return None;
+        }
+        let cpu = glue::this_cpu();
+        let (pending, now) = match self.on_cpu {
+            None => (0, glue::now_ns()),
+            // The thread is current here (see `fold_running`).
+            Some(c) if c == cpu => {
+                let (runtime, now) = glue::current_runtime_and_clock();
+                let pending = match self.counting() {
+                    true => runtime.saturating_sub(self.run_base),
+                    false => 0,
+                };
+                (pending, now)
+            }
+            Some(_) => return None,
+        };
+        let clock = self.counters.clock_pmds();
+        let pmds = self.counters.pmds();
+        let mut n = 0;
+        let mut m = pmd_mask;
+        while m != 0 {
+            let i = m.trailing_zeros() as usize;
+            m &= m - 1;
+            if let (Some(p), Some(slot)) = (pmds.get(i), out.get_mut(n)) {
+                let v = match clock & (1 << i) != 0 {
+                    true => p.value.checked_add(pending)?,
+                    false => p.value,
+                };
+                slot.write(v);
+                n += 1;
+            }
+        }
+        let running = self.time_running + pending;
+        Some((n, [self.time_enabled(now).max(running), running]))
     }
 }

@@ -104,8 +104,6 @@ mod ffi {
         pub(crate) fn pfm_cred_ids(cred: *const bindings::cred, ids: *mut u32);
         pub(crate) fn pfm_task_dumpable(task: *mut bindings::task_struct) -> c_int;
         pub(crate) fn pfm_mm_dumpable(mm: *mut bindings::mm_struct) -> c_int;
-        pub(crate) fn pfm_task_sum_exec_runtime(task: *mut bindings::task_struct) -> u64;
-        pub(crate) fn pfm_task_exec_start(task: *mut bindings::task_struct) -> u64;
         pub(crate) static pfm_c_layout: [core::ffi::c_ulong; 0];
         pub(crate) static pfm_c_layout_len: core::ffi::c_ulong;
         pub(crate) fn pfm_rdmsr_safe(msr: u32, value: *mut u64) -> c_int;
@@ -463,9 +461,11 @@ impl Drop for ExecWatch {
 pub(crate) fn layout_mismatch() -> Option<(usize, usize, usize)> {
     use bindings::{file, file_operations as fops, task_struct as task};
     use core::mem::{offset_of, size_of};
-    let rust: [usize; 24] = [
+    let rust: [usize; 26] = [
         offset_of!(task, __state),
         offset_of!(task, flags),
+        offset_of!(task, se.sum_exec_runtime),
+        offset_of!(task, se.exec_start),
         offset_of!(file, private_data),
         offset_of!(file, f_flags),
         size_of::<fops>(),

@@ -153,17 +153,20 @@ pub(crate) fn current_runtime_ns() -> u64 {
 
 /// [`current_runtime_ns`] and the `local_clock` time it was taken at.
 pub(crate) fn current_runtime_and_clock() -> (u64, u64) {
+    // SAFETY: No preconditions.
+    let current = unsafe { bindings::get_current() };
     let mut pair = (0, 0);
     for _ in 0..4 {
-        // SAFETY: `current` is a valid task; reading its `se` fields races
-        // only with the scheduler's own updates, which the loop detects.
+        // SAFETY: `current` is a valid task; its `se` fields are read
+        // once each (`READ_ONCE`), racing only with the scheduler's own
+        // updates, which the loop detects.
         let (s1, e1, s2, e2) = unsafe {
-            let t = bindings::get_current();
+            let se = core::ptr::addr_of!((*current).se);
             (
-                ffi::pfm_task_sum_exec_runtime(t),
-                ffi::pfm_task_exec_start(t),
-                ffi::pfm_task_sum_exec_runtime(t),
-                ffi::pfm_task_exec_start(t),
+                core::ptr::read_volatile(core::ptr::addr_of!((*se).sum_exec_runtime)),
+                core::ptr::read_volatile(core::ptr::addr_of!((*se).exec_start)),
+                core::ptr::read_volatile(core::ptr::addr_of!((*se).sum_exec_runtime)),
+                core::ptr::read_volatile(core::ptr::addr_of!((*se).exec_start)),
             )
         };
         pair = (s2, e2);
@@ -179,8 +182,11 @@ pub(crate) fn current_runtime_and_clock() -> (u64, u64) {
 /// start of its time slice) and at a switch-out (the scheduler has just
 /// accounted the slice); stale by up to a tick in between.
 pub(crate) fn current_sum_exec_runtime() -> u64 {
-    // SAFETY: As for `current_runtime_ns`.
-    unsafe { ffi::pfm_task_sum_exec_runtime(bindings::get_current()) }
+    // SAFETY: As for `current_runtime_and_clock`.
+    unsafe {
+        let current = bindings::get_current();
+        core::ptr::read_volatile(core::ptr::addr_of!((*current).se.sum_exec_runtime))
+    }
 }
 
 /// Whether `task` is still on a CPU, its last switch not complete

@@ -159,6 +159,7 @@ void pfm_sysfs_unregister(void)
  */
 const unsigned long pfm_c_layout[] = {
 	offsetof(struct task_struct, __state), offsetof(struct task_struct, flags),
+	offsetof(struct task_struct, se.sum_exec_runtime), offsetof(struct task_struct, se.exec_start),
 	offsetof(struct file, private_data), offsetof(struct file, f_flags),
 	sizeof(struct file_operations), offsetof(struct file_operations, owner),
 	offsetof(struct file_operations, read), offsetof(struct file_operations, poll),
@@ -212,8 +213,6 @@ bool pfm_same_thread_group_as_current(struct task_struct *t) { return same_threa
 void pfm_cred_ids(const struct cred *c, u32 ids[6]) { ids[0] = c->uid.val; ids[1] = c->euid.val; ids[2] = c->suid.val; ids[3] = c->gid.val; ids[4] = c->egid.val; ids[5] = c->sgid.val; }
 int pfm_task_dumpable(struct task_struct *t) { return t->mm ? get_dumpable(t->mm) : -1; }
 int pfm_mm_dumpable(struct mm_struct *mm) { return get_dumpable(mm); }
-u64 pfm_task_sum_exec_runtime(struct task_struct *t) { return READ_ONCE(t->se.sum_exec_runtime); }
-u64 pfm_task_exec_start(struct task_struct *t) { return READ_ONCE(t->se.exec_start); }
 
 /*
  * The overflow vector (rust/irq.rs, for pfm_intr.rs): struct irq_alloc_info,

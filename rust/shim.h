@@ -57,8 +57,6 @@ bool pfm_same_thread_group_as_current(struct task_struct *t);
 void pfm_cred_ids(const struct cred *c, u32 ids[6]);
 int pfm_task_dumpable(struct task_struct *t);
 int pfm_mm_dumpable(struct mm_struct *mm);
-u64 pfm_task_sum_exec_runtime(struct task_struct *t);
-u64 pfm_task_exec_start(struct task_struct *t);
 extern const unsigned long pfm_c_layout[];
 extern const unsigned long pfm_c_layout_len;
 int pfm_irq_alloc_on_cpu(unsigned int cpu);
