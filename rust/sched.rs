@@ -153,8 +153,7 @@ pub(crate) fn current_runtime_ns() -> u64 {
 
 /// [`current_runtime_ns`] and the `local_clock` time it was taken at.
 pub(crate) fn current_runtime_and_clock() -> (u64, u64) {
-    // SAFETY: No preconditions.
-    let current = unsafe { bindings::get_current() };
+    let current = super::current_ptr();
     let mut pair = (0, 0);
     for _ in 0..4 {
         // SAFETY: `current` is a valid task; its `se` fields are read
@@ -184,7 +183,7 @@ pub(crate) fn current_runtime_and_clock() -> (u64, u64) {
 pub(crate) fn current_sum_exec_runtime() -> u64 {
     // SAFETY: As for `current_runtime_and_clock`.
     unsafe {
-        let current = bindings::get_current();
+        let current = super::current_ptr();
         core::ptr::read_volatile(core::ptr::addr_of!((*current).se.sum_exec_runtime))
     }
 }

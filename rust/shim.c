@@ -170,6 +170,7 @@ const unsigned long pfm_c_layout[] = {
 	sizeof(struct wait_queue_head), sizeof(struct wait_queue_entry), sizeof(spinlock_t),
 	sizeof(struct work_struct), sizeof(struct hrtimer), offsetof(struct hrtimer, function),
 	sizeof(raw_spinlock_t),
+	offsetof(struct pcpu_hot, current_task), offsetof(struct pcpu_hot, cpu_number),
 };
 const unsigned long pfm_c_layout_len = ARRAY_SIZE(pfm_c_layout);
 
@@ -193,7 +194,6 @@ void pfm_init_work(struct work_struct *w, work_func_t fn) { INIT_WORK(w, fn); }
 void *pfm_kmem_cache_alloc(struct kmem_cache *s, gfp_t flags) { return kmem_cache_alloc(s, flags); }
 void pfm_init_irq_work(struct irq_work *w, void (*fn)(struct irq_work *)) { init_irq_work(w, fn); }
 void pfm_poll_wait(struct file *f, wait_queue_head_t *q, poll_table *p) { poll_wait(f, q, p); }
-int pfm_this_cpu(void) { return raw_smp_processor_id(); }
 void pfm_put_cred(const struct cred *c) { put_cred(c); }
 void pfm_init_waitqueue_head(wait_queue_head_t *q) { init_waitqueue_head(q); }
 unsigned long pfm_user_ip(struct task_struct *t) { return instruction_pointer(task_pt_regs(t)); }

@@ -34,7 +34,6 @@ void pfm_init_work(struct work_struct *w, work_func_t fn);
 void *pfm_kmem_cache_alloc(struct kmem_cache *s, gfp_t flags);
 void pfm_init_irq_work(struct irq_work *w, void (*fn)(struct irq_work *));
 void pfm_poll_wait(struct file *f, wait_queue_head_t *q, poll_table *p);
-int pfm_this_cpu(void);
 void pfm_put_cred(const struct cred *c);
 void pfm_init_waitqueue_head(wait_queue_head_t *q);
 unsigned long pfm_user_ip(struct task_struct *t);

@@ -81,7 +81,7 @@ pub(crate) fn current_is_runnable() -> bool {
     // SAFETY: `current` is a valid task; its `__state` is read once, as
     // the scheduler reads it.
     unsafe {
-        core::ptr::read_volatile(core::ptr::addr_of!((*bindings::get_current()).__state))
+        core::ptr::read_volatile(core::ptr::addr_of!((*super::current_ptr()).__state))
             == bindings::TASK_RUNNING
     }
 }

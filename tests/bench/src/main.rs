@@ -830,11 +830,15 @@ fn bench_read(o: &Opts, out: &mut J) -> io::Result<()> {
         f(ratio4m, 3),
         if ratio4m <= 0.1 { "met" } else { "NOT met" }
     );
+    // Issue 17's target for the system call read: at most 0.8x perf's
+    // read(2), for 1 counter and for 4.
+    let met = |r: f64| if r <= 0.8 { "met" } else { "NOT met" };
     println!(
-        "   ratio perfmon/perf of median read latency (timer subtracted), READ_VALUES: 1 vs 1: {}, 4 vs 4-group: {} (target <= 1.00: {}), 4 vs 3-group: {}; READ_PMDS 4 vs 4-group: {}",
+        "   ratio perfmon/perf of median read latency (timer subtracted), READ_VALUES: 1 vs 1: {} (target <= 0.80: {}), 4 vs 4-group: {} (target <= 0.80: {}), 4 vs 3-group: {}; READ_PMDS 4 vs 4-group: {}",
         f(ratio1, 3),
+        met(ratio1),
         f(ratio4, 3),
-        if ratio4 <= 1.0 { "met" } else { "NOT met" },
+        met(ratio4),
         f(ratio43, 3),
         f(ratio4_pmds, 3)
     );
