@@ -942,3 +942,35 @@ fn armed_widths() {
     assert_eq!(w(IntelCfg::v(4, 8, 48, 3, 48, true), 7), Some((47, 48)));
     assert_eq!(w(IntelCfg::v(4, 8, 64, 3, 64, true), 17), Some((63, 64)));
 }
+
+/// CPUID leaf 0xA from its fields (EAX's version, counters, width and
+/// event-vector length; EBX, ECX, EDX as given).
+fn leaf(version: u32, gp: u32, width: u32, len: u32, ebx: u32, ecx: u32, edx: u32) -> CpuidRegs {
+    CpuidRegs {
+        eax: version | gp << 8 | width << 16 | len << 24,
+        ebx,
+        ecx,
+        edx,
+    }
+}
+
+#[test]
+fn a_leaf_without_version_counters_or_width_is_no_pmu() {
+    assert_eq!(IntelArch::probe(CpuidRegs::default(), 0), None);
+    assert_eq!(IntelArch::probe(leaf(0, 4, 48, 7, 0, 0, 0), !0), None);
+    assert_eq!(IntelArch::probe(leaf(2, 0, 0, 7, 0, 0, 0), 0), None);
+    assert_eq!(IntelArch::probe(leaf(2, 4, 0, 7, 0, 0, 0), 0), None);
+}
+
+#[test]
+fn version_4_event_select_and_fixed_control_masks() {
+    let p = IntelArch::probe(leaf(4, 8, 48, 7, 0, 0, 3 | 48 << 5), PERF_CAP_FW_WRITE).unwrap();
+    let d = p.pmc_desc(0).unwrap();
+    assert_eq!(
+        d.rsvd_mask,
+        0xffff_ffff_0000_0000 | EVTSEL_INT | EVTSEL_ANY | EVTSEL_PC
+    );
+    let f = p.pmc_desc(PMC_FIXED_CTRL).unwrap();
+    assert_eq!(f.rsvd_mask, !0x333);
+    assert_eq!(p.validate_pmc(0, 0x4300c0, KERNEL_OK), Ok(0x0300c0));
+}

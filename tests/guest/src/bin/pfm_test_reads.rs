@@ -207,8 +207,12 @@ fn crossing_2_64() -> TestResult {
     ctx.write_pmds(&mut p).ctx("WRITE_PMDS")?;
     ctx.load(0).ctx("LOAD")?;
     ctx.start().ctx("START")?;
-    // 1 ms to the crossing; spin 3 ms past it.
-    work::spin(Duration::from_millis(4));
+    // 1 ms of the thread's CPU time to the crossing; run 3 ms past it (by
+    // its own clock: a wall-clock spin on a loaded host may run less).
+    let t0 = thread_cpu_ns();
+    while thread_cpu_ns() - t0 < 4_000_000 {
+        work::spin(Duration::from_millis(1));
+    }
     let c = ctx.read_values(1).ctx("READ_VALUES")?;
     let mut r = [PfmPmd {
         reg_num: 0,
