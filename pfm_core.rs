@@ -139,8 +139,8 @@ struct ReapQueueInstalled(Option<rust::Workqueue>);
 impl ReapQueueInstalled {
     fn new() -> Result<Self> {
         let wq = rust::Workqueue::new(kernel::c_str!("perfmon_reap"))?;
-        // SAFETY: `wq` lives in `self` until `drop` replaces it with null
-        // after destroying it, when no attachment is left to push.
+        // SAFETY: `wq` lives in `self`; `drop` runs when no attachment is
+        // left to push, quiesces the list, destroys `wq`, then sets null.
         unsafe { globals().reaper.set_queue(wq.as_ptr()) };
         Ok(Self(Some(wq)))
     }
@@ -149,9 +149,11 @@ impl ReapQueueInstalled {
 impl Drop for ReapQueueInstalled {
     fn drop(&mut self) {
         // Every attachment has been released (each held a module
-        // reference), but the reaper may still be in the last one's drop,
-        // past its `module_put`, and may queue more of its own: destroying
-        // drains it. Only then is the pointer cleared.
+        // reference), but a push may still be on its way to queueing the
+        // work, and the reaper may still be in the last one's drop, past
+        // its `module_put`: wait for the first, then destroying drains the
+        // queue. Only then is the pointer cleared.
+        globals().reaper.quiesce();
         drop(self.0.take());
         // SAFETY: Null: nothing is pushed any more (see above).
         unsafe { globals().reaper.set_queue(core::ptr::null_mut()) };

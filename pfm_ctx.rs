@@ -25,7 +25,7 @@ use kernel::sync::Arc;
 
 use crate::abi;
 use crate::pfm_ctxsw::{self, Attachment};
-use crate::pfm_msgq::{FinalMsg, MsgQueue, Ring, FINAL_END, FINAL_REVOKED};
+use crate::pfm_msgq::{MsgQueue, Ring};
 use crate::pfm_state::{Lifecycle, Op, State, StateError};
 use crate::pfm_x86::counters::Counters;
 use crate::pfm_x86::ThreadDeltas;
@@ -194,67 +194,6 @@ impl CtxInner {
         }
     }
 
-    /// The thread (current) runs on `cpu` from now on, after a context
-    /// switch: counting resumes from the runtime its last switch-out left
-    /// in `run_base`.
-    ///
-    /// `se.sum_exec_runtime` is not sampled here: the scheduler fires the
-    /// sched-in notifiers after `finish_task_switch` has re-enabled
-    /// interrupts, so a tick, a wake-up preemption check from another CPU
-    /// or a remote `task_sched_runtime` (`/proc/PID/schedstat`, a thread
-    /// CPU clock) may already have accounted part of this time slice.
-    /// Whatever was added since the switch-out is this thread's own running
-    /// time, and the next switch-out counts it.
-    #[inline]
-    fn sched_in(&mut self, cpu: i32) {
-        if self.counting() && cpu != self.last_cpu {
-            self.advance(&ThreadDeltas {
-                migrations: 1,
-                ..ThreadDeltas::default()
-            });
-        }
-        self.last_cpu = cpu;
-        self.on_cpu = Some(cpu);
-        self.sync_hw();
-        self.page_update();
-    }
-
-    /// The context starts following the thread (current) mid-slice, on
-    /// `cpu`: a self-LOAD, or a remote LOAD's install in the thread.
-    fn install_here(&mut self, cpu: i32) {
-        self.active = true;
-        self.run_base = glue::current_runtime_ns();
-        self.sched_in(cpu);
-    }
-
-    /// The thread is switched out of `cpu`; `dead` for its final switch.
-    /// The scheduler has just accounted its time slice, so the slice ends
-    /// exactly at its `sum_exec_runtime`, where the next one starts.
-    #[inline]
-    fn sched_out(&mut self, cpu: i32, dead: bool) {
-        let ovfl = self.counters.uninstall_here(&globals().pmu);
-        self.overflowed(ovfl);
-        let runtime = glue::current_sum_exec_runtime();
-        let mut d = ThreadDeltas::default();
-        if self.on_cpu == Some(cpu) {
-            // A preempted thread's slice may end before what its page let
-            // it see: not below that. The next slice counts from the
-            // scheduler's end of this one.
-            let end = runtime.max(self.switch_out_promise());
-            d.task_clock = end.saturating_sub(self.run_base);
-        }
-        self.run_base = runtime;
-        if self.counting() {
-            self.time_running += d.task_clock;
-            // perf_events stops counting a thread before its final switch
-            // (perf_event_exit_task): so does this, so the two agree.
-            d.switches = u64::from(!dead);
-            self.advance(&d);
-        }
-        self.on_cpu = None;
-        self.page_update();
-    }
-
     /// Applies `d` to every counter and records overflows.
     fn advance(&mut self, d: &ThreadDeltas) {
         let ovfl = self.counters.advance(d);
@@ -292,51 +231,6 @@ impl CtxInner {
             if !crate::pfm_intr::raise(att) {
                 att.irq_work_queue();
             }
-        }
-    }
-
-    /// The monitoring of the thread ends (`op`: its exit, or a revoke):
-    /// the counts stay, the tool gets `msg_type` (END, REVOKED), which is
-    /// never lost (it has a slot of its own, read after the overflow
-    /// messages). Whether the table allowed it.
-    fn end(&mut self, op: Op, msg_type: u16) -> bool {
-        let now = glue::now_ns();
-        if self.transition(op).is_err() {
-            return false;
-        }
-        self.stop_clock(now);
-        self.msgs.push_last(FinalMsg {
-            msg_type,
-            tid: self.tid,
-            cpu: self.last_cpu as u16,
-            tstamp: now,
-        });
-        self.active = false;
-        self.on_cpu = None;
-        self.page_update();
-        true
-    }
-
-    /// The target exited: keep the final counts, queue END; a zombie whose
-    /// thread died is freed (nobody reads it any more).
-    fn target_exited(&mut self) {
-        if self.state() == State::Zombie {
-            let _ = self.transition(Op::TargetExit);
-        } else {
-            self.exited = self.end(Op::TargetExit, FINAL_END);
-        }
-        self.active = false;
-        self.on_cpu = None;
-        self.page_update();
-    }
-
-    /// The thread gained privileges the tool lacks: stop monitoring it,
-    /// keep the counts, tell the tool (`PFM_MSG_REVOKED`). In the thread.
-    fn revoke(&mut self) {
-        let cpu = glue::this_cpu();
-        self.fold_running(cpu);
-        if self.end(Op::Revoke, FINAL_REVOKED) {
-            self.started = false;
         }
     }
 
@@ -402,7 +296,9 @@ pub(crate) struct Context {
     mailbox: Mailbox,
 }
 
-impl InSlab for Context {
+// SAFETY: One cache, the globals', which outlive every context (each holds
+// a module reference, through its file or its attachment).
+unsafe impl InSlab for Context {
     fn slab() -> &'static SlabCache<Self> {
         &globals().contexts
     }

@@ -44,7 +44,7 @@ use driver::{HwModel, MsrBus, MsrFault, Outcome};
 use model::{copy_name, HwPmu, PmcError, Policy};
 use percpu::CpuPmus;
 use sim_cpu::{SimCpu, SimCpus};
-pub(crate) use soft::{soft_count, ThreadDeltas};
+pub(crate) use soft::{count_clock_unless_overflow, soft_count, ThreadDeltas};
 use soft::{SoftEvent, SOFT_COUNTERS, SOFT_EVENTS, SOFT_PMC_RSVD_MASK};
 
 /// Which model the module runs, chosen once at load.

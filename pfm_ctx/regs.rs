@@ -270,12 +270,12 @@ impl Context {
         }
         // Not zeroed: only the first `n` are written and copied out.
         let mut values = [core::mem::MaybeUninit::<u64>::uninit(); abi::PFM_MAX_PMDS];
-        let peeked = {
-            let inner = self.inner.lock();
+        let quick = {
+            let mut inner = self.inner.lock();
             inner.life.check(Op::Read).map_err(state_err)?;
-            inner.peek_values(arg.pmd_mask, &mut values)
+            inner.quick_values(arg.pmd_mask, &mut values)
         };
-        let (n, times) = match peeked {
+        let (n, times) = match quick {
             Some(r) => r,
             None => self.fold_values(arg.pmd_mask, &mut values)?,
         };
@@ -324,39 +324,50 @@ impl Context {
 }
 
 impl CtxInner {
-    /// `READ_VALUES` without a fold: the values in `pmd_mask` into `out`
-    /// as a fold now would leave them, and the times, with nothing
-    /// changed; how many. The soft model's values move only with
-    /// task-clock while the thread runs, so they are the stored ones plus
-    /// the runtime not yet folded, on the PMDs that count it. `None` where
-    /// only a fold will do: a hardware model (its counters are on a PMU),
-    /// a thread running on another CPU, a value that would cross 2^64
-    /// (the fold raises the overflow), or a mapped page (a fold updates
-    /// it, so that the page's readers extend from the value this read
-    /// returned and never read below it).
-    fn peek_values(
-        &self,
+    /// `READ_VALUES`'s fold, inline where it is only task-clock's: for a
+    /// soft context without a mapped page whose thread is current here or
+    /// on no CPU, the soft model's values move only with task-clock while
+    /// the thread runs, so the fold is the unfolded runtime added to the
+    /// task-clock PMDs and to `time_running`, and `run_base` moved to now,
+    /// exactly as `fold_to` does when no PMD crosses 2^64. Then the values
+    /// in `pmd_mask` into `out` and the times; how many.
+    ///
+    /// `None`, with nothing changed, where the general fold must run: a
+    /// hardware model (its counters are on a PMU), a thread running on
+    /// another CPU, a task-clock PMD that would cross 2^64 (the fold
+    /// raises the overflow and applies its resets), or a mapped page (the
+    /// fold updates it, so that the page's readers extend from the value
+    /// this read returned).
+    ///
+    /// It stores what it read, as the fold does: a slice the scheduler
+    /// ends below it (a remote wake-up that preempts the thread stamps the
+    /// end early) adds nothing more at the switch-out, and no later read
+    /// goes below this one.
+    fn quick_values(
+        &mut self,
         pmd_mask: u64,
         out: &mut [core::mem::MaybeUninit<u64>; abi::PFM_MAX_PMDS],
     ) -> Option<(usize, [u64; 2])> {
         if self.counters.read_only_where_running() || self.page.is_some() {
             return None;
         }
-        let cpu = glue::this_cpu();
-        let (pending, now) = match self.on_cpu {
-            None => (0, glue::now_ns()),
+        let now = match self.on_cpu {
+            None => glue::now_ns(),
             // The thread is current here (see `fold_running`).
-            Some(c) if c == cpu => {
+            Some(c) if c == glue::this_cpu() => {
                 let (runtime, now) = glue::current_runtime_and_clock();
-                let pending = match self.counting() {
-                    true => runtime.saturating_sub(self.run_base),
-                    false => 0,
-                };
-                (pending, now)
+                let ran = runtime.saturating_sub(self.run_base);
+                if self.counting() {
+                    if !self.counters.advance_clock_unless_overflow(ran) {
+                        return None;
+                    }
+                    self.time_running += ran;
+                }
+                self.run_base = runtime;
+                now
             }
             Some(_) => return None,
         };
-        let clock = self.counters.clock_pmds();
         let pmds = self.counters.pmds();
         let mut n = 0;
         let mut m = pmd_mask;
@@ -364,15 +375,10 @@ impl CtxInner {
             let i = m.trailing_zeros() as usize;
             m &= m - 1;
             if let (Some(p), Some(slot)) = (pmds.get(i), out.get_mut(n)) {
-                let v = match clock & (1 << i) != 0 {
-                    true => p.value.checked_add(pending)?,
-                    false => p.value,
-                };
-                slot.write(v);
+                slot.write(p.value);
                 n += 1;
             }
         }
-        let running = self.time_running + pending;
-        Some((n, [self.time_enabled(now).max(running), running]))
+        Some((n, [self.time_enabled(now), self.time_running]))
     }
 }

@@ -2,15 +2,18 @@
 
 //! What the thread side asks of a context (`pfm_ctxsw::Monitor`): each
 //! call takes the lock once, and acts on an attachment only if it is still
-//! the context's own.
+//! the context's own; and what the context does, under its lock, at the
+//! thread's switches and at the end of its monitoring.
 
 use kernel::prelude::*;
 use kernel::sync::Arc;
 
-use super::{state_err, Context};
+use super::{state_err, Context, CtxInner};
 use crate::globals;
 use crate::pfm_ctxsw::{Attachment, Installed, Monitor, Registry, Verdict};
+use crate::pfm_msgq::{FinalMsg, FINAL_END, FINAL_REVOKED};
 use crate::pfm_state::{Op, State};
+use crate::pfm_x86::ThreadDeltas;
 use crate::rust::{self as glue, IrqSpinLock, WorkList};
 
 impl Monitor for Context {
@@ -178,6 +181,115 @@ impl Monitor for Context {
         let mut inner = self.inner.lock();
         if inner.owns(att) {
             let _ = inner.transition(Op::LoadFailed);
+        }
+    }
+}
+
+/// The context's side of the thread's switches and of its end.
+impl CtxInner {
+    /// The thread (current) runs on `cpu` from now on, after a context
+    /// switch: counting resumes from the runtime its last switch-out left
+    /// in `run_base`.
+    ///
+    /// `se.sum_exec_runtime` is not sampled here: the scheduler fires the
+    /// sched-in notifiers after `finish_task_switch` has re-enabled
+    /// interrupts, so a tick, a wake-up preemption check from another CPU
+    /// or a remote `task_sched_runtime` (`/proc/PID/schedstat`, a thread
+    /// CPU clock) may already have accounted part of this time slice.
+    /// Whatever was added since the switch-out is this thread's own running
+    /// time, and the next switch-out counts it.
+    #[inline]
+    fn sched_in(&mut self, cpu: i32) {
+        if self.counting() && cpu != self.last_cpu {
+            self.advance(&ThreadDeltas {
+                migrations: 1,
+                ..ThreadDeltas::default()
+            });
+        }
+        self.last_cpu = cpu;
+        self.on_cpu = Some(cpu);
+        self.sync_hw();
+        self.page_update();
+    }
+
+    /// The context starts following the thread (current) mid-slice, on
+    /// `cpu`: a self-LOAD, or a remote LOAD's install in the thread.
+    fn install_here(&mut self, cpu: i32) {
+        self.active = true;
+        self.run_base = glue::current_runtime_ns();
+        self.sched_in(cpu);
+    }
+
+    /// The thread is switched out of `cpu`; `dead` for its final switch.
+    /// The scheduler has just accounted its time slice, so the slice ends
+    /// exactly at its `sum_exec_runtime`, where the next one starts.
+    #[inline]
+    fn sched_out(&mut self, cpu: i32, dead: bool) {
+        let ovfl = self.counters.uninstall_here(&globals().pmu);
+        self.overflowed(ovfl);
+        let runtime = glue::current_sum_exec_runtime();
+        let mut d = ThreadDeltas::default();
+        if self.on_cpu == Some(cpu) {
+            // A preempted thread's slice may end before what its page let
+            // it see: not below that. The next slice counts from the
+            // scheduler's end of this one.
+            let end = runtime.max(self.switch_out_promise());
+            d.task_clock = end.saturating_sub(self.run_base);
+        }
+        self.run_base = runtime;
+        if self.counting() {
+            self.time_running += d.task_clock;
+            // perf_events stops counting a thread before its final switch
+            // (perf_event_exit_task): so does this, so the two agree.
+            d.switches = u64::from(!dead);
+            self.advance(&d);
+        }
+        self.on_cpu = None;
+        self.page_update();
+    }
+
+    /// The monitoring of the thread ends (`op`: its exit, or a revoke):
+    /// the counts stay, the tool gets `msg_type` (END, REVOKED), which is
+    /// never lost (it has a slot of its own, read after the overflow
+    /// messages). Whether the table allowed it.
+    fn end(&mut self, op: Op, msg_type: u16) -> bool {
+        let now = glue::now_ns();
+        if self.transition(op).is_err() {
+            return false;
+        }
+        self.stop_clock(now);
+        self.msgs.push_last(FinalMsg {
+            msg_type,
+            tid: self.tid,
+            cpu: self.last_cpu as u16,
+            tstamp: now,
+        });
+        self.active = false;
+        self.on_cpu = None;
+        self.page_update();
+        true
+    }
+
+    /// The target exited: keep the final counts, queue END; a zombie whose
+    /// thread died is freed (nobody reads it any more).
+    fn target_exited(&mut self) {
+        if self.state() == State::Zombie {
+            let _ = self.transition(Op::TargetExit);
+        } else {
+            self.exited = self.end(Op::TargetExit, FINAL_END);
+        }
+        self.active = false;
+        self.on_cpu = None;
+        self.page_update();
+    }
+
+    /// The thread gained privileges the tool lacks: stop monitoring it,
+    /// keep the counts, tell the tool (`PFM_MSG_REVOKED`). In the thread.
+    fn revoke(&mut self) {
+        let cpu = glue::this_cpu();
+        self.fold_running(cpu);
+        if self.end(Op::Revoke, FINAL_REVOKED) {
+            self.started = false;
         }
     }
 }

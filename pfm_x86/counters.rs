@@ -15,7 +15,7 @@ use core::sync::atomic::Ordering;
 use kernel::prelude::*;
 
 use super::driver::{HwModel, HwRegs, PmiThrottle};
-use super::{soft_count, Pmu, ThreadDeltas, SOFT_COUNTERS};
+use super::{count_clock_unless_overflow, soft_count, Pmu, ThreadDeltas, SOFT_COUNTERS};
 use crate::abi;
 use crate::pfm_counter::PmdState;
 use crate::rust as glue;
@@ -192,6 +192,17 @@ impl Counters {
         match self {
             Self::Soft(s) => soft_count(&s.ev_pmds, &mut s.pmds, d),
             Self::Hw(_) => 0,
+        }
+    }
+
+    /// Advances the soft model's task-clock PMDs by `ran` ns if none of
+    /// them crosses 2^64 doing so (see `count_clock_unless_overflow`);
+    /// `false`, with nothing changed, otherwise and for a hardware model.
+    #[inline]
+    pub(crate) fn advance_clock_unless_overflow(&mut self, ran: u64) -> bool {
+        match self {
+            Self::Soft(s) => count_clock_unless_overflow(&s.ev_pmds, &mut s.pmds, ran),
+            Self::Hw(_) => false,
         }
     }
 

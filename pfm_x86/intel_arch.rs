@@ -589,4 +589,3 @@ impl HwPmu for IntelArch {
         None
     }
 }
-

@@ -91,6 +91,35 @@ pub fn soft_count(ev_pmds: &[u8; 4], pmds: &mut [PmdState], d: &ThreadDeltas) ->
     ovfl
 }
 
+/// Advances the PMDs that count task-clock (`ev_pmds`) by `ran` ns, as
+/// [`soft_count`] would, if none of them crosses 2^64 doing so; otherwise
+/// changes nothing and returns `false`, for the caller to take
+/// `soft_count`'s path, which raises the overflow and applies its resets.
+pub fn count_clock_unless_overflow(ev_pmds: &[u8; 4], pmds: &mut [PmdState], ran: u64) -> bool {
+    let clock = ev_pmds[abi::PFM_SOFT_EV_TASK_CLOCK as usize];
+    let mut m = clock;
+    while m != 0 {
+        let i = m.trailing_zeros() as usize;
+        m &= m - 1;
+        if pmds
+            .get(i)
+            .is_some_and(|p| p.value.checked_add(ran).is_none())
+        {
+            return false;
+        }
+    }
+    let mut m = clock;
+    while m != 0 {
+        let i = m.trailing_zeros() as usize;
+        m &= m - 1;
+        if let Some(p) = pmds.get_mut(i) {
+            // Checked above: no overflow.
+            p.value = p.value.wrapping_add(ran);
+        }
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,6 +135,32 @@ mod tests {
             assert_eq!(code & SOFT_PMC_RSVD_MASK, 0);
             assert_eq!(SoftEvent::from_pmc(code | 4), None);
         }
+    }
+
+    #[test]
+    fn task_clock_alone_counts_as_soft_count_or_not_at_all() {
+        let mut ev_pmds = [0u8; 4];
+        ev_pmds[abi::PFM_SOFT_EV_TASK_CLOCK as usize] = 0b0101;
+        ev_pmds[abi::PFM_SOFT_EV_CONTEXT_SWITCHES as usize] = 0b0010;
+        let d = ThreadDeltas {
+            task_clock: 1_000,
+            ..ThreadDeltas::default()
+        };
+        let mut a = [PmdState::default(); SOFT_COUNTERS];
+        a[2].write(7);
+        let mut b = a;
+        assert!(count_clock_unless_overflow(&ev_pmds, &mut a, 1_000));
+        assert_eq!(soft_count(&ev_pmds, &mut b, &d), 0);
+        let values = |p: &[PmdState; SOFT_COUNTERS]| p.map(|p| p.value);
+        assert_eq!(values(&a), values(&b));
+        assert_eq!(values(&a), [1_000, 0, 1_007, 0]);
+        // PMD 2 would cross 2^64: nothing changes, PMD 0 included.
+        a[2].write(u64::MAX - 10);
+        let before = values(&a);
+        assert!(!count_clock_unless_overflow(&ev_pmds, &mut a, 11));
+        assert_eq!(values(&a), before);
+        assert!(count_clock_unless_overflow(&ev_pmds, &mut a, 10));
+        assert_eq!(a[2].value, u64::MAX);
     }
 
     #[test]

@@ -385,8 +385,9 @@ const HOT_CURRENT_TASK: usize =
 const HOT_CPU_NUMBER: usize =
     core::mem::offset_of!(bindings::pcpu_hot__bindgen_ty_1__bindgen_ty_1, cpu_number);
 
-/// The CPU we run on (`raw_smp_processor_id()`): one `%gs`-relative load
-/// of `pcpu_hot.cpu_number`, as the C macro compiles to, instead of a call
+/// The CPU we run on (`raw_smp_processor_id()`), stable only while
+/// preemption or interrupts are off: one `%gs`-relative load of
+/// `pcpu_hot.cpu_number`, as the C macro compiles to, instead of a call
 /// (the switch path and the cheap read use it).
 #[inline(always)]
 pub(crate) fn this_cpu() -> i32 {
@@ -565,6 +566,14 @@ pub(crate) fn perfmon_capable() -> bool {
 pub(crate) fn irqs_disabled() -> bool {
     // SAFETY: No preconditions.
     unsafe { ffi::pfm_irqs_disabled() }
+}
+
+/// `synchronize_rcu()`: waits for every RCU read-side section, and every
+/// section with interrupts or preemption off, begun before the call.
+/// Process context, no lock held.
+pub(crate) fn synchronize_rcu() {
+    // SAFETY: The caller's context, as documented.
+    unsafe { bindings::synchronize_rcu() };
 }
 
 /// `local_irq_save()`: disables interrupts on this CPU; returns the flags

@@ -52,12 +52,17 @@ impl<T> SlabCache<T> {
             align: core::mem::align_of::<SlabArcInner<T>>() as u32,
             ..Default::default()
         };
+        // Not merged into another cache of a similar size: its name and
+        // object size (`object_size`, the sysfs `context_bytes`) stay its
+        // own, and objects left at destroy are reported under it. No
+        // hardware-cache alignment, which would round the objects up; the
+        // charge to a memory cgroup comes with the allocation's GFP flags.
+        let flags: bindings::slab_flags_t = 1 << bindings::_slab_flag_bits__SLAB_NO_MERGE;
         // SAFETY: `name` lives forever; `args` is valid for the call (the
-        // cache copies what it needs). No flags: the objects are charged
-        // through the allocation's GFP flags, and no hardware-cache
-        // alignment, which would round them up.
-        let raw =
-            unsafe { bindings::__kmem_cache_create_args(name.as_char_ptr(), size, &mut args, 0) };
+        // cache copies what it needs).
+        let raw = unsafe {
+            bindings::__kmem_cache_create_args(name.as_char_ptr(), size, &mut args, flags)
+        };
         // INVARIANT: created for `SlabArcInner<T>`.
         Ok(Self {
             raw: NonNull::new(raw).ok_or(ENOMEM)?,
@@ -82,8 +87,13 @@ impl<T> Drop for SlabCache<T> {
 }
 
 /// A type whose [`SlabArc`]s come from one cache.
-pub(crate) trait InSlab: Sized + 'static {
-    /// The cache, alive as long as any `SlabArc<Self>`.
+///
+/// # Safety
+///
+/// [`InSlab::slab`] must return the same cache at every call, alive as
+/// long as any `SlabArc<Self>`: objects are freed to the cache it returns.
+pub(crate) unsafe trait InSlab: Sized + 'static {
+    /// The cache.
     fn slab() -> &'static SlabCache<Self>;
 }
 

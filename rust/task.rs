@@ -231,7 +231,8 @@ impl<T: HasTaskWork<ID> + TaskWorkItem<ID>, const ID: u64> TaskWork<T, ID> {
         // INVARIANT: the reference the list holds.
         let leaked = Arc::into_raw(this.clone());
         // SAFETY: The leaked reference keeps `head` alive until the callback
-        // has run; `queued` keeps it from being queued twice; `func` is set.
+        // has run; `func`, set above by the one exchange that won, keeps it
+        // from being queued twice.
         let ret = unsafe { ffi::task_work_add(task_ptr(task), work.head.get(), mode) };
         if ret < 0 {
             work.func().store(core::ptr::null_mut(), Ordering::Release);
@@ -243,6 +244,12 @@ impl<T: HasTaskWork<ID> + TaskWorkItem<ID>, const ID: u64> TaskWork<T, ID> {
         Ok(())
     }
 
+    /// What `task_work_run` calls.
+    ///
+    /// # Safety
+    ///
+    /// `head` is the `head` of a `TaskWork<T, ID>` in a live `T`, queued by
+    /// [`TaskWork::queue`], and unlinked by `task_work_run`.
     unsafe extern "C" fn trampoline(head: *mut bindings::callback_head) {
         // `head` is the first field of the `repr(C)` `TaskWork`, which is
         // at `OFFSET` in a `T`.

@@ -133,11 +133,22 @@ impl<T: HasWorkLink + WorkListItem + Send + Sync> WorkList<T> {
     ///
     /// # Safety
     ///
-    /// `queue` must stay a live workqueue until it is replaced by null, and
-    /// nothing may be pushed after that.
+    /// `queue` must be a live workqueue, and stay live while anything may
+    /// be pushed: its owner calls [`WorkList::quiesce`] once nothing new can
+    /// be pushed, and only then destroys it (which drains it) and sets null.
     pub(crate) unsafe fn set_queue(&self, queue: *mut bindings::workqueue_struct) {
         // INVARIANT: the caller's guarantee.
         self.queue.store(queue, Ordering::Release);
+    }
+
+    /// Waits until every push in progress has queued the work. A push runs
+    /// with interrupts off from publishing its object to queueing the work,
+    /// so an RCU grace period covers it: without that, the object could be
+    /// taken and freed by a run already pending (the module's last
+    /// reference, for an attachment) while its pusher had yet to queue,
+    /// and the queue be destroyed in between. Process context.
+    pub(crate) fn quiesce(&self) {
+        super::synchronize_rcu();
     }
 
     /// Queues `this` to run in the workqueue. Refused, with the reference
@@ -156,6 +167,8 @@ impl<T: HasWorkLink + WorkListItem + Send + Sync> WorkList<T> {
         {
             return Err(this);
         }
+        // From publishing to queueing, interrupts off (see `quiesce`).
+        let flags = super::local_irq_save();
         // INVARIANT: the reference the list holds, taken back by `work_fn`.
         let raw = Arc::into_raw(this);
         // SAFETY: The leaked reference keeps the object alive until
@@ -177,9 +190,10 @@ impl<T: HasWorkLink + WorkListItem + Send + Sync> WorkList<T> {
                 Err(h) => head = h,
             }
         }
-        // SAFETY: `queue` is live while objects may be pushed (`set_queue`);
-        // `work` is initialised (type invariant). Queueing a work that is
-        // pending already does nothing: it has not yet taken the list.
+        // SAFETY: `queue` is live while objects may be pushed, and until
+        // `quiesce` has waited for this section (`set_queue`); `work` is
+        // initialised (type invariant). Queueing a work that is pending
+        // already does nothing: it has not yet taken the list.
         unsafe {
             bindings::queue_work_on(
                 bindings::wq_misc_consts_WORK_CPU_UNBOUND as i32,
@@ -187,6 +201,7 @@ impl<T: HasWorkLink + WorkListItem + Send + Sync> WorkList<T> {
                 self.work.get(),
             )
         };
+        super::local_irq_restore(flags);
         Ok(())
     }
 

@@ -14,7 +14,14 @@
 # plan, per-test timeout, never finished) add one failure to it; each kernel
 # splat, kmemleak report, bad taint, failed rmmod or guest crash adds one more.
 # Kernel splats are only looked for in kernel lines ("[  12.345678] ..."), so
-# a test that merely prints the word WARNING does not trip them.
+# a test that merely prints the word WARNING does not trip them. Leaks are
+# judged from the kmemleak report the guest prints after its last test (the
+# console's "N new suspected memory leaks" of an earlier scan is in it too).
+# One kernel leak is known and not the module's: 6.12's sysfs_slab_add
+# (mm/slub.c) does not kobject_put() when kobject_init_and_add() fails, so
+# the kobject's name leaks; pfm_test_failnth's fault injection makes the
+# module's kmem_cache_create() fail exactly there. Its records (that test,
+# that backtrace) are counted and printed, not failed.
 # bash + awk only (mawk-compatible): python3 is not on a fresh machine.
 set -euo pipefail
 
@@ -58,6 +65,14 @@ fi
 tr -d '\r' <"$log" | awk -v quiet="$quiet" -v hp="$hp" -v hf="$hf" -v hs="$hs" -v logname="$log" '
 function problem(msg) { nprob++; probs[nprob] = msg }
 function iskernel(s) { return s ~ /\[ *[0-9]+\.[0-9]+\]/ }
+function leak_end() {   # one kmemleak record read: known kernel leak or a problem
+	if (leak == "") return
+	if (leak ~ /comm "pfm_test_failnt"/ && leak ~ /kobject_init_and_add/ && leak ~ /sysfs_slab_add/ && leak ~ /__kmem_cache_create_args/)
+		knownleak++
+	else
+		problem("kmemleak: " leak)
+	leak = ""
+}
 function field(s, key,   r) {   # value of key=VALUE in s
 	if (!match(s, key "=[^ ]*")) return ""
 	return substr(s, RSTART + length(key) + 1, RLENGTH - length(key) - 1)
@@ -66,7 +81,7 @@ BEGIN {
 	splat = "BUG:|WARNING:|Oops|general protection fault|KASAN|UBSAN|" \
 		"possible circular locking|possible recursive locking|inconsistent lock state|" \
 		"suspicious RCU usage|rcu_.* detected stall|rust_kernel: panicked|Kernel panic|" \
-		"kernel BUG|kmemleak:.*unreferenced|new suspected memory leak|blocked for more than"
+		"kernel BUG|kmemleak:.*unreferenced|blocked for more than"
 	split("P:proprietary module,F:module force-loaded,S:out-of-spec system,R:module force-unloaded," \
 		"M:machine check,B:bad page,U:user request,D:kernel died (oops),A:ACPI table overridden," \
 		"W:kernel warning,C:staging driver,I:firmware workaround,O:out-of-tree module," \
@@ -99,9 +114,9 @@ ctx > 0 && iskernel($0) { probs[sidx] = probs[sidx] "\n    " $0; ctx-- }
 /PFM-ERROR/ { problem($0); next }
 /PFM-KMEMLEAK-ERROR/ { problem($0); next }
 /PFM-KMEMLEAK-BEGIN/ { inleak = 1; next }
-/PFM-KMEMLEAK-END/ { inleak = 0; next }
-inleak && /unreferenced object/ { problem("kmemleak: " $0); lidx = nprob; lctx = 12; next }
-inleak && lctx > 0 { probs[lidx] = probs[lidx] "\n    " $0; lctx--; next }
+/PFM-KMEMLEAK-END/ { leak_end(); inleak = 0; next }
+inleak && /unreferenced object/ { leak_end(); leak = $0; lctx = 12; next }
+inleak && lctx > 0 { leak = leak "\n    " $0; lctx--; next }
 /PFM-TAINT / {
 	before = field($0, "before") + 0; after = field($0, "after") + 0; tainted = 1
 	bad = ""
@@ -151,6 +166,8 @@ END {
 		(hosttimeout != "" ? ": " hosttimeout : ""))
 	else if (!tainted) problem("no PFM-TAINT line")
 	if (!quiet && tainted) printf "guest taint: %d before the tests, %d after (4096 = O, out-of-tree module: expected)\n", before, after
+	if (knownleak && !quiet)
+		printf "known kernel leak, not counted: %d kmemleak records of sysfs_slab_add'"'"'s missing kobject_put (mm/slub.c) under pfm_test_failnth'"'"'s fault injection\n", knownleak
 	for (i = 1; i <= nprob; i++) print "PROBLEM: " probs[i]
 	F += nprob
 	if (nprob && !quiet) print "full console log: " logname

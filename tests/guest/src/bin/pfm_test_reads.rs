@@ -14,7 +14,10 @@
 //!   between the two reads around it;
 //! - a task-clock PMD crossing 2^64: the read that would cross folds
 //!   instead, and returns the value the overflow reset it to plus the
-//!   excess, as READ_PMDS does.
+//!   excess, as READ_PMDS does;
+//! - preempting wake-ups from another CPU (which end the thread's
+//!   scheduler slice at the wake-up while the thread runs on until the
+//!   rescheduling IPI): no READ_VALUES below the one before it.
 
 use std::time::Duration;
 
@@ -24,7 +27,7 @@ use pfm_guest::edges::thread_cpu_ns;
 use pfm_guest::tap::diag;
 use pfm_guest::{ensure, module, raw, soft_context, work, ResultExt, Tap, TestResult};
 
-const PLAN: usize = 7;
+const PLAN: usize = 8;
 /// PMDs 0, 1, 2: task-clock, context-switches, cpu-migrations.
 const MASK: u64 = 0b111;
 const ROUNDS: usize = 20_000;
@@ -232,6 +235,73 @@ fn crossing_2_64() -> TestResult {
     Ok(())
 }
 
+/// The reader pinned to CPU 0 reads its own task-clock for 2 s; a thread
+/// on CPU 1 keeps waking a sleeper pinned to CPU 0. A read between such a
+/// wake-up and the switch it causes sees the thread's runtime past the
+/// slice's end as the scheduler then accounts it: the read must hold its
+/// value (a version that did not store it went back).
+fn preempting_wakeups() -> TestResult {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    if perfmon::process::online_cpus() < 2 {
+        diag("one CPU: no wake-up from another CPU; the case is vacuous");
+        return Ok(());
+    }
+    let (wake, woken) = std::sync::mpsc::channel::<()>();
+    let sleeper = std::thread::spawn(move || -> TestResult {
+        perfmon::process::set_affinity(0, &[0]).ctx("sched_setaffinity")?;
+        while woken.recv().is_ok() {}
+        Ok(())
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let waker = {
+        let stop = stop.clone();
+        std::thread::spawn(move || -> Result<u64, String> {
+            perfmon::process::set_affinity(0, &[1]).ctx("sched_setaffinity")?;
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let _ = wake.send(());
+                n += 1;
+                work::spin(Duration::from_micros(20));
+            }
+            Ok(n)
+        })
+    };
+    perfmon::process::set_affinity(0, &[0]).ctx("sched_setaffinity")?;
+    let res = (|| -> Result<(u64, u64), String> {
+        let (ctx, _) = soft_context()?;
+        ctx.load(0).ctx("LOAD")?;
+        ctx.start().ctx("START")?;
+        let end = std::time::Instant::now() + Duration::from_secs(2);
+        let (mut last, mut reads) = ([0u64; 3], 0u64);
+        while std::time::Instant::now() < end {
+            let (v, _, running) = read_values(&ctx)?;
+            for k in 0..3 {
+                ensure!(
+                    v[k] >= last[k],
+                    "read {reads}, PMD {k}: {} after {} (time_running {running})",
+                    v[k],
+                    last[k]
+                );
+            }
+            last = v;
+            reads += 1;
+        }
+        ctx.stop().ctx("STOP")?;
+        Ok((reads, last[1]))
+    })();
+    stop.store(true, Ordering::Relaxed);
+    let wakes = waker.join().map_err(|_| "waker panicked")??;
+    sleeper.join().map_err(|_| "sleeper panicked")??;
+    let _ = perfmon::process::set_affinity(0, &[0, 1]);
+    let (reads, switches) = res?;
+    diag(format!(
+        "{reads} reads, {wakes} wake-ups, {switches} switches of the reader"
+    ));
+    ensure!(switches > 0, "the wake-ups never switched the reader out");
+    Ok(())
+}
+
 fn main() {
     pfm_guest::child::dispatch();
     let mut t = Tap::new(PLAN);
@@ -252,6 +322,10 @@ fn main() {
     t.run(
         "task-clock crossing 2^64: READ_VALUES folds, the reset value plus the excess",
         crossing_2_64,
+    );
+    t.run(
+        "preempting wake-ups from the other CPU: READ_VALUES never goes back (2 s)",
+        preempting_wakeups,
     );
     t.run("no live context left (sysfs)", || {
         module::wait_contexts(0, Duration::from_secs(2))
