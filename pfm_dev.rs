@@ -198,7 +198,14 @@ unsafe extern "C" fn fop_mmap(
 unsafe extern "C" fn fop_ioctl(file: *mut bindings::file, cmd: c_uint, arg: c_ulong) -> c_long {
     // SAFETY: `file` is an open /dev/perfmon file.
     let ctx = unsafe { file_context(file) };
-    match ioctl(ctx, cmd, arg as usize) {
+    // The cheap read first, one comparison on its way, its path inline
+    // here (the others' decode and stack stay in `ioctl`).
+    let r = if cmd == abi::PFM_IOC_READ_VALUES {
+        read_values(&ctx, arg as usize)
+    } else {
+        ioctl(ctx, cmd, arg as usize)
+    };
+    match r {
         Ok(()) => 0,
         Err(e) => e.to_errno() as c_long,
     }
@@ -233,11 +240,8 @@ const fn compat_ptr(arg: c_ulong) -> c_ulong {
 ///
 /// The file's reference to the context is borrowed, not cloned: only LOAD,
 /// which hands the context to the thread, takes a reference of its own.
+#[inline(never)]
 fn ioctl(ctx: SlabArcBorrow<'_, Context>, cmd: u32, arg: usize) -> Result {
-    // The cheap read first: one comparison on its way.
-    if cmd == abi::PFM_IOC_READ_VALUES {
-        return read_values(&ctx, arg);
-    }
     if _IOC_TYPE(cmd) != abi::PFM_IOC_MAGIC {
         return Err(ENOTTY);
     }
@@ -281,6 +285,8 @@ fn ioctl(ctx: SlabArcBorrow<'_, Context>, cmd: u32, arg: usize) -> Result {
         abi::PFM_IOC_STOP => ctx.stop(),
         abi::PFM_IOC_RESTART => ctx.restart(),
         abi::PFM_IOC_GET_STATE => user.writer().write(&ctx.get_state()),
+        // `fop_ioctl` takes it before this; here for completeness.
+        abi::PFM_IOC_READ_VALUES => read_values(&ctx, arg),
         abi::PFM_IOC_SET_FLAGS => {
             let f: abi::PfmCtxFlags = user.reader().read()?;
             ctx.set_flags(&f)
@@ -297,7 +303,8 @@ fn read_values(ctx: &Context, arg: usize) -> Result {
     let times = ctx.read_values(&v)?;
     // The times are the argument's only outputs: 16 bytes back, not 48
     // (the cheap read's cost is mostly its user copies).
-    let at = arg + core::mem::offset_of!(abi::PfmValues, time_enabled);
+    // Inside the argument just read whole at `arg`: no wrap.
+    let at = arg.wrapping_add(core::mem::offset_of!(abi::PfmValues, time_enabled));
     UserSlice::new(at, core::mem::size_of_val(&times))
         .writer()
         .write(&times)

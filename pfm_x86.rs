@@ -54,6 +54,9 @@ pub(crate) struct Pmu {
     pub(crate) width: u32,
     /// The hardware model, `None` for soft.
     pub(crate) hw: Option<HwModel>,
+    /// The implemented PMDs ([`Pmu::impl_mask`]), computed once: every
+    /// register call checks its PMD numbers against it.
+    impl_pmds: u64,
     /// `intel_arch_sim`: one simulated PMU per possible CPU, which the
     /// hardware model's MSR accesses go to instead of the CPU's.
     sim: Option<SimCpus>,
@@ -253,6 +256,7 @@ impl Pmu {
         };
         let mut pmu = Pmu {
             width: hw.map_or(soft_width, |m| m.counter_width()),
+            impl_pmds: hw.map_or((1u64 << SOFT_COUNTERS) - 1, |m| m.impl_pmds()),
             hw,
             sim,
             cpus: CpuPmus::new().map_err(nomem)?,
@@ -310,10 +314,7 @@ impl Pmu {
 
     /// Bit n set: PMD n exists.
     pub(crate) fn impl_mask(&self) -> u64 {
-        match &self.hw {
-            Some(m) => m.impl_pmds(),
-            None => (1u64 << SOFT_COUNTERS) - 1,
-        }
+        self.impl_pmds
     }
 
     /// Fills `PFM_IOC_GET_INFO`'s model part.

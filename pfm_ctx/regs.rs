@@ -279,7 +279,8 @@ impl Context {
             Some(r) => r,
             None => self.fold_values(arg.pmd_mask, &mut values)?,
         };
-        let mut out = UserSlice::new(arg.values as usize, n * 8).writer();
+        // `n` is at most 32: `n * 8` without an overflow check.
+        let mut out = UserSlice::new(arg.values as usize, n << 3).writer();
         if n == 1 {
             // One value, the common read: the copy inline, as for a `u64`.
             // SAFETY: Written above (`n` is 1).
@@ -287,7 +288,8 @@ impl Context {
         } else {
             // SAFETY: The first `n` elements were written above; `u64`s are
             // plain bytes: their memory, viewed as bytes.
-            let bytes = unsafe { core::slice::from_raw_parts(values.as_ptr().cast::<u8>(), n * 8) };
+            let bytes =
+                unsafe { core::slice::from_raw_parts(values.as_ptr().cast::<u8>(), n << 3) };
             out.write_slice(bytes)?;
         }
         Ok(times)
@@ -361,7 +363,8 @@ impl CtxInner {
                     if !self.counters.advance_clock_unless_overflow(ran) {
                         return None;
                     }
-                    self.time_running += ran;
+                    // ns: no wrap for 584 years.
+                    self.time_running = self.time_running.wrapping_add(ran);
                 }
                 self.run_base = runtime;
                 now

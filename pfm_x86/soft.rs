@@ -95,26 +95,30 @@ pub fn soft_count(ev_pmds: &[u8; 4], pmds: &mut [PmdState], d: &ThreadDeltas) ->
 /// [`soft_count`] would, if none of them crosses 2^64 doing so; otherwise
 /// changes nothing and returns `false`, for the caller to take
 /// `soft_count`'s path, which raises the overflow and applies its resets.
+#[inline(always)]
 pub fn count_clock_unless_overflow(ev_pmds: &[u8; 4], pmds: &mut [PmdState], ran: u64) -> bool {
     let clock = ev_pmds[abi::PFM_SOFT_EV_TASK_CLOCK as usize];
     let mut m = clock;
     while m != 0 {
         let i = m.trailing_zeros() as usize;
         m &= m - 1;
-        if pmds
-            .get(i)
-            .is_some_and(|p| p.value.checked_add(ran).is_none())
-        {
-            return false;
-        }
-    }
-    let mut m = clock;
-    while m != 0 {
-        let i = m.trailing_zeros() as usize;
-        m &= m - 1;
         if let Some(p) = pmds.get_mut(i) {
-            // Checked above: no overflow.
-            p.value = p.value.wrapping_add(ran);
+            match p.value.checked_add(ran) {
+                Some(v) => p.value = v,
+                None => {
+                    // Rare: take back what the PMDs below this one got
+                    // (each added without overflow, so exactly).
+                    let mut done = u32::from(clock) & ((1u32 << i) - 1);
+                    while done != 0 {
+                        let j = done.trailing_zeros() as usize;
+                        done &= done - 1;
+                        if let Some(q) = pmds.get_mut(j) {
+                            q.value = q.value.wrapping_sub(ran);
+                        }
+                    }
+                    return false;
+                }
+            }
         }
     }
     true

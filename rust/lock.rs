@@ -85,13 +85,17 @@ unsafe impl Backend for IrqRawSpinLockBackend {
         unsafe { ffi::pfm_raw_spin_lock_init(ptr, name, key) }
     }
 
+    // `raw_spin_lock_irqsave`/`raw_spin_unlock_irqrestore` are macros over
+    // these two functions, which x86 never inlines (it selects no
+    // `ARCH_INLINE_SPIN_*`): called directly, without a C wrapper's extra
+    // call on the switch path.
     unsafe fn lock(ptr: *mut Self::State) -> Self::GuardState {
         // SAFETY: The caller guarantees the lock was initialised.
-        unsafe { ffi::pfm_raw_spin_lock_irqsave(ptr) }
+        unsafe { bindings::_raw_spin_lock_irqsave(ptr) }
     }
 
     unsafe fn unlock(ptr: *mut Self::State, flags: &Self::GuardState) {
         // SAFETY: The caller owns the lock; `flags` came from `lock`.
-        unsafe { ffi::pfm_raw_spin_unlock_irqrestore(ptr, *flags) }
+        unsafe { bindings::_raw_spin_unlock_irqrestore(ptr, *flags) }
     }
 }

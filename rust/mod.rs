@@ -63,11 +63,6 @@ mod ffi {
             name: *const c_char,
             key: *mut bindings::lock_class_key,
         );
-        pub(crate) fn pfm_raw_spin_lock_irqsave(lock: *mut bindings::raw_spinlock_t) -> c_ulong;
-        pub(crate) fn pfm_raw_spin_unlock_irqrestore(
-            lock: *mut bindings::raw_spinlock_t,
-            flags: c_ulong,
-        );
         pub(crate) fn pfm_init_irq_work(
             work: *mut IrqWorkRaw,
             func: unsafe extern "C" fn(*mut IrqWorkRaw),

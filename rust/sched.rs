@@ -174,7 +174,8 @@ pub(crate) fn current_runtime_and_clock() -> (u64, u64) {
         }
     }
     let now = now_ns();
-    (pair.0 + now.saturating_sub(pair.1), now)
+    // ns since boot: no wrap for 584 years (no overflow check to pay).
+    (pair.0.wrapping_add(now.saturating_sub(pair.1)), now)
 }
 
 /// The current thread's `se.sum_exec_runtime`: exact at a switch-in (the

@@ -188,8 +188,6 @@ void pfm_raw_spin_lock_init(raw_spinlock_t *l, const char *name, struct lock_cla
 	raw_spin_lock_init(l);
 #endif
 }
-unsigned long pfm_raw_spin_lock_irqsave(raw_spinlock_t *l) { unsigned long f; raw_spin_lock_irqsave(l, f); return f; }
-void pfm_raw_spin_unlock_irqrestore(raw_spinlock_t *l, unsigned long f) { raw_spin_unlock_irqrestore(l, f); }
 void pfm_init_work(struct work_struct *w, work_func_t fn) { INIT_WORK(w, fn); }
 void *pfm_kmem_cache_alloc(struct kmem_cache *s, gfp_t flags) { return kmem_cache_alloc(s, flags); }
 void pfm_init_irq_work(struct irq_work *w, void (*fn)(struct irq_work *)) { init_irq_work(w, fn); }

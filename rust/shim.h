@@ -28,8 +28,6 @@ ssize_t pfm_sysfs_show(unsigned int i, char *buf);	/* Rust */
 unsigned long pfm_spin_lock_irqsave(spinlock_t *l);
 void pfm_spin_unlock_irqrestore(spinlock_t *l, unsigned long f);
 void pfm_raw_spin_lock_init(raw_spinlock_t *l, const char *name, struct lock_class_key *key);
-unsigned long pfm_raw_spin_lock_irqsave(raw_spinlock_t *l);
-void pfm_raw_spin_unlock_irqrestore(raw_spinlock_t *l, unsigned long f);
 void pfm_init_work(struct work_struct *w, work_func_t fn);
 void *pfm_kmem_cache_alloc(struct kmem_cache *s, gfp_t flags);
 void pfm_init_irq_work(struct irq_work *w, void (*fn)(struct irq_work *));
