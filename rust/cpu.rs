@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! CPUs: running a closure on one CPU or on every CPU (IPIs), and a CPU
-//! hotplug state whose callbacks run as CPUs come and go.
+//! CPUs: which one we run on and its current task (`pcpu_hot`), running a
+//! closure on one CPU or on every CPU (IPIs), and a CPU hotplug state whose
+//! callbacks run as CPUs come and go.
 
 use core::marker::PhantomData;
 
@@ -15,6 +16,54 @@ mod ffi {
     extern "C" {
         pub(super) fn pfm_on_each_cpu(func: unsafe extern "C" fn(*mut c_void), info: *mut c_void);
     }
+}
+
+/// Offsets in `struct pcpu_hot` (its fields are in an anonymous struct in
+/// an anonymous union, both at offset 0; checked against C at load,
+/// `layout_mismatch`).
+pub(super) const HOT_CURRENT_TASK: usize =
+    core::mem::offset_of!(bindings::pcpu_hot__bindgen_ty_1__bindgen_ty_1, current_task);
+pub(super) const HOT_CPU_NUMBER: usize =
+    core::mem::offset_of!(bindings::pcpu_hot__bindgen_ty_1__bindgen_ty_1, cpu_number);
+
+/// The CPU we run on (`raw_smp_processor_id()`), stable only while
+/// preemption or interrupts are off: one `%gs`-relative load of
+/// `pcpu_hot.cpu_number`, as the C macro compiles to, instead of a call
+/// (the switch path and the cheap read use it).
+#[inline(always)]
+pub(crate) fn this_cpu() -> i32 {
+    let cpu: i32;
+    // SAFETY: `%gs` holds this CPU's per-CPU base and `pcpu_hot` is an
+    // exported per-CPU variable: the load is `this_cpu_read(
+    // pcpu_hot.cpu_number)`. It reads memory only, and no stack.
+    unsafe {
+        core::arch::asm!(
+            "movl %gs:{hot}+{off}, {cpu:e}",
+            hot = sym bindings::pcpu_hot,
+            off = const HOT_CPU_NUMBER,
+            cpu = out(reg) cpu,
+            options(att_syntax, nostack, preserves_flags, readonly),
+        );
+    }
+    cpu
+}
+
+/// The current task (`get_current()`): one `%gs`-relative load of
+/// `pcpu_hot.current_task`, instead of a call to the kernel crate's helper.
+#[inline(always)]
+pub(crate) fn current_ptr() -> *mut bindings::task_struct {
+    let task: *mut bindings::task_struct;
+    // SAFETY: As for `this_cpu`: `this_cpu_read(pcpu_hot.current_task)`.
+    unsafe {
+        core::arch::asm!(
+            "movq %gs:{hot}+{off}, {task}",
+            hot = sym bindings::pcpu_hot,
+            off = const HOT_CURRENT_TASK,
+            task = out(reg) task,
+            options(att_syntax, nostack, preserves_flags, readonly),
+        );
+    }
+    task
 }
 
 /// Runs `f` on CPU `cpu` (an IPI, or a direct call if that is this CPU)

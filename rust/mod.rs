@@ -37,7 +37,7 @@ pub(crate) mod hrtimer;
 pub(crate) mod irq;
 pub(crate) mod mm;
 
-pub(crate) use cpu::{call_on_cpu, on_each_cpu};
+pub(crate) use cpu::{call_on_cpu, current_ptr, on_each_cpu, this_cpu};
 pub(crate) use hrtimer::PeriodicTimer;
 pub(crate) use irq::{apic_read_lvtpc, apic_write_lvtpc, send_ipi_self};
 
@@ -372,54 +372,6 @@ pub(crate) fn param_sim_no_vector_cpu() -> i32 {
     unsafe { ffi::pfm_param_sim_no_vector_cpu() }
 }
 
-/// Offsets in `struct pcpu_hot` (its fields are in an anonymous struct in
-/// an anonymous union, both at offset 0; checked against C at load,
-/// [`layout_mismatch`]).
-const HOT_CURRENT_TASK: usize =
-    core::mem::offset_of!(bindings::pcpu_hot__bindgen_ty_1__bindgen_ty_1, current_task);
-const HOT_CPU_NUMBER: usize =
-    core::mem::offset_of!(bindings::pcpu_hot__bindgen_ty_1__bindgen_ty_1, cpu_number);
-
-/// The CPU we run on (`raw_smp_processor_id()`), stable only while
-/// preemption or interrupts are off: one `%gs`-relative load of
-/// `pcpu_hot.cpu_number`, as the C macro compiles to, instead of a call
-/// (the switch path and the cheap read use it).
-#[inline(always)]
-pub(crate) fn this_cpu() -> i32 {
-    let cpu: i32;
-    // SAFETY: `%gs` holds this CPU's per-CPU base and `pcpu_hot` is an
-    // exported per-CPU variable: the load is `this_cpu_read(
-    // pcpu_hot.cpu_number)`. It reads memory only, and no stack.
-    unsafe {
-        core::arch::asm!(
-            "movl %gs:{hot}+{off}, {cpu:e}",
-            hot = sym bindings::pcpu_hot,
-            off = const HOT_CPU_NUMBER,
-            cpu = out(reg) cpu,
-            options(att_syntax, nostack, preserves_flags, readonly),
-        );
-    }
-    cpu
-}
-
-/// The current task (`get_current()`): one `%gs`-relative load of
-/// `pcpu_hot.current_task`, instead of a call to the kernel crate's helper.
-#[inline(always)]
-pub(crate) fn current_ptr() -> *mut bindings::task_struct {
-    let task: *mut bindings::task_struct;
-    // SAFETY: As for `this_cpu`: `this_cpu_read(pcpu_hot.current_task)`.
-    unsafe {
-        core::arch::asm!(
-            "movq %gs:{hot}+{off}, {task}",
-            hot = sym bindings::pcpu_hot,
-            off = const HOT_CURRENT_TASK,
-            task = out(reg) task,
-            options(att_syntax, nostack, preserves_flags, readonly),
-        );
-    }
-    task
-}
-
 /// `local_clock()`: nanoseconds, monotonic on this CPU.
 pub(crate) fn now_ns() -> u64 {
     // SAFETY: `local_clock` has no preconditions.
@@ -524,8 +476,8 @@ pub(crate) fn layout_mismatch() -> Option<(usize, usize, usize)> {
         size_of::<bindings::hrtimer>(),
         offset_of!(bindings::hrtimer, function),
         size_of::<bindings::raw_spinlock_t>(),
-        HOT_CURRENT_TASK,
-        HOT_CPU_NUMBER,
+        cpu::HOT_CURRENT_TASK,
+        cpu::HOT_CPU_NUMBER,
     ];
     // SAFETY: `pfm_c_layout` is a constant array of `pfm_c_layout_len` entries.
     let c = unsafe {
