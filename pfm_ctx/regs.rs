@@ -10,6 +10,7 @@ use kernel::uaccess::UserSlice;
 use super::{state_err, Context, CtxInner};
 use crate::abi;
 use crate::globals;
+use crate::pfm_counter::PmdState;
 use crate::pfm_msgq::Ring;
 use crate::pfm_state::Op;
 use crate::rust as glue;
@@ -306,23 +307,33 @@ impl Context {
         let mut n = 0;
         let times = self.with_live(|inner, now| -> Result<[u64; 2]> {
             inner.transition(Op::Read)?;
-            let pmds = inner.counters.pmds();
-            n = 0;
-            // Only the requested PMDs are visited (the mask names
-            // implemented ones only, checked above).
-            let mut m = pmd_mask;
-            while m != 0 {
-                let i = m.trailing_zeros() as usize;
-                m &= m - 1;
-                if let (Some(pmd), Some(slot)) = (pmds.get(i), values.get_mut(n)) {
-                    slot.write(pmd.value);
-                    n += 1;
-                }
-            }
+            n = collect_values(inner.counters.pmds(), pmd_mask, values);
             Ok([inner.time_enabled(now), inner.time_running])
         })?;
         Ok((n, times))
     }
+}
+
+/// The values of the PMDs in `pmd_mask` into `out`, in PMD order; how
+/// many. Only the requested PMDs are visited (the mask names implemented
+/// ones only, checked by `read_values`).
+#[inline(always)]
+fn collect_values(
+    pmds: &[PmdState],
+    pmd_mask: u64,
+    out: &mut [core::mem::MaybeUninit<u64>; abi::PFM_MAX_PMDS],
+) -> usize {
+    let mut n = 0;
+    let mut m = pmd_mask;
+    while m != 0 {
+        let i = m.trailing_zeros() as usize;
+        m &= m - 1;
+        if let (Some(p), Some(slot)) = (pmds.get(i), out.get_mut(n)) {
+            slot.write(p.value);
+            n += 1;
+        }
+    }
+    n
 }
 
 impl CtxInner {
@@ -371,17 +382,7 @@ impl CtxInner {
             }
             Some(_) => return None,
         };
-        let pmds = self.counters.pmds();
-        let mut n = 0;
-        let mut m = pmd_mask;
-        while m != 0 {
-            let i = m.trailing_zeros() as usize;
-            m &= m - 1;
-            if let (Some(p), Some(slot)) = (pmds.get(i), out.get_mut(n)) {
-                slot.write(p.value);
-                n += 1;
-            }
-        }
+        let n = collect_values(self.counters.pmds(), pmd_mask, out);
         Some((n, [self.time_enabled(now), self.time_running]))
     }
 }

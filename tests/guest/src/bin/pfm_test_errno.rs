@@ -207,9 +207,9 @@ fn drain(fd: i32) -> Result<Vec<PfmMsg>, String> {
     }
 }
 
-/// Period-1 notifying overflows of context-switches fill the queue (8)
-/// and mask the context; faulting reads must leave all 8 queued.
-fn faulting_reads_keep_overflow_messages() -> TestResult {
+/// A context whose PMD 0 counts context switches with a period of 1 and
+/// asks for a message at each overflow (not loaded).
+fn notify_every_switch() -> Result<Context, String> {
     let ctx = open()?;
     ctx.write_pmcs(&mut [pmc(0, PFM_SOFT_EV_CONTEXT_SWITCHES)])
         .ctx("WRITE_PMCS")?;
@@ -220,6 +220,13 @@ fn faulting_reads_keep_overflow_messages() -> TestResult {
         ..pmd(0, u64::MAX)
     };
     ctx.write_pmds(&mut [p]).ctx("WRITE_PMDS")?;
+    Ok(ctx)
+}
+
+/// Period-1 notifying overflows of context-switches fill the queue (8)
+/// and mask the context; faulting reads must leave all 8 queued.
+fn faulting_reads_keep_overflow_messages() -> TestResult {
+    let ctx = notify_every_switch()?;
     ctx.set_nonblocking(true).ctx("O_NONBLOCK")?;
     ctx.load(0).ctx("LOAD")?;
     ctx.start().ctx("START")?;
@@ -282,16 +289,7 @@ fn concurrent_readers_take_turns() -> TestResult {
     const READERS: usize = 4;
     for round in 0..10 {
         let mut child = pfm_guest::child::Child::spawn("sleeps", &["30"])?;
-        let ctx = open()?;
-        ctx.write_pmcs(&mut [pmc(0, PFM_SOFT_EV_CONTEXT_SWITCHES)])
-            .ctx("WRITE_PMCS")?;
-        let p = PfmPmd {
-            reg_flags: PFM_REGFL_OVFL_NOTIFY,
-            reg_short_reset: u64::MAX,
-            reg_long_reset: u64::MAX,
-            ..pmd(0, u64::MAX)
-        };
-        ctx.write_pmds(&mut [p]).ctx("WRITE_PMDS")?;
+        let ctx = notify_every_switch()?;
         ctx.load(child.pid()).ctx("LOAD")?;
         ctx.start().ctx("START")?;
         ensure!(
