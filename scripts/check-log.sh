@@ -133,11 +133,20 @@ inleak && lctx > 0 { leak = leak "\n    " $0; lctx--; next }
 out != "" && cur != "" && !iskernel($0) {
 	n = tidx[cur]
 	if ($0 ~ /^1\.\.[0-9]+/) { plan[n] = substr($1, 4) + 0; next }
+	# A failing case prints its reason as diagnostics just before its
+	# `not ok`: keep the last few, so the summary (all CI shows) says why.
+	if ($0 ~ /^# /) { why3 = why2; why2 = why1; why1 = $0; next }
 	if ($0 ~ /^(not )?ok [0-9]+/) {
 		# TAP: a case marked "# TODO" is a known gap: reported, not a failure (counted as skipped).
 		if (toupper($0) ~ /# *(SKIP|TODO)/) sk[n]++
 		else if ($0 ~ /^ok/) ps[n]++
-		else { fl[n]++; fails[n] = fails[n] "\n    " $0 }
+		else {
+			fl[n]++; fails[n] = fails[n] "\n    " $0
+			if (why3 != "") fails[n] = fails[n] "\n      " why3
+			if (why2 != "") fails[n] = fails[n] "\n      " why2
+			if (why1 != "") fails[n] = fails[n] "\n      " why1
+		}
+		why1 = why2 = why3 = ""
 	}
 }
 END {
