@@ -38,3 +38,6 @@ pub mod pfm_x86 {
 
 #[path = "../../pfm_page.rs"]
 pub mod pfm_page;
+
+#[path = "../../pfm_sets.rs"]
+pub mod pfm_sets;

@@ -1,0 +1,752 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Event sets and multiplexing, as perfmon2 had them: the set table of a
+//! context, the round-robin switching machine and its exact time
+//! bookkeeping, and the scaling arithmetic a tool applies to a set's counts.
+//!
+//! A context always has set 0. More sets (ids `1..PFM_MAX_SETS`) are
+//! created and deleted while it is UNLOADED. Each set is its own register
+//! image: PMD 0 of set 1 and PMD 0 of set 2 are two 64-bit values that take
+//! turns on the same counter, which is what lets 8 events share 4 counters.
+//! A register instance, the pair (`reg_set`, `reg_num`), belongs to exactly
+//! one set.
+//!
+//! While the context counts, one set is active. The active set's flags say
+//! when it gives way to the next existing set by id, wrapping
+//! (perfmon2 v2.8's round robin): `PFM_SETFL_TIME_SWITCH` after `timeout`
+//! ns of the thread's running time, `PFM_SETFL_OVFL_SWITCH` after the
+//! `ovfl_switch_cnt`-th overflow of the set's PMDs named in
+//! `switch_pmds`. A set with neither flag, once active, stays active.
+//!
+//! Time is what the thread ran while the context counted: the caller feeds
+//! the deltas it already computes for task-clock ([`SetTable::charge`]),
+//! so nothing advances while the thread is off its CPU or the context is
+//! stopped or masked, and every nanosecond is charged to exactly one set.
+//!
+//! A context with one set never calls into this file on its switch path:
+//! [`SetTable::multiplexed`] is a field read, and the kernel keeps the table
+//! only for contexts that asked for sets.
+//!
+//! No kernel code, no floats, no division by a user value without a check,
+//! no 128-bit division (the kernel's `__udivti3` panics): the host tests
+//! check it all.
+
+use crate::abi::PFM_MAX_PMDS;
+
+/// Set ids are `0..PFM_MAX_SETS`.
+///
+/// 16: the existence mask is one `u16`, so finding the next set is a
+/// mask-and-`trailing_zeros` in O(1) rather than perfmon2's list walk; a
+/// table costs about 1 KiB (allocated only for contexts with sets); and 16
+/// sets of 4 counters cover 64 events, more than any tool multiplexes
+/// usefully (each event then counts 1/16 of the time). The ABI's `u16`
+/// set ids leave room to raise it.
+pub const PFM_MAX_SETS: usize = 16;
+/// Switch after `ovfl_switch_cnt` overflows of the PMDs in `switch_pmds`.
+pub const PFM_SETFL_OVFL_SWITCH: u16 = 1 << 0;
+/// Switch after `timeout` ns of the monitored thread's running time.
+pub const PFM_SETFL_TIME_SWITCH: u16 = 1 << 1;
+/// Every defined set flag.
+pub const PFM_SETFL_MASK: u16 = PFM_SETFL_OVFL_SWITCH | PFM_SETFL_TIME_SWITCH;
+/// The shortest timeout: shorter ones are raised to it (and the effective
+/// value is returned, as perfmon2 returned its tick-rounded one). It bounds
+/// the set-switch rate of a hardware context at 10,000 per second of
+/// running, each an hrtimer expiry and a PMU reprogramming.
+pub const PFM_SET_MIN_TIMEOUT_NS: u64 = 100_000;
+
+/// `EINVAL`, as Linux numbers it.
+pub const EINVAL: i32 = 22;
+/// `EBADFD`, as Linux numbers it.
+pub const EBADFD: i32 = 77;
+
+/// Why a set operation is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetError {
+    /// `EINVAL`: a set id at or above [`PFM_MAX_SETS`], a reserved flag bit
+    /// or field, both switch flags (a set switches on one trigger, as in
+    /// perfmon2), a timeout without `TIME_SWITCH` or `TIME_SWITCH`
+    /// without one, an `OVFL_SWITCH` without a count or without implemented
+    /// PMDs in `switch_pmds` (or a count or PMDs without the flag), the
+    /// deletion of set 0 (every context has it: it is where a context
+    /// without sets keeps its registers), or, at LOAD, an `OVFL_SWITCH` set
+    /// none of whose `switch_pmds` was written in it (it could never
+    /// switch).
+    Invalid,
+    /// `EINVAL` for the call; `PFM_REG_RETFL_NOSET` on a register element:
+    /// the set does not exist.
+    NoSet,
+    /// `EBADFD`: sets are created and deleted only while UNLOADED, the
+    /// state table's answer for every UNLOADED-only call (`SET_FLAGS`).
+    /// While loaded every set is in the rotation, the active one included,
+    /// so none may go; while UNLOADED no set is active.
+    Loaded,
+}
+
+impl SetError {
+    /// The errno the ioctl returns.
+    pub const fn errno(self) -> i32 {
+        match self {
+            SetError::Invalid | SetError::NoSet => EINVAL,
+            SetError::Loaded => EBADFD,
+        }
+    }
+}
+
+/// A set's description, as `PFM_IOC_CREATE_SETS` takes it
+/// (`struct pfm_setdesc`, Documentation/sets-design.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SetDesc {
+    /// `0..PFM_MAX_SETS`.
+    pub id: u16,
+    /// `PFM_SETFL_*`: at most one of the two.
+    pub flags: u16,
+    /// `OVFL_SWITCH`: overflows before the switch, at least 1; else 0.
+    pub ovfl_switch_cnt: u32,
+    /// `TIME_SWITCH`: ns of running time, at least 1 (out: the effective
+    /// value, at least [`PFM_SET_MIN_TIMEOUT_NS`]); else 0.
+    pub timeout: u64,
+    /// `OVFL_SWITCH`: the PMDs whose overflows count; else 0.
+    pub switch_pmds: u64,
+    /// Must be 0.
+    pub reserved: u64,
+}
+
+/// What ended a set's last activation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SwitchCause {
+    /// It never ended (or only a LOAD or UNLOAD ended it).
+    #[default]
+    None,
+    /// Its timeout.
+    Time,
+    /// Its `ovfl_switch_cnt`-th overflow.
+    Overflow,
+}
+
+/// One set's configuration and bookkeeping.
+#[derive(Clone, Copy, Debug, Default)]
+struct Set {
+    flags: u16,
+    ovfl_switch_cnt: u32,
+    timeout: u64,
+    switch_pmds: u32,
+    used_pmcs: u32,
+    used_pmds: u32,
+    /// Activations since LOAD.
+    runs: u64,
+    /// ns the thread ran, the context counting, with this set active.
+    running: u64,
+    /// Overflows counted toward the switch in the current activation.
+    ovfl_seen: u64,
+    /// The `switch_pmds` that overflowed in the current activation.
+    ovfl_pmds: u32,
+    /// What ended the last activation, and the PMDs that caused it.
+    last_cause: SwitchCause,
+    last_pmds: u32,
+}
+
+/// What GETINFO reports of one set (`struct pfm_setinfo`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SetInfo {
+    /// The set's id.
+    pub id: u16,
+    /// Its `PFM_SETFL_*`.
+    pub flags: u16,
+    /// Its `ovfl_switch_cnt`.
+    pub ovfl_switch_cnt: u32,
+    /// Its effective timeout (0 without `TIME_SWITCH`).
+    pub timeout: u64,
+    /// Its `switch_pmds`.
+    pub switch_pmds: u64,
+    /// PMCs written in this set.
+    pub used_pmcs: u64,
+    /// PMDs written in this set.
+    pub used_pmds: u64,
+    /// Activations since LOAD (the set LOAD starts in counts 1).
+    pub runs: u64,
+    /// `TIME_SWITCH`: ns of running time before the set switches if it is
+    /// the active one, its whole timeout (what its next activation gets)
+    /// if not; 0 without `TIME_SWITCH`.
+    pub time_left: u64,
+    /// ns the thread ran while the context counted, since LOAD: the time
+    /// the set's events could have been counted. The same for every set
+    /// that existed at LOAD, active or not; 0 for a set created since.
+    pub time_enabled: u64,
+    /// ns of `time_enabled` during which this set was active, its events
+    /// on the counters: perfmon2's time active (`set_act_duration`).
+    pub time_running: u64,
+    /// The PMDs whose overflows caused the switch away from this set
+    /// (0 for a time switch).
+    pub last_switch_pmds: u64,
+    /// What caused that switch.
+    pub last_cause: SwitchCause,
+}
+
+/// Where a delta that reaches the active set's timeout is cut.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Boundary {
+    /// At the timeout, exactly: the set that follows gets the rest, and a
+    /// long delta may rotate through several sets. For counts that are a
+    /// function of the time charged (the soft model: task-clock is the
+    /// time itself, the other events happen at points the caller places
+    /// after the charge), so each set's counters get exactly its share.
+    Split,
+    /// At the end of the delta: the old set had the counters for all of it
+    /// (a hardware PMU counted under its registers until the switch that
+    /// happens now, after the timer's latency), so all of it is its time.
+    /// One switch at most; the next set starts a full timeout.
+    WholeDelta,
+}
+
+/// The result of [`SetTable::charge`] or [`SetTable::overflowed`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Switched {
+    /// The active set before.
+    pub from: usize,
+    /// The active set after: the set whose registers go on the PMU.
+    pub to: usize,
+    /// Switches made (0: `to == from`, nothing to reprogram).
+    pub switches: u64,
+}
+
+/// A context's event sets.
+#[derive(Clone, Debug)]
+pub struct SetTable {
+    sets: [Set; PFM_MAX_SETS],
+    /// Bit n: set n exists. Bit 0 always.
+    exists: u16,
+    /// Bit n: set n existed at the last LOAD (its `time_enabled` runs).
+    at_load: u16,
+    /// The active set (while UNLOADED: where the last monitoring stopped).
+    active: u8,
+    /// Loaded: the sets are fixed.
+    loaded: bool,
+    /// More than one set at the last LOAD: the caller charges time.
+    tracking: bool,
+    /// The active set's running time left before its timeout.
+    left: u64,
+    /// ns charged since LOAD: every set's `time_enabled`.
+    total: u64,
+    /// Switches since LOAD.
+    switches: u64,
+    /// The sum of the timeouts if every set has `TIME_SWITCH`, else 0: a
+    /// delta this long rotates through every set, computed in one step.
+    round: u64,
+    /// The PMDs the model implements.
+    impl_pmds: u64,
+}
+
+/// The next set after `id` in `exists`, by id, wrapping.
+const fn next_in(exists: u16, id: u8) -> u8 {
+    let above = (exists as u32) & !((2u32 << (id as u32 & 15)) - 1);
+    if above != 0 {
+        above.trailing_zeros() as u8
+    } else {
+        // Set 0 always exists, so the mask is never empty.
+        (exists as u32 | 1).trailing_zeros() as u8
+    }
+}
+
+impl SetTable {
+    /// A context's table: set 0 alone, no flags. `impl_pmds` is the
+    /// model's implemented PMDs (what `switch_pmds` may name).
+    pub fn new(impl_pmds: u64) -> Self {
+        Self {
+            sets: [Set::default(); PFM_MAX_SETS],
+            exists: 1,
+            at_load: 0,
+            active: 0,
+            loaded: false,
+            tracking: false,
+            left: 0,
+            total: 0,
+            switches: 0,
+            round: 0,
+            impl_pmds: impl_pmds & ((1u64 << PFM_MAX_PMDS) - 1),
+        }
+    }
+
+    /// The caller's fast path, O(1): false when the context was loaded
+    /// with one set, which then pays nothing (no charge, no timer).
+    #[inline(always)]
+    pub fn multiplexed(&self) -> bool {
+        self.tracking
+    }
+
+    /// The active set: whose registers are on the PMU while counting.
+    pub fn active(&self) -> usize {
+        self.active as usize
+    }
+
+    /// Bit n: set n exists.
+    pub fn exists_mask(&self) -> u16 {
+        self.exists
+    }
+
+    /// Switches since LOAD.
+    pub fn switches(&self) -> u64 {
+        self.switches
+    }
+
+    /// The set `reg_set` names, if it exists (else `PFM_REG_RETFL_NOSET`).
+    pub fn set_index(&self, reg_set: u16) -> Result<usize, SetError> {
+        let i = reg_set as usize;
+        if i < PFM_MAX_SETS && self.exists & (1 << i) != 0 {
+            Ok(i)
+        } else {
+            Err(SetError::NoSet)
+        }
+    }
+
+    /// Checks one description; returns the effective timeout.
+    pub fn check(&self, d: &SetDesc) -> Result<u64, SetError> {
+        let time = d.flags & PFM_SETFL_TIME_SWITCH != 0;
+        let ovfl = d.flags & PFM_SETFL_OVFL_SWITCH != 0;
+        let bad = d.id as usize >= PFM_MAX_SETS
+            || d.flags & !PFM_SETFL_MASK != 0
+            || d.reserved != 0
+            || (time && ovfl)
+            || time != (d.timeout != 0)
+            || ovfl != (d.ovfl_switch_cnt != 0)
+            || ovfl != (d.switch_pmds != 0)
+            || d.switch_pmds & !self.impl_pmds != 0;
+        if bad {
+            return Err(SetError::Invalid);
+        }
+        Ok(if time {
+            d.timeout.max(PFM_SET_MIN_TIMEOUT_NS)
+        } else {
+            0
+        })
+    }
+
+    /// `PFM_IOC_CREATE_SETS`: creates the sets, or changes the flags of
+    /// those that exist (set 0's included), all or none: on an error,
+    /// nothing changed and the index of the first bad element says which.
+    /// On success each `timeout` is the effective one.
+    pub fn create(&mut self, descs: &mut [SetDesc]) -> Result<(), (usize, SetError)> {
+        if self.loaded {
+            return Err((0, SetError::Loaded));
+        }
+        for (i, d) in descs.iter().enumerate() {
+            self.check(d).map_err(|e| (i, e))?;
+        }
+        for d in descs.iter_mut() {
+            // Checked above; a second check cannot fail.
+            let timeout = self.check(d).unwrap_or(0);
+            d.timeout = timeout;
+            let s = &mut self.sets[d.id as usize];
+            if self.exists & (1 << d.id) == 0 {
+                *s = Set::default();
+                self.exists |= 1 << d.id;
+            }
+            s.flags = d.flags;
+            s.ovfl_switch_cnt = d.ovfl_switch_cnt;
+            s.timeout = timeout;
+            s.switch_pmds = d.switch_pmds as u32;
+        }
+        Ok(())
+    }
+
+    /// `PFM_IOC_DELETE_SETS`: deletes the sets, all or none. Their register
+    /// images go with them: the caller frees those of the returned sets.
+    pub fn delete(&mut self, ids: &[u16]) -> Result<u16, (usize, SetError)> {
+        if self.loaded {
+            return Err((0, SetError::Loaded));
+        }
+        let mut gone = 0u16;
+        for (i, &id) in ids.iter().enumerate() {
+            if id == 0 || id as usize >= PFM_MAX_SETS {
+                return Err((i, SetError::Invalid));
+            }
+            if self.exists & (1 << id) == 0 {
+                return Err((i, SetError::NoSet));
+            }
+            gone |= 1 << id;
+        }
+        self.exists &= !gone;
+        self.at_load &= !gone;
+        for i in 0..PFM_MAX_SETS {
+            if gone & (1 << i) != 0 {
+                self.sets[i] = Set::default();
+            }
+        }
+        if gone & (1 << self.active) != 0 {
+            self.active = 0;
+        }
+        Ok(gone)
+    }
+
+    /// A PMC write of `reg` in set `reg_set` (the caller checked `reg`
+    /// against the model): returns the set's index.
+    pub fn use_pmc(&mut self, reg_set: u16, reg: usize) -> Result<usize, SetError> {
+        let i = self.set_index(reg_set)?;
+        if reg >= 32 {
+            return Err(SetError::Invalid);
+        }
+        self.sets[i].used_pmcs |= 1 << reg;
+        Ok(i)
+    }
+
+    /// A PMD write of `reg` in set `reg_set`: returns the set's index.
+    pub fn use_pmd(&mut self, reg_set: u16, reg: usize) -> Result<usize, SetError> {
+        let i = self.set_index(reg_set)?;
+        if reg >= 32 {
+            return Err(SetError::Invalid);
+        }
+        self.sets[i].used_pmds |= 1 << reg;
+        Ok(i)
+    }
+
+    /// The PMDs written in set `i` (0 if it does not exist).
+    pub fn used_pmds(&self, i: usize) -> u64 {
+        self.sets.get(i).map_or(0, |s| s.used_pmds as u64)
+    }
+
+    /// `PFM_IOC_LOAD`: monitoring starts in set `start` with all
+    /// bookkeeping at zero and `start`'s first run.
+    pub fn load(&mut self, start: u16) -> Result<(), SetError> {
+        if self.loaded {
+            return Err(SetError::Loaded);
+        }
+        let start = self.set_index(start)?;
+        let mut round = 0u64;
+        let mut all_time = true;
+        for i in 0..PFM_MAX_SETS {
+            if self.exists & (1 << i) == 0 {
+                continue;
+            }
+            let s = &self.sets[i];
+            if s.flags & PFM_SETFL_OVFL_SWITCH != 0 && s.switch_pmds & s.used_pmds == 0 {
+                return Err(SetError::Invalid);
+            }
+            all_time &= s.flags & PFM_SETFL_TIME_SWITCH != 0;
+            round = round.saturating_add(s.timeout);
+        }
+        for s in self.sets.iter_mut() {
+            s.runs = 0;
+            s.running = 0;
+            s.ovfl_seen = 0;
+            s.ovfl_pmds = 0;
+            s.last_cause = SwitchCause::None;
+            s.last_pmds = 0;
+        }
+        // A saturated sum is longer than any delta: no bulk rotation.
+        self.round = if all_time && round != u64::MAX {
+            round
+        } else {
+            0
+        };
+        self.tracking = self.exists.count_ones() > 1;
+        self.at_load = self.exists;
+        self.total = 0;
+        self.switches = 0;
+        self.active = start as u8;
+        self.sets[start].runs = 1;
+        self.left = self.sets[start].timeout;
+        self.loaded = true;
+        Ok(())
+    }
+
+    /// `PFM_IOC_UNLOAD` (or the thread's end): the bookkeeping stays
+    /// readable, the sets may change again.
+    pub fn unload(&mut self) {
+        self.loaded = false;
+    }
+
+    /// Hardware models: the active set's time left, for the hrtimer armed
+    /// at switch-in (and re-armed after a switch); `None`: no timer.
+    pub fn timer_ns(&self) -> Option<u64> {
+        let s = &self.sets[self.active as usize];
+        (self.loaded && self.tracking && s.flags & PFM_SETFL_TIME_SWITCH != 0).then_some(self.left)
+    }
+
+    /// Charges `ns` to set `i`, telling the caller.
+    fn run<F: FnMut(usize, u64)>(&mut self, i: usize, ns: u64, seg: &mut F) {
+        if ns != 0 {
+            self.sets[i].running = self.sets[i].running.saturating_add(ns);
+            seg(i, ns);
+        }
+    }
+
+    /// Ends the active set's activation and starts the next set's.
+    fn switch(&mut self, cause: SwitchCause) {
+        let from = self.active as usize;
+        let s = &mut self.sets[from];
+        s.last_cause = cause;
+        s.last_pmds = match cause {
+            SwitchCause::Overflow => s.ovfl_pmds,
+            _ => 0,
+        };
+        let to = next_in(self.exists, self.active) as usize;
+        let t = &mut self.sets[to];
+        t.runs = t.runs.saturating_add(1);
+        t.ovfl_seen = 0;
+        t.ovfl_pmds = 0;
+        self.left = t.timeout;
+        self.active = to as u8;
+        self.switches = self.switches.saturating_add(1);
+    }
+
+    /// The thread ran `ran` ns while the context counted: charges them to
+    /// the active set (and to every set's `time_enabled`), switching at
+    /// each timeout reached, where `boundary` says. `seg(set, ns)` is
+    /// called for each set's share, in order, so the caller advances that
+    /// set's time-driven counters by exactly it; events at a point (a
+    /// switch-out, a migration) belong to the set active afterwards.
+    ///
+    /// Whatever `ran`, the work is bounded by twice the number of sets:
+    /// whole rounds through every set are charged in one step.
+    pub fn charge<F: FnMut(usize, u64)>(
+        &mut self,
+        ran: u64,
+        boundary: Boundary,
+        mut seg: F,
+    ) -> Switched {
+        let from = self.active as usize;
+        let before = self.switches;
+        self.total = self.total.saturating_add(ran);
+        let mut rem = ran;
+        let mut rounds_done = false;
+        loop {
+            let a = self.active as usize;
+            if self.sets[a].flags & PFM_SETFL_TIME_SWITCH == 0 || rem < self.left {
+                if self.sets[a].flags & PFM_SETFL_TIME_SWITCH != 0 {
+                    self.left -= rem;
+                }
+                self.run(a, rem, &mut seg);
+                break;
+            }
+            // The timeout is reached within this delta.
+            let used = match boundary {
+                Boundary::Split => self.left,
+                Boundary::WholeDelta => rem,
+            };
+            self.run(a, used, &mut seg);
+            rem -= used;
+            self.switch(SwitchCause::Time);
+            if rem == 0 {
+                break;
+            }
+            if !rounds_done && self.round != 0 && rem >= self.round {
+                rounds_done = true;
+                rem = self.whole_rounds(rem, &mut seg);
+            }
+        }
+        Switched {
+            from,
+            to: self.active as usize,
+            switches: self.switches.wrapping_sub(before),
+        }
+    }
+
+    /// Charges as many whole rounds through every set as `rem` holds,
+    /// starting with the active set at the start of its activation (every
+    /// set has `TIME_SWITCH`); returns what is left. The active set is the
+    /// same after whole rounds.
+    fn whole_rounds<F: FnMut(usize, u64)>(&mut self, rem: u64, seg: &mut F) -> u64 {
+        let k = rem / self.round;
+        let mut i = self.active;
+        loop {
+            let s = &mut self.sets[i as usize];
+            // k * timeout <= k * round <= rem: no overflow.
+            let ns = k.saturating_mul(s.timeout);
+            s.runs = s.runs.saturating_add(k);
+            s.last_cause = SwitchCause::Time;
+            s.last_pmds = 0;
+            self.run(i as usize, ns, seg);
+            i = next_in(self.exists, i);
+            if i == self.active {
+                break;
+            }
+        }
+        let n = self.exists.count_ones() as u64;
+        self.switches = self.switches.saturating_add(k.saturating_mul(n));
+        rem - k * self.round
+    }
+
+    /// Overflows of set `set`'s PMDs in one fold: `counts[pmd]` 64-bit
+    /// overflows each. Those of the active set's `switch_pmds` count
+    /// toward its `ovfl_switch_cnt`; the one that reaches it switches to
+    /// the next set, whose count starts from 0. Overflows past the count in
+    /// the same fold happened in the old set: they stay in its PMDs and do
+    /// not carry over. `None`: no switch.
+    pub fn overflowed(&mut self, set: usize, counts: &[u64]) -> Option<Switched> {
+        let a = self.active as usize;
+        if !self.loaded || set != a {
+            return None;
+        }
+        let s = &mut self.sets[a];
+        if s.flags & PFM_SETFL_OVFL_SWITCH == 0 {
+            return None;
+        }
+        let mut n = 0u64;
+        let mut m = s.switch_pmds & s.used_pmds;
+        while m != 0 {
+            let i = m.trailing_zeros() as usize;
+            m &= m - 1;
+            let c = counts.get(i).copied().unwrap_or(0);
+            if c != 0 {
+                n = n.saturating_add(c);
+                s.ovfl_pmds |= 1 << i;
+            }
+        }
+        s.ovfl_seen = s.ovfl_seen.saturating_add(n);
+        if n == 0 || s.ovfl_seen < s.ovfl_switch_cnt as u64 {
+            return None;
+        }
+        self.switch(SwitchCause::Overflow);
+        Some(Switched {
+            from: a,
+            to: self.active as usize,
+            switches: 1,
+        })
+    }
+
+    /// `PFM_IOC_GETINFO_SETS` for set `id`. `ctx_running` is the context's
+    /// `time_running`: a context loaded with one set charged nothing here,
+    /// and its set's time is the context's.
+    pub fn info(&self, id: u16, ctx_running: u64) -> Result<SetInfo, SetError> {
+        let i = self.set_index(id)?;
+        let s = &self.sets[i];
+        let total = if self.tracking {
+            self.total
+        } else {
+            ctx_running
+        };
+        let (enabled, running) = match (self.at_load & (1 << i) != 0, self.tracking) {
+            (false, _) => (0, 0),
+            (true, true) => (total, s.running),
+            (true, false) => (total, total),
+        };
+        let time_left = match s.flags & PFM_SETFL_TIME_SWITCH != 0 {
+            true if i == self.active as usize && self.tracking => self.left,
+            true => s.timeout,
+            false => 0,
+        };
+        Ok(SetInfo {
+            id,
+            flags: s.flags,
+            ovfl_switch_cnt: s.ovfl_switch_cnt,
+            timeout: s.timeout,
+            switch_pmds: s.switch_pmds as u64,
+            used_pmcs: s.used_pmcs as u64,
+            used_pmds: s.used_pmds as u64,
+            runs: s.runs,
+            time_left,
+            time_enabled: enabled,
+            time_running: running,
+            last_switch_pmds: s.last_pmds as u64,
+            last_cause: s.last_cause,
+        })
+    }
+}
+
+/// `(hi:lo) / d` for `d != 0`, the quotient in 128 bits, with 64-bit
+/// operations only: the kernel's 128-bit division helpers panic.
+const fn div_128_by_64(hi: u64, lo: u64, d: u64) -> (u64, u64) {
+    let q_hi = hi / d;
+    let mut r = hi % d;
+    let mut q_lo = 0u64;
+    let mut bit = 64;
+    // Restoring division, one bit of `lo` at a time; r < d throughout.
+    while bit > 0 {
+        bit -= 1;
+        let carry = r >> 63;
+        r = (r << 1) | ((lo >> bit) & 1);
+        q_lo <<= 1;
+        if carry != 0 || r >= d {
+            r = r.wrapping_sub(d);
+            q_lo |= 1;
+        }
+    }
+    (q_hi, q_lo)
+}
+
+/// `round(a * b / d)` in 128 bits (halves up), `d != 0`.
+const fn mul_div_round(a: u64, b: u64, d: u64) -> u128 {
+    let p = a as u128 * b as u128;
+    let (lo, c) = (p as u64).overflowing_add(d / 2);
+    // a * b <= (2^64 - 1)^2 leaves room for the carry.
+    let hi = (p >> 64) as u64 + c as u64;
+    let (q_hi, q_lo) = div_128_by_64(hi, lo, d);
+    ((q_hi as u128) << 64) | q_lo as u128
+}
+
+/// The estimate of what a set's event would have counted had it counted
+/// all the time it was enabled: `count × enabled / running`, rounded to
+/// nearest, exact in 128 bits. `None` when the event never ran (perf's
+/// `<not counted>`). An enabled time below the running time (possible only
+/// for times from two clocks) never scales a count down: it counted at
+/// least that many events.
+pub const fn scale(count: u64, enabled: u64, running: u64) -> Option<u128> {
+    if running == 0 {
+        return None;
+    }
+    if enabled <= running {
+        return Some(count as u128);
+    }
+    Some(mul_div_round(count, enabled, running))
+}
+
+/// [`scale`], saturated to 64 bits for a tool's `u64` column.
+pub const fn scale_u64(count: u64, enabled: u64, running: u64) -> Option<u64> {
+    match scale(count, enabled, running) {
+        Some(v) if v > u64::MAX as u128 => Some(u64::MAX),
+        Some(v) => Some(v as u64),
+        None => None,
+    }
+}
+
+/// The share of its enabled time an event counted, in hundredths of a
+/// percent, rounded to nearest and at most 10,000 (`pfm stat`'s
+/// `(66.67%)` is 6667). `None` if it was never enabled.
+pub const fn running_share(running: u64, enabled: u64) -> Option<u32> {
+    if enabled == 0 {
+        return None;
+    }
+    if running >= enabled {
+        return Some(10_000);
+    }
+    // running < enabled: the result is below 10,000.
+    Some(mul_div_round(running, 10_000, enabled) as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn next_wraps_over_holes() {
+        let m = 0b1010_0000_0010_0101u16;
+        assert_eq!(next_in(m, 0), 2);
+        assert_eq!(next_in(m, 2), 5);
+        assert_eq!(next_in(m, 5), 13);
+        assert_eq!(next_in(m, 13), 15);
+        assert_eq!(next_in(m, 15), 0);
+        assert_eq!(next_in(1, 0), 0);
+    }
+
+    #[test]
+    fn division_matches_u128() {
+        let vals = [
+            1u64,
+            2,
+            3,
+            7,
+            1 << 32,
+            (1 << 63) + 5,
+            u64::MAX - 1,
+            u64::MAX,
+        ];
+        for &a in &vals {
+            for &b in &vals {
+                for &d in &vals {
+                    let p = a as u128 * b as u128;
+                    let want = (p + (d / 2) as u128) / d as u128;
+                    assert_eq!(mul_div_round(a, b, d), want, "{a} {b} {d}");
+                }
+            }
+        }
+    }
+}
