@@ -562,7 +562,7 @@ fn scaling_is_exact_and_never_overflows() {
     let m = u64::MAX as u128;
     assert_eq!(scale(u64::MAX, u64::MAX, 1), Some(m * m));
     assert_eq!(scale(u64::MAX, u64::MAX, u64::MAX - 1), Some(m + 1));
-    assert_eq!(scale(u64::MAX, u64::MAX, 2), Some((m * m + 1) / 2));
+    assert_eq!(scale(u64::MAX, u64::MAX, 2), Some((m * m).div_ceil(2)));
     assert_eq!(scale_u64(u64::MAX, 3, 1), Some(u64::MAX));
     assert_eq!(scale_u64(1000, 3, 2), Some(1500));
     assert_eq!(scale_u64(1, 1, 0), None);
