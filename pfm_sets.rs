@@ -11,36 +11,25 @@
 //! A register instance, the pair (`reg_set`, `reg_num`), belongs to exactly
 //! one set.
 //!
-//! While the context counts, one set is active. The active set's flags say
-//! when it gives way to the next existing set by id, wrapping
-//! (perfmon2 v2.8's round robin): `PFM_SETFL_TIME_SWITCH` after `timeout`
-//! ns of the thread's running time, `PFM_SETFL_OVFL_SWITCH` after the
-//! `ovfl_switch_cnt`-th overflow of the set's PMDs named in
-//! `switch_pmds`. A set with neither flag, once active, stays active.
+//! While the context counts, one set is active; its flags say when it
+//! gives way to the next existing set by id, wrapping (perfmon2 v2.8's
+//! round robin). Time is what the thread ran while the context counted,
+//! fed by the caller ([`SetTable::charge`]): nothing expires while the
+//! thread is off its CPU, and every nanosecond goes to exactly one set. A
+//! context with one set pays nothing ([`SetTable::multiplexed`]).
+//! Documentation/sets-design.md has the ABI and the kernel's hooks.
 //!
-//! Time is what the thread ran while the context counted: the caller feeds
-//! the deltas it already computes for task-clock ([`SetTable::charge`]),
-//! so nothing advances while the thread is off its CPU or the context is
-//! stopped or masked, and every nanosecond is charged to exactly one set.
-//!
-//! A context with one set never calls into this file on its switch path:
-//! [`SetTable::multiplexed`] is a field read, and the kernel keeps the table
-//! only for contexts that asked for sets.
-//!
-//! No kernel code, no floats, no division by a user value without a check,
-//! no 128-bit division (the kernel's `__udivti3` panics): the host tests
-//! check it all.
+//! No kernel code, no floats, no panics on user input, no 128-bit division
+//! (the kernel's `__udivti3` panics): the host tests check it all.
 
 use crate::abi::PFM_MAX_PMDS;
 
 /// Set ids are `0..PFM_MAX_SETS`.
 ///
-/// 16: the existence mask is one `u16`, so finding the next set is a
-/// mask-and-`trailing_zeros` in O(1) rather than perfmon2's list walk; a
-/// table costs about 1 KiB (allocated only for contexts with sets); and 16
-/// sets of 4 counters cover 64 events, more than any tool multiplexes
-/// usefully (each event then counts 1/16 of the time). The ABI's `u16`
-/// set ids leave room to raise it.
+/// 16: the existence mask is one `u16` (the next set is found in O(1), not
+/// by perfmon2's list walk), a table is about 1.5 KiB, and 16 sets of 4
+/// counters (64 events, each counted 1/16 of the time) is past what
+/// multiplexing estimates well. The ABI's `u16` ids leave room to grow.
 pub const PFM_MAX_SETS: usize = 16;
 /// Switch after `ovfl_switch_cnt` overflows of the PMDs in `switch_pmds`.
 pub const PFM_SETFL_OVFL_SWITCH: u16 = 1 << 0;
@@ -53,11 +42,6 @@ pub const PFM_SETFL_MASK: u16 = PFM_SETFL_OVFL_SWITCH | PFM_SETFL_TIME_SWITCH;
 /// the set-switch rate of a hardware context at 10,000 per second of
 /// running, each an hrtimer expiry and a PMU reprogramming.
 pub const PFM_SET_MIN_TIMEOUT_NS: u64 = 100_000;
-
-/// `EINVAL`, as Linux numbers it.
-pub const EINVAL: i32 = 22;
-/// `EBADFD`, as Linux numbers it.
-pub const EBADFD: i32 = 77;
 
 /// Why a set operation is refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,11 +67,11 @@ pub enum SetError {
 }
 
 impl SetError {
-    /// The errno the ioctl returns.
+    /// The errno the ioctl returns, as Linux numbers it.
     pub const fn errno(self) -> i32 {
         match self {
-            SetError::Invalid | SetError::NoSet => EINVAL,
-            SetError::Loaded => EBADFD,
+            SetError::Invalid | SetError::NoSet => 22, // EINVAL
+            SetError::Loaded => 77,                    // EBADFD
         }
     }
 }
@@ -126,12 +110,10 @@ pub enum SwitchCause {
 /// One set's configuration and bookkeeping.
 #[derive(Clone, Copy, Debug, Default)]
 struct Set {
-    flags: u16,
-    ovfl_switch_cnt: u32,
-    timeout: u64,
-    switch_pmds: u32,
-    used_pmcs: u32,
-    used_pmds: u32,
+    /// Its description, with the effective timeout.
+    desc: SetDesc,
+    used_pmcs: u64,
+    used_pmds: u64,
     /// Activations since LOAD.
     runs: u64,
     /// ns the thread ran, the context counting, with this set active.
@@ -139,25 +121,29 @@ struct Set {
     /// Overflows counted toward the switch in the current activation.
     ovfl_seen: u64,
     /// The `switch_pmds` that overflowed in the current activation.
-    ovfl_pmds: u32,
+    ovfl_pmds: u64,
     /// What ended the last activation, and the PMDs that caused it.
     last_cause: SwitchCause,
-    last_pmds: u32,
+    last_pmds: u64,
+}
+
+impl Set {
+    /// `TIME_SWITCH`.
+    fn time(&self) -> bool {
+        self.desc.flags & PFM_SETFL_TIME_SWITCH != 0
+    }
+
+    /// `OVFL_SWITCH`.
+    fn ovfl(&self) -> bool {
+        self.desc.flags & PFM_SETFL_OVFL_SWITCH != 0
+    }
 }
 
 /// What GETINFO reports of one set (`struct pfm_setinfo`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SetInfo {
-    /// The set's id.
-    pub id: u16,
-    /// Its `PFM_SETFL_*`.
-    pub flags: u16,
-    /// Its `ovfl_switch_cnt`.
-    pub ovfl_switch_cnt: u32,
-    /// Its effective timeout (0 without `TIME_SWITCH`).
-    pub timeout: u64,
-    /// Its `switch_pmds`.
-    pub switch_pmds: u64,
+    /// The set's description, with its effective timeout.
+    pub desc: SetDesc,
     /// PMCs written in this set.
     pub used_pmcs: u64,
     /// PMDs written in this set.
@@ -185,15 +171,13 @@ pub struct SetInfo {
 /// Where a delta that reaches the active set's timeout is cut.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Boundary {
-    /// At the timeout, exactly: the set that follows gets the rest, and a
-    /// long delta may rotate through several sets. For counts that are a
-    /// function of the time charged (the soft model: task-clock is the
-    /// time itself, the other events happen at points the caller places
-    /// after the charge), so each set's counters get exactly its share.
+    /// At the timeout, exactly: the next set gets the rest, and a long
+    /// delta may rotate through several sets. For the soft model, whose
+    /// task-clock is the time itself (its other events happen at points,
+    /// which go to the set active after the charge).
     Split,
-    /// At the end of the delta: the old set had the counters for all of it
-    /// (a hardware PMU counted under its registers until the switch that
-    /// happens now, after the timer's latency), so all of it is its time.
+    /// At the end of the delta: a hardware PMU counted all of it under the
+    /// old set's registers (until the switch, after the timer's latency).
     /// One switch at most; the next set starts a full timeout.
     WholeDelta,
 }
@@ -210,7 +194,7 @@ pub struct Switched {
 }
 
 /// A context's event sets.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct SetTable {
     sets: [Set; PFM_MAX_SETS],
     /// Bit n: set n exists. Bit 0 always.
@@ -252,17 +236,9 @@ impl SetTable {
     /// model's implemented PMDs (what `switch_pmds` may name).
     pub fn new(impl_pmds: u64) -> Self {
         Self {
-            sets: [Set::default(); PFM_MAX_SETS],
             exists: 1,
-            at_load: 0,
-            active: 0,
-            loaded: false,
-            tracking: false,
-            left: 0,
-            total: 0,
-            switches: 0,
-            round: 0,
             impl_pmds: impl_pmds & ((1u64 << PFM_MAX_PMDS) - 1),
+            ..Self::default()
         }
     }
 
@@ -340,10 +316,7 @@ impl SetTable {
                 *s = Set::default();
                 self.exists |= 1 << d.id;
             }
-            s.flags = d.flags;
-            s.ovfl_switch_cnt = d.ovfl_switch_cnt;
-            s.timeout = timeout;
-            s.switch_pmds = d.switch_pmds as u32;
+            s.desc = *d;
         }
         Ok(())
     }
@@ -377,30 +350,26 @@ impl SetTable {
         Ok(gone)
     }
 
-    /// A PMC write of `reg` in set `reg_set` (the caller checked `reg`
-    /// against the model): returns the set's index.
-    pub fn use_pmc(&mut self, reg_set: u16, reg: usize) -> Result<usize, SetError> {
+    /// A PMC (`pmd` false) or PMD write of `reg` in set `reg_set` (the
+    /// caller checked `reg` against the model): returns the set's index.
+    pub fn use_reg(&mut self, reg_set: u16, pmd: bool, reg: usize) -> Result<usize, SetError> {
         let i = self.set_index(reg_set)?;
         if reg >= 32 {
             return Err(SetError::Invalid);
         }
-        self.sets[i].used_pmcs |= 1 << reg;
-        Ok(i)
-    }
-
-    /// A PMD write of `reg` in set `reg_set`: returns the set's index.
-    pub fn use_pmd(&mut self, reg_set: u16, reg: usize) -> Result<usize, SetError> {
-        let i = self.set_index(reg_set)?;
-        if reg >= 32 {
-            return Err(SetError::Invalid);
-        }
-        self.sets[i].used_pmds |= 1 << reg;
+        let s = &mut self.sets[i];
+        let used = if pmd {
+            &mut s.used_pmds
+        } else {
+            &mut s.used_pmcs
+        };
+        *used |= 1 << reg;
         Ok(i)
     }
 
     /// The PMDs written in set `i` (0 if it does not exist).
     pub fn used_pmds(&self, i: usize) -> u64 {
-        self.sets.get(i).map_or(0, |s| s.used_pmds as u64)
+        self.sets.get(i).map_or(0, |s| s.used_pmds)
     }
 
     /// `PFM_IOC_LOAD`: monitoring starts in set `start` with all
@@ -417,11 +386,11 @@ impl SetTable {
                 continue;
             }
             let s = &self.sets[i];
-            if s.flags & PFM_SETFL_OVFL_SWITCH != 0 && s.switch_pmds & s.used_pmds == 0 {
+            if s.ovfl() && s.desc.switch_pmds & s.used_pmds == 0 {
                 return Err(SetError::Invalid);
             }
-            all_time &= s.flags & PFM_SETFL_TIME_SWITCH != 0;
-            round = round.saturating_add(s.timeout);
+            all_time &= s.time();
+            round = round.saturating_add(s.desc.timeout);
         }
         for s in self.sets.iter_mut() {
             s.runs = 0;
@@ -443,7 +412,7 @@ impl SetTable {
         self.switches = 0;
         self.active = start as u8;
         self.sets[start].runs = 1;
-        self.left = self.sets[start].timeout;
+        self.left = self.sets[start].desc.timeout;
         self.loaded = true;
         Ok(())
     }
@@ -458,7 +427,7 @@ impl SetTable {
     /// at switch-in (and re-armed after a switch); `None`: no timer.
     pub fn timer_ns(&self) -> Option<u64> {
         let s = &self.sets[self.active as usize];
-        (self.loaded && self.tracking && s.flags & PFM_SETFL_TIME_SWITCH != 0).then_some(self.left)
+        (self.loaded && self.tracking && s.time()).then_some(self.left)
     }
 
     /// Charges `ns` to set `i`, telling the caller.
@@ -483,7 +452,7 @@ impl SetTable {
         t.runs = t.runs.saturating_add(1);
         t.ovfl_seen = 0;
         t.ovfl_pmds = 0;
-        self.left = t.timeout;
+        self.left = t.desc.timeout;
         self.active = to as u8;
         self.switches = self.switches.saturating_add(1);
     }
@@ -510,8 +479,8 @@ impl SetTable {
         let mut rounds_done = false;
         loop {
             let a = self.active as usize;
-            if self.sets[a].flags & PFM_SETFL_TIME_SWITCH == 0 || rem < self.left {
-                if self.sets[a].flags & PFM_SETFL_TIME_SWITCH != 0 {
+            if !self.sets[a].time() || rem < self.left {
+                if self.sets[a].time() {
                     self.left -= rem;
                 }
                 self.run(a, rem, &mut seg);
@@ -550,7 +519,7 @@ impl SetTable {
         loop {
             let s = &mut self.sets[i as usize];
             // k * timeout <= k * round <= rem: no overflow.
-            let ns = k.saturating_mul(s.timeout);
+            let ns = k.saturating_mul(s.desc.timeout);
             s.runs = s.runs.saturating_add(k);
             s.last_cause = SwitchCause::Time;
             s.last_pmds = 0;
@@ -577,11 +546,11 @@ impl SetTable {
             return None;
         }
         let s = &mut self.sets[a];
-        if s.flags & PFM_SETFL_OVFL_SWITCH == 0 {
+        if !s.ovfl() {
             return None;
         }
         let mut n = 0u64;
-        let mut m = s.switch_pmds & s.used_pmds;
+        let mut m = s.desc.switch_pmds & s.used_pmds;
         while m != 0 {
             let i = m.trailing_zeros() as usize;
             m &= m - 1;
@@ -592,7 +561,7 @@ impl SetTable {
             }
         }
         s.ovfl_seen = s.ovfl_seen.saturating_add(n);
-        if n == 0 || s.ovfl_seen < s.ovfl_switch_cnt as u64 {
+        if n == 0 || s.ovfl_seen < s.desc.ovfl_switch_cnt as u64 {
             return None;
         }
         self.switch(SwitchCause::Overflow);
@@ -619,24 +588,20 @@ impl SetTable {
             (true, true) => (total, s.running),
             (true, false) => (total, total),
         };
-        let time_left = match s.flags & PFM_SETFL_TIME_SWITCH != 0 {
+        let time_left = match s.time() {
             true if i == self.active as usize && self.tracking => self.left,
-            true => s.timeout,
+            true => s.desc.timeout,
             false => 0,
         };
         Ok(SetInfo {
-            id,
-            flags: s.flags,
-            ovfl_switch_cnt: s.ovfl_switch_cnt,
-            timeout: s.timeout,
-            switch_pmds: s.switch_pmds as u64,
-            used_pmcs: s.used_pmcs as u64,
-            used_pmds: s.used_pmds as u64,
+            desc: s.desc,
+            used_pmcs: s.used_pmcs,
+            used_pmds: s.used_pmds,
             runs: s.runs,
             time_left,
             time_enabled: enabled,
             time_running: running,
-            last_switch_pmds: s.last_pmds as u64,
+            last_switch_pmds: s.last_pmds,
             last_cause: s.last_cause,
         })
     }
@@ -708,45 +673,6 @@ pub const fn running_share(running: u64, enabled: u64) -> Option<u32> {
     if running >= enabled {
         return Some(10_000);
     }
-    // running < enabled: the result is below 10,000.
+    // running < enabled: at most 10,000 after rounding.
     Some(mul_div_round(running, 10_000, enabled) as u32)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn next_wraps_over_holes() {
-        let m = 0b1010_0000_0010_0101u16;
-        assert_eq!(next_in(m, 0), 2);
-        assert_eq!(next_in(m, 2), 5);
-        assert_eq!(next_in(m, 5), 13);
-        assert_eq!(next_in(m, 13), 15);
-        assert_eq!(next_in(m, 15), 0);
-        assert_eq!(next_in(1, 0), 0);
-    }
-
-    #[test]
-    fn division_matches_u128() {
-        let vals = [
-            1u64,
-            2,
-            3,
-            7,
-            1 << 32,
-            (1 << 63) + 5,
-            u64::MAX - 1,
-            u64::MAX,
-        ];
-        for &a in &vals {
-            for &b in &vals {
-                for &d in &vals {
-                    let p = a as u128 * b as u128;
-                    let want = (p + (d / 2) as u128) / d as u128;
-                    assert_eq!(mul_div_round(a, b, d), want, "{a} {b} {d}");
-                }
-            }
-        }
-    }
 }

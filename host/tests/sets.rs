@@ -141,14 +141,14 @@ fn deletion_errnos_and_register_membership() {
     assert_eq!(t.exists_mask(), 0b10011, "refused calls delete nothing");
 
     // Registers belong to one set each; a set that does not exist is NOSET.
-    assert_eq!(t.use_pmd(4, 0), Ok(4));
-    assert_eq!(t.use_pmd(4, 3), Ok(4));
-    assert_eq!(t.use_pmd(1, 0), Ok(1));
-    assert_eq!(t.use_pmc(1, 0), Ok(1));
-    assert_eq!(t.use_pmd(2, 0), Err(SetError::NoSet));
-    assert_eq!(t.use_pmd(16, 0), Err(SetError::NoSet));
-    assert_eq!(t.use_pmd(0, 32), Err(SetError::Invalid));
-    assert_eq!(t.use_pmc(0, usize::MAX), Err(SetError::Invalid));
+    assert_eq!(t.use_reg(4, true, 0), Ok(4));
+    assert_eq!(t.use_reg(4, true, 3), Ok(4));
+    assert_eq!(t.use_reg(1, true, 0), Ok(1));
+    assert_eq!(t.use_reg(1, false, 0), Ok(1));
+    assert_eq!(t.use_reg(2, true, 0), Err(SetError::NoSet));
+    assert_eq!(t.use_reg(16, true, 0), Err(SetError::NoSet));
+    assert_eq!(t.use_reg(0, true, 32), Err(SetError::Invalid));
+    assert_eq!(t.use_reg(0, false, usize::MAX), Err(SetError::Invalid));
     assert_eq!(t.used_pmds(4), 0b1001);
     assert_eq!(t.used_pmds(1), 0b1);
     assert_eq!(t.used_pmds(0), 0);
@@ -168,7 +168,7 @@ fn deletion_errnos_and_register_membership() {
     assert_eq!(t.delete(&[1, 1]), Ok(1 << 1));
     assert_eq!(t.active(), 0);
     assert_eq!(t.exists_mask(), 0b10001);
-    assert_eq!(t.use_pmd(1, 0), Err(SetError::NoSet));
+    assert_eq!(t.use_reg(1, true, 0), Err(SetError::NoSet));
     t.create(&mut [time_set(1, 1_000_000)]).unwrap();
     assert_eq!(t.used_pmds(1), 0);
     assert_eq!(t.used_pmds(4), 0b1001, "other sets keep theirs");
@@ -179,10 +179,10 @@ fn load_checks_the_start_set_and_overflow_sets() {
     let mut t = table(&[ovfl_set(2, 1, 0b10)]);
     assert_eq!(t.load(3), Err(SetError::NoSet));
     // Set 2 switches on PMD 1, which was not written in set 2.
-    t.use_pmd(0, 1).unwrap();
-    t.use_pmd(2, 0).unwrap();
+    t.use_reg(0, true, 1).unwrap();
+    t.use_reg(2, true, 0).unwrap();
     assert_eq!(t.load(0), Err(SetError::Invalid));
-    t.use_pmd(2, 1).unwrap();
+    t.use_reg(2, true, 1).unwrap();
     assert_eq!(t.load(2), Ok(()));
     assert_eq!(t.active(), 2);
 }
@@ -375,7 +375,7 @@ fn overflow_switching_takes_exactly_k_overflows_per_activation() {
         let mut t = table(&descs);
         let mut pmds = [PmdState::default(); PFM_MAX_SETS];
         for &id in &ids {
-            t.use_pmd(id, 0).unwrap();
+            t.use_reg(id, true, 0).unwrap();
             let pmd = &mut pmds[id as usize];
             pmd.short_reset = period_to_value(p);
             pmd.write(period_to_value(p), 64);
@@ -403,9 +403,9 @@ fn overflow_switching_takes_exactly_k_overflows_per_activation() {
 fn overflow_switching_counts_only_the_active_sets_switch_pmds() {
     let mut t = table(&[ovfl_set(0, 3, 0b0110), ovfl_set(1, 2, 0b1)]);
     for r in [0, 1, 2, 3] {
-        t.use_pmd(0, r).unwrap();
+        t.use_reg(0, true, r).unwrap();
     }
-    t.use_pmd(1, 0).unwrap();
+    t.use_reg(1, true, 0).unwrap();
     assert_eq!(t.overflowed(0, &[1, 1, 1, 1]), None, "not loaded");
     t.load(0).unwrap();
     // PMD 0 and 3 are not switch PMDs of set 0; set 1 is not active.
@@ -438,9 +438,9 @@ fn getinfo_reports_every_field() {
         ovfl_set(2, 4, 0b100),
         time_set(6, 250_000),
     ]);
-    t.use_pmc(2, 2).unwrap();
-    t.use_pmd(2, 2).unwrap();
-    t.use_pmd(6, 1).unwrap();
+    t.use_reg(2, false, 2).unwrap();
+    t.use_reg(2, true, 2).unwrap();
+    t.use_reg(6, true, 1).unwrap();
     assert_eq!(t.info(3, 0), Err(SetError::NoSet));
     assert_eq!(t.info(99, 0), Err(SetError::NoSet));
     t.load(0).unwrap();
@@ -454,11 +454,14 @@ fn getinfo_reports_every_field() {
     assert_eq!(
         t.info(0, 0).unwrap(),
         SetInfo {
-            id: 0,
-            flags: PFM_SETFL_TIME_SWITCH,
-            ovfl_switch_cnt: 0,
-            timeout: 1_000_000,
-            switch_pmds: 0,
+            desc: SetDesc {
+                id: 0,
+                flags: PFM_SETFL_TIME_SWITCH,
+                ovfl_switch_cnt: 0,
+                timeout: 1_000_000,
+                switch_pmds: 0,
+                reserved: 0,
+            },
             used_pmcs: 0,
             used_pmds: 0,
             runs: 1,
@@ -472,11 +475,14 @@ fn getinfo_reports_every_field() {
     assert_eq!(
         t.info(2, 0).unwrap(),
         SetInfo {
-            id: 2,
-            flags: PFM_SETFL_OVFL_SWITCH,
-            ovfl_switch_cnt: 4,
-            timeout: 0,
-            switch_pmds: 0b100,
+            desc: SetDesc {
+                id: 2,
+                flags: PFM_SETFL_OVFL_SWITCH,
+                ovfl_switch_cnt: 4,
+                timeout: 0,
+                switch_pmds: 0b100,
+                reserved: 0,
+            },
             used_pmcs: 0b100,
             used_pmds: 0b100,
             runs: 1,
@@ -490,11 +496,14 @@ fn getinfo_reports_every_field() {
     assert_eq!(
         t.info(6, 0).unwrap(),
         SetInfo {
-            id: 6,
-            flags: PFM_SETFL_TIME_SWITCH,
-            ovfl_switch_cnt: 0,
-            timeout: 250_000,
-            switch_pmds: 0,
+            desc: SetDesc {
+                id: 6,
+                flags: PFM_SETFL_TIME_SWITCH,
+                ovfl_switch_cnt: 0,
+                timeout: 250_000,
+                switch_pmds: 0,
+                reserved: 0,
+            },
             used_pmcs: 0,
             used_pmds: 0b10,
             runs: 1,
@@ -574,6 +583,25 @@ fn scaling_is_exact_and_never_overflows() {
         let e = r.saturating_add(rng.next() >> rng.below(64));
         let want = (c as u128 * e as u128 + (r / 2) as u128) / r as u128;
         assert_eq!(scale(c, e, r), Some(want), "{c} {e} {r}");
+    }
+    // The 128-by-64 division at its edges.
+    let edges = [
+        1u64,
+        2,
+        3,
+        7,
+        1 << 32,
+        (1 << 63) + 5,
+        u64::MAX - 1,
+        u64::MAX,
+    ];
+    for &c in &edges {
+        for &e in &edges {
+            for &r in edges.iter().filter(|&&r| r < e) {
+                let want = (c as u128 * e as u128 + (r / 2) as u128) / r as u128;
+                assert_eq!(scale(c, e, r), Some(want), "{c} {e} {r}");
+            }
+        }
     }
     assert_eq!(running_share(2, 3), Some(6667));
     assert_eq!(running_share(1, 3), Some(3333));
