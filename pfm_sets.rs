@@ -27,7 +27,7 @@ use crate::abi::PFM_MAX_PMDS;
 /// Set ids are `0..PFM_MAX_SETS`.
 ///
 /// 16: the existence mask is one `u16` (the next set is found in O(1), not
-/// by perfmon2's list walk), a table is about 1.5 KiB, and 16 sets of 4
+/// by perfmon2's list walk), a table is 1,584 bytes, and 16 sets of 4
 /// counters (64 events, each counted 1/16 of the time) is past what
 /// multiplexing estimates well. The ABI's `u16` ids leave room to grow.
 pub const PFM_MAX_SETS: usize = 16;

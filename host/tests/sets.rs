@@ -530,6 +530,8 @@ fn getinfo_reports_every_field() {
 
 #[test]
 fn one_set_pays_nothing_and_reads_the_contexts_time() {
+    // The table a context with sets carries (PFM_MAX_SETS' reason).
+    assert_eq!(std::mem::size_of::<SetTable>(), 1584);
     let mut t = SetTable::new(IMPL);
     t.load(0).unwrap();
     assert!(!t.multiplexed());
