@@ -4,8 +4,9 @@
 //! runs their `#[cfg(test)]` modules and the simulator tests in `tests/`.
 //!
 //! The module tree mirrors the kernel crate's: `abi`, `pfm_state`,
-//! `pfm_counter` and `pfm_msgq` at the root, the hardware models under `pfm_x86`, so the
-//! files' `crate::` and `super::` paths mean the same thing in both.
+//! `pfm_counter`, `pfm_msgq`, `pfm_page` and `pfm_sets` at the root, the
+//! hardware models under `pfm_x86`, so the files' `crate::` and `super::`
+//! paths mean the same thing in both.
 
 // `core` only, as in the kernel; the tests link std.
 #![cfg_attr(not(test), no_std)]
