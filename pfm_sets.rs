@@ -514,7 +514,12 @@ impl SetTable {
     /// set has `TIME_SWITCH`); returns what is left. The active set is the
     /// same after whole rounds.
     fn whole_rounds<F: FnMut(usize, u64)>(&mut self, rem: u64, seg: &mut F) -> u64 {
-        let k = rem / self.round;
+        // `round` is the sum of the sets' timeouts, each at least the
+        // minimum, so never 0; `checked_div` keeps the panic path out.
+        let k = match rem.checked_div(self.round) {
+            Some(k) => k,
+            None => return rem,
+        };
         let mut i = self.active;
         loop {
             let s = &mut self.sets[i as usize];
@@ -610,8 +615,12 @@ impl SetTable {
 /// `(hi:lo) / d` for `d != 0`, the quotient in 128 bits, with 64-bit
 /// operations only: the kernel's 128-bit division helpers panic.
 const fn div_128_by_64(hi: u64, lo: u64, d: u64) -> (u64, u64) {
-    let q_hi = hi / d;
-    let mut r = hi % d;
+    // Checked: no division-by-zero panic path in the module (objtool
+    // flagged one: "falls through to next function").
+    let (q_hi, mut r) = match (hi.checked_div(d), hi.checked_rem(d)) {
+        (Some(q), Some(r)) => (q, r),
+        _ => return (0, 0),
+    };
     let mut q_lo = 0u64;
     let mut bit = 64;
     // Restoring division, one bit of `lo` at a time; r < d throughout.
@@ -633,7 +642,7 @@ const fn mul_div_round(a: u64, b: u64, d: u64) -> u128 {
     let p = a as u128 * b as u128;
     let (lo, c) = (p as u64).overflowing_add(d / 2);
     // a * b <= (2^64 - 1)^2 leaves room for the carry.
-    let hi = (p >> 64) as u64 + c as u64;
+    let hi = ((p >> 64) as u64).wrapping_add(c as u64);
     let (q_hi, q_lo) = div_128_by_64(hi, lo, d);
     ((q_hi as u128) << 64) | q_lo as u128
 }
