@@ -378,13 +378,13 @@ fn overflow_switching_takes_exactly_k_overflows_per_activation() {
             t.use_reg(id, true, 0).unwrap();
             let pmd = &mut pmds[id as usize];
             pmd.short_reset = period_to_value(p);
-            pmd.write(period_to_value(p), 64);
+            pmd.write(period_to_value(p));
         }
         t.load(0).unwrap();
         let mut switches = 0;
         for _ in 0..n {
             let a = t.active();
-            let c = pmds[a].count(1, 64);
+            let c = pmds[a].count(1);
             if let Some(sw) = t.overflowed(a, &[c]) {
                 assert_eq!(sw.from, a);
                 switches += 1;
