@@ -243,11 +243,15 @@ struct PerfmonModule {
     _globals: Pin<KBox<Globals>>,
 }
 
-/// The PMU model the `pmu=` and `soft_width=` parameters ask for, and why
+/// The PMU model the `pmu=`, `soft_width=` and `soft_counters=` parameters ask for, and why
 /// it was picked; the reason for a refusal goes to the kernel log.
 fn select_pmu() -> Result<(pfm_x86::Pmu, &'static str)> {
     let name = rust::param_pmu();
-    match pfm_x86::Pmu::select(name.as_bytes(), rust::param_soft_width()) {
+    let soft = pfm_x86::SoftParams {
+        width: rust::param_soft_width(),
+        counters: rust::param_soft_counters(),
+    };
+    match pfm_x86::Pmu::select(name.as_bytes(), soft) {
         Ok(p) => Ok(p),
         Err(pfm_x86::ProbeError::NoHardware(msg)) => {
             pr_err!("{msg}: refusing to load (try pmu=soft or pmu=auto)\n");
@@ -255,7 +259,7 @@ fn select_pmu() -> Result<(pfm_x86::Pmu, &'static str)> {
         }
         Err(pfm_x86::ProbeError::NoMemory) => Err(ENOMEM),
         Err(pfm_x86::ProbeError::BadParam) => {
-            pr_err!("invalid parameters: pmu=auto|soft|intel_arch|amd64|intel_arch_sim, soft_width=16..64\n");
+            pr_err!("invalid parameters: pmu=auto|soft|intel_arch|amd64|intel_arch_sim, soft_width=16..64, soft_counters=1..4\n");
             Err(EINVAL)
         }
     }

@@ -35,10 +35,12 @@ use crate::{ebadfd, globals};
 mod mailbox;
 mod page;
 mod regs;
+mod sets;
 mod thread;
 
 use mailbox::{Mailbox, Reader};
 use page::CtxPage;
+use sets::CtxSets;
 
 /// The part of a context protected by its lock.
 pub(crate) struct CtxInner {
@@ -90,8 +92,19 @@ pub(crate) struct CtxInner {
     pending_ovfl: u64,
     /// User instruction pointer of the thread when they overflowed.
     pending_ip: u64,
-    /// The mapped counter page, from the first `mmap` on.
-    page: Option<KBox<CtxPage>>,
+    /// The mapped counter page, from the first `mmap` on, or the event
+    /// sets, from the first `CREATE_SETS` on (a page describes one image:
+    /// a context has one or the other, and keeps it).
+    extra: Option<KBox<Extra>>,
+}
+
+/// What a context may have beyond counting, allocated when first asked
+/// for: one pointer in every context.
+enum Extra {
+    /// The mapped counter page.
+    Page(CtxPage),
+    /// Event sets.
+    Sets(CtxSets),
 }
 
 /// Maps a state-table refusal to its errno.
@@ -196,6 +209,9 @@ impl CtxInner {
 
     /// Applies `d` to every counter and records overflows.
     fn advance(&mut self, d: &ThreadDeltas) {
+        if self.multiplexed() {
+            return self.advance_sets(d);
+        }
         let ovfl = self.counters.advance(d);
         self.overflowed(ovfl);
     }
@@ -331,7 +347,7 @@ impl Context {
                     reader: Reader::Idle,
                     pending_ovfl: 0,
                     pending_ip: 0,
-                    page: None,
+                    extra: None,
                 },
                 "perfmon_ctx"
             ),
@@ -451,19 +467,22 @@ impl Context {
     pub(crate) fn restart(&self) -> Result {
         self.with_live(|inner, _| -> Result {
             inner.transition(Op::Restart)?;
-            let pmds = inner.counters.pmds_mut();
-            let mut notified = 0u64;
-            for (i, pmd) in pmds.iter_mut().enumerate() {
-                if pmd.flags & abi::PFM_REGFL_OVFL_NOTIFY != 0 {
-                    let reset = pmd.long_reset;
-                    pmd.write(reset);
-                    pmd.last_reset = reset;
-                    notified |= 1 << i;
+            // Every set's: a set's notification masks the whole context.
+            inner.for_each_image(|counters| {
+                let pmds = counters.pmds_mut();
+                let mut notified = 0u64;
+                for (i, pmd) in pmds.iter_mut().enumerate() {
+                    if pmd.flags & abi::PFM_REGFL_OVFL_NOTIFY != 0 {
+                        let reset = pmd.long_reset;
+                        pmd.write(reset);
+                        pmd.last_reset = reset;
+                        notified |= 1 << i;
+                    }
                 }
-            }
-            // perfmon2: the PMDs linked to a notifying one get their long
-            // reset too.
-            crate::pfm_counter::reset_linked(pmds, notified, true);
+                // perfmon2: the PMDs linked to a notifying one get their
+                // long reset too.
+                crate::pfm_counter::reset_linked(pmds, notified, true);
+            });
             if inner.on_cpu == Some(glue::this_cpu()) {
                 inner.run_base = glue::current_runtime_ns();
             }
@@ -476,13 +495,19 @@ impl Context {
 
     /// `PFM_IOC_LOAD` on context `this`.
     pub(crate) fn load(this: &SlabArc<Self>, arg: &abi::PfmLoad) -> Result {
-        if arg.flags != 0 || arg.reserved != [0; 3] {
+        if arg.flags != 0 || arg.pad0 != 0 || arg.pad1 != 0 || arg.reserved != [0; 2] {
             return Err(EINVAL);
         }
         // Refused early, before the thread is looked up; `publish` asks
         // the table again under the lock.
-        this.inner.lock().life.check(Op::Load).map_err(state_err)?;
-        pfm_ctxsw::attach(this, arg.tid)
+        {
+            let inner = this.inner.lock();
+            inner.life.check(Op::Load).map_err(state_err)?;
+            if !inner.set_exists(arg.load_set) {
+                return Err(EINVAL);
+            }
+        }
+        pfm_ctxsw::attach(this, arg.tid, arg.load_set)
     }
 
     /// `PFM_IOC_UNLOAD`.
@@ -490,6 +515,7 @@ impl Context {
         let att = self.with_live(|inner, now| -> Result<Option<Arc<Attachment<Context>>>> {
             inner.transition(Op::Unload)?;
             inner.stop_clock(now);
+            inner.unload_sets();
             inner.started = false;
             inner.active = false;
             inner.on_cpu = None;

@@ -90,13 +90,14 @@ pub(crate) trait Monitor: InSlab + Send + Sync + Sized + 'static {
     /// Gives up `att` if it is the context's: the context's reference.
     fn forget(&self, att: &Attachment<Self>) -> Option<Arc<Attachment<Self>>>;
     /// LOAD's last step, registry locked: the context takes `att` for
-    /// thread `tid` if its state allows and `claim` succeeds; `install`
-    /// runs under the lock for a thread monitoring itself. Returns the
-    /// attachment it replaces.
+    /// thread `tid` if its state allows and `claim` succeeds, monitoring
+    /// starting in event set `load_set`; `install` runs under the lock for
+    /// a thread monitoring itself. Returns the attachment it replaces.
     fn publish(
         &self,
         att: &Arc<Attachment<Self>>,
         tid: u32,
+        load_set: u16,
         claim: impl FnOnce() -> Result,
         install: Option<&dyn Fn()>,
     ) -> Result<Option<Arc<Attachment<Self>>>>;

@@ -43,6 +43,18 @@ unsafe impl AsBytes for abi::PfmInfo {}
 // SAFETY: See above.
 unsafe impl AsBytes for abi::PfmMsg {}
 // SAFETY: See above.
+unsafe impl FromBytes for abi::PfmSetsArg {}
+// SAFETY: See above.
+unsafe impl AsBytes for abi::PfmSetsArg {}
+// SAFETY: See above.
+unsafe impl FromBytes for abi::PfmSetdesc {}
+// SAFETY: See above.
+unsafe impl AsBytes for abi::PfmSetdesc {}
+// SAFETY: See above.
+unsafe impl FromBytes for abi::PfmSetinfo {}
+// SAFETY: See above.
+unsafe impl AsBytes for abi::PfmSetinfo {}
+// SAFETY: See above.
 unsafe impl FromBytes for abi::PfmValues {}
 // SAFETY: See above.
 unsafe impl AsBytes for abi::PfmValues {}
@@ -258,6 +270,9 @@ fn ioctl(ctx: SlabArcBorrow<'_, Context>, cmd: u32, arg: usize) -> Result {
         0x09 => abi::PFM_IOC_GET_STATE,
         0x0a => abi::PFM_IOC_SET_FLAGS,
         0x0b => abi::PFM_IOC_READ_VALUES,
+        0x0c => abi::PFM_IOC_CREATE_SETS,
+        0x0d => abi::PFM_IOC_DELETE_SETS,
+        0x0e => abi::PFM_IOC_GETINFO_SETS,
         _ => return Err(ENOTTY),
     };
     if cmd != expected {
@@ -290,6 +305,9 @@ fn ioctl(ctx: SlabArcBorrow<'_, Context>, cmd: u32, arg: usize) -> Result {
         abi::PFM_IOC_SET_FLAGS => {
             let f: abi::PfmCtxFlags = user.reader().read()?;
             ctx.set_flags(&f)
+        }
+        abi::PFM_IOC_CREATE_SETS | abi::PFM_IOC_DELETE_SETS | abi::PFM_IOC_GETINFO_SETS => {
+            sets_ioctl(&ctx, cmd, arg)
         }
         _ => Err(ENOTTY),
     }
@@ -342,6 +360,24 @@ fn regs_ioctl(ctx: &Context, cmd: u32, arg: usize) -> Result {
         _ => ctx.read_pmds(&mut a, regs),
     };
     // `done` tells user space how far the call got, success or not.
+    writer.write(&a)?;
+    r
+}
+
+/// `PFM_IOC_CREATE_SETS`, `PFM_IOC_DELETE_SETS` and `PFM_IOC_GETINFO_SETS`:
+/// a [`abi::PfmSetsArg`] at `arg`, written back with `done` whatever the
+/// outcome (after a check that it can be, before anything is applied).
+fn sets_ioctl(ctx: &Context, cmd: u32, arg: usize) -> Result {
+    let size = _IOC_SIZE(cmd);
+    let (mut reader, mut writer) = UserSlice::new(arg, size).reader_writer();
+    let mut a: abi::PfmSetsArg = reader.read()?;
+    a.done = 0;
+    UserSlice::new(arg, size).writer().write(&a)?;
+    let r = match cmd {
+        abi::PFM_IOC_CREATE_SETS => ctx.create_sets(&mut a),
+        abi::PFM_IOC_DELETE_SETS => ctx.delete_sets(&mut a),
+        _ => ctx.sets_info(&mut a),
+    };
     writer.write(&a)?;
     r
 }

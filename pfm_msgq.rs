@@ -46,7 +46,7 @@ const EMPTY: PfmMsg = PfmMsg {
     msg_type: 0,
     tid: 0,
     cpu: 0,
-    pad: 0,
+    set: 0,
     reserved0: 0,
     ip: 0,
     ovfl_pmds: 0,

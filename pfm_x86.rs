@@ -234,12 +234,22 @@ impl Choice {
     }
 }
 
+/// The soft model's parameters.
+pub(crate) struct SoftParams {
+    /// Counter width in bits, 16..=64 (`soft_width=`).
+    pub(crate) width: u32,
+    /// Counters implemented, 1..=4 (`soft_counters=`): fewer than the
+    /// events a tool asks for make event sets multiplex on machines
+    /// without a PMU, as they would on a real one.
+    pub(crate) counters: u32,
+}
+
 impl Pmu {
     /// Picks the model named by `pmu=` (`auto`, `soft`, `intel_arch`,
-    /// `amd64`, `intel_arch_sim`) with the soft counter width `soft_width`;
+    /// `amd64`, `intel_arch_sim`) with the soft model's parameters `soft`;
     /// returns the model and why it was picked.
-    pub(crate) fn select(name: &[u8], soft_width: u32) -> Result<(Pmu, &'static str), ProbeError> {
-        if !(16..=64).contains(&soft_width) {
+    pub(crate) fn select(name: &[u8], soft: SoftParams) -> Result<(Pmu, &'static str), ProbeError> {
+        if !(16..=64).contains(&soft.width) || !(1..=SOFT_COUNTERS as u32).contains(&soft.counters) {
             return Err(ProbeError::BadParam);
         }
         let Choice {
@@ -255,8 +265,8 @@ impl Pmu {
             None
         };
         let mut pmu = Pmu {
-            width: hw.map_or(soft_width, |m| m.counter_width()),
-            impl_pmds: hw.map_or((1u64 << SOFT_COUNTERS) - 1, |m| m.impl_pmds()),
+            width: hw.map_or(soft.width, |m| m.counter_width()),
+            impl_pmds: hw.map_or((1u64 << soft.counters) - 1, |m| m.impl_pmds()),
             hw,
             sim,
             cpus: CpuPmus::new().map_err(nomem)?,
@@ -312,6 +322,11 @@ impl Pmu {
         }
     }
 
+    /// Whether the model is the soft one (no PMU).
+    pub(crate) fn is_soft(&self) -> bool {
+        self.hw.is_none()
+    }
+
     /// Bit n set: PMD n exists.
     pub(crate) fn impl_mask(&self) -> u64 {
         self.impl_pmds
@@ -331,13 +346,14 @@ impl Pmu {
 
     /// [`Pmu::describe`] for the soft model.
     fn describe_soft(&self, info: &mut abi::PfmInfo) {
-        info.num_pmcs = SOFT_COUNTERS as u16;
-        info.num_pmds = SOFT_COUNTERS as u16;
+        let n = self.impl_mask().count_ones() as u16;
+        info.num_pmcs = n;
+        info.num_pmds = n;
         info.counter_width = self.width as u16;
         info.impl_pmcs = self.impl_mask();
         info.impl_pmds = self.impl_mask();
         for (i, rsvd) in info.pmc_rsvd_mask.iter_mut().enumerate() {
-            *rsvd = if i < SOFT_COUNTERS {
+            *rsvd = if self.impl_mask() & (1u64 << i) != 0 {
                 SOFT_PMC_RSVD_MASK
             } else {
                 u64::MAX
@@ -365,7 +381,7 @@ impl Pmu {
         if let Some(m) = &self.hw {
             return m.validate_pmc(reg, value, policy).map_err(PmcError::retfl);
         }
-        if reg >= SOFT_COUNTERS {
+        if reg >= SOFT_COUNTERS || self.impl_mask() & (1 << reg) == 0 {
             return Err(abi::PFM_REG_RETFL_NOTAVAIL);
         }
         match SoftEvent::from_pmc(value) {

@@ -90,20 +90,31 @@ impl Context {
                 State::Loaded | State::Masked => {}
                 State::Unloaded | State::Freed => return false,
             }
-            let mut notify = 0u64;
-            for (i, pmd) in inner.counters.pmds().iter().enumerate() {
-                if ovfl & (1 << i) != 0 && pmd.flags & abi::PFM_REGFL_OVFL_NOTIFY != 0 {
-                    notify |= 1 << i;
+            // One message per event set whose PMDs asked (one set, 0,
+            // without sets).
+            let mut notified = false;
+            for (set, &pending) in inner.take_pending(ovfl).iter().enumerate() {
+                let Some(image) = inner.image(set).filter(|_| pending != 0) else {
+                    continue;
+                };
+                let mut notify = 0u64;
+                for (i, pmd) in image.pmds().iter().enumerate() {
+                    if pending & (1 << i) != 0 && pmd.flags & abi::PFM_REGFL_OVFL_NOTIFY != 0 {
+                        notify |= 1 << i;
+                    }
                 }
-            }
-            if notify == 0 {
-                return false;
-            }
-            if inner.flags & abi::PFM_CTXFL_NO_MSG == 0 {
+                if notify == 0 {
+                    continue;
+                }
+                notified = true;
+                if inner.flags & abi::PFM_CTXFL_NO_MSG != 0 {
+                    continue;
+                }
                 let msg = abi::PfmMsg {
                     msg_type: abi::PFM_MSG_OVFL,
                     tid: inner.tid,
                     cpu: inner.on_cpu.unwrap_or(inner.last_cpu) as u16,
+                    set: set as u16,
                     ip: inner.pending_ip,
                     ovfl_pmds: notify,
                     tstamp: glue::now_ns(),
@@ -116,6 +127,9 @@ impl Context {
                     inner.msgs.lost += 1;
                     let _ = inner.transition(Op::QueueFull);
                 }
+            }
+            if !notified {
+                return false;
             }
             block = inner.flags & abi::PFM_CTXFL_NOTIFY_BLOCK != 0
                 && inner.transition(Op::OverflowBlock).is_ok();

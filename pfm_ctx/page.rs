@@ -14,7 +14,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use kernel::prelude::*;
 
-use super::{Context, CtxInner};
+use super::{Context, CtxInner, Extra};
 use crate::abi;
 use crate::globals;
 use crate::pfm_page::{cycles_to_ns, sched_clock_scale, PageCells, PmdUpdate, Update};
@@ -113,6 +113,15 @@ fn runtime_and_tsc() -> (u64, u64) {
 }
 
 impl CtxInner {
+    /// The mapped page, if there is one.
+    #[inline(always)]
+    pub(super) fn page(&self) -> Option<&CtxPage> {
+        match self.extra.as_deref() {
+            Some(Extra::Page(p)) => Some(p),
+            _ => None,
+        }
+    }
+
     /// The least runtime the thread's task-clock may be folded to now (0:
     /// any): what a live reader of the page may already have seen.
     ///
@@ -134,7 +143,7 @@ impl CtxInner {
     /// it to the idle task, and so does this).
     #[inline(always)]
     pub(super) fn page_promise(&self) -> u64 {
-        match &self.page {
+        match self.page() {
             Some(page) => page.promised_now(),
             None => 0,
         }
@@ -145,7 +154,7 @@ impl CtxInner {
     /// a page (one test on the switch path).
     #[inline(always)]
     pub(super) fn switch_out_promise(&self) -> u64 {
-        match &self.page {
+        match self.page() {
             Some(page) if glue::current_is_runnable() => page.promised_now(),
             _ => 0,
         }
@@ -154,7 +163,7 @@ impl CtxInner {
     /// Publishes the context's state to its page, if it has one. Lock held.
     #[inline(always)]
     pub(super) fn page_update(&self) {
-        if let Some(page) = &self.page {
+        if let Some(page) = self.page() {
             self.page_write(page);
         }
     }
@@ -262,20 +271,28 @@ impl Context {
         // Made outside the lock (it may sleep); a racing mmap's may win.
         let mut fresh = match self.has_page() {
             true => None,
-            false => Some(KBox::new(CtxPage::new()?, GFP_KERNEL_ACCOUNT)?),
+            false => Some(KBox::new(Extra::Page(CtxPage::new()?), GFP_KERNEL_ACCOUNT)?),
         };
         let mem: Option<*const mm::SharedPage<PageCells>> = {
             let mut inner = self.inner.lock();
-            if inner.page.is_none() {
-                inner.page = fresh.take();
-                inner.page_update();
+            match inner.extra {
+                // The page describes one image: a context that has event
+                // sets is read through READ_VALUES (and its set flag).
+                Some(ref e) if matches!(**e, Extra::Sets(_)) => return Err(EBUSY),
+                Some(_) => {}
+                None => {
+                    inner.extra = fresh.take();
+                    inner.page_update();
+                }
             }
-            inner.page.as_deref().map(|p| &p.mem as *const _)
+            inner.page().map(|p| &p.mem as *const _)
         };
         drop(fresh);
         let mem = mem.ok_or(ENOMEM)?;
-        // SAFETY: Once set, `page` is never replaced, freed nor borrowed
-        // mutably before the context is dropped (`CtxPage`), and the
+        // SAFETY: Once set, the page (`Extra::Page`: `extra` is never
+        // replaced once set, and `CREATE_SETS` refuses a context with a
+        // page) is never freed nor borrowed mutably before the context is
+        // dropped (`CtxPage`), and the
         // caller's file holds the context. Outside the lock:
         // `insert_ro_page` may sleep.
         vma.insert_ro_page(unsafe { &*mem })
@@ -283,6 +300,6 @@ impl Context {
 
     /// Whether the page exists.
     fn has_page(&self) -> bool {
-        self.inner.lock().page.is_some()
+        self.inner.lock().page().is_some()
     }
 }

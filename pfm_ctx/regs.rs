@@ -49,6 +49,15 @@ fn as_bytes<T: RegElem>(e: &[T]) -> &[u8] {
 }
 
 impl Context {
+    /// The sets that exist now, for the elements' first check (a call
+    /// applies only if each element's set still exists under the lock).
+    fn sets_now(&self) -> u16 {
+        let inner = self.inner.lock();
+        (0..abi::PFM_MAX_SETS as u16)
+            .filter(|&s| inner.set_exists(s))
+            .fold(0, |m, s| m | 1 << s)
+    }
+
     /// The shape of the three register array calls: `check` gives each
     /// element its `PFM_REG_RETFL_*` verdict; one bad element fails the
     /// whole call with `EINVAL`, every element's `reg_flags` telling its
@@ -135,8 +144,9 @@ impl Context {
     pub(crate) fn write_pmcs(&self, arg: &mut abi::PfmRegsArg, regs: UserSlice) -> Result {
         let pmu = &globals().pmu;
         let policy = crate::pfm_x86::Pmu::caller_policy();
+        let sets = self.sets_now();
         let check = |p: &abi::PfmPmc| {
-            if p.reg_set != 0 {
+            if !set_in(sets, p.reg_set) {
                 abi::PFM_REG_RETFL_NOSET
             } else if p.reg_flags & !abi::PFM_REG_RETFL_MASK != 0 || p.reserved != [0; 2] {
                 abi::PFM_REG_RETFL_EINVAL
@@ -148,14 +158,27 @@ impl Context {
         };
         let apply = |inner: &mut CtxInner, _, pmcs: &mut [abi::PfmPmc], _: &mut ()| {
             inner.transition(Op::WriteRegs)?;
+            if pmcs.iter().any(|p| !inner.set_exists(p.reg_set)) {
+                // A set deleted since the check.
+                return Err(EINVAL);
+            }
             // Checked above: every value is valid.
-            let values = pmcs.iter().filter_map(|p| {
+            let value = |p: &abi::PfmPmc| {
                 let reg = p.reg_num as usize;
                 pmu.validate_pmc(reg, p.reg_value, policy)
                     .ok()
                     .map(|v| (reg, v))
-            });
-            inner.counters.write_pmcs(pmu, values);
+            };
+            if !inner.has_sets() {
+                inner.counters.write_pmcs(pmu, pmcs.iter().filter_map(value));
+                return Ok(());
+            }
+            for p in pmcs.iter() {
+                inner.note_reg(p.reg_set, false, p.reg_num.into());
+                if let Some(image) = inner.image_mut(p.reg_set.into()) {
+                    image.write_pmcs(pmu, value(p).into_iter());
+                }
+            }
             Ok(())
         };
         self.reg_array_call(arg, regs, true, check, |_| Ok(()), apply)
@@ -164,8 +187,9 @@ impl Context {
     /// `PFM_IOC_WRITE_PMDS`.
     pub(crate) fn write_pmds(&self, arg: &mut abi::PfmRegsArg, regs: UserSlice) -> Result {
         let implemented = globals().pmu.impl_mask();
+        let sets = self.sets_now();
         let check = |p: &abi::PfmPmd| {
-            if p.reg_set != 0 {
+            if !set_in(sets, p.reg_set) {
                 abi::PFM_REG_RETFL_NOSET
             } else if !pmd_exists(implemented, p.reg_num) {
                 abi::PFM_REG_RETFL_NOTAVAIL
@@ -206,10 +230,17 @@ impl Context {
                         return Err(ENOMEM);
                     }
                 }
-                let table = inner.counters.pmds_mut();
+                if pmds.iter().any(|p| !inner.set_exists(p.reg_set)) {
+                    // A set deleted since the check.
+                    return Err(EINVAL);
+                }
                 for p in pmds.iter() {
+                    inner.note_reg(p.reg_set, true, p.reg_num.into());
+                    let Some(image) = inner.image_mut(p.reg_set.into()) else {
+                        continue;
+                    };
                     // Checked above: implemented, so within the table.
-                    let Some(pmd) = table.get_mut(p.reg_num as usize) else {
+                    let Some(pmd) = image.pmds_mut().get_mut(p.reg_num as usize) else {
                         continue;
                     };
                     pmd.write(p.reg_value);
@@ -228,8 +259,9 @@ impl Context {
     /// `PFM_IOC_READ_PMDS`.
     pub(crate) fn read_pmds(&self, arg: &mut abi::PfmRegsArg, regs: UserSlice) -> Result {
         let implemented = globals().pmu.impl_mask();
+        let sets = self.sets_now();
         let check = |p: &abi::PfmPmd| {
-            if p.reg_set != 0 {
+            if !set_in(sets, p.reg_set) {
                 abi::PFM_REG_RETFL_NOSET
             } else if !pmd_exists(implemented, p.reg_num) {
                 abi::PFM_REG_RETFL_NOTAVAIL
@@ -241,9 +273,12 @@ impl Context {
         };
         let apply = |inner: &mut CtxInner, now, pmds: &mut [abi::PfmPmd], _: &mut ()| {
             inner.transition(Op::Read)?;
-            let table = inner.counters.pmds();
             for p in pmds.iter_mut() {
-                let Some(pmd) = table.get(p.reg_num as usize) else {
+                let Some(image) = inner.image(p.reg_set.into()) else {
+                    // A set deleted since the check.
+                    return Err(EINVAL);
+                };
+                let Some(pmd) = image.pmds().get(p.reg_num as usize) else {
                     continue;
                 };
                 p.reg_value = pmd.value;
@@ -266,19 +301,23 @@ impl Context {
     /// time_running]`.
     pub(crate) fn read_values(&self, arg: &abi::PfmValues) -> Result<[u64; 2]> {
         let implemented = globals().pmu.impl_mask();
-        if arg.reserved != [0; 2] || arg.pmd_mask == 0 || arg.pmd_mask & !implemented != 0 {
+        if arg.pmd_mask == 0 || arg.pmd_mask & !implemented != 0 {
             return Err(EINVAL);
         }
         // Not zeroed: only the first `n` are written and copied out.
         let mut values = [core::mem::MaybeUninit::<u64>::uninit(); abi::PFM_MAX_PMDS];
-        let quick = {
-            let mut inner = self.inner.lock();
-            inner.life.check(Op::Read).map_err(state_err)?;
-            inner.quick_values(arg.pmd_mask, &mut values)
-        };
-        let (n, times) = match quick {
-            Some(r) => r,
-            None => self.fold_values(arg.pmd_mask, &mut values)?,
+        let (n, times) = if arg.set != 0 || arg.vflags != 0 || arg.pad != 0 || arg.reserved != 0 {
+            self.one_set_values(arg, &mut values)?
+        } else {
+            let quick = {
+                let mut inner = self.inner.lock();
+                inner.life.check(Op::Read).map_err(state_err)?;
+                inner.quick_values(arg.pmd_mask, &mut values)
+            };
+            match quick {
+                Some(r) => r,
+                None => self.fold_values(arg.pmd_mask, &mut values)?,
+            }
         };
         // `n` is at most 32: `n * 8` without an overflow check.
         let mut out = UserSlice::new(arg.values as usize, n << 3).writer();
@@ -296,6 +335,21 @@ impl Context {
         Ok(times)
     }
 
+    /// [`Context::read_values`] with `PFM_VALFL_SET`: set `set`'s values
+    /// and times; how many.
+    #[cold]
+    #[inline(never)]
+    fn one_set_values(
+        &self,
+        arg: &abi::PfmValues,
+        values: &mut [core::mem::MaybeUninit<u64>; abi::PFM_MAX_PMDS],
+    ) -> Result<(usize, [u64; 2])> {
+        if arg.vflags != abi::PFM_VALFL_SET || arg.pad != 0 || arg.reserved != 0 {
+            return Err(EINVAL);
+        }
+        self.set_values(arg.set, arg.pmd_mask, values)
+    }
+
     /// [`Context::read_values`] where only a fold will do: the values in
     /// `pmd_mask` into `values`; how many, and the times.
     #[inline(never)]
@@ -307,18 +361,26 @@ impl Context {
         let mut n = 0;
         let times = self.with_live(|inner, now| -> Result<[u64; 2]> {
             inner.transition(Op::Read)?;
-            n = collect_values(inner.counters.pmds(), pmd_mask, values);
+            // Set 0's values (the active set's, unless the context has
+            // several).
+            let image = inner.image(0).ok_or(EINVAL)?;
+            n = collect_values(image.pmds(), pmd_mask, values);
             Ok([inner.time_enabled(now), inner.time_running])
         })?;
         Ok((n, times))
     }
 }
 
+/// Whether set `set` is in the mask `sets`.
+fn set_in(sets: u16, set: u16) -> bool {
+    set < 16 && sets & (1 << set) != 0
+}
+
 /// The values of the PMDs in `pmd_mask` into `out`, in PMD order; how
 /// many. Only the requested PMDs are visited (the mask names implemented
 /// ones only, checked by `read_values`).
 #[inline(always)]
-fn collect_values(
+pub(super) fn collect_values(
     pmds: &[PmdState],
     pmd_mask: u64,
     out: &mut [core::mem::MaybeUninit<u64>; abi::PFM_MAX_PMDS],
@@ -348,9 +410,10 @@ impl CtxInner {
     /// `None`, with nothing changed, where the general fold must run: a
     /// hardware model (its counters are on a PMU), a thread running on
     /// another CPU, a task-clock PMD that would cross 2^64 (the fold
-    /// raises the overflow and applies its resets), or a mapped page (the
+    /// raises the overflow and applies its resets), a mapped page (the
     /// fold updates it, so that the page's readers extend from the value
-    /// this read returned).
+    /// this read returned), or event sets (set 0 may not be the active
+    /// one, and a fold charges the sets).
     ///
     /// It stores what it read, as the fold does: a slice the scheduler
     /// ends below it (a remote wake-up that preempts the thread stamps the
@@ -361,7 +424,8 @@ impl CtxInner {
         pmd_mask: u64,
         out: &mut [core::mem::MaybeUninit<u64>; abi::PFM_MAX_PMDS],
     ) -> Option<(usize, [u64; 2])> {
-        if self.counters.read_only_where_running() || self.page.is_some() {
+        // One test for the page and the sets: neither takes this path.
+        if self.counters.read_only_where_running() || self.extra.is_some() {
             return None;
         }
         let now = match self.on_cpu {

@@ -161,13 +161,18 @@ impl Monitor for Context {
         &self,
         att: &Arc<Attachment<Self>>,
         tid: u32,
+        load_set: u16,
         claim: impl FnOnce() -> Result,
         install: Option<&dyn Fn()>,
     ) -> Result<Option<Arc<Attachment<Self>>>> {
         let mut inner = self.inner.lock();
         inner.life.check(Op::Load).map_err(state_err)?;
-        claim()?;
-        inner.transition(Op::Load)?;
+        // Before the claim: a set that cannot start changes nothing.
+        inner.load_sets(load_set)?;
+        if let Err(e) = claim().and_then(|()| inner.transition(Op::Load).map(|_| ())) {
+            inner.unload_sets();
+            return Err(e);
+        }
         inner.reset_for_load(tid);
         let old = inner.attach.replace(att.clone());
         if let Some(register) = install {
@@ -179,8 +184,8 @@ impl Monitor for Context {
 
     fn load_failed(&self, att: &Attachment<Self>) {
         let mut inner = self.inner.lock();
-        if inner.owns(att) {
-            let _ = inner.transition(Op::LoadFailed);
+        if inner.owns(att) && inner.transition(Op::LoadFailed).is_ok() {
+            inner.unload_sets();
         }
     }
 }
@@ -258,6 +263,7 @@ impl CtxInner {
             return false;
         }
         self.stop_clock(now);
+        self.unload_sets();
         self.msgs.push_last(FinalMsg {
             msg_type,
             tid: self.tid,

@@ -106,8 +106,8 @@ fn registry_refusal<M: Monitor>(reg: &super::Registry<M>, att: &Attachment<M>) -
 }
 
 /// `PFM_IOC_LOAD`'s thread side: attach `ctx` to thread `tid` (0: the
-/// caller).
-pub(crate) fn attach<M: Monitor>(ctx: &SlabArc<M>, tid: u32) -> Result {
+/// caller), monitoring starting in event set `load_set`.
+pub(crate) fn attach<M: Monitor>(ctx: &SlabArc<M>, tid: u32, load_set: u16) -> Result {
     let me = kernel::current!();
     let my_tid = glue::current_tid();
     let is_self = tid == 0 || tid == my_tid;
@@ -145,7 +145,7 @@ pub(crate) fn attach<M: Monitor>(ctx: &SlabArc<M>, tid: u32) -> Result {
         release(att);
         return Err(e);
     }
-    if let Err(e) = publish(&**ctx, &att, shown_tid, is_self) {
+    if let Err(e) = publish(&**ctx, &att, shown_tid, load_set, is_self) {
         release(att);
         return Err(e);
     }
@@ -168,7 +168,13 @@ pub(crate) fn attach<M: Monitor>(ctx: &SlabArc<M>, tid: u32) -> Result {
 
 /// Publishes `att` in the registry and in its context, under the registry
 /// lock (lock order: registry, then context).
-fn publish<M: Monitor>(ctx: &M, att: &Arc<Attachment<M>>, tid: u32, is_self: bool) -> Result {
+fn publish<M: Monitor>(
+    ctx: &M,
+    att: &Arc<Attachment<M>>,
+    tid: u32,
+    load_set: u16,
+    is_self: bool,
+) -> Result {
     let mut reg = M::registry().lock();
     registry_refusal(&reg, att)?;
     // SAFETY: We are the task (`is_self`), with the context lock held
@@ -183,7 +189,7 @@ fn publish<M: Monitor>(ctx: &M, att: &Arc<Attachment<M>>, tid: u32, is_self: boo
         }
         Ok(())
     };
-    let published = ctx.publish(att, tid, claim, install);
+    let published = ctx.publish(att, tid, load_set, claim, install);
     drop(reg);
     if let Some(old) = published? {
         release(old);

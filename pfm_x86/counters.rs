@@ -15,6 +15,7 @@ use core::sync::atomic::Ordering;
 use kernel::prelude::*;
 
 use super::driver::{HwModel, HwRegs, PmiThrottle};
+use super::soft::soft_count_each;
 use super::{count_clock_unless_overflow, soft_count, Pmu, ThreadDeltas, SOFT_COUNTERS};
 use crate::abi;
 use crate::pfm_counter::PmdState;
@@ -191,6 +192,15 @@ impl Counters {
     pub(crate) fn advance(&mut self, d: &ThreadDeltas) -> u64 {
         match self {
             Self::Soft(s) => soft_count(&s.ev_pmds, &mut s.pmds, d),
+            Self::Hw(_) => 0,
+        }
+    }
+
+    /// [`Counters::advance`], telling `overflows(pmd, n)` how many times
+    /// each PMD that overflowed did.
+    pub(crate) fn advance_each(&mut self, d: &ThreadDeltas, overflows: impl FnMut(usize, u64)) -> u64 {
+        match self {
+            Self::Soft(s) => soft_count_each(&s.ev_pmds, &mut s.pmds, d, overflows),
             Self::Hw(_) => 0,
         }
     }

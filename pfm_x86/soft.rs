@@ -66,6 +66,18 @@ pub struct ThreadDeltas {
 /// Advances every counter by what its PMC selects (`ev_pmds[event]`: the
 /// PMDs counting that event); returns the mask of PMDs that overflowed.
 pub fn soft_count(ev_pmds: &[u8; 4], pmds: &mut [PmdState], d: &ThreadDeltas) -> u64 {
+    soft_count_each(ev_pmds, pmds, d, |_, _| {})
+}
+
+/// [`soft_count`], telling `overflows(pmd, n)` how many times each PMD
+/// that overflowed did (event sets switch after a number of overflows).
+#[inline(always)]
+pub fn soft_count_each(
+    ev_pmds: &[u8; 4],
+    pmds: &mut [PmdState],
+    d: &ThreadDeltas,
+    mut overflows: impl FnMut(usize, u64),
+) -> u64 {
     let mut ovfl = 0u64;
     let deltas = [
         (abi::PFM_SOFT_EV_TASK_CLOCK as usize, d.task_clock),
@@ -81,8 +93,10 @@ pub fn soft_count(ev_pmds: &[u8; 4], pmds: &mut [PmdState], d: &ThreadDeltas) ->
             let i = m.trailing_zeros() as usize;
             m &= m - 1;
             if let Some(pmd) = pmds.get_mut(i) {
-                if pmd.count(delta) != 0 {
+                let n = pmd.count(delta);
+                if n != 0 {
                     ovfl |= 1 << i;
+                    overflows(i, n);
                 }
             }
         }

@@ -50,6 +50,7 @@ mod ffi {
     extern "C" {
         pub(crate) fn pfm_param_pmu() -> *const c_char;
         pub(crate) fn pfm_param_soft_width() -> c_uint;
+        pub(crate) fn pfm_param_soft_counters() -> c_uint;
         pub(crate) fn pfm_param_max_attached_per_user() -> c_uint;
         pub(crate) fn pfm_param_sim_no_vector_cpu() -> c_int;
         pub(crate) fn pfm_misc_register(fops: *const bindings::file_operations) -> c_int;
@@ -356,6 +357,12 @@ pub(crate) fn param_pmu() -> &'static CStr {
 pub(crate) fn param_soft_width() -> u32 {
     // SAFETY: Reads a module parameter that is read-only after load.
     unsafe { ffi::pfm_param_soft_width() }
+}
+
+/// The `soft_counters=` module parameter.
+pub(crate) fn param_soft_counters() -> u32 {
+    // SAFETY: Reads a module parameter that is read-only after load.
+    unsafe { ffi::pfm_param_soft_counters() }
 }
 
 /// The `max_attached_per_user` module parameter (root may change it at

@@ -60,6 +60,9 @@ MODULE_PARM_DESC(pmu, "PMU model: auto (default), soft, intel_arch, amd64");
 static unsigned int soft_width = 64;
 module_param(soft_width, uint, 0444);
 MODULE_PARM_DESC(soft_width, "Counter width of the soft PMU model, 16..64 (default 64)");
+static unsigned int soft_counters = 4;
+module_param(soft_counters, uint, 0444);
+MODULE_PARM_DESC(soft_counters, "Counters of the soft PMU model, 1..4 (default 4): fewer force event sets to multiplex");
 
 static unsigned int max_attached_per_user = 1024;
 module_param(max_attached_per_user, uint, 0644);
@@ -67,6 +70,7 @@ MODULE_PARM_DESC(max_attached_per_user, "Threads one unprivileged user may have 
 const char *pfm_param_pmu(void) { return pmu; }
 unsigned int pfm_param_max_attached_per_user(void) { return READ_ONCE(max_attached_per_user); }
 unsigned int pfm_param_soft_width(void) { return soft_width; }
+unsigned int pfm_param_soft_counters(void) { return soft_counters; }
 
 /* A test hook of pmu=intel_arch_sim only: this CPU gets no overflow vector,
  * as if its allocation had failed (the hardware path must then never put

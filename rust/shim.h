@@ -16,6 +16,7 @@
 
 const char *pfm_param_pmu(void);
 unsigned int pfm_param_soft_width(void);
+unsigned int pfm_param_soft_counters(void);
 int pfm_param_sim_no_vector_cpu(void);
 unsigned int pfm_param_max_attached_per_user(void);
 int pfm_misc_register(const struct file_operations *fops);

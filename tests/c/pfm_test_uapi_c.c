@@ -141,16 +141,24 @@ static void read_values(void)
 	errno = 0;
 	ok = ok && ioctl(fd, PFM_IOC_READ_VALUES, &v) < 0 && errno == EINVAL;
 	v.pmd_mask = 1;
-	v.reserved[1] = 1;
+	v.reserved = 1;
 	errno = 0;
 	ok = ok && ioctl(fd, PFM_IOC_READ_VALUES, &v) < 0 && errno == EINVAL;
-	v.reserved[1] = 0;
+	v.reserved = 0;
 	v.values = 0;
 	errno = 0;
 	ok = ok && ioctl(fd, PFM_IOC_READ_VALUES, &v) < 0 && errno == EFAULT;
 	tap(ok, "READ_VALUES: empty mask, unimplemented PMD, reserved field: EINVAL; NULL array: EFAULT");
 	close(fd);
 }
+
+/* The event sets' structures, as include/uapi/linux/perfmon.rs pins them. */
+_Static_assert(sizeof(struct pfm_setdesc) == 32, "pfm_setdesc");
+_Static_assert(sizeof(struct pfm_setinfo) == 128, "pfm_setinfo");
+_Static_assert(sizeof(struct pfm_sets_arg) == 32, "pfm_sets_arg");
+_Static_assert(sizeof(struct pfm_values) == 48, "pfm_values");
+_Static_assert(sizeof(struct pfm_load) == 32, "pfm_load");
+_Static_assert(offsetof(struct pfm_setinfo, set_last_cause) == 64, "set_last_cause");
 
 /* The mapped page's layout, as include/uapi/linux/perfmon.rs pins it. */
 _Static_assert(sizeof(struct pfm_page_pmd) == 32, "pfm_page_pmd");

@@ -56,7 +56,7 @@
 /* A PMC (configuration register) to write. */
 struct pfm_pmc {
 	__u16 reg_num;		/* PMC number */
-	__u16 reg_set;		/* event set, must be 0 */
+	__u16 reg_set;		/* event set (PFM_REG_RETFL_NOSET if it does not exist) */
 	__u32 reg_flags;	/* in: 0; out: PFM_REG_RETFL_* */
 	__u64 reg_value;	/* checked against the model's reserved mask */
 	__u64 reserved[2];	/* must be 0 */
@@ -65,7 +65,7 @@ struct pfm_pmc {
 /* A PMD (data register: a counter) to write or read. */
 struct pfm_pmd {
 	__u16 reg_num;		/* PMD number */
-	__u16 reg_set;		/* event set, must be 0 */
+	__u16 reg_set;		/* event set (PFM_REG_RETFL_NOSET if it does not exist) */
 	__u32 reg_flags;	/* in: PFM_REGFL_*; out: PFM_REG_RETFL_* */
 	__u64 reg_value;	/* 64-bit virtualized value */
 	__u64 reg_long_reset;	/* reload value on RESTART after a notification */
@@ -101,14 +101,82 @@ struct pfm_values {
 	__u64 values;		/* in: user pointer to __u64[popcount(pmd_mask)] */
 	__u64 time_enabled;	/* out: ns loaded and started */
 	__u64 time_running;	/* out: ns the thread ran while started */
-	__u64 reserved[2];	/* must be 0 */
+	__u16 set;		/* PFM_VALFL_SET: the event set read; else 0 */
+	__u16 vflags;		/* PFM_VALFL_* */
+	__u32 pad;		/* must be 0 */
+	__u64 reserved;		/* must be 0 */
 };
+
+/* struct pfm_values.vflags */
+#define PFM_VALFL_SET		(1u << 0)	/* values and times of set `set` */
+#define PFM_VALFL_MASK		0x1u
 
 /* Argument of PFM_IOC_LOAD. */
 struct pfm_load {
 	__u32 tid;		/* thread to monitor; 0 = the calling thread */
 	__u32 flags;		/* must be 0 */
-	__u64 reserved[3];	/* must be 0 */
+	__u16 load_set;		/* the event set monitoring starts in (it must exist) */
+	__u16 pad0;		/* must be 0 */
+	__u32 pad1;		/* must be 0 */
+	__u64 reserved[2];	/* must be 0 */
+};
+
+/*
+ * Event sets (Documentation/perfmon.rst, "Event sets and multiplexing").
+ * Set 0 always exists; sets 1..PFM_MAX_SETS-1 are created and deleted while
+ * UNLOADED. A register element's reg_set names its set. While loaded, the
+ * sets take turns on the counters, round robin by id, switched by the
+ * active set's flags.
+ */
+#define PFM_MAX_SETS		16
+#define PFM_SETFL_OVFL_SWITCH	(1u << 0)	/* after set_ovfl_switch_cnt overflows of set_switch_pmds */
+#define PFM_SETFL_TIME_SWITCH	(1u << 1)	/* after set_timeout ns of the thread's running time */
+#define PFM_SETFL_MASK		0x3u
+#define PFM_SET_MIN_TIMEOUT	100000	/* ns; shorter timeouts are raised to it */
+
+/* struct pfm_setinfo.set_last_cause */
+#define PFM_SET_CAUSE_NONE	0	/* the set was never switched away from */
+#define PFM_SET_CAUSE_TIME	1	/* its timeout */
+#define PFM_SET_CAUSE_OVFL	2	/* its ovfl_switch_cnt-th overflow */
+
+struct pfm_setdesc {
+	__u16 set_id;		/* 0..PFM_MAX_SETS-1 */
+	__u16 set_flags;	/* PFM_SETFL_*: at most one */
+	__u32 set_ovfl_switch_cnt; /* OVFL_SWITCH: >= 1; else 0 */
+	__u64 set_timeout;	/* TIME_SWITCH: ns (out: the effective value); else 0 */
+	__u64 set_switch_pmds;	/* OVFL_SWITCH: PMDs whose overflows count; else 0 */
+	__u64 reserved;		/* must be 0 */
+};
+
+struct pfm_setinfo {
+	__u16 set_id;		/* in: the set */
+	__u16 set_flags;	/* out, as created */
+	__u32 set_ovfl_switch_cnt;
+	__u64 set_timeout;	/* the effective timeout */
+	__u64 set_switch_pmds;
+	__u64 set_runs;		/* activations since LOAD */
+	__u64 set_timeout_left;	/* active and TIME_SWITCH: ns left; else the timeout */
+	__u64 set_time_enabled;	/* ns the thread ran while the context counted, since LOAD */
+	__u64 set_time_running;	/* the part of it with this set active */
+	__u64 set_ovfl_pmds;	/* the PMDs whose overflows caused the last switch away */
+	__u32 set_last_cause;	/* PFM_SET_CAUSE_* */
+	__u32 pad;
+	__u64 set_used_pmcs;	/* PMCs written in this set */
+	__u64 set_used_pmds;	/* PMDs written in this set */
+	__u64 reserved[5];
+};
+
+/*
+ * Argument of PFM_IOC_CREATE_SETS (an array of struct pfm_setdesc),
+ * PFM_IOC_DELETE_SETS (__u16 set ids) and PFM_IOC_GETINFO_SETS (struct
+ * pfm_setinfo, set_id in). All or nothing: on EINVAL `done` is the index of
+ * the first bad element.
+ */
+struct pfm_sets_arg {
+	__u64 sets;		/* user pointer to the array */
+	__u32 count;		/* elements, 1..PFM_MAX_SETS */
+	__u32 done;		/* out: elements processed, or the first bad index */
+	__u64 reserved[2];	/* must be 0 */
 };
 
 /* Context flags (PFM_IOC_SET_FLAGS; only while UNLOADED). */
@@ -172,7 +240,7 @@ struct pfm_msg {
 	__u32 type;		/* PFM_MSG_* */
 	__u32 tid;		/* monitored thread */
 	__u16 cpu;		/* CPU where it happened */
-	__u16 pad;
+	__u16 set;		/* OVFL: the event set of ovfl_pmds (0 without sets) */
 	__u32 reserved0;
 	__u64 ip;		/* OVFL: user instruction pointer when interrupted */
 	__u64 ovfl_pmds;	/* OVFL: bitmask of overflowed PMDs */
@@ -248,6 +316,9 @@ struct pfm_page {
 #define PFM_IOC_GET_STATE	_IOR(PFM_IOC_MAGIC, 0x09, struct pfm_ctx_info)
 #define PFM_IOC_SET_FLAGS	_IOW(PFM_IOC_MAGIC, 0x0a, struct pfm_ctx_flags)
 #define PFM_IOC_READ_VALUES	_IOWR(PFM_IOC_MAGIC, 0x0b, struct pfm_values)
+#define PFM_IOC_CREATE_SETS	_IOWR(PFM_IOC_MAGIC, 0x0c, struct pfm_sets_arg)
+#define PFM_IOC_DELETE_SETS	_IOWR(PFM_IOC_MAGIC, 0x0d, struct pfm_sets_arg)
+#define PFM_IOC_GETINFO_SETS	_IOWR(PFM_IOC_MAGIC, 0x0e, struct pfm_sets_arg)
 
 /* Soft PMU model: event codes written into PMC n select what PMD n counts. */
 #define PFM_SOFT_EV_NONE		0

@@ -92,7 +92,7 @@ pub const PFM_SOFT_EV_CPU_MIGRATIONS: u64 = 3;
 pub struct PfmPmc {
     /// PMC number.
     pub reg_num: u16,
-    /// Event set, must be 0.
+    /// Event set (`PFM_REG_RETFL_NOSET` if it does not exist).
     pub reg_set: u16,
     /// In: 0. Out: `PFM_REG_RETFL_*`.
     pub reg_flags: u32,
@@ -108,7 +108,7 @@ pub struct PfmPmc {
 pub struct PfmPmd {
     /// PMD number.
     pub reg_num: u16,
-    /// Event set, must be 0.
+    /// Event set (`PFM_REG_RETFL_NOSET` if it does not exist).
     pub reg_set: u16,
     /// In: `PFM_REGFL_*`. Out: `PFM_REG_RETFL_*`.
     pub reg_flags: u32,
@@ -156,9 +156,21 @@ pub struct PfmValues {
     pub time_enabled: u64,
     /// Out: ns the thread ran while started.
     pub time_running: u64,
+    /// With [`PFM_VALFL_SET`]: the event set read; else 0.
+    pub set: u16,
+    /// `PFM_VALFL_*`.
+    pub vflags: u16,
     /// Must be 0.
-    pub reserved: [u64; 2],
+    pub pad: u32,
+    /// Must be 0.
+    pub reserved: u64,
 }
+
+/// [`PfmValues::vflags`]: the values and times of set [`PfmValues::set`]
+/// (without it: the active set's values, the context's times).
+pub const PFM_VALFL_SET: u16 = 1 << 0;
+/// Every defined `PFM_VALFL_*` bit.
+pub const PFM_VALFL_MASK: u16 = 0x1;
 
 /// Argument of `PFM_IOC_LOAD`.
 #[repr(C)]
@@ -168,8 +180,103 @@ pub struct PfmLoad {
     pub tid: u32,
     /// Must be 0.
     pub flags: u32,
+    /// The event set monitoring starts in (it must exist).
+    pub load_set: u16,
     /// Must be 0.
-    pub reserved: [u64; 3],
+    pub pad0: u16,
+    /// Must be 0.
+    pub pad1: u32,
+    /// Must be 0.
+    pub reserved: [u64; 2],
+}
+
+/// Event set ids are `0..PFM_MAX_SETS`; set 0 always exists.
+pub const PFM_MAX_SETS: usize = 16;
+/// [`PfmSetdesc::set_flags`]: switch after `set_ovfl_switch_cnt` overflows
+/// of the PMDs in `set_switch_pmds`.
+pub const PFM_SETFL_OVFL_SWITCH: u16 = 1 << 0;
+/// [`PfmSetdesc::set_flags`]: switch after `set_timeout` ns of the
+/// monitored thread's running time.
+pub const PFM_SETFL_TIME_SWITCH: u16 = 1 << 1;
+/// Every defined `PFM_SETFL_*` bit.
+pub const PFM_SETFL_MASK: u16 = 0x3;
+/// The shortest set timeout, ns: shorter ones are raised to it.
+pub const PFM_SET_MIN_TIMEOUT: u64 = 100_000;
+/// [`PfmSetinfo::set_last_cause`]: never switched away from.
+pub const PFM_SET_CAUSE_NONE: u32 = 0;
+/// [`PfmSetinfo::set_last_cause`]: its timeout.
+pub const PFM_SET_CAUSE_TIME: u32 = 1;
+/// [`PfmSetinfo::set_last_cause`]: its `set_ovfl_switch_cnt`-th overflow.
+pub const PFM_SET_CAUSE_OVFL: u32 = 2;
+
+/// An event set's description (`PFM_IOC_CREATE_SETS`).
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct PfmSetdesc {
+    /// `0..PFM_MAX_SETS`.
+    pub set_id: u16,
+    /// `PFM_SETFL_*`: at most one.
+    pub set_flags: u16,
+    /// `OVFL_SWITCH`: at least 1; else 0.
+    pub set_ovfl_switch_cnt: u32,
+    /// `TIME_SWITCH`: ns (out: the effective value); else 0.
+    pub set_timeout: u64,
+    /// `OVFL_SWITCH`: the PMDs whose overflows count; else 0.
+    pub set_switch_pmds: u64,
+    /// Must be 0.
+    pub reserved: u64,
+}
+
+/// What `PFM_IOC_GETINFO_SETS` reports of one set (`set_id` in).
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct PfmSetinfo {
+    /// In: the set.
+    pub set_id: u16,
+    /// As created.
+    pub set_flags: u16,
+    /// As created.
+    pub set_ovfl_switch_cnt: u32,
+    /// The effective timeout.
+    pub set_timeout: u64,
+    /// As created.
+    pub set_switch_pmds: u64,
+    /// Activations since LOAD.
+    pub set_runs: u64,
+    /// Active with `TIME_SWITCH`: ns left; else the timeout.
+    pub set_timeout_left: u64,
+    /// ns the thread ran while the context counted, since LOAD.
+    pub set_time_enabled: u64,
+    /// The part of `set_time_enabled` with this set active.
+    pub set_time_running: u64,
+    /// The PMDs whose overflows caused the last switch away.
+    pub set_ovfl_pmds: u64,
+    /// `PFM_SET_CAUSE_*`.
+    pub set_last_cause: u32,
+    /// 0.
+    pub pad: u32,
+    /// PMCs written in this set.
+    pub set_used_pmcs: u64,
+    /// PMDs written in this set.
+    pub set_used_pmds: u64,
+    /// 0.
+    pub reserved: [u64; 5],
+}
+
+/// Argument of `PFM_IOC_CREATE_SETS` (`PfmSetdesc[]`), `PFM_IOC_DELETE_SETS`
+/// (`u16[]` ids) and `PFM_IOC_GETINFO_SETS` (`PfmSetinfo[]`): all or
+/// nothing; on `EINVAL`, `done` is the first bad element's index.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct PfmSetsArg {
+    /// User pointer to the array.
+    pub sets: u64,
+    /// Elements, `1..=PFM_MAX_SETS`.
+    pub count: u32,
+    /// Out: elements processed, or the first bad index.
+    pub done: u32,
+    /// Must be 0.
+    pub reserved: [u64; 2],
 }
 
 /// Argument of `PFM_IOC_SET_FLAGS`.
@@ -285,8 +392,8 @@ pub struct PfmMsg {
     pub tid: u32,
     /// CPU where it happened.
     pub cpu: u16,
-    /// Zero.
-    pub pad: u16,
+    /// OVFL: the event set of `ovfl_pmds` (0 without sets).
+    pub set: u16,
     /// Zero.
     pub reserved0: u32,
     /// OVFL: user instruction pointer when interrupted.
@@ -449,7 +556,30 @@ pub const PFM_IOC_READ_VALUES: u32 = ioc(
     core::mem::size_of::<PfmValues>(),
 );
 
+/// `_IOWR(PFM_IOC_MAGIC, 0x0c, struct pfm_sets_arg)`.
+pub const PFM_IOC_CREATE_SETS: u32 = ioc(
+    IOC_READ | IOC_WRITE,
+    0x0c,
+    core::mem::size_of::<PfmSetsArg>(),
+);
+/// `_IOWR(PFM_IOC_MAGIC, 0x0d, struct pfm_sets_arg)`.
+pub const PFM_IOC_DELETE_SETS: u32 = ioc(
+    IOC_READ | IOC_WRITE,
+    0x0d,
+    core::mem::size_of::<PfmSetsArg>(),
+);
+/// `_IOWR(PFM_IOC_MAGIC, 0x0e, struct pfm_sets_arg)`.
+pub const PFM_IOC_GETINFO_SETS: u32 = ioc(
+    IOC_READ | IOC_WRITE,
+    0x0e,
+    core::mem::size_of::<PfmSetsArg>(),
+);
+
 // The sizes are part of the ABI: any change here is an ABI break.
+const _: () = assert!(core::mem::size_of::<PfmSetdesc>() == 32);
+const _: () = assert!(core::mem::size_of::<PfmSetinfo>() == 128);
+const _: () = assert!(core::mem::size_of::<PfmSetsArg>() == 32);
+const _: () = assert!(core::mem::offset_of!(PfmSetinfo, set_last_cause) == 64);
 const _: () = assert!(core::mem::size_of::<PfmPmc>() == 32);
 const _: () = assert!(core::mem::size_of::<PfmPmd>() == 64);
 const _: () = assert!(core::mem::size_of::<PfmRegsArg>() == 48);

@@ -119,6 +119,9 @@ pub struct Message {
     pub tid: u32,
     /// The CPU where it happened.
     pub cpu: u16,
+    /// Overflow: the event set whose PMDs overflowed (0 for a context
+    /// without sets).
+    pub set: u16,
     /// Overflow: the user instruction pointer when interrupted.
     pub ip: u64,
     /// Overflow: the PMDs that overflowed (bit n: PMD n).
@@ -146,6 +149,7 @@ impl Message {
             kind,
             tid: u32_at(4),
             cpu: u16::from_ne_bytes([b[8], b[9]]),
+            set: u16::from_ne_bytes([b[10], b[11]]),
             ip: u64_at(16),
             ovfl_pmds: u64_at(24),
             tstamp: u64_at(32),
@@ -345,8 +349,15 @@ impl Context {
     /// installs the context when it next returns to user mode (see
     /// [`Context::wait_active`]).
     pub fn load(&self, tid: u32) -> Result<()> {
+        self.load_in_set(tid, 0)
+    }
+
+    /// [`Context::load`], monitoring starting in event set `set` (which
+    /// must exist: `EINVAL` otherwise; see [`Context::create_sets`]).
+    pub fn load_in_set(&self, tid: u32, set: u16) -> Result<()> {
         let mut arg = PfmLoad {
             tid,
+            load_set: set,
             ..Default::default()
         };
         sys::ioctl_arg(self.fd(), PFM_IOC_LOAD, &mut arg)
@@ -405,6 +416,67 @@ impl Context {
             time_enabled: arg.time_enabled,
             time_running: arg.time_running,
         })
+    }
+
+    /// Reads the PMDs of `pmd_mask` of event set `set` with
+    /// `PFM_IOC_READ_VALUES` (`PFM_VALFL_SET`): the set's values in PMD
+    /// order, and the set's times: `time_enabled` is the thread's running
+    /// time while the context counted since LOAD, `time_running` the part
+    /// of it the set was active, so `count × time_enabled / time_running`
+    /// estimates what the set's events would have counted alone.
+    pub fn read_set_values(&self, set: u16, pmd_mask: u64) -> Result<Counts> {
+        let mut values = vec![0u64; pmd_mask.count_ones() as usize];
+        let mut arg = PfmValues {
+            pmd_mask,
+            set,
+            vflags: PFM_VALFL_SET,
+            ..Default::default()
+        };
+        sys::ioctl_values(self.fd(), &mut arg, &mut values)
+            .map_err(|e| Error::os(Op::ReadValues, e))?;
+        Ok(Counts {
+            values,
+            time_enabled: arg.time_enabled,
+            time_running: arg.time_running,
+        })
+    }
+
+    /// Creates event sets, or changes the flags of existing ones (set 0's
+    /// included), while the context is UNLOADED (`PFM_IOC_CREATE_SETS`).
+    /// All or nothing: on a bad element the error is [`Error::BadSet`].
+    /// On success each `set_timeout` holds the effective timeout (at least
+    /// [`PFM_SET_MIN_TIMEOUT`]). Registers go into a set by their
+    /// `reg_set`.
+    pub fn create_sets(&self, descs: &mut [PfmSetdesc]) -> Result<()> {
+        let mut arg = PfmSetsArg::default();
+        let res = sys::ioctl_sets(self.fd(), PFM_IOC_CREATE_SETS, descs, &mut arg);
+        sets_result(Op::CreateSets, res, &arg, |i| descs.get(i).map(|d| d.set_id))
+    }
+
+    /// Deletes event sets and their registers while the context is
+    /// UNLOADED (`PFM_IOC_DELETE_SETS`), all or nothing; set 0 cannot go.
+    pub fn delete_sets(&self, ids: &[u16]) -> Result<()> {
+        let mut ids = ids.to_vec();
+        let mut arg = PfmSetsArg::default();
+        let res = sys::ioctl_sets(self.fd(), PFM_IOC_DELETE_SETS, &mut ids, &mut arg);
+        sets_result(Op::DeleteSets, res, &arg, |i| ids.get(i).copied())
+    }
+
+    /// What `PFM_IOC_GETINFO_SETS` says of the sets `ids`, in that order:
+    /// flags, effective timeout, activations, times and the cause of the
+    /// last switch away (readable after UNLOAD too).
+    pub fn sets_info(&self, ids: &[u16]) -> Result<Vec<PfmSetinfo>> {
+        let mut infos: Vec<PfmSetinfo> = ids
+            .iter()
+            .map(|&set_id| PfmSetinfo {
+                set_id,
+                ..Default::default()
+            })
+            .collect();
+        let mut arg = PfmSetsArg::default();
+        let res = sys::ioctl_sets(self.fd(), PFM_IOC_GETINFO_SETS, &mut infos, &mut arg);
+        sets_result(Op::GetinfoSets, res, &arg, |i| ids.get(i).copied())?;
+        Ok(infos)
     }
 
     /// Maps the context's counter page (`mmap` of the fd): reads without a
@@ -565,6 +637,29 @@ fn regs_result(
     }
 }
 
+/// Maps the result of an event set call to this crate's errors: `EINVAL`
+/// with `done` naming an element is [`Error::BadSet`] (an argument the
+/// kernel refused as a whole, a count of 0 or above `PFM_MAX_SETS`, is a
+/// plain `EINVAL`).
+fn sets_result(
+    op: Op,
+    res: std::result::Result<i32, i32>,
+    arg: &PfmSetsArg,
+    set_id: impl Fn(usize) -> Option<u16>,
+) -> Result<()> {
+    match res {
+        Ok(_) => Ok(()),
+        Err(libc::EINVAL) if (1..=PFM_MAX_SETS as u32).contains(&arg.count) => {
+            let index = arg.done as usize;
+            match set_id(index) {
+                Some(set_id) => Err(Error::BadSet { op, index, set_id }),
+                None => Err(Error::os(op, libc::EINVAL)),
+            }
+        }
+        Err(e) => Err(Error::os(op, e)),
+    }
+}
+
 impl AsFd for Context {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.file.as_fd()
@@ -615,6 +710,7 @@ mod tests {
         b[0..4].copy_from_slice(&PFM_MSG_END.to_ne_bytes());
         b[4..8].copy_from_slice(&1234u32.to_ne_bytes());
         b[8..10].copy_from_slice(&1u16.to_ne_bytes());
+        b[10..12].copy_from_slice(&3u16.to_ne_bytes());
         b[16..24].copy_from_slice(&0xdead_beefu64.to_ne_bytes());
         b[24..32].copy_from_slice(&0b101u64.to_ne_bytes());
         b[32..40].copy_from_slice(&99u64.to_ne_bytes());
@@ -625,6 +721,7 @@ mod tests {
                 kind: MessageKind::End,
                 tid: 1234,
                 cpu: 1,
+                set: 3,
                 ip: 0xdead_beef,
                 ovfl_pmds: 0b101,
                 tstamp: 99
@@ -633,9 +730,40 @@ mod tests {
         // The offsets used above are those of struct pfm_msg.
         assert_eq!(std::mem::offset_of!(PfmMsg, tid), 4);
         assert_eq!(std::mem::offset_of!(PfmMsg, cpu), 8);
+        // The set follows the CPU (`pad` until the field is named `set`).
+        assert_eq!(std::mem::offset_of!(PfmMsg, reserved0), 12);
         assert_eq!(std::mem::offset_of!(PfmMsg, ip), 16);
         assert_eq!(std::mem::offset_of!(PfmMsg, ovfl_pmds), 24);
         assert_eq!(std::mem::offset_of!(PfmMsg, tstamp), 32);
+    }
+
+    #[test]
+    fn bad_set_maps_done() {
+        let arg = PfmSetsArg {
+            count: 2,
+            done: 1,
+            ..Default::default()
+        };
+        let ids = [1u16, 16];
+        let err = sets_result(Op::CreateSets, Err(libc::EINVAL), &arg, |i| {
+            ids.get(i).copied()
+        })
+        .unwrap_err();
+        assert_eq!(
+            err,
+            Error::BadSet {
+                op: Op::CreateSets,
+                index: 1,
+                set_id: 16
+            }
+        );
+        assert_eq!(err.errno(), Some(libc::EINVAL));
+        // A count the kernel refuses as a whole: a plain EINVAL.
+        let whole = PfmSetsArg::default();
+        let err = sets_result(Op::DeleteSets, Err(libc::EINVAL), &whole, |_| Some(1)).unwrap_err();
+        assert_eq!(err, Error::os(Op::DeleteSets, libc::EINVAL));
+        let err = sets_result(Op::CreateSets, Err(libc::EBADFD), &arg, |_| None).unwrap_err();
+        assert_eq!(err, Error::os(Op::CreateSets, libc::EBADFD));
     }
 
     #[test]

@@ -36,6 +36,12 @@ pub enum Op {
     GetState,
     /// `PFM_IOC_SET_FLAGS`.
     SetFlags,
+    /// `PFM_IOC_CREATE_SETS`.
+    CreateSets,
+    /// `PFM_IOC_DELETE_SETS`.
+    DeleteSets,
+    /// `PFM_IOC_GETINFO_SETS`.
+    GetinfoSets,
     /// `read()` of a message from the context.
     ReadMessage,
     /// `poll()` on the context.
@@ -81,6 +87,9 @@ impl Op {
             Op::Restart => "PFM_IOC_RESTART",
             Op::GetState => "PFM_IOC_GET_STATE",
             Op::SetFlags => "PFM_IOC_SET_FLAGS",
+            Op::CreateSets => "PFM_IOC_CREATE_SETS",
+            Op::DeleteSets => "PFM_IOC_DELETE_SETS",
+            Op::GetinfoSets => "PFM_IOC_GETINFO_SETS",
             Op::ReadMessage => "read",
             Op::Poll => "poll",
             Op::Fcntl => "fcntl",
@@ -191,6 +200,16 @@ pub enum Error {
         /// Its `reg_flags` as returned (`PFM_REG_RETFL_*` bits).
         flags: u32,
     },
+    /// An event set call rejected an element (EINVAL).
+    BadSet {
+        /// `PFM_IOC_CREATE_SETS`, `PFM_IOC_DELETE_SETS` or
+        /// `PFM_IOC_GETINFO_SETS`.
+        op: Op,
+        /// Index of the first bad element (the `done` field).
+        index: usize,
+        /// Its set id.
+        set_id: u16,
+    },
     /// An event name the PMU model does not have.
     UnknownEvent {
         /// The name given.
@@ -277,7 +296,7 @@ impl Error {
             Error::NotLoaded { errno, .. }
             | Error::Os { errno, .. }
             | Error::Exec { errno, .. } => Some(*errno),
-            Error::BadRegister { .. } => Some(libc::EINVAL),
+            Error::BadRegister { .. } | Error::BadSet { .. } => Some(libc::EINVAL),
             Error::ShortMessage { .. } => Some(libc::EIO),
             _ => None,
         }
@@ -288,7 +307,7 @@ impl Error {
         match self {
             Error::NotLoaded { .. } => ErrorKind::NoDevice,
             Error::Os { kind, .. } => *kind,
-            Error::BadRegister { .. } => ErrorKind::InvalidArgument,
+            Error::BadRegister { .. } | Error::BadSet { .. } => ErrorKind::InvalidArgument,
             _ => ErrorKind::Other,
         }
     }
@@ -311,9 +330,10 @@ impl Error {
     pub fn op(&self) -> Option<Op> {
         match self {
             Error::NotLoaded { .. } => Some(Op::Open),
-            Error::Os { op, .. } | Error::BadRegister { op, .. } | Error::Timeout { op, .. } => {
-                Some(*op)
-            }
+            Error::Os { op, .. }
+            | Error::BadRegister { op, .. }
+            | Error::BadSet { op, .. }
+            | Error::Timeout { op, .. } => Some(*op),
             Error::Exec { .. } => Some(Op::Exec),
             _ => None,
         }
@@ -444,6 +464,25 @@ impl fmt::Display for Error {
                             "{op}: {text} ({name}): the kernel has no such perf event"
                         )
                     }
+                    (Op::CreateSets, _) if *errno == libc::EOPNOTSUPP => write!(
+                        f,
+                        "{op}: this PMU model has no event sets ({name}); \
+                         the soft model (pmu=soft) has them"
+                    ),
+                    (Op::CreateSets, ErrorKind::Busy) => write!(
+                        f,
+                        "{op}: the context's counter page is mapped ({name}); \
+                         a page describes one set: unmap it first"
+                    ),
+                    (Op::Mmap, ErrorKind::Busy) => write!(
+                        f,
+                        "{op}: the context has event sets ({name}); \
+                         a counter page describes one set"
+                    ),
+                    (Op::CreateSets | Op::DeleteSets, ErrorKind::WrongState) => write!(
+                        f,
+                        "{op}: event sets change only while the context is unloaded ({name})"
+                    ),
                     (_, ErrorKind::WrongState) => write!(
                         f,
                         "{op}: the context is not in a state that allows this ({name})"
@@ -469,6 +508,21 @@ impl fmt::Display for Error {
                 "{op}: element {index} (register {reg_num}) rejected: {} (EINVAL)",
                 retflags_text(*flags)
             ),
+            Error::BadSet { op, index, set_id } => {
+                let why = match op {
+                    Op::CreateSets => {
+                        "a set id of 16 or more, reserved bits or fields, both switch flags, \
+                         a timeout or overflow count that does not match the flags, or \
+                         PMDs the model lacks"
+                    }
+                    Op::DeleteSets => "set 0 cannot be deleted, or the set does not exist",
+                    _ => "the set does not exist",
+                };
+                write!(
+                    f,
+                    "{op}: element {index} (set {set_id}) rejected: {why} (EINVAL)"
+                )
+            }
             Error::UnknownEvent {
                 name,
                 model,

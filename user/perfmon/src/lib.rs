@@ -79,6 +79,10 @@ mod abi_tests {
         assert_eq!(PFM_IOC_GET_STATE, 0x8030_B609);
         // _IOW(0xB6, 0x0a, struct pfm_ctx_flags): 1<<30 | 32<<16 | 0xB60A.
         assert_eq!(PFM_IOC_SET_FLAGS, 0x4020_B60A);
+        // _IOWR(0xB6, n, struct pfm_sets_arg): 3<<30 | 32<<16 | 0xB600 | n.
+        assert_eq!(PFM_IOC_CREATE_SETS, 0xC020_B60C);
+        assert_eq!(PFM_IOC_DELETE_SETS, 0xC020_B60D);
+        assert_eq!(PFM_IOC_GETINFO_SETS, 0xC020_B60E);
     }
 
     #[test]
@@ -96,6 +100,10 @@ mod abi_tests {
             4 + 4 + 32 + 4 * 2 + 4 + 4 + 8 + 8 + 4 * 8 + 32 * 8 + 16 * 32
         );
         assert_eq!(size_of::<PfmMsg>(), 4 + 4 + 2 + 2 + 4 + 8 + 8 + 8 + 3 * 8);
+        assert_eq!(size_of::<PfmValues>(), 8 + 8 + 8 + 8 + 2 + 2 + 4 + 8);
+        assert_eq!(size_of::<PfmSetdesc>(), 2 + 2 + 4 + 3 * 8);
+        assert_eq!(size_of::<PfmSetinfo>(), 2 + 2 + 4 + 7 * 8 + 4 + 4 + 2 * 8 + 5 * 8);
+        assert_eq!(size_of::<PfmSetsArg>(), 8 + 4 + 4 + 2 * 8);
     }
 
     #[test]
@@ -114,7 +122,16 @@ mod abi_tests {
         assert_eq!(offset_of!(PfmRegsArg, time_running), 24);
         assert_eq!(offset_of!(PfmRegsArg, reserved), 32);
         assert_eq!(offset_of!(PfmLoad, flags), 4);
-        assert_eq!(offset_of!(PfmLoad, reserved), 8);
+        assert_eq!(offset_of!(PfmLoad, load_set), 8);
+        assert_eq!(offset_of!(PfmLoad, reserved), 16);
+        assert_eq!(offset_of!(PfmValues, set), 32);
+        assert_eq!(offset_of!(PfmValues, vflags), 34);
+        assert_eq!(offset_of!(PfmSetinfo, set_runs), 24);
+        assert_eq!(offset_of!(PfmSetinfo, set_ovfl_pmds), 56);
+        assert_eq!(offset_of!(PfmSetinfo, set_last_cause), 64);
+        assert_eq!(offset_of!(PfmSetinfo, set_used_pmcs), 72);
+        assert_eq!(offset_of!(PfmSetsArg, count), 8);
+        assert_eq!(offset_of!(PfmSetsArg, done), 12);
         assert_eq!(offset_of!(PfmCtxInfo, status), 12);
         assert_eq!(offset_of!(PfmCtxInfo, used_pmds), 16);
         assert_eq!(offset_of!(PfmInfo, model), 8);

@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::abi::{
-    PfmCtxFlags, PfmCtxInfo, PfmInfo, PfmLoad, PfmPmc, PfmPmd, PfmRegsArg, PfmValues,
-    PFM_IOC_READ_VALUES,
+    PfmCtxFlags, PfmCtxInfo, PfmInfo, PfmLoad, PfmPmc, PfmPmd, PfmRegsArg, PfmSetdesc,
+    PfmSetinfo, PfmSetsArg, PfmValues, PFM_IOC_READ_VALUES,
 };
 
 /// The calling thread's errno.
@@ -123,6 +123,36 @@ pub(crate) fn ioctl_regs<R: Reg>(
     // and unaliased for the duration of the call, and any bit pattern the
     // kernel writes into them is a valid value.
     check(unsafe { libc::ioctl(fd.as_raw_fd(), request as _, arg as *mut PfmRegsArg) })
+}
+
+/// Event set array elements: [`PfmSetdesc`] (CREATE_SETS), [`PfmSetinfo`]
+/// (GETINFO_SETS) or a `u16` set id (DELETE_SETS).
+pub(crate) trait SetElem: Copy + private::Sealed {}
+ioctl_arg!(PfmSetsArg);
+impl private::Sealed for PfmSetdesc {}
+impl private::Sealed for PfmSetinfo {}
+impl private::Sealed for u16 {}
+impl SetElem for PfmSetdesc {}
+impl SetElem for PfmSetinfo {}
+impl SetElem for u16 {}
+
+/// An event set array ioctl (CREATE_SETS, DELETE_SETS, GETINFO_SETS):
+/// points `arg.sets` at `elems`, sets the count, and issues `request`. The
+/// caller pairs `request` with the element type (set ids for DELETE_SETS).
+pub(crate) fn ioctl_sets<E: SetElem>(
+    fd: BorrowedFd<'_>,
+    request: u32,
+    elems: &mut [E],
+    arg: &mut PfmSetsArg,
+) -> Result<i32, i32> {
+    arg.sets = elems.as_mut_ptr() as u64;
+    arg.count = u32::try_from(elems.len()).map_err(|_| libc::E2BIG)?;
+    // SAFETY: `arg` is exclusively borrowed and of the size encoded in
+    // `request`; `arg.sets` points at `elems.len()` exclusively borrowed
+    // elements of the ABI type the request expects, which stay alive and
+    // unaliased for the duration of the call, and any bit pattern the
+    // kernel writes into them is a valid value.
+    check(unsafe { libc::ioctl(fd.as_raw_fd(), request as _, arg as *mut PfmSetsArg) })
 }
 
 /// Sets or clears `O_NONBLOCK` on `fd`.

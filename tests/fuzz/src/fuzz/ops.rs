@@ -304,15 +304,18 @@ impl Actor {
         let (tid, refusal) = self.pick_tid();
         let mut l = abi::PfmLoad {
             tid,
-            flags: 0,
-            reserved: [0; 3],
+            ..Default::default()
         };
         let garbage = self.rng.chance(1, 25);
         if garbage {
             if self.rng.chance(1, 2) {
                 l.flags = self.rng.interesting_u32() | 1;
             } else {
-                l.reserved[self.rng.below(3) as usize] = self.rng.interesting_u64() | 1;
+                match self.rng.below(3) {
+                    0 => l.pad0 = 1,
+                    1 => l.pad1 = self.rng.interesting_u32() | 1,
+                    _ => l.reserved[self.rng.below(2) as usize] = self.rng.interesting_u64() | 1,
+                }
             }
         }
         let p = self.pick_ptr(94);
@@ -621,7 +624,7 @@ impl Actor {
                         abi::PFM_MSG_END | abi::PFM_MSG_REVOKED => true,
                         _ => false,
                     };
-                    if !ok || m.pad != 0 || m.reserved0 != 0 || m.reserved != [0; 3] {
+                    if !ok || m.set != 0 || m.reserved0 != 0 || m.reserved != [0; 3] {
                         self.anomaly(
                             Op::Read,
                             format!(
@@ -1030,11 +1033,15 @@ impl Actor {
             values: vaddr as u64,
             time_enabled: self.rng.next_u64(),
             time_running: self.rng.next_u64(),
-            reserved: [0; 2],
+            ..Default::default()
         };
         let bad_reserved = self.rng.chance(1, 30);
         if bad_reserved {
-            v.reserved[self.rng.below(2) as usize] = self.rng.interesting_u64() | 1;
+            if self.rng.chance(1, 2) {
+                v.pad = self.rng.interesting_u32() | 1;
+            } else {
+                v.reserved = self.rng.interesting_u64() | 1;
+            }
         }
         let hp = self.pick_ptr(94);
         let haddr = self.place(hp, std::mem::size_of::<abi::PfmValues>());

@@ -658,10 +658,10 @@ fn cases() -> Vec<Case> {
         ensure!(state(&ctx)? == CtxState::Unloaded, "loaded anyway");
         Ok(())
     });
-    case!("LOAD reserved[2] != 0: EINVAL", || {
+    case!("LOAD reserved[1] != 0: EINVAL", || {
         let ctx = open()?;
         let mut l = PfmLoad {
-            reserved: [0, 0, 1],
+            reserved: [0, 1],
             ..Default::default()
         };
         expect(ioctl_in(fd(&ctx), PFM_IOC_LOAD, &mut l), libc::EINVAL)?;

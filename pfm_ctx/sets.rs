@@ -1,0 +1,482 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Event sets on a context (Documentation/perfmon.rst, "Event sets and
+//! multiplexing"): `CREATE_SETS`, `DELETE_SETS`, `GETINFO_SETS`, the
+//! register image of each set, and the charging of the thread's running
+//! time to the sets as they take turns on the counters. The table's rules
+//! and arithmetic are `pfm_sets` (host-tested); this file keeps the images
+//! and calls it at the context's folds.
+//!
+//! The active set's image is the context's `counters`, so every path that
+//! knows nothing of sets (reads, switches, the overflow interrupt of a
+//! one-set context) works on it unchanged; the other sets' images wait
+//! here. A context that never asked for sets has no table at all, and one
+//! loaded with one set pays a load and a branch per fold.
+//!
+//! The soft model only, for now: its counters advance only at folds, so a
+//! switch is a swap of images under the lock. A hardware model's would be
+//! on a PMU and switched by a timer: `EOPNOTSUPP`.
+
+use kernel::bindings;
+use kernel::prelude::*;
+use kernel::uaccess::UserSlice;
+
+use super::{state_err, Context, CtxInner, Extra};
+use crate::abi;
+use crate::globals;
+use crate::pfm_sets::{Boundary, SetDesc, SetError, SetTable, SwitchCause, PFM_MAX_SETS};
+use crate::pfm_state::Op;
+use crate::pfm_x86::counters::Counters;
+use crate::pfm_x86::ThreadDeltas;
+
+/// A context's sets beyond what every context has.
+///
+/// # Invariants
+///
+/// `images[i]` is `Some` exactly for the sets of `table` that exist and are
+/// not `resident`; the resident set's image is the context's `counters`.
+pub(crate) struct CtxSets {
+    /// The sets' configuration and bookkeeping.
+    table: SetTable,
+    /// The images of the sets that are not resident, by set id.
+    images: [Option<KBox<Counters>>; PFM_MAX_SETS],
+    /// The set whose image is the context's `counters`.
+    resident: usize,
+    /// Per set, PMDs that overflowed and that the overflow interrupt has
+    /// not handled yet (the context's `pending_ovfl` is their union).
+    pending: [u64; PFM_MAX_SETS],
+}
+
+/// The context's sets, if it has a table.
+pub(super) fn sets_of(extra: &Option<KBox<Extra>>) -> Option<&CtxSets> {
+    match extra.as_deref() {
+        Some(Extra::Sets(s)) => Some(s),
+        _ => None,
+    }
+}
+
+/// [`sets_of`], to change.
+pub(super) fn sets_of_mut(extra: &mut Option<KBox<Extra>>) -> Option<&mut CtxSets> {
+    match extra.as_deref_mut() {
+        Some(Extra::Sets(s)) => Some(s),
+        _ => None,
+    }
+}
+
+/// Maps a set table refusal to its errno.
+fn set_err(e: SetError) -> Error {
+    match e {
+        SetError::Invalid | SetError::NoSet => EINVAL,
+        SetError::Loaded => crate::ebadfd(),
+    }
+}
+
+/// Segments of one charge: a set and its share of the running time.
+/// Whole rounds are charged in one step, so a charge has at most twice
+/// as many segments as sets (`SetTable::charge`), plus one.
+struct Segments {
+    seg: [(u8, u64); 2 * PFM_MAX_SETS + 1],
+    n: usize,
+}
+
+impl Segments {
+    fn push(&mut self, set: usize, ns: u64) {
+        if let Some(slot) = self.seg.get_mut(self.n) {
+            *slot = (set as u8, ns);
+            self.n += 1;
+        } else if let Some(last) = self.seg.last_mut() {
+            // Cannot happen (bounded above); never drop time.
+            last.1 = last.1.saturating_add(ns);
+        }
+    }
+}
+
+impl CtxSets {
+    /// The table of a context whose registers so far are all set 0's.
+    fn new() -> Self {
+        Self {
+            table: SetTable::new(globals().pmu.impl_mask()),
+            images: [const { None }; PFM_MAX_SETS],
+            resident: 0,
+            pending: [0; PFM_MAX_SETS],
+        }
+    }
+
+    /// Whether sets beyond set 0 exist.
+    fn several(&self) -> bool {
+        self.table.exists_mask() != 1
+    }
+}
+
+impl CtxInner {
+    /// Whether the context's time is charged to several sets.
+    #[inline(always)]
+    pub(super) fn multiplexed(&self) -> bool {
+        matches!(sets_of(&self.extra), Some(s) if s.table.multiplexed())
+    }
+
+    /// Whether sets beyond set 0 exist (a page cannot describe them).
+    pub(super) fn has_sets(&self) -> bool {
+        sets_of(&self.extra).is_some_and(|s| s.several())
+    }
+
+    /// The image of set `set` (which exists): `counters` if resident.
+    pub(super) fn image(&self, set: usize) -> Option<&Counters> {
+        match sets_of(&self.extra) {
+            None => (set == 0).then_some(&self.counters),
+            Some(s) if s.resident == set => Some(&self.counters),
+            Some(s) => s.images.get(set)?.as_deref(),
+        }
+    }
+
+    /// [`CtxInner::image`], to change.
+    pub(super) fn image_mut(&mut self, set: usize) -> Option<&mut Counters> {
+        match sets_of_mut(&mut self.extra) {
+            None => (set == 0).then_some(&mut self.counters),
+            Some(s) if s.resident == set => Some(&mut self.counters),
+            Some(s) => s.images.get_mut(set)?.as_deref_mut(),
+        }
+    }
+
+    /// Whether set `reg_set` exists.
+    pub(super) fn set_exists(&self, reg_set: u16) -> bool {
+        match sets_of(&self.extra) {
+            None => reg_set == 0,
+            Some(s) => s.table.set_index(reg_set).is_ok(),
+        }
+    }
+
+    /// Records a register write in set `reg_set` (which exists).
+    pub(super) fn note_reg(&mut self, reg_set: u16, pmd: bool, reg: usize) {
+        if let Some(s) = sets_of_mut(&mut self.extra) {
+            let _ = s.table.use_reg(reg_set, pmd, reg);
+        }
+    }
+
+    /// Makes set `set`'s image the context's `counters`.
+    fn make_resident(&mut self, set: usize) {
+        let Some(s) = sets_of_mut(&mut self.extra) else {
+            return;
+        };
+        if s.resident == set {
+            return;
+        }
+        let Some(mut image) = s.images.get_mut(set).and_then(Option::take) else {
+            return;
+        };
+        core::mem::swap(&mut *image, &mut self.counters);
+        let old = core::mem::replace(&mut s.resident, set);
+        if let Some(slot) = s.images.get_mut(old) {
+            *slot = Some(image);
+        }
+    }
+
+    /// LOAD: monitoring starts in set `load_set`. Nothing changes on an
+    /// error.
+    pub(super) fn load_sets(&mut self, load_set: u16) -> Result {
+        match sets_of_mut(&mut self.extra) {
+            None if load_set == 0 => Ok(()),
+            None => Err(EINVAL),
+            Some(s) => s.table.load(load_set).map_err(set_err),
+        }?;
+        self.make_resident(load_set as usize);
+        Ok(())
+    }
+
+    /// The monitoring ended (UNLOAD, the thread's exit, a revoke): the
+    /// sets may change again; their bookkeeping stays readable.
+    pub(super) fn unload_sets(&mut self) {
+        if let Some(s) = sets_of_mut(&mut self.extra) {
+            s.table.unload();
+        }
+    }
+
+    /// Applies `d` to a multiplexed context: the running time charged to
+    /// the sets in turn (each set's image advanced by its exact share), the
+    /// events at a point (a switch-out, a migration) to the set active
+    /// afterwards, and the overflow switches.
+    #[cold]
+    pub(super) fn advance_sets(&mut self, d: &ThreadDeltas) {
+        let mut segs = Segments {
+            seg: [(0, 0); 2 * PFM_MAX_SETS + 1],
+            n: 0,
+        };
+        if let Some(s) = sets_of_mut(&mut self.extra) {
+            s.table
+                .charge(d.task_clock, Boundary::Split, |set, ns| segs.push(set, ns));
+        }
+        for k in 0..segs.n {
+            let (set, ns) = segs.seg[k];
+            self.advance_set(
+                usize::from(set),
+                &ThreadDeltas {
+                    task_clock: ns,
+                    ..ThreadDeltas::default()
+                },
+            );
+        }
+        let points = ThreadDeltas {
+            task_clock: 0,
+            ..*d
+        };
+        if points != ThreadDeltas::default() {
+            let active = sets_of(&self.extra).map_or(0, |s| s.table.active());
+            self.advance_set(active, &points);
+        }
+        let active = sets_of(&self.extra).map_or(0, |s| s.table.active());
+        self.make_resident(active);
+    }
+
+    /// Advances set `set`'s image by `d`, records its overflows and
+    /// switches on them if it is the active set and asks to.
+    fn advance_set(&mut self, set: usize, d: &ThreadDeltas) {
+        self.make_resident(set);
+        let mut counts = [0u64; abi::PFM_MAX_PMDS];
+        let ovfl = self.counters.advance_each(d, |pmd, n| {
+            if let Some(c) = counts.get_mut(pmd) {
+                *c = n;
+            }
+        });
+        if ovfl == 0 {
+            return;
+        }
+        if let Some(s) = sets_of_mut(&mut self.extra) {
+            if let Some(p) = s.pending.get_mut(set) {
+                *p |= ovfl;
+            }
+            let _ = s.table.overflowed(set, &counts);
+        }
+        self.overflowed(ovfl);
+    }
+
+    /// The overflow interrupt's share-out of `ovfl` (the union of every
+    /// set's pending overflows): per set, its pending PMDs; one entry of
+    /// set 0 with `ovfl` for a context without sets.
+    pub(super) fn take_pending(&mut self, ovfl: u64) -> [u64; PFM_MAX_SETS] {
+        let mut per_set = [0u64; PFM_MAX_SETS];
+        match sets_of_mut(&mut self.extra) {
+            Some(s) => per_set = core::mem::take(&mut s.pending),
+            None => per_set[0] = ovfl,
+        }
+        per_set
+    }
+
+    /// Applies `f` to every set's image.
+    pub(super) fn for_each_image(&mut self, mut f: impl FnMut(&mut Counters)) {
+        f(&mut self.counters);
+        if let Some(s) = sets_of_mut(&mut self.extra) {
+            for image in s.images.iter_mut().flatten() {
+                f(image);
+            }
+        }
+    }
+}
+
+/// `struct pfm_setdesc` as the table takes it.
+fn desc_of(d: &abi::PfmSetdesc) -> SetDesc {
+    SetDesc {
+        id: d.set_id,
+        flags: d.set_flags,
+        ovfl_switch_cnt: d.set_ovfl_switch_cnt,
+        timeout: d.set_timeout,
+        switch_pmds: d.set_switch_pmds,
+        reserved: d.reserved,
+    }
+}
+
+/// Reads the `count` elements of a sets call into a vector.
+fn read_array<T: kernel::types::FromBytes + Default + Copy>(
+    arg: &abi::PfmSetsArg,
+) -> Result<(KVec<T>, kernel::uaccess::UserSliceWriter)> {
+    let n = arg.count as usize;
+    if n == 0 || arg.reserved != [0; 2] {
+        return Err(EINVAL);
+    }
+    if n > PFM_MAX_SETS {
+        return Err(E2BIG);
+    }
+    let len = n * core::mem::size_of::<T>();
+    let (mut reader, writer) = UserSlice::new(arg.sets as usize, len).reader_writer();
+    let mut v = KVec::with_capacity(n, GFP_KERNEL)?;
+    for _ in 0..n {
+        v.push(reader.read::<T>()?, GFP_KERNEL)?;
+    }
+    Ok((v, writer))
+}
+
+impl Context {
+    /// `PFM_IOC_CREATE_SETS`: creates the sets described (or changes the
+    /// flags of those that exist), all or none; each gets an empty image.
+    pub(crate) fn create_sets(&self, arg: &mut abi::PfmSetsArg) -> Result {
+        let (mut descs, mut writer) = read_array::<abi::PfmSetdesc>(arg)?;
+        if !globals().pmu.is_soft() {
+            return Err(Error::from_errno(-(bindings::EOPNOTSUPP as i32)));
+        }
+        // What may sleep first: the table, and an image per new set.
+        let mut table = Some(KBox::new(Extra::Sets(CtxSets::new()), GFP_KERNEL_ACCOUNT)?);
+        let mut fresh: [Option<KBox<Counters>>; PFM_MAX_SETS] = [const { None }; PFM_MAX_SETS];
+        for slot in fresh.iter_mut().take(descs.len()) {
+            *slot = Some(KBox::new(
+                Counters::new(&globals().pmu)?,
+                GFP_KERNEL_ACCOUNT,
+            )?);
+        }
+        let mut table_descs: KVec<SetDesc> = KVec::with_capacity(descs.len(), GFP_KERNEL)?;
+        for d in descs.iter() {
+            table_descs.push(desc_of(d), GFP_KERNEL)?;
+        }
+        {
+            let mut inner = self.inner.lock();
+            inner.life.check(Op::SetFlags).map_err(state_err)?;
+            match inner.extra.as_deref() {
+                // A page describes one image (see `mmap`).
+                Some(Extra::Page(_)) => return Err(EBUSY),
+                Some(Extra::Sets(_)) => {}
+                None => inner.extra = table.take(),
+            }
+            let Some(s) = sets_of_mut(&mut inner.extra) else {
+                return Err(ENOMEM);
+            };
+            if let Err((i, e)) = s.table.create(&mut table_descs) {
+                arg.done = i as u32;
+                return Err(set_err(e));
+            }
+            for (d, image) in table_descs.iter().zip(fresh.iter_mut()) {
+                let id = d.id as usize;
+                if id != s.resident {
+                    if let Some(slot) = s.images.get_mut(id) {
+                        if slot.is_none() {
+                            *slot = image.take();
+                        }
+                    }
+                }
+            }
+        }
+        for (out, d) in descs.iter_mut().zip(table_descs.iter()) {
+            out.set_timeout = d.timeout;
+        }
+        for d in descs.iter() {
+            writer.write(d)?;
+        }
+        arg.done = arg.count;
+        Ok(())
+    }
+
+    /// `PFM_IOC_DELETE_SETS`: deletes the sets, all or none, with their
+    /// images.
+    pub(crate) fn delete_sets(&self, arg: &mut abi::PfmSetsArg) -> Result {
+        let (ids, _) = read_array::<u16>(arg)?;
+        let mut gone_images: KVec<KBox<Counters>> = KVec::with_capacity(ids.len(), GFP_KERNEL)?;
+        let mut inner = self.inner.lock();
+        inner.life.check(Op::SetFlags).map_err(state_err)?;
+        let Some(s) = sets_of_mut(&mut inner.extra) else {
+            // Only set 0 exists, which cannot go.
+            arg.done = 0;
+            return Err(EINVAL);
+        };
+        let gone = match s.table.delete(&ids) {
+            Ok(g) => g,
+            Err((i, e)) => {
+                arg.done = i as u32;
+                return Err(set_err(e));
+            }
+        };
+        // The resident set may go (it is where the last monitoring
+        // stopped): set 0 becomes resident first.
+        if gone & (1 << s.resident) != 0 {
+            inner.make_resident(0);
+        }
+        if let Some(s) = sets_of_mut(&mut inner.extra) {
+            for (i, slot) in s.images.iter_mut().enumerate() {
+                if gone & (1 << i) != 0 {
+                    if let Some(img) = slot.take() {
+                        // Capacity reserved above: cannot fail.
+                        let _ = gone_images.push(img, GFP_ATOMIC);
+                    }
+                }
+            }
+        }
+        drop(inner);
+        drop(gone_images);
+        arg.done = arg.count;
+        Ok(())
+    }
+
+    /// `PFM_IOC_GETINFO_SETS`: each set's description and bookkeeping, the
+    /// running time folded to now.
+    pub(crate) fn sets_info(&self, arg: &mut abi::PfmSetsArg) -> Result {
+        let (mut infos, mut writer) = read_array::<abi::PfmSetinfo>(arg)?;
+        let mut bad = None;
+        self.with_live(|inner, _| -> Result {
+            inner.transition(Op::Read)?;
+            let running = inner.time_running;
+            for (i, out) in infos.iter_mut().enumerate() {
+                let info = match sets_of(&inner.extra) {
+                    Some(s) => s.table.info(out.set_id, running),
+                    None if out.set_id == 0 => SetTable::new(0).info(0, running),
+                    None => Err(SetError::NoSet),
+                };
+                let Ok(info) = info else {
+                    bad = Some(i);
+                    return Err(EINVAL);
+                };
+                *out = abi::PfmSetinfo {
+                    set_id: out.set_id,
+                    set_flags: info.desc.flags,
+                    set_ovfl_switch_cnt: info.desc.ovfl_switch_cnt,
+                    set_timeout: info.desc.timeout,
+                    set_switch_pmds: info.desc.switch_pmds,
+                    set_runs: info.runs,
+                    set_timeout_left: info.time_left,
+                    set_time_enabled: info.time_enabled,
+                    set_time_running: info.time_running,
+                    set_ovfl_pmds: info.last_switch_pmds,
+                    set_last_cause: match info.last_cause {
+                        SwitchCause::None => abi::PFM_SET_CAUSE_NONE,
+                        SwitchCause::Time => abi::PFM_SET_CAUSE_TIME,
+                        SwitchCause::Overflow => abi::PFM_SET_CAUSE_OVFL,
+                    },
+                    set_used_pmcs: info.used_pmcs,
+                    set_used_pmds: info.used_pmds,
+                    ..abi::PfmSetinfo::default()
+                };
+            }
+            Ok(())
+        })
+        .inspect_err(|_| {
+            if let Some(i) = bad {
+                arg.done = i as u32;
+            }
+        })?;
+        for info in infos.iter() {
+            writer.write(info)?;
+        }
+        arg.done = arg.count;
+        Ok(())
+    }
+
+    /// `PFM_IOC_READ_VALUES` with `PFM_VALFL_SET`: set `set`'s values and
+    /// its enabled and running times.
+    pub(super) fn set_values(
+        &self,
+        set: u16,
+        pmd_mask: u64,
+        values: &mut [core::mem::MaybeUninit<u64>; abi::PFM_MAX_PMDS],
+    ) -> Result<(usize, [u64; 2])> {
+        let mut n = 0;
+        let times = self.with_live(|inner, _| -> Result<[u64; 2]> {
+            inner.transition(Op::Read)?;
+            let running = inner.time_running;
+            let info = match sets_of(&inner.extra) {
+                Some(s) => s.table.info(set, running),
+                None if set == 0 => SetTable::new(0).info(0, running),
+                None => Err(SetError::NoSet),
+            }
+            .map_err(set_err)?;
+            let image = inner.image(set as usize).ok_or(EINVAL)?;
+            n = super::regs::collect_values(image.pmds(), pmd_mask, values);
+            Ok([info.time_enabled, info.time_running])
+        })?;
+        Ok((n, times))
+    }
+}
