@@ -250,12 +250,18 @@ impl CtxInner {
     }
 
     /// The overflow interrupt's share-out of `ovfl` (the union of every
-    /// set's pending overflows): per set, its pending PMDs; one entry of
-    /// set 0 with `ovfl` for a context without sets.
+    /// set's pending overflows): per set, its pending PMDs; `ovfl` as the
+    /// resident set's for a context that counts in one set.
     pub(super) fn take_pending(&mut self, ovfl: u64) -> [u64; PFM_MAX_SETS] {
         let mut per_set = [0u64; PFM_MAX_SETS];
         match sets_of_mut(&mut self.extra) {
-            Some(s) => per_set = core::mem::take(&mut s.pending),
+            Some(s) if s.table.multiplexed() => per_set = core::mem::take(&mut s.pending),
+            // Loaded with one set: the resident one counted.
+            Some(s) => {
+                if let Some(p) = per_set.get_mut(s.resident) {
+                    *p = ovfl;
+                }
+            }
             None => per_set[0] = ovfl,
         }
         per_set
@@ -270,6 +276,14 @@ impl CtxInner {
             }
         }
     }
+}
+
+/// GETINFO of set 0 of a context without a table: its one set, active
+/// all along, its times the context's.
+fn one_set_info(running: u64) -> Result<crate::pfm_sets::SetInfo, SetError> {
+    let mut t = SetTable::new(0);
+    t.load(0)?;
+    t.info(0, running)
 }
 
 /// `struct pfm_setdesc` as the table takes it.
@@ -413,7 +427,7 @@ impl Context {
             for (i, out) in infos.iter_mut().enumerate() {
                 let info = match sets_of(&inner.extra) {
                     Some(s) => s.table.info(out.set_id, running),
-                    None if out.set_id == 0 => SetTable::new(0).info(0, running),
+                    None if out.set_id == 0 => one_set_info(running),
                     None => Err(SetError::NoSet),
                 };
                 let Ok(info) = info else {
@@ -469,7 +483,7 @@ impl Context {
             let running = inner.time_running;
             let info = match sets_of(&inner.extra) {
                 Some(s) => s.table.info(set, running),
-                None if set == 0 => SetTable::new(0).info(0, running),
+                None if set == 0 => one_set_info(running),
                 None => Err(SetError::NoSet),
             }
             .map_err(set_err)?;
