@@ -63,6 +63,12 @@ unsafe impl Plain for abi::PfmInfo {}
 unsafe impl Plain for abi::PfmMsg {}
 // SAFETY: as above.
 unsafe impl Plain for abi::PfmValues {}
+// SAFETY: as above.
+unsafe impl Plain for abi::PfmSetsArg {}
+// SAFETY: as above.
+unsafe impl Plain for abi::PfmSetdesc {}
+// SAFETY: as above.
+unsafe impl Plain for abi::PfmSetinfo {}
 // SAFETY: integers.
 unsafe impl Plain for u64 {}
 

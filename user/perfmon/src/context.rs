@@ -450,7 +450,9 @@ impl Context {
     pub fn create_sets(&self, descs: &mut [PfmSetdesc]) -> Result<()> {
         let mut arg = PfmSetsArg::default();
         let res = sys::ioctl_sets(self.fd(), PFM_IOC_CREATE_SETS, descs, &mut arg);
-        sets_result(Op::CreateSets, res, &arg, |i| descs.get(i).map(|d| d.set_id))
+        sets_result(Op::CreateSets, res, &arg, |i| {
+            descs.get(i).map(|d| d.set_id)
+        })
     }
 
     /// Deletes event sets and their registers while the context is

@@ -102,7 +102,10 @@ mod abi_tests {
         assert_eq!(size_of::<PfmMsg>(), 4 + 4 + 2 + 2 + 4 + 8 + 8 + 8 + 3 * 8);
         assert_eq!(size_of::<PfmValues>(), 8 + 8 + 8 + 8 + 2 + 2 + 4 + 8);
         assert_eq!(size_of::<PfmSetdesc>(), 2 + 2 + 4 + 3 * 8);
-        assert_eq!(size_of::<PfmSetinfo>(), 2 + 2 + 4 + 7 * 8 + 4 + 4 + 2 * 8 + 5 * 8);
+        assert_eq!(
+            size_of::<PfmSetinfo>(),
+            2 + 2 + 4 + 7 * 8 + 4 + 4 + 2 * 8 + 5 * 8
+        );
         assert_eq!(size_of::<PfmSetsArg>(), 8 + 4 + 4 + 2 * 8);
     }
 

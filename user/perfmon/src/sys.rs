@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::abi::{
-    PfmCtxFlags, PfmCtxInfo, PfmInfo, PfmLoad, PfmPmc, PfmPmd, PfmRegsArg, PfmSetdesc,
-    PfmSetinfo, PfmSetsArg, PfmValues, PFM_IOC_READ_VALUES,
+    PfmCtxFlags, PfmCtxInfo, PfmInfo, PfmLoad, PfmPmc, PfmPmd, PfmRegsArg, PfmSetdesc, PfmSetinfo,
+    PfmSetsArg, PfmValues, PFM_IOC_READ_VALUES,
 };
 
 /// The calling thread's errno.
