@@ -167,7 +167,7 @@ pub struct PfmValues {
 }
 
 /// [`PfmValues::vflags`]: the values and times of set [`PfmValues::set`]
-/// (without it: the active set's values, the context's times).
+/// (without it: set 0's values, the context's times).
 pub const PFM_VALFL_SET: u16 = 1 << 0;
 /// Every defined `PFM_VALFL_*` bit.
 pub const PFM_VALFL_MASK: u16 = 0x1;

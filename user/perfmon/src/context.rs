@@ -640,9 +640,9 @@ fn regs_result(
 }
 
 /// Maps the result of an event set call to this crate's errors: `EINVAL`
-/// with `done` naming an element is [`Error::BadSet`] (an argument the
-/// kernel refused as a whole, a count of 0 or above `PFM_MAX_SETS`, is a
-/// plain `EINVAL`).
+/// with `done` naming an element is [`Error::BadSet`] (a count of 0, which
+/// the kernel refuses as a whole, is a plain `EINVAL`; a count above
+/// `PFM_MAX_SETS` is `E2BIG`).
 fn sets_result(
     op: Op,
     res: std::result::Result<i32, i32>,

@@ -492,6 +492,9 @@ impl fmt::Display for Error {
                         "{op}: not supported by this /dev/perfmon ({name}): \
                          do the module and the tool come from the same version?"
                     ),
+                    (Op::CreateSets | Op::DeleteSets | Op::GetinfoSets, ErrorKind::TooBig) => {
+                        write!(f, "{op}: more than 16 event sets in one call ({name})")
+                    }
                     (_, ErrorKind::TooBig) => {
                         write!(f, "{op}: too many registers in one call ({name})")
                     }
@@ -626,6 +629,35 @@ mod tests {
             e.to_string(),
             "PFM_IOC_WRITE_PMCS: element 1 (register 9) rejected: register does not exist (EINVAL)"
         );
+    }
+
+    #[test]
+    fn set_errors_say_what_to_do() {
+        let e = Error::BadSet {
+            op: Op::DeleteSets,
+            index: 1,
+            set_id: 0,
+        };
+        assert_eq!(
+            e.to_string(),
+            "PFM_IOC_DELETE_SETS: element 1 (set 0) rejected: set 0 cannot be deleted, \
+             or the set does not exist (EINVAL)"
+        );
+        assert_eq!(
+            (e.errno(), e.op()),
+            (Some(libc::EINVAL), Some(Op::DeleteSets))
+        );
+        let e = Error::os(Op::CreateSets, libc::EOPNOTSUPP);
+        assert!(e.to_string().contains("pmu=soft"), "{e}");
+        let e = Error::os(Op::CreateSets, libc::EBADFD);
+        assert!(
+            e.to_string().contains("only while the context is unloaded"),
+            "{e}"
+        );
+        let e = Error::os(Op::GetinfoSets, libc::E2BIG);
+        assert!(e.to_string().contains("more than 16 event sets"), "{e}");
+        let e = Error::os(Op::Mmap, libc::EBUSY);
+        assert!(e.to_string().contains("event sets"), "{e}");
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //!   overflow count that does not match the flags, reserved bits and fields
 //!   (EINVAL, `done` the bad element's index, nothing half-applied); a
 //!   timeout below 100 us raised to it and returned; `pfm_sets_arg`'s count
-//!   0 or above 16 and its reserved fields (EINVAL); bad pointers (EFAULT);
+//!   0 and its reserved fields (EINVAL), a count above 16 (E2BIG); bad
+//!   pointers (EFAULT);
 //!   DELETE of set 0 or of a missing set (EINVAL); CREATE and DELETE while
 //!   loaded (EBADFD); register elements and LOADs naming a missing set
 //!   (EINVAL, `PFM_REG_RETFL_NOSET`); READ_VALUES' `set` and `vflags`;
@@ -316,9 +317,9 @@ fn spin_cpu(ns: u64) {
     }
 }
 
-/// START and STOP of a self-monitoring context, each with a read of perf's
-/// context-switches, between two readings of the thread's own CPU clock
-/// and switch count.
+/// START and STOP of a self-monitoring context, each (with a read of
+/// perf's context-switches, if there is a counter) between two readings of
+/// the thread's own CPU clock and switch count.
 #[derive(Default)]
 struct Window {
     own: OwnClock,
@@ -326,19 +327,19 @@ struct Window {
 }
 
 impl Window {
-    fn start(&mut self, ctx: &Context, perf: &PerfCounter) -> TestResult {
+    fn start(&mut self, ctx: &Context, perf: Option<&PerfCounter>) -> TestResult {
         self.perf.0 = self.own.around_start(|| -> Result<u64, String> {
-            let p = perf.read().ctx("perf read")?.value;
+            let p = perf_value(perf)?;
             ctx.start().ctx("START")?;
             Ok(p)
         })?;
         Ok(())
     }
 
-    fn stop(&mut self, ctx: &Context, perf: &PerfCounter) -> TestResult {
+    fn stop(&mut self, ctx: &Context, perf: Option<&PerfCounter>) -> TestResult {
         self.perf.1 = self.own.around_stop(|| -> Result<u64, String> {
             ctx.stop().ctx("STOP")?;
-            Ok(perf.read().ctx("perf read")?.value)
+            perf_value(perf)
         })?;
         Ok(())
     }
@@ -391,6 +392,14 @@ impl Window {
             self.perf_switches()
         )
     }
+}
+
+/// perf's count, 0 without a counter.
+fn perf_value(perf: Option<&PerfCounter>) -> Result<u64, String> {
+    Ok(match perf {
+        Some(p) => p.read().ctx("perf read")?.value,
+        None => 0,
+    })
 }
 
 /// What the round robin gives with every set `TIME_SWITCH` at the same
@@ -651,20 +660,32 @@ fn min_timeout() -> TestResult {
 
 fn arg_count() -> TestResult {
     let ctx = open()?;
-    let d = [time_set(1, MS); 17];
+    // Sets 0..=16: the count is refused before any element is read.
+    let d: Vec<PfmSetdesc> = (0..17).map(|i| time_set(i, MS)).collect();
     let (r, _) = raw_sets_call(&ctx, PFM_IOC_CREATE_SETS, &d, 0, |_| {})?;
     expect(r, libc::EINVAL, "count 0")?;
+    // More than PFM_MAX_SETS: E2BIG, as a register array's count above
+    // PFM_MAX_REGS_PER_CALL (Documentation/perfmon.rst).
     let (r, _) = raw_sets_call(&ctx, PFM_IOC_CREATE_SETS, &d, 17, |_| {})?;
-    expect(r, libc::EINVAL, "count 17")?;
+    expect(r, libc::E2BIG, "count 17")?;
     let (r, _) = raw_sets_call(&ctx, PFM_IOC_GETINFO_SETS, &d, 17, |_| {})?;
-    expect(r, libc::EINVAL, "GETINFO count 17")?;
+    expect(r, libc::E2BIG, "GETINFO count 17")?;
     let (r, _) = raw_sets_call(&ctx, PFM_IOC_CREATE_SETS, &d, u32::MAX, |_| {})?;
-    expect(r, libc::EINVAL, "count 2^32 - 1")?;
+    expect(r, libc::E2BIG, "count 2^32 - 1")?;
+    expect_errno(
+        ctx.delete_sets(&[1; 17]),
+        libc::E2BIG,
+        "library, DELETE of 17",
+    )?;
     // The library passes an empty slice on as count 0.
     expect_errno(ctx.create_sets(&mut []), libc::EINVAL, "library, no set")?;
-    let (r, _) = raw_sets_call(&ctx, PFM_IOC_CREATE_SETS, &d, 16, |_| {})?;
-    ensure!(r.is_ok(), "count 16 (set 1 sixteen times): {}", name(r));
-    Ok(())
+    let (r, done) = raw_sets_call(&ctx, PFM_IOC_CREATE_SETS, &d, 16, |_| {})?;
+    ensure!(
+        r.is_ok() && done == 16,
+        "count 16 (sets 0..=15): {}, done {done}",
+        name(r)
+    );
+    ctx.sets_info(&[15]).ctx("GETINFO of set 15").map(|_| ())
 }
 
 fn arg_reserved() -> TestResult {
@@ -983,9 +1004,9 @@ fn conservation() -> TestResult {
         let mut partner = Partner::start()?;
         ctx.load(0).ctx("LOAD")?;
         let mut w = Window::default();
-        w.start(&ctx, &perf)?;
+        w.start(&ctx, Some(&perf))?;
         let rounds = ping_pong(&mut partner, 0, CPU_NS);
-        w.stop(&ctx, &perf)?;
+        w.stop(&ctx, Some(&perf))?;
         drop(partner);
         let rounds = rounds?;
         let mut cs = [0u64; 3];
@@ -998,6 +1019,14 @@ fn conservation() -> TestResult {
             times = (e, r);
         }
         let info = infos(&ctx, 3)?;
+        let plain = ctx.read_values(0b11).ctx("READ_VALUES")?;
+        let mut tool = Vec::new();
+        for s in 0..3u16 {
+            tool.push(
+                ctx.read_set_values(s, 0b11)
+                    .ctx(&format!("READ_VALUES set {s}"))?,
+            );
+        }
         ctx.unload().ctx("UNLOAD")?;
         let running = times.1;
         let sum: u64 = cs.iter().sum();
@@ -1025,9 +1054,7 @@ fn conservation() -> TestResult {
                 i.set_used_pmcs,
                 i.set_used_pmds
             );
-            let c = ctx
-                .read_set_values(s as u16, 0b11)
-                .ctx(&format!("READ_VALUES set {s}"))?;
+            let c = &tool[s];
             ensure!(
                 c.values == [cs[s], tc[s]]
                     && (c.time_enabled, c.time_running) == (i.set_time_enabled, i.set_time_running),
@@ -1041,6 +1068,17 @@ fn conservation() -> TestResult {
                 i.set_time_running
             );
         }
+        // Without PFM_VALFL_SET: set 0's values, the context's times.
+        ensure!(
+            plain.values == [cs[0], tc[0]]
+                && (plain.time_enabled, plain.time_running) == times,
+            "READ_VALUES without PFM_VALFL_SET: {:?} ({}, {}), set 0's [{}, {}], the context's times {times:?}",
+            plain.values,
+            plain.time_enabled,
+            plain.time_running,
+            cs[0],
+            tc[0]
+        );
         // Σ running == enabled == time_running, and the round robin.
         check_rotation(&info, running, T, 0)?;
         if let Some(exact) = w.exact_switches() {
@@ -1073,21 +1111,20 @@ fn time_switching() -> TestResult {
     let ctx = with_sets(&[time_set(0, T), time_set(1, T)])?;
     program(&ctx, 0, &[TC])?;
     program(&ctx, 1, &[TC])?;
-    let perf = PerfCounter::open(SoftwareEvent::ContextSwitches, 0).ctx("perf_event_open")?;
     ctx.load(0).ctx("LOAD")?;
     let mut w = Window::default();
-    w.start(&ctx, &perf)?;
+    w.start(&ctx, None)?;
     spin_cpu(200 * MS);
-    w.stop(&ctx, &perf)?;
+    w.stop(&ctx, None)?;
     let (v0, _, running) = read_set(&ctx, 0, 1)?;
     let (v1, _, _) = read_set(&ctx, 1, 1)?;
     let info = infos(&ctx, 2)?;
     ctx.unload().ctx("UNLOAD")?;
+    let (lo, hi) = w.own.bounds();
     diag(format!(
-        "time_running {running}; task-clock {} + {}; {}; {}",
+        "time_running {running}, own CPU time [{lo}, {hi}]; task-clock {} + {}; {}",
         v0[0].reg_value,
         v1[0].reg_value,
-        w.describe(),
         describe_infos(&info)
     ));
     w.check_time(running)?;
@@ -1154,9 +1191,9 @@ fn overflow_switching() -> TestResult {
         let mut partner = Partner::start()?;
         ctx.load(0).ctx("LOAD")?;
         let mut w = Window::default();
-        w.start(&ctx, &perf)?;
+        w.start(&ctx, Some(&perf))?;
         let rounds = ping_pong(&mut partner, ROUNDS, 0);
-        w.stop(&ctx, &perf)?;
+        w.stop(&ctx, Some(&perf))?;
         drop(partner);
         rounds?;
         let (a, _, running) = read_set(&ctx, 0, 2)?;
@@ -1391,7 +1428,7 @@ fn after_unload() -> TestResult {
     ));
     check_rotation(&i, running, T, 1)?;
     ensure!(
-        a[0].reg_value - set0[0].reg_value == i[0].set_time_running
+        a[0].reg_value.wrapping_sub(set0[0].reg_value) == i[0].set_time_running
             && b[0].reg_value == i[1].set_time_running,
         "task-clock: set 0 {} (was {}), set 1 {}; running times {} and {}",
         a[0].reg_value,
@@ -1523,9 +1560,9 @@ fn messages_name_their_set() -> TestResult {
     }
     let runs: u64 = info.iter().map(|i| i.set_runs).sum();
     ensure!(
-        runs - 1 == msgs.len() as u64,
+        runs == msgs.len() as u64 + 1,
         "{} switches for {} overflows (one each)",
-        runs - 1,
+        runs.wrapping_sub(1),
         msgs.len()
     );
     Ok(())
@@ -1565,7 +1602,7 @@ fn main() {
         min_timeout,
     );
     t.run(
-        "pfm_sets_arg count 0, 17, 2^32 - 1: EINVAL (16 accepted)",
+        "pfm_sets_arg count 0: EINVAL; 17, 2^32 - 1: E2BIG; 16 accepted",
         arg_count,
     );
     t.run("pfm_sets_arg reserved != 0: EINVAL", arg_reserved);
