@@ -249,7 +249,8 @@ impl Pmu {
     /// `amd64`, `intel_arch_sim`) with the soft model's parameters `soft`;
     /// returns the model and why it was picked.
     pub(crate) fn select(name: &[u8], soft: SoftParams) -> Result<(Pmu, &'static str), ProbeError> {
-        if !(16..=64).contains(&soft.width) || !(1..=SOFT_COUNTERS as u32).contains(&soft.counters) {
+        if !(16..=64).contains(&soft.width) || !(1..=SOFT_COUNTERS as u32).contains(&soft.counters)
+        {
             return Err(ProbeError::BadParam);
         }
         let Choice {

@@ -170,7 +170,9 @@ impl Context {
                     .map(|v| (reg, v))
             };
             if !inner.has_sets() {
-                inner.counters.write_pmcs(pmu, pmcs.iter().filter_map(value));
+                inner
+                    .counters
+                    .write_pmcs(pmu, pmcs.iter().filter_map(value));
                 return Ok(());
             }
             for p in pmcs.iter() {

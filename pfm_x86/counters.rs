@@ -198,7 +198,11 @@ impl Counters {
 
     /// [`Counters::advance`], telling `overflows(pmd, n)` how many times
     /// each PMD that overflowed did.
-    pub(crate) fn advance_each(&mut self, d: &ThreadDeltas, overflows: impl FnMut(usize, u64)) -> u64 {
+    pub(crate) fn advance_each(
+        &mut self,
+        d: &ThreadDeltas,
+        overflows: impl FnMut(usize, u64),
+    ) -> u64 {
         match self {
             Self::Soft(s) => soft_count_each(&s.ev_pmds, &mut s.pmds, d, overflows),
             Self::Hw(_) => 0,
