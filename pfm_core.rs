@@ -201,6 +201,20 @@ impl pfm_intr::Wiring for Attachment {
     }
 }
 
+/// This CPU's multiplexing timer fired (hard IRQ): the context whose
+/// counters are on its PMU switches event sets if its active set's time
+/// is up. The timer is the PMU layer's, per CPU; its owner is found as a
+/// PMI finds it.
+fn mux_fired() {
+    let owner = <Attachment as pfm_intr::Wiring>::pmu_owner_here();
+    if !owner.is_null() {
+        // SAFETY: The PMU layer's owner of this CPU, read in hard IRQ
+        // (interrupts off): its holder clears it, on this CPU with
+        // interrupts off, before it can go away.
+        unsafe { &*owner }.hw_mux();
+    }
+}
+
 /// `intel_arch_sim`'s per-CPU ticks, running until dropped.
 struct SimTicks(());
 
@@ -251,7 +265,7 @@ fn select_pmu() -> Result<(pfm_x86::Pmu, &'static str)> {
         width: rust::param_soft_width(),
         counters: rust::param_soft_counters(),
     };
-    match pfm_x86::Pmu::select(name.as_bytes(), soft) {
+    match pfm_x86::Pmu::select(name.as_bytes(), soft, mux_fired) {
         Ok(p) => Ok(p),
         Err(pfm_x86::ProbeError::NoHardware(msg)) => {
             pr_err!("{msg}: refusing to load (try pmu=soft or pmu=auto)\n");

@@ -166,9 +166,11 @@ impl CtxInner {
             return glue::now_ns();
         }
         let (runtime, now) = glue::current_runtime_and_clock();
-        self.fold_to(runtime.max(self.page_promise()));
+        // A hardware model's counters leave the PMU first: the fold may
+        // switch event sets, whose registers then go on instead.
         let ovfl = self.counters.uninstall_here(&globals().pmu);
         self.overflowed(ovfl);
+        self.fold_to(runtime.max(self.page_promise()));
         now
     }
 
@@ -187,6 +189,9 @@ impl CtxInner {
     /// the context counts and its thread runs here. Lock held (IRQs off).
     #[inline(always)]
     fn sync_hw(&mut self) {
+        if self.extra.is_some() && self.counters.read_only_where_running() {
+            return self.sync_hw_sets();
+        }
         let (counting, on_cpu, owner) = (self.counting(), self.on_cpu, self.owner_token());
         let ovfl = self
             .counters
@@ -243,6 +248,9 @@ impl CtxInner {
             };
         }
         self.pending_ovfl |= ovfl;
+        if self.extra.is_some() {
+            self.sets_overflowed(ovfl);
+        }
         if let Some(att) = &self.attach {
             if !crate::pfm_intr::raise(att) {
                 att.irq_work_queue();

@@ -62,6 +62,9 @@ pub(crate) trait Monitor: InSlab + Send + Sync + Sized + 'static {
     fn drop_hw_here(&self, owner: *const ());
     /// A PMI of this CPU's PMU, which holds the context's counters.
     fn hw_pmi(&self);
+    /// The multiplexing timer of this CPU, whose PMU holds the context's
+    /// counters: the active event set's time may be up.
+    fn hw_mux(&self);
     /// The overflow interrupt; whether the thread must block until RESTART.
     fn overflow_interrupt(&self) -> bool;
     /// Wakes readers, pollers, SIGIO owners and a blocked thread.
@@ -286,6 +289,12 @@ impl<M: Monitor> Attachment<M> {
     /// A hardware PMI on the CPU whose PMU holds this context (hard IRQ).
     pub(crate) fn hw_pmi(&self) {
         self.ctx.hw_pmi();
+    }
+
+    /// The multiplexing timer of the CPU whose PMU holds this context
+    /// (hard IRQ).
+    pub(crate) fn hw_mux(&self) {
+        self.ctx.hw_mux();
     }
 
     /// Queues, once, the task_work that removes the notifier from the thread

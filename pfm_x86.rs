@@ -246,9 +246,15 @@ pub(crate) struct SoftParams {
 
 impl Pmu {
     /// Picks the model named by `pmu=` (`auto`, `soft`, `intel_arch`,
-    /// `amd64`, `intel_arch_sim`) with the soft model's parameters `soft`;
-    /// returns the model and why it was picked.
-    pub(crate) fn select(name: &[u8], soft: SoftParams) -> Result<(Pmu, &'static str), ProbeError> {
+    /// `amd64`, `intel_arch_sim`) with the soft model's parameters `soft`,
+    /// `mux_fired` being what a CPU's multiplexing timer calls (the event
+    /// sets of the context whose counters are on its PMU); returns the
+    /// model and why it was picked.
+    pub(crate) fn select(
+        name: &[u8],
+        soft: SoftParams,
+        mux_fired: fn(),
+    ) -> Result<(Pmu, &'static str), ProbeError> {
         if !(16..=64).contains(&soft.width) || !(1..=SOFT_COUNTERS as u32).contains(&soft.counters)
         {
             return Err(ProbeError::BadParam);
@@ -270,7 +276,7 @@ impl Pmu {
             impl_pmds: hw.map_or((1u64 << soft.counters) - 1, |m| m.impl_pmds()),
             hw,
             sim,
-            cpus: CpuPmus::new().map_err(nomem)?,
+            cpus: CpuPmus::new(mux_fired).map_err(nomem)?,
             core_types,
             claims: Claims::new().map_err(nomem)?,
             msr_faults: AtomicU64::new(0),
@@ -321,11 +327,6 @@ impl Pmu {
         PmuBus {
             sim: self.sim.as_ref().map(SimCpus::here),
         }
-    }
-
-    /// Whether the model is the soft one (no PMU).
-    pub(crate) fn is_soft(&self) -> bool {
-        self.hw.is_none()
     }
 
     /// Bit n set: PMD n exists.

@@ -13,11 +13,16 @@
 //! here. A context that never asked for sets has no table at all, and one
 //! loaded with one set pays a load and a branch per fold.
 //!
-//! The soft model only, for now: its counters advance only at folds, so a
-//! switch is a swap of images under the lock. A hardware model's would be
-//! on a PMU and switched by a timer: `EOPNOTSUPP`.
+//! A switch is a swap of images under the lock. The soft model's counters
+//! advance only at folds, which charge the time exactly and switch where a
+//! timeout falls. A hardware model's are on a PMU while their thread runs:
+//! the PMU layer's per-CPU multiplexing timer (`Pmu::mux_arm_here`) fires
+//! at the active set's timeout, its owner folds (the active image leaves
+//! the PMU, the time is charged, the sets switch) and puts the next image
+//! on with the switch-in sequence; lazy restore still applies within a set
+//! (installing another image bumps the PMU's register generation). An
+//! overflow switch comes from the PMI's fold, by the same path.
 
-use kernel::bindings;
 use kernel::prelude::*;
 use kernel::uaccess::UserSlice;
 
@@ -45,6 +50,10 @@ pub(crate) struct CtxSets {
     /// Per set, PMDs that overflowed and that the overflow interrupt has
     /// not handled yet (the context's `pending_ovfl` is their union).
     pending: [u64; PFM_MAX_SETS],
+    /// A hardware model's 64-bit overflows per PMD of the resident set
+    /// since the last charge: they count toward an overflow switch at the
+    /// next charge, after the time run before them is the old set's.
+    hw_overflows: [u64; abi::PFM_MAX_PMDS],
 }
 
 /// The context's sets, if it has a table.
@@ -99,6 +108,7 @@ impl CtxSets {
             images: [const { None }; PFM_MAX_SETS],
             resident: 0,
             pending: [0; PFM_MAX_SETS],
+            hw_overflows: [0; abi::PFM_MAX_PMDS],
         }
     }
 
@@ -153,14 +163,17 @@ impl CtxInner {
         }
     }
 
-    /// Makes set `set`'s image the context's `counters`.
+    /// Makes set `set`'s image the context's `counters` (a hardware
+    /// model's leave the PMU first, if they are on it).
     fn make_resident(&mut self, set: usize) {
+        if sets_of(&self.extra).map_or(true, |s| s.resident == set) {
+            return;
+        }
+        let ovfl = self.counters.uninstall_here(&globals().pmu);
+        self.overflowed(ovfl);
         let Some(s) = sets_of_mut(&mut self.extra) else {
             return;
         };
-        if s.resident == set {
-            return;
-        }
         let Some(mut image) = s.images.get_mut(set).and_then(Option::take) else {
             return;
         };
@@ -201,9 +214,24 @@ impl CtxInner {
             seg: [(0, 0); 2 * PFM_MAX_SETS + 1],
             n: 0,
         };
+        // The soft model's counters advance by the time charged: a delta
+        // that crosses a timeout is cut there. A hardware model's counted
+        // the whole delta with the set that was on the PMU (its timer
+        // fires a little after the timeout): the switch comes after it.
+        let boundary = match self.counters.read_only_where_running() {
+            true => Boundary::WholeDelta,
+            false => Boundary::Split,
+        };
         if let Some(s) = sets_of_mut(&mut self.extra) {
+            let from = s.table.active();
             s.table
-                .charge(d.task_clock, Boundary::Split, |set, ns| segs.push(set, ns));
+                .charge(d.task_clock, boundary, |set, ns| segs.push(set, ns));
+            // A hardware model's overflows since the last charge, in the
+            // set that was on the PMU: after its time.
+            let counts = core::mem::take(&mut s.hw_overflows);
+            if counts.iter().any(|&c| c != 0) {
+                let _ = s.table.overflowed(from, &counts);
+            }
         }
         for k in 0..segs.n {
             let (set, ns) = segs.seg[k];
@@ -241,12 +269,71 @@ impl CtxInner {
             return;
         }
         if let Some(s) = sets_of_mut(&mut self.extra) {
-            if let Some(p) = s.pending.get_mut(set) {
-                *p |= ovfl;
-            }
             let _ = s.table.overflowed(set, &counts);
         }
+        // Pending in set `set`, the resident one (`sets_overflowed`).
         self.overflowed(ovfl);
+    }
+
+    /// Overflows `ovfl` of the resident set's PMDs (every model's go
+    /// through `overflowed`): pending in that set, for the overflow
+    /// interrupt; a hardware model's numbers of them kept for the next
+    /// charge (the soft model's count in `advance_set`).
+    #[cold]
+    pub(super) fn sets_overflowed(&mut self, ovfl: u64) {
+        if !self.multiplexed() {
+            return;
+        }
+        let counts = self.counters.take_tally();
+        if let Some(s) = sets_of_mut(&mut self.extra) {
+            if let Some(p) = s.pending.get_mut(s.resident) {
+                *p |= ovfl;
+            }
+            for (acc, c) in s.hw_overflows.iter_mut().zip(counts.iter()) {
+                *acc = acc.saturating_add(*c);
+            }
+        }
+    }
+
+    /// Whether a hardware model's overflows wait for a charge (that may
+    /// switch sets).
+    pub(super) fn hw_overflows_waiting(&self) -> bool {
+        sets_of(&self.extra).is_some_and(|s| s.hw_overflows.iter().any(|&c| c != 0))
+    }
+
+    /// `sync_hw` for a hardware model's context with event sets: the
+    /// active set's registers go on the PMU (an overflow or the timer may
+    /// have switched sets), and when they go on, this CPU's multiplexing
+    /// timer is armed for the active set's time left. That is exact then:
+    /// every install follows a fold (the thread's switch-out, a live
+    /// operation's, the timer's), which charged the time run before it.
+    #[cold]
+    pub(super) fn sync_hw_sets(&mut self) {
+        let pmu = &globals().pmu;
+        if let Some(active) = sets_of(&self.extra).map(|s| s.table.active()) {
+            self.make_resident(active);
+        }
+        let was_on = self.counters.on_pmu_here();
+        let (counting, on_cpu, owner) = (self.counting(), self.on_cpu, self.owner_token());
+        let ovfl = self.counters.sync_here(pmu, counting, on_cpu, owner);
+        self.overflowed(ovfl);
+        if was_on || !self.counters.on_pmu_here() {
+            return;
+        }
+        // The timer fires for whoever owns this PMU then, who checks its
+        // own time: one left armed for a context gone from it is harmless.
+        if let Some(ns) = sets_of(&self.extra).and_then(|s| s.table.timer_ns()) {
+            pmu.mux_arm_here(ns);
+        }
+    }
+
+    /// The thread leaves its CPU: the multiplexing timer armed for it
+    /// there is of no use any more.
+    #[cold]
+    pub(super) fn sets_off_cpu(&mut self) {
+        if self.multiplexed() && self.counters.read_only_where_running() {
+            globals().pmu.mux_disarm_here();
+        }
     }
 
     /// The overflow interrupt's share-out of `ovfl` (the union of every
@@ -323,9 +410,6 @@ impl Context {
     /// flags of those that exist), all or none; each gets an empty image.
     pub(crate) fn create_sets(&self, arg: &mut abi::PfmSetsArg) -> Result {
         let (mut descs, mut writer) = read_array::<abi::PfmSetdesc>(arg)?;
-        if !globals().pmu.is_soft() {
-            return Err(Error::from_errno(-(bindings::EOPNOTSUPP as i32)));
-        }
         // What may sleep first: the table, and an image per new set.
         let mut table = Some(KBox::new(Extra::Sets(CtxSets::new()), GFP_KERNEL_ACCOUNT)?);
         let mut fresh: [Option<KBox<Counters>>; PFM_MAX_SETS] = [const { None }; PFM_MAX_SETS];

@@ -67,6 +67,26 @@ impl Monitor for Context {
         let counting = inner.counting();
         let ovfl = inner.counters.pmi_here(&globals().pmu, counting);
         inner.overflowed(ovfl);
+        if inner.multiplexed() && inner.hw_overflows_waiting() {
+            // Overflows may switch event sets: the time run so far is
+            // charged to the set that counted it, then its overflows
+            // counted, then the active set's registers go on the PMU.
+            let cpu = glue::this_cpu();
+            inner.fold_running(cpu);
+            inner.sync_hw();
+        }
+    }
+
+    fn hw_mux(&self) {
+        let mut inner = self.inner.lock();
+        let cpu = glue::this_cpu();
+        if inner.on_cpu == Some(cpu) && inner.multiplexed() {
+            // The fold charges the running time to the active set, which
+            // switches if its time is up; `sync_hw` puts the active set's
+            // registers on the PMU and arms the timer for what is left.
+            inner.fold_running(cpu);
+            inner.sync_hw();
+        }
     }
 
     fn overflow_interrupt(&self) -> bool {
@@ -232,6 +252,9 @@ impl CtxInner {
     fn sched_out(&mut self, cpu: i32, dead: bool) {
         let ovfl = self.counters.uninstall_here(&globals().pmu);
         self.overflowed(ovfl);
+        if self.extra.is_some() && self.counters.read_only_where_running() {
+            self.sets_off_cpu();
+        }
         let runtime = glue::current_sum_exec_runtime();
         let mut d = ThreadDeltas::default();
         if self.on_cpu == Some(cpu) {

@@ -60,6 +60,9 @@ pub(crate) struct HwCounters {
     resume: Option<(i32, u64)>,
     /// Keeps the PMI rate bounded (see `PmiThrottle`).
     throttle: PmiThrottle,
+    /// Each PMD's 64-bit overflows since [`Counters::take_tally`] (event
+    /// sets switch after a number of them; one fold can cross several).
+    tally: [u64; abi::PFM_MAX_PMDS],
 }
 
 /// A context's counters.
@@ -99,6 +102,7 @@ impl Counters {
             cpu: None,
             resume: None,
             throttle: PmiThrottle::new(),
+            tally: [0; abi::PFM_MAX_PMDS],
         };
         Ok(Self::Hw(KBox::new(hw, GFP_KERNEL_ACCOUNT)?))
     }
@@ -209,6 +213,20 @@ impl Counters {
         }
     }
 
+    /// Each PMD's 64-bit overflows found by a hardware model's folds since
+    /// the last call (the soft model's are counted by `advance_each`).
+    pub(crate) fn take_tally(&mut self) -> [u64; abi::PFM_MAX_PMDS] {
+        match self {
+            Self::Soft(_) => [0; abi::PFM_MAX_PMDS],
+            Self::Hw(h) => core::mem::take(&mut h.tally),
+        }
+    }
+
+    /// Whether a hardware model's counters are on this CPU's PMU.
+    pub(crate) fn on_pmu_here(&self) -> bool {
+        matches!(self, Self::Hw(h) if h.cpu == Some(glue::this_cpu()))
+    }
+
     /// Advances the soft model's task-clock PMDs by `ran` ns if none of
     /// them crosses 2^64 doing so (see `count_clock_unless_overflow`);
     /// `false`, with nothing changed, otherwise and for a hardware model.
@@ -290,7 +308,7 @@ impl HwCounters {
             pmds: &mut self.pmds,
             raw: &mut self.raw,
             used: self.used,
-            tally: None,
+            tally: Some(&mut self.tally),
             min_arm: self.throttle.min_arm(),
         }
     }

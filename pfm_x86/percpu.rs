@@ -11,6 +11,7 @@ use kernel::prelude::*;
 
 use super::Pmu;
 use crate::rust as glue;
+use crate::rust::hrtimer::OneShotTimer;
 
 /// One CPU's PMU.
 struct CpuPmu {
@@ -27,18 +28,24 @@ struct CpuPmu {
     /// (the model is what all online CPUs have in common); a CPU that
     /// comes online later is checked then.
     fits: AtomicBool,
+    /// Fires when the owner's active event set has run its timeout (a
+    /// multiplexed context on a hardware model; perf's mux timer is per
+    /// CPU too).
+    mux: OneShotTimer,
 }
 
 /// Every possible CPU's [`CpuPmu`].
 pub(crate) struct CpuPmus(KVec<CpuPmu>);
 
 impl CpuPmus {
-    /// One entry per possible CPU: no owner, generation 0.
-    pub(crate) fn new() -> Result<Self> {
+    /// One entry per possible CPU: no owner, generation 0; `mux_fired`
+    /// is what a CPU's multiplexing timer calls.
+    pub(crate) fn new(mux_fired: fn()) -> Result<Self> {
         let cpus = glue::cpu::per_cpu_vec(|| CpuPmu {
             owner: AtomicPtr::new(core::ptr::null_mut()),
             generation: AtomicU64::new(0),
             fits: AtomicBool::new(true),
+            mux: OneShotTimer::new(mux_fired),
         })?;
         Ok(Self(cpus))
     }
@@ -50,6 +57,24 @@ impl CpuPmus {
 }
 
 impl Pmu {
+    /// Arms this CPU's multiplexing timer to fire in `ns` (re-arming it).
+    /// Interrupts off.
+    pub(crate) fn mux_arm_here(&self, ns: u64) {
+        if let Some(c) = self.cpus.here() {
+            // SAFETY: The entries of `cpus` never move (allocated once, at
+            // load); this CPU's timer is armed and disarmed only here and
+            // in `mux_disarm_here`, by this CPU with interrupts off.
+            unsafe { c.mux.arm_here(ns) };
+        }
+    }
+
+    /// Disarms this CPU's multiplexing timer. Interrupts off.
+    pub(crate) fn mux_disarm_here(&self) {
+        if let Some(c) = self.cpus.here() {
+            c.mux.disarm();
+        }
+    }
+
     /// Records that `owner`'s counters are (non-null) or no longer are
     /// (null) on this CPU's PMU. Interrupts off.
     pub(crate) fn set_owner_here(&self, owner: *const ()) {

@@ -342,6 +342,14 @@ mod tests {
         // after that (the next run of -r) must still die of SIGINT. A shell
         // started with SIGINT ignored could not undo it: its `kill -INT $$`
         // would be a no-op and it would exit 0.
+        //
+        // pfm run from a terminal starts with SIGINT's default disposition;
+        // the test runner may not have (a background job of a shell
+        // without job control starts with SIGINT ignored, and then the
+        // command rightly inherits that). Start from the default, as pfm
+        // does. No other test of this process touches SIGINT.
+        // SAFETY: SIG_DFL is a valid disposition for SIGINT.
+        unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
         ignore_interrupts();
         let mut child = PausedChild::spawn(&["sh", "-c", "kill -INT $$; exit 0"]).unwrap();
         child.release().unwrap();
