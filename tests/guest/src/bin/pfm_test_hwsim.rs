@@ -11,8 +11,11 @@
 //! equal its running time (and include nothing of a thread sharing its CPU),
 //! with most switch-ins of a lone thread restoring lazily;
 //! overflow periods on a general-purpose and a fixed counter give exact
-//! overflow counts through PMIs; no MSR access ever faulted (the simulator
-//! raises #GP on anything the SDM forbids); rmmod leaves nothing behind.
+//! overflow counts through PMIs; event sets (two and three register images
+//! switched every 2 ms of the thread's running time) keep their times exact
+//! and their counts to their own turns; no MSR access ever faulted (the
+//! simulator raises #GP on anything the SDM forbids); rmmod leaves nothing
+//! behind.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
@@ -23,7 +26,7 @@ use perfmon::Context;
 use pfm_guest::tap::diag;
 use pfm_guest::{ensure, module, work, ResultExt, Tap, TestResult};
 
-const PLAN: usize = 11;
+const PLAN: usize = 13;
 
 /// IA32_PERFEVTSEL: core cycles (0x3c) in user mode.
 const CYCLES_USR: u64 = 0x3c | 1 << 16;
@@ -341,6 +344,350 @@ fn overflow_periods_through_pmis() -> TestResult {
     Ok(())
 }
 
+/// The set timeout of the multiplexing cases.
+const SET_T: u64 = 2_000_000;
+/// The CPU time the multiplexing cases spin for: about 100 switches.
+const SET_SPIN: u64 = 200_000_000;
+/// The mean lateness allowed of the set timer (see [`sets_take_turns`]).
+const SET_LATE_MAX: u64 = 1_000_000;
+
+/// One event set of a multiplexing case: its PMC values, the PMD that
+/// counts cycles and the one that counts instructions, if any (all
+/// starting from 0).
+struct SetSpec {
+    pmcs: &'static [(u16, u64)],
+    cycles: u16,
+    instructions: Option<u16>,
+}
+
+impl SetSpec {
+    fn pmd_mask(&self) -> u64 {
+        let i = self.instructions.map_or(0, |r| 1u64 << r);
+        1u64 << self.cycles | i
+    }
+
+    /// Its PMDs, lowest first (the order of READ_VALUES' values).
+    fn pmds(&self) -> Vec<u16> {
+        (0..64)
+            .filter(|r| self.pmd_mask() & (1 << r) != 0)
+            .collect()
+    }
+}
+
+/// Spins until the calling thread has used `ns` of CPU time.
+fn spin_cpu(ns: u64) {
+    let c0 = pfm_guest::edges::thread_cpu_ns();
+    while pfm_guest::edges::thread_cpu_ns() - c0 < ns {
+        std::hint::spin_loop();
+    }
+}
+
+/// [`cycles_match_running`] of a count, scaled by `enabled / running`:
+/// what a set's estimate `count × enabled / running` (rounded) satisfies
+/// when its count satisfies the relation against its running time. The
+/// relation's 1 ms scales with it; `running / 10 * 8` is below
+/// `0.8 running` by less than 8, which scales too; 1 for the rounding.
+fn estimate_matches(est: u64, enabled: u64, running: u64) -> bool {
+    let (e, r) = (enabled as u128, running as u128);
+    let up = (1_000_000 * e).div_ceil(r) as u64;
+    let down = (8 * e).div_ceil(r) as u64;
+    est <= enabled + up + 1 && est + down + 1 >= enabled / 10 * 8
+}
+
+/// `count × enabled / running`, rounded to nearest (what a tool reports).
+fn estimate(count: u64, enabled: u64, running: u64) -> u64 {
+    ((count as u128 * enabled as u128 + running as u128 / 2) / running as u128) as u64
+}
+
+/// A self-monitoring context with one set per `specs`, each
+/// `PFM_SETFL_TIME_SWITCH` every [`SET_T`] of the thread's running time,
+/// spinning [`SET_SPIN`] of CPU time. CREATE_SETS must succeed on the
+/// hardware model (it returned EOPNOTSUPP before the hardware models
+/// switched sets). Every set programs the same PERFEVTSEL0 event as
+/// another one or counts on the same counter: each is a register image of
+/// its own, switched by the per-CPU set timer with the whole running delta
+/// charged to the set that was on the PMU (`Boundary::WholeDelta`).
+///
+/// Exact, with T the context's time_running (READ_PMDS, after STOP):
+/// - every set's `set_time_enabled` is T, and the `set_time_running` add
+///   up to T;
+/// - the sets take turns round robin from set 0: with s = Σ runs - 1
+///   switches, set k ran once per j in 0..=s with j mod n = k; the active
+///   set (s mod n) has 0 < `timeout_left` <= 2 ms, the others the whole
+///   timeout; the sets switched away from say TIME;
+/// - READ_VALUES with `PFM_VALFL_SET` gives each set's values and times as
+///   READ_PMDS and GETINFO do.
+///
+/// Switches. The timer is armed for the active set's time left and the
+/// charge at its callback reaches the timeout (a charge that does not,
+/// e.g. runtime short of the wall time the timer measured, does not
+/// switch), so every completed activation was charged at least the
+/// timeout: per set, `running - partial >= completed × 2 ms`, with
+/// `partial = 2 ms - timeout_left` for the active set (its current
+/// activation) and 0 for the others; summed, s <= floor(T / 2 ms). An
+/// activation lasts at most the timeout plus one timer latency (the
+/// callback's lateness, all of it counted under the old set's registers):
+/// Σ lateness = T - s × 2 ms - partial <= s × L. The latency has no exact
+/// bound in a guest (a few us on KVM, tens of us under TCG with KASAN; a
+/// vCPU the host deschedules makes one timer late by its whole
+/// descheduling): L = 1 ms, half the timeout, bounds the mean lateness, so
+/// s >= (T - partial) / 3 ms. The measured mean is in the diagnostics.
+///
+/// Counts. The simulated CPU counts 1 cycle and 0.5 instruction per ns
+/// whoever runs, so a set's counters hold only its own turns if each is
+/// installed exactly while it is active: each set's cycles must satisfy
+/// [`cycles_match_running`] against its own `set_time_running` (~T / n,
+/// where a leak of another set's turns would add up to T - T / n), and
+/// its instructions half its cycles. Per activation the counting starts
+/// after the install and stops at the stop that follows the callback's
+/// runtime read (a few instructions later), inside the relation's 1 ms
+/// over ~50 activations. Then each set's estimate `cycles × enabled /
+/// running` satisfies the relation scaled by `enabled / running`
+/// ([`estimate_matches`]) against T. Every set switch is a full restore
+/// (another image was on the PMU): `hw_full_restores` grows by at least s.
+fn sets_take_turns(specs: &[SetSpec]) -> TestResult {
+    let n = specs.len();
+    let ids: Vec<u16> = (0..n as u16).collect();
+    let ctx = Context::open().ctx("open")?;
+    let mut descs: Vec<PfmSetdesc> = ids
+        .iter()
+        .map(|&id| PfmSetdesc {
+            set_id: id,
+            set_flags: PFM_SETFL_TIME_SWITCH,
+            set_timeout: SET_T,
+            ..PfmSetdesc::default()
+        })
+        .collect();
+    ctx.create_sets(&mut descs)
+        .ctx("CREATE_SETS on intel_arch_sim")?;
+    for d in &descs {
+        ensure!(
+            d.set_timeout == SET_T,
+            "set {}: effective timeout {}",
+            d.set_id,
+            d.set_timeout
+        );
+    }
+    for (&set, spec) in ids.iter().zip(specs) {
+        let mut c: Vec<PfmPmc> = spec
+            .pmcs
+            .iter()
+            .map(|&(r, v)| PfmPmc {
+                reg_set: set,
+                ..pmc(r, v)
+            })
+            .collect();
+        ctx.write_pmcs(&mut c)
+            .ctx(&format!("WRITE_PMCS set {set}"))?;
+        let mut d: Vec<PfmPmd> = spec
+            .pmds()
+            .iter()
+            .map(|&r| PfmPmd {
+                reg_set: set,
+                ..pmd(r, 0, false)
+            })
+            .collect();
+        ctx.write_pmds(&mut d)
+            .ctx(&format!("WRITE_PMDS set {set}"))?;
+    }
+    let (full0, lazy0) = (
+        sysfs_u64("hw_full_restores")?,
+        sysfs_u64("hw_lazy_restores")?,
+    );
+    ctx.load(0).ctx("LOAD")?;
+    ctx.start().ctx("START")?;
+    spin_cpu(SET_SPIN);
+    ctx.stop().ctx("STOP")?;
+    let full = sysfs_u64("hw_full_restores")? - full0;
+    let lazy = sysfs_u64("hw_lazy_restores")? - lazy0;
+    // Each set's (cycles, instructions), as READ_PMDS and READ_VALUES
+    // read them, and the context's time_running.
+    let mut counts = Vec::new();
+    let mut t = None;
+    let mut by_values = Vec::new();
+    for (&set, spec) in ids.iter().zip(specs) {
+        let regs = spec.pmds();
+        let mut d: Vec<PfmPmd> = regs
+            .iter()
+            .map(|&r| PfmPmd {
+                reg_set: set,
+                ..pmd(r, 0, false)
+            })
+            .collect();
+        let (_, running) = ctx.read_pmds(&mut d).ctx(&format!("READ_PMDS set {set}"))?;
+        ensure!(
+            *t.get_or_insert(running) == running,
+            "time_running {running} at set {set}'s read, {t:?} before"
+        );
+        let v = |r: u16| d[regs.iter().position(|&x| x == r).unwrap_or(0)].reg_value;
+        counts.push((v(spec.cycles), spec.instructions.map(v)));
+        let c = ctx
+            .read_set_values(set, spec.pmd_mask())
+            .ctx(&format!("READ_VALUES set {set}"))?;
+        let pmds: Vec<u64> = d.iter().map(|p| p.reg_value).collect();
+        ensure!(
+            c.values == pmds,
+            "set {set}: READ_VALUES {:?}, READ_PMDS {pmds:?}",
+            c.values
+        );
+        by_values.push((c.time_enabled, c.time_running));
+    }
+    let t = t.unwrap_or(0);
+    let infos = ctx.sets_info(&ids).ctx("GETINFO_SETS")?;
+    ctx.unload().ctx("UNLOAD")?;
+
+    let runs: u64 = infos.iter().map(|i| i.set_runs).sum();
+    let s = runs.saturating_sub(1);
+    let active = (s % n as u64) as usize;
+    let partial = SET_T.saturating_sub(infos[active].set_timeout_left);
+    let mut late = 0u64;
+    // Activation j (0..=s) is set j mod n's.
+    let want_runs = |k: usize| (s + 1) / n as u64 + u64::from(((s + 1) % n as u64) > k as u64);
+    let mut lines = Vec::new();
+    for (k, i) in infos.iter().enumerate() {
+        let (cycles, instr) = counts[k];
+        let est = estimate(cycles, i.set_time_enabled, i.set_time_running.max(1));
+        lines.push(format!(
+            "set {k}: runs {} running {} left {} cause {}; cycles {cycles} instructions {instr:?}, estimate {est}",
+            i.set_runs, i.set_time_running, i.set_timeout_left, i.set_last_cause
+        ));
+    }
+    diag(format!(
+        "T {t} ns, {s} switches (floor(T / 2 ms) = {}); {}; {full} full restores, {lazy} lazy",
+        t / SET_T,
+        lines.join("; ")
+    ));
+    ensure!(
+        t >= SET_SPIN,
+        "time_running {t} below the {SET_SPIN} ns spun"
+    );
+    ensure!(
+        s <= t / SET_T,
+        "{s} switches in {t} ns of {SET_T} ns timeouts"
+    );
+    let sum: u64 = infos.iter().map(|i| i.set_time_running).sum();
+    ensure!(
+        sum == t,
+        "the sets' running times add up to {sum}, T is {t}"
+    );
+    for (k, i) in infos.iter().enumerate() {
+        ensure!(
+            i.set_time_enabled == t,
+            "set {k}: time_enabled {} != T {t}",
+            i.set_time_enabled
+        );
+        ensure!(
+            by_values[k] == (i.set_time_enabled, i.set_time_running),
+            "set {k}: READ_VALUES' times {:?}, GETINFO's ({}, {})",
+            by_values[k],
+            i.set_time_enabled,
+            i.set_time_running
+        );
+        ensure!(
+            i.set_runs >= 2 && i.set_runs == want_runs(k),
+            "set {k}: {} runs, the round robin gives {} for {s} switches",
+            i.set_runs,
+            want_runs(k)
+        );
+        let left = if k == active {
+            i.set_timeout_left
+        } else {
+            SET_T
+        };
+        ensure!(
+            i.set_timeout_left == left && left > 0 && left <= SET_T,
+            "set {k}: timeout_left {} (active set {active})",
+            i.set_timeout_left
+        );
+        ensure!(
+            i.set_last_cause == PFM_SET_CAUSE_TIME && i.set_ovfl_pmds == 0,
+            "set {k}: last cause {}, ovfl_pmds {:#x}",
+            i.set_last_cause,
+            i.set_ovfl_pmds
+        );
+        let completed = i.set_runs - u64::from(k == active);
+        let own = if k == active { partial } else { 0 };
+        let late_k = i
+            .set_time_running
+            .checked_sub(own + completed * SET_T)
+            .ok_or(format!(
+                "set {k}: {} ns of running for {completed} completed activations of {SET_T} ns and {own} ns: an activation shorter than its timeout",
+                i.set_time_running
+            ))?;
+        late += late_k;
+    }
+    diag(format!(
+        "set timer lateness: {late} ns over {s} switches ({} ns each)",
+        late / s.max(1)
+    ));
+    ensure!(
+        late <= s * SET_LATE_MAX,
+        "{s} switches: {late} ns charged past the timeouts, more than {SET_LATE_MAX} ns per switch"
+    );
+    for (k, i) in infos.iter().enumerate() {
+        let (cycles, instr) = counts[k];
+        // At least one timeout (checked above): never 0.
+        let r = i.set_time_running.max(1);
+        ensure!(
+            cycles_match_running(cycles, r),
+            "set {k}: cycles {cycles} vs its running time {r}"
+        );
+        if let Some(instr) = instr {
+            ensure!(
+                near(instr, cycles / 2, 1, 100_000),
+                "set {k}: instructions {instr} vs cycles / 2"
+            );
+        }
+        let est = estimate(cycles, i.set_time_enabled, r);
+        ensure!(
+            estimate_matches(est, t, r),
+            "set {k}: estimate {est} (cycles {cycles} x {t} / {r}) vs T"
+        );
+    }
+    ensure!(full >= s, "{full} full restores for {s} set switches");
+    Ok(())
+}
+
+/// Two sets counting cycles with the same PERFEVTSEL0 value (a lazy
+/// restore's read-back of PMC0 cannot tell them apart), set 1 also
+/// instructions.
+fn two_sets_take_turns() -> TestResult {
+    sets_take_turns(&[
+        SetSpec {
+            pmcs: &[(0, CYCLES_USR)],
+            cycles: 0,
+            instructions: None,
+        },
+        SetSpec {
+            pmcs: &[(0, CYCLES_USR), (1, INSTR_USR)],
+            cycles: 0,
+            instructions: Some(1),
+        },
+    ])
+}
+
+/// Three sets: cycles in PMC0; instructions in PMC0 and cycles on the
+/// fixed counter; cycles in PMC0 and instructions in PMC1.
+fn three_sets_take_turns() -> TestResult {
+    sets_take_turns(&[
+        SetSpec {
+            pmcs: &[(0, CYCLES_USR)],
+            cycles: 0,
+            instructions: None,
+        },
+        SetSpec {
+            pmcs: &[(0, INSTR_USR), (PMC_FIXED_CTRL, FIXED1_USR)],
+            cycles: PMD_FIXED1,
+            instructions: Some(0),
+        },
+        SetSpec {
+            pmcs: &[(0, CYCLES_USR), (1, INSTR_USR)],
+            cycles: 0,
+            instructions: Some(1),
+        },
+    ])
+}
+
 /// A thread's cycles on `cpu` (self-monitoring, ~150 ms of spinning) and
 /// its running time.
 fn cycles_on(cpu: usize) -> Result<(u64, u64), String> {
@@ -422,6 +769,14 @@ fn main() {
     t.run(
         "overflow periods on PMD0 and the fixed counter: exact counts through PMIs",
         overflow_periods_through_pmis,
+    );
+    t.run(
+        "event sets on intel_arch_sim: 2 sets switched every 2 ms (same PERFEVTSEL0), times exact, switches bounded, each set's cycles its own turns",
+        two_sets_take_turns,
+    );
+    t.run(
+        "event sets on intel_arch_sim: 3 sets switched every 2 ms (GP and fixed cycles), the same",
+        three_sets_take_turns,
     );
     t.run("no MSR access faulted", || {
         let f = sysfs_u64("msr_faults")?;
