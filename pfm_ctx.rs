@@ -189,7 +189,11 @@ impl CtxInner {
     /// the context counts and its thread runs here. Lock held (IRQs off).
     #[inline(always)]
     fn sync_hw(&mut self) {
-        if self.extra.is_some() && self.counters.read_only_where_running() {
+        // The soft model puts nothing on a PMU: one test on its path.
+        if !self.counters.read_only_where_running() {
+            return;
+        }
+        if self.extra.is_some() {
             return self.sync_hw_sets();
         }
         let (counting, on_cpu, owner) = (self.counting(), self.on_cpu, self.owner_token());

@@ -24,17 +24,25 @@ fn pmd_exists(implemented: u64, reg: u16) -> bool {
 trait RegElem: kernel::types::FromBytes + kernel::types::AsBytes + Default + Copy {
     /// Replaces the `PFM_REG_RETFL_*` output bits of `reg_flags`.
     fn set_retfl(&mut self, retfl: u32);
+    /// The event set the element names.
+    fn reg_set(&self) -> u16;
 }
 
 impl RegElem for abi::PfmPmc {
     fn set_retfl(&mut self, retfl: u32) {
         self.reg_flags = (self.reg_flags & !abi::PFM_REG_RETFL_MASK) | retfl;
     }
+    fn reg_set(&self) -> u16 {
+        self.reg_set
+    }
 }
 
 impl RegElem for abi::PfmPmd {
     fn set_retfl(&mut self, retfl: u32) {
         self.reg_flags = (self.reg_flags & !abi::PFM_REG_RETFL_MASK) | retfl;
+    }
+    fn reg_set(&self) -> u16 {
+        self.reg_set
     }
 }
 
@@ -72,7 +80,7 @@ impl Context {
         arg: &mut abi::PfmRegsArg,
         regs: UserSlice,
         writes_state: bool,
-        check: impl Fn(&T) -> u32,
+        check: impl Fn(&T, u16) -> u32,
         prepare: impl FnOnce(&[T]) -> Result<P>,
         apply: impl FnMut(&mut CtxInner, u64, &mut [T], &mut P) -> Result<R> + Send,
     ) -> Result<R> {
@@ -112,14 +120,20 @@ impl Context {
         elems: &mut [T],
         writer: &mut kernel::uaccess::UserSliceWriter,
         writes_state: bool,
-        check: impl Fn(&T) -> u32,
+        check: impl Fn(&T, u16) -> u32,
         prepare: impl FnOnce(&[T]) -> Result<P>,
         mut apply: impl FnMut(&mut CtxInner, u64, &mut [T], &mut P) -> Result<R> + Send,
     ) -> Result<R> {
-        if let Some(bad) = elems.iter().position(|e| check(e) != 0) {
+        // The sets that exist, asked of the context only if an element
+        // names another than set 0, which every context has.
+        let sets = match elems.iter().any(|e| e.reg_set() != 0) {
+            true => self.sets_now(),
+            false => 1,
+        };
+        if let Some(bad) = elems.iter().position(|e| check(e, sets) != 0) {
             arg.done = bad as u32;
             for e in elems.iter_mut() {
-                let v = check(e);
+                let v = check(e, sets);
                 e.set_retfl(v);
             }
             writer.write_slice(as_bytes(elems))?;
@@ -144,8 +158,7 @@ impl Context {
     pub(crate) fn write_pmcs(&self, arg: &mut abi::PfmRegsArg, regs: UserSlice) -> Result {
         let pmu = &globals().pmu;
         let policy = crate::pfm_x86::Pmu::caller_policy();
-        let sets = self.sets_now();
-        let check = |p: &abi::PfmPmc| {
+        let check = |p: &abi::PfmPmc, sets: u16| {
             if !set_in(sets, p.reg_set) {
                 abi::PFM_REG_RETFL_NOSET
             } else if p.reg_flags & !abi::PFM_REG_RETFL_MASK != 0 || p.reserved != [0; 2] {
@@ -189,8 +202,7 @@ impl Context {
     /// `PFM_IOC_WRITE_PMDS`.
     pub(crate) fn write_pmds(&self, arg: &mut abi::PfmRegsArg, regs: UserSlice) -> Result {
         let implemented = globals().pmu.impl_mask();
-        let sets = self.sets_now();
-        let check = |p: &abi::PfmPmd| {
+        let check = |p: &abi::PfmPmd, sets: u16| {
             if !set_in(sets, p.reg_set) {
                 abi::PFM_REG_RETFL_NOSET
             } else if !pmd_exists(implemented, p.reg_num) {
@@ -261,8 +273,7 @@ impl Context {
     /// `PFM_IOC_READ_PMDS`.
     pub(crate) fn read_pmds(&self, arg: &mut abi::PfmRegsArg, regs: UserSlice) -> Result {
         let implemented = globals().pmu.impl_mask();
-        let sets = self.sets_now();
-        let check = |p: &abi::PfmPmd| {
+        let check = |p: &abi::PfmPmd, sets: u16| {
             if !set_in(sets, p.reg_set) {
                 abi::PFM_REG_RETFL_NOSET
             } else if !pmd_exists(implemented, p.reg_num) {
@@ -303,13 +314,23 @@ impl Context {
     /// time_running]`.
     pub(crate) fn read_values(&self, arg: &abi::PfmValues) -> Result<[u64; 2]> {
         let implemented = globals().pmu.impl_mask();
-        if arg.pmd_mask == 0 || arg.pmd_mask & !implemented != 0 {
-            return Err(EINVAL);
-        }
         // Not zeroed: only the first `n` are written and copied out.
         let mut values = [core::mem::MaybeUninit::<u64>::uninit(); abi::PFM_MAX_PMDS];
-        let (n, times) = if arg.set != 0 || arg.vflags != 0 || arg.pad != 0 || arg.reserved != 0 {
-            self.one_set_values(arg, &mut values)?
+        // The set fields as one word: set, vflags and pad are its 2 + 2 + 4
+        // bytes. The common read tests everything at once, branch-free;
+        // the rest (errors, a set's read) is out of line.
+        let set_word = u64::from(arg.set) | u64::from(arg.vflags) << 16 | u64::from(arg.pad) << 32;
+        let plain = (arg.pmd_mask != 0)
+            & (arg.pmd_mask & !implemented == 0)
+            & (set_word | arg.reserved == 0);
+        let (n, times) = if !plain {
+            self.unusual_values(
+                set_word,
+                arg.reserved,
+                arg.pmd_mask,
+                implemented,
+                &mut values,
+            )?
         } else {
             let quick = {
                 let mut inner = self.inner.lock();
@@ -337,19 +358,30 @@ impl Context {
         Ok(times)
     }
 
-    /// [`Context::read_values`] with `PFM_VALFL_SET`: set `set`'s values
-    /// and times; how many.
+    /// [`Context::read_values`] of anything but the common read: a bad
+    /// mask or reserved field (`EINVAL`), or `PFM_VALFL_SET`, the values
+    /// and times of the set `set_word` names (`set`, `vflags` and `pad`
+    /// in one word); how many.
     #[cold]
     #[inline(never)]
-    fn one_set_values(
+    fn unusual_values(
         &self,
-        arg: &abi::PfmValues,
+        set_word: u64,
+        reserved: u64,
+        pmd_mask: u64,
+        implemented: u64,
         values: &mut [core::mem::MaybeUninit<u64>; abi::PFM_MAX_PMDS],
     ) -> Result<(usize, [u64; 2])> {
-        if arg.vflags != abi::PFM_VALFL_SET || arg.pad != 0 || arg.reserved != 0 {
+        let (set, vflags, pad) = (set_word as u16, (set_word >> 16) as u16, set_word >> 32);
+        if pmd_mask == 0
+            || pmd_mask & !implemented != 0
+            || vflags != abi::PFM_VALFL_SET
+            || pad != 0
+            || reserved != 0
+        {
             return Err(EINVAL);
         }
-        self.set_values(arg.set, arg.pmd_mask, values)
+        self.set_values(set, pmd_mask, values)
     }
 
     /// [`Context::read_values`] where only a fold will do: the values in

@@ -252,7 +252,7 @@ impl CtxInner {
     fn sched_out(&mut self, cpu: i32, dead: bool) {
         let ovfl = self.counters.uninstall_here(&globals().pmu);
         self.overflowed(ovfl);
-        if self.extra.is_some() && self.counters.read_only_where_running() {
+        if self.counters.read_only_where_running() && self.extra.is_some() {
             self.sets_off_cpu();
         }
         let runtime = glue::current_sum_exec_runtime();
