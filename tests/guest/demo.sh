@@ -18,6 +18,9 @@ workload='i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; for n in 1 2 3 4 5; 
 echo "== pfm stat --perf -- sh -c '$workload'"
 pfm stat --perf -- sh -c "$workload"
 echo
+echo "== pfm stat -e '{task-clock,cs},migrations,task-clock,cs,migrations' -- sh -c '\$workload'   (6 events on 4 counters: multiplexed, scaled)"
+pfm stat -e '{task-clock,cs},migrations,task-clock,cs,migrations' -- sh -c "$workload"
+echo
 echo "== pfm stat -r 3 -e cs,task-clock -- sleep 0.05   (three runs: the mean, ± its variation)"
 pfm stat -r 3 -e cs,task-clock -- sleep 0.05
 echo

@@ -92,6 +92,31 @@ pub fn dispatch() {
                 }
             }
         }
+        // Measure itself for FILE: ARG2 rounds of ARG3 us of CPU (its own
+        // clock) then a 1 ms sleep; then FILE gets its thread CPU time and
+        // its switch count since the fork (getrusage) at the start of this
+        // mode and at the end, the oracles `pfm stat`'s multiplexed counts
+        // are held to.
+        "own" => {
+            let switches_start = crate::edges::thread_switches();
+            let cpu_start = crate::edges::thread_cpu_ns();
+            let spin_ns = num(5) * 1000;
+            for _ in 0..num(4) {
+                let until = crate::edges::thread_cpu_ns() + spin_ns;
+                while crate::edges::thread_cpu_ns() < until {
+                    std::hint::spin_loop();
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let cpu_end = crate::edges::thread_cpu_ns();
+            let switches = crate::edges::thread_switches();
+            let path = args.get(3).cloned().unwrap_or_default();
+            let line = format!("{cpu_start} {cpu_end} {switches_start} {switches}\n");
+            match std::fs::write(&path, line) {
+                Ok(()) => 0,
+                Err(_) => 3,
+            }
+        }
         // Become user ARG (uid = gid), then report on stdout what opening
         // /dev/perfmon, attaching to thread ARG2, and attaching to itself do.
         "attach-as-user" => attach_as_user(num(3) as u32, num(4) as u32),

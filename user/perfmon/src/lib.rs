@@ -40,6 +40,12 @@ pub mod perf;
 #[path = "../../../pfm_page.rs"]
 #[allow(dead_code)]
 mod pfm_page;
+// The module's own set arithmetic (exact, 128-bit, host-tested in
+// host/tests/sets.rs): a tool scales with the same code the kernel's
+// documentation describes. Only the scaling functions are used here.
+#[path = "../../../pfm_sets.rs"]
+#[allow(dead_code)]
+mod pfm_sets;
 mod pmu;
 pub mod process;
 mod sys;
@@ -50,6 +56,7 @@ pub use context::{
 };
 pub use error::{errno_name, errno_text, Error, ErrorKind, Op, Result};
 pub use mapped::{CounterPage, MappedReading, MappedStatus};
+pub use pfm_sets::{running_share, scale, scale_u64};
 pub use pmu::{aliases_of, describe, edit_distance, suggest, Event, Generic, PmuInfo};
 
 #[cfg(test)]

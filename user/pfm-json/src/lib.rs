@@ -92,6 +92,30 @@ pub struct Stat {
     /// Thread mode summary: the thread exited during the measurement.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_exited: Option<bool>,
+    /// More events than counters: how they were multiplexed (absent when
+    /// every event had a counter all the time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multiplex: Option<Multiplex>,
+}
+
+/// How a multiplexed `pfm stat` put its events into event sets.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Multiplex {
+    /// The number of event sets (each counter's [`Counter::set`] is one
+    /// of `0..sets`).
+    pub sets: u16,
+    /// The counters the sets took turns on.
+    pub counters: u16,
+    /// Time switching: the sets' timeout, ns of the thread's running time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switch_ns: Option<u64>,
+    /// Overflow switching: the overflows of a set's trigger that switch it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switch_on_overflow: Option<u32>,
+    /// Overflow switching: the trigger's period, in events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub period: Option<u64>,
 }
 
 /// One counted event of a [`Stat`] line.
@@ -125,6 +149,31 @@ pub struct Counter {
     /// Events named through libpfm4: its fully qualified name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub libpfm: Option<String>,
+    /// Multiplexed: the event set that counted it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set: Option<u16>,
+    /// Multiplexed: its set's time enabled, ns (the thread's running time
+    /// while the context counted: the same for every set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_enabled_ns: Option<u64>,
+    /// Multiplexed: its set's time running, ns (the part of
+    /// `time_enabled_ns` its set was on the counters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_running_ns: Option<u64>,
+    /// Multiplexed: `time_running_ns` in percent of `time_enabled_ns`,
+    /// rounded to 2 decimals (the table's `(66.67%)`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running_pct: Option<f64>,
+    /// Multiplexed: the estimate of the whole time's count, `value ×
+    /// time_enabled_ns / time_running_ns` rounded to nearest (with `-r`:
+    /// the rounded mean of the runs' estimates); absent when the event was
+    /// never counted (`time_running_ns` 0: the table's `<not counted>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<u64>,
+    /// Multiplexed `-r N` summary: the statistics of the runs' estimates
+    /// (of the runs that counted it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimate_stats: Option<Stats>,
 }
 
 /// A derived metric: `1.23 insn per cycle`, `0.98 CPUs utilized`, ...

@@ -29,6 +29,12 @@ fn full_stat() -> Stat {
             perf_value: Some(19),
             stats: stats.clone(),
             libpfm: Some("skl::INST_RETIRED:ANY_P:k=0:u=1".into()),
+            set: Some(1),
+            time_enabled_ns: Some(3),
+            time_running_ns: Some(2),
+            running_pct: Some(66.67),
+            estimate: Some(30),
+            estimate_stats: stats.clone(),
         }],
         time_enabled_ns: 1,
         time_running_ns: 1,
@@ -41,6 +47,13 @@ fn full_stat() -> Stat {
         exit_signal: Some(9),
         interrupted: Some(false),
         target_exited: Some(false),
+        multiplex: Some(Multiplex {
+            sets: 3,
+            counters: 2,
+            switch_ns: Some(4_000_000),
+            switch_on_overflow: Some(2),
+            period: Some(5),
+        }),
     }
 }
 

@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::sets::{self, Switch};
+
 /// `pfm --version`: the tool's version and the module ABI it speaks (the
 /// unit tests hold the number to `PFM_ABI_VERSION`).
 pub const LONG_VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (perfmon ABI 1)");
@@ -96,13 +98,22 @@ or threads it creates.
 The table goes to standard error, as perf stat's does, so the command's \
 own output stays clean; -o FILE writes it to FILE instead. --json prints \
 one JSON document per line, -x SEP one CSV line per event in perf stat -x's \
-field order.";
+field order.
+
+More events than counters are multiplexed, as perf stat does it: pfm puts \
+them into event sets that take turns on the counters (perfmon2's event \
+sets; --switch, every 4 ms of the thread's running time by default) and \
+prints each count scaled to the whole time, count x time enabled / time \
+running, followed by the share of the time it was counted, (66.67%); an \
+event never counted prints <not counted>. Events in braces, -e '{a,b},c', \
+are counted together, in one set. --sets gives the sets instead.";
 
 /// `pfm stat` arguments.
 #[derive(Debug, Args)]
 pub struct StatArgs {
     /// Events to count, comma-separated or repeated (default: the model's
-    /// first events, one per counter)
+    /// first events, one per counter); {a,b} counts a and b together.
+    /// More than the counters are multiplexed
     #[arg(
         short = 'e',
         long = "event",
@@ -111,6 +122,39 @@ pub struct StatArgs {
         value_delimiter = ','
     )]
     pub events: Vec<String>,
+
+    /// The event sets, instead of -e: sets separated by ':', events by ','
+    /// (cs,task-clock:migrations,task-clock); each set takes its turn on
+    /// the counters
+    #[arg(long = "sets", value_name = "SETS", conflicts_with = "events")]
+    pub sets: Vec<String>,
+
+    /// Multiplexing: switch sets after TIME of the thread's running time,
+    /// a whole number with ns, us, ms or s (default 4ms, at least 100us)
+    #[arg(long = "switch", value_name = "TIME", value_parser = sets::parse_switch_time)]
+    pub switch: Option<u64>,
+
+    /// Multiplexing: switch sets after N overflows of each set's first
+    /// event, of period -c (a copy of that event on one more counter)
+    #[arg(
+        long = "switch-on-overflow",
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..),
+        conflicts_with = "switch",
+        requires = "period"
+    )]
+    pub switch_on_overflow: Option<u32>,
+
+    /// With --switch-on-overflow: the period, in events, of each set's
+    /// trigger
+    #[arg(
+        short = 'c',
+        long = "period",
+        value_name = "PERIOD",
+        value_parser = clap::value_parser!(u64).range(1..),
+        requires = "switch_on_overflow"
+    )]
+    pub period: Option<u64>,
 
     /// Attach to this running thread instead of running a command (-p: a
     /// process's main thread, whose id is the process id)
@@ -194,7 +238,34 @@ impl StatArgs {
         if self.separator.as_deref() == Some("") {
             return Err("-x needs a separator (e.g. -x, or -x ';')".into());
         }
+        self.groups()?;
         Ok(())
+    }
+
+    /// The events as groups to count together: `-e`'s (`{a,b}` one
+    /// group, every other event its own), or `--sets`'s sets; and whether
+    /// they are sets (`--sets`, kept as given) rather than groups (packed
+    /// into sets when they do not fit the counters).
+    pub fn groups(&self) -> Result<(Vec<Vec<String>>, bool), String> {
+        if self.sets.is_empty() {
+            sets::parse_groups(&self.events).map(|g| (g, false))
+        } else {
+            sets::parse_sets(&self.sets).map(|s| (s, true))
+        }
+    }
+
+    /// How multiplexed sets switch: `--switch-on-overflow N -c P`, else
+    /// `--switch TIME`, else every [`sets::DEFAULT_SWITCH_NS`].
+    pub fn switch(&self) -> Switch {
+        match (self.switch_on_overflow, self.period) {
+            (Some(count), Some(period)) => Switch::Overflow { count, period },
+            _ => Switch::Time(self.switch.unwrap_or(sets::DEFAULT_SWITCH_NS)),
+        }
+    }
+
+    /// Whether the command line chose how sets switch.
+    pub fn switch_given(&self) -> bool {
+        self.switch.is_some() || self.switch_on_overflow.is_some()
     }
 }
 

@@ -113,9 +113,24 @@ impl<'a> Resolver<'a> {
         self.table.get_or_init(|| open_table(&self.pmu.model))
     }
 
-    /// Resolves `names` (as given to `-e`, already split at commas); none:
+    /// Resolves `names` (as given to `-e`, already split at commas) for
+    /// one set of counters: more events than counters is an error. None:
     /// the model's first events, one per counter.
     pub fn resolve_list(&self, names: &[String]) -> perfmon::Result<Vec<Resolved>> {
+        let events = self.resolve_names(names)?;
+        let counters = self.pmu.event_counters().len();
+        if events.len() > counters {
+            return Err(perfmon::Error::TooManyEvents {
+                requested: events.len(),
+                counters,
+            });
+        }
+        Ok(events)
+    }
+
+    /// Resolves `names`, however many (more than the counters are
+    /// multiplexed); none: the model's first events, one per counter.
+    pub fn resolve_names(&self, names: &[String]) -> perfmon::Result<Vec<Resolved>> {
         let names: Vec<&str> = names
             .iter()
             .map(|n| n.trim())
@@ -136,13 +151,6 @@ impl<'a> Resolver<'a> {
                 .map(|n| self.resolve(n))
                 .collect::<perfmon::Result<Vec<_>>>()?
         };
-        let counters = self.pmu.event_counters().len();
-        if events.len() > counters {
-            return Err(perfmon::Error::TooManyEvents {
-                requested: events.len(),
-                counters,
-            });
-        }
         Ok(events)
     }
 

@@ -1,6 +1,7 @@
 //! The `pfm` tool: its command line ([`cli`]), event names ([`events`]:
-//! the module's, raw codes, libpfm4's), what `pfm stat` prints
-//! ([`report`]), and the commands themselves.
+//! the module's, raw codes, libpfm4's), event sets when there are more
+//! events than counters ([`sets`]), what `pfm stat` prints ([`report`]),
+//! and the commands themselves.
 
 use std::process::ExitCode;
 
@@ -12,6 +13,7 @@ pub mod events;
 mod info;
 mod output;
 pub mod report;
+pub mod sets;
 mod stat;
 pub mod usage;
 

@@ -1,11 +1,18 @@
 //! What `pfm stat` prints: one [`Report`] rendered as a table in the
 //! habits of `perf stat`, as CSV lines in the field order of `perf stat -x`,
 //! or as a JSON document ([`pfm_json::Stat`]) with the same numbers.
+//!
+//! Multiplexed events (more than counters, [`crate::sets`]) show their
+//! estimate, `count × time_enabled / time_running`, and the share of the
+//! time they were counted, `(66.67%)`, as perf stat does; derived metrics
+//! use the estimates; an event never counted shows `<not counted>`.
 
 use std::time::Duration;
 
 use perfmon::Generic;
-use pfm_json::{Counter, Metric, Stat, StatKind, Stats, SCHEMA_VERSION};
+use pfm_json::{Counter, Metric, Multiplex, Stat, StatKind, Stats, SCHEMA_VERSION};
+
+use crate::sets::{self, Switch};
 
 /// One counted event.
 #[derive(Clone, Debug, PartialEq)]
@@ -26,6 +33,82 @@ pub struct Row {
     pub libpfm: Option<String>,
     /// `-r N` summary: the statistics of the runs.
     pub stats: Option<Stats>,
+    /// Multiplexed: its set, its set's times and the estimate.
+    pub mux: Option<MuxCount>,
+}
+
+/// A multiplexed event's set, times and estimate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MuxCount {
+    /// The event set that counted it.
+    pub set: u16,
+    /// Its set's time enabled, ns (the thread's running time while the
+    /// context counted).
+    pub time_enabled: u64,
+    /// The part of it its set was on the counters, ns.
+    pub time_running: u64,
+    /// `count × time_enabled / time_running`, rounded to nearest; `None`:
+    /// never counted. With `-r`, the rounded mean of the runs' estimates.
+    pub estimate: Option<u64>,
+    /// `-r N` summary: the statistics of the runs' estimates.
+    pub estimate_stats: Option<Stats>,
+}
+
+impl MuxCount {
+    /// `count` counted by set `set` with these times, and its estimate
+    /// (the module's exact arithmetic, [`perfmon::scale_u64`]).
+    pub fn of(set: u16, count: u64, time_enabled: u64, time_running: u64) -> Self {
+        MuxCount {
+            set,
+            time_enabled,
+            time_running,
+            estimate: perfmon::scale_u64(count, time_enabled, time_running),
+            estimate_stats: None,
+        }
+    }
+
+    /// The share of its time the event was counted, `66.67`, when it was
+    /// not all of it (perf prints nothing then); `None` also when nothing
+    /// was enabled.
+    pub fn share_text(&self) -> Option<String> {
+        if self.time_running == self.time_enabled {
+            return None;
+        }
+        sets::percent_text(self.time_running, self.time_enabled)
+    }
+}
+
+impl Row {
+    /// What the table shows: the count, or for a multiplexed event its
+    /// estimate (`None`: never counted).
+    pub fn shown(&self) -> Option<u64> {
+        match &self.mux {
+            None => Some(self.value),
+            Some(m) => m.estimate,
+        }
+    }
+
+    /// `-r N`: the variation the table shows after ±, of the shown values.
+    fn noise_pct(&self) -> Option<f64> {
+        match &self.mux {
+            None => self.stats.as_ref().map(|s| s.noise_pct),
+            Some(m) => self
+                .stats
+                .as_ref()
+                .map(|_| m.estimate_stats.as_ref().map_or(0.0, |s| s.noise_pct)),
+        }
+    }
+}
+
+/// How a multiplexed report's events shared the counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Multiplexing {
+    /// Event sets.
+    pub sets: u16,
+    /// The counters they took turns on.
+    pub counters: u16,
+    /// How they switched.
+    pub switch: Switch,
 }
 
 /// What was monitored.
@@ -82,6 +165,8 @@ pub struct Report {
     pub run: Option<u32>,
     /// `-r N` summary: N, and the statistics of the elapsed times (ns).
     pub runs: Option<(u32, Stats)>,
+    /// More events than counters: how they were multiplexed.
+    pub mux: Option<Multiplexing>,
 }
 
 /// How numbers are printed.
@@ -145,6 +230,22 @@ fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
+/// What the value column shows of an event never counted, as perf.
+pub const NOT_COUNTED: &str = "<not counted>";
+
+/// The value column's text and unit of a count: task-clock in msec;
+/// `None`, never counted.
+fn shown_text(
+    generic: Option<Generic>,
+    value: Option<u64>,
+    style: Style,
+) -> (String, &'static str) {
+    match value {
+        Some(v) => value_text(generic, v, style),
+        None => (NOT_COUNTED.to_string(), value_text(generic, 0, style).1),
+    }
+}
+
 /// The value column's text and unit of a count: task-clock in msec.
 fn value_text(generic: Option<Generic>, value: u64, style: Style) -> (String, &'static str) {
     if generic == Some(Generic::TaskClock) {
@@ -181,6 +282,7 @@ impl Report {
             target_exited: false,
             run: None,
             runs: None,
+            mux: None,
         }
     }
 
@@ -196,10 +298,12 @@ impl Report {
     /// CPUs utilized for task-clock; context switches and migrations per
     /// second of task-clock (of wall time without task-clock); instructions
     /// per cycle when cycles are counted too; mispredicted branches in
-    /// percent of branches when branches are counted too.
+    /// percent of branches when branches are counted too. Multiplexed,
+    /// from the estimates; none for an event never counted.
     pub fn metric(&self, row: &Row) -> Option<Metric> {
+        let value = row.shown()?;
         let ratio = |num: u64, den: Option<&Row>| {
-            den.map(|d| d.value)
+            den.and_then(Row::shown)
                 .filter(|&d| d > 0)
                 .map(|d| num as f64 / d as f64)
         };
@@ -210,19 +314,19 @@ impl Report {
         let elapsed_ns = self.elapsed.as_nanos() as f64;
         match row.generic? {
             Generic::TaskClock => {
-                (elapsed_ns > 0.0).then(|| m(row.value as f64 / elapsed_ns, "CPUs utilized"))
+                (elapsed_ns > 0.0).then(|| m(value as f64 / elapsed_ns, "CPUs utilized"))
             }
             Generic::ContextSwitches | Generic::CpuMigrations => {
-                let base_ns = match self.row_of(Generic::TaskClock) {
-                    Some(t) if t.value > 0 => t.value as f64,
+                let base_ns = match self.row_of(Generic::TaskClock).and_then(Row::shown) {
+                    Some(t) if t > 0 => t as f64,
                     _ => elapsed_ns,
                 };
-                (base_ns > 0.0).then(|| m(row.value as f64 * 1e9 / base_ns, "/sec"))
+                (base_ns > 0.0).then(|| m(value as f64 * 1e9 / base_ns, "/sec"))
             }
             Generic::Instructions => {
-                ratio(row.value, self.row_of(Generic::Cycles)).map(|v| m(v, "insn per cycle"))
+                ratio(value, self.row_of(Generic::Cycles)).map(|v| m(v, "insn per cycle"))
             }
-            Generic::BranchMisses => ratio(row.value, self.row_of(Generic::Branches))
+            Generic::BranchMisses => ratio(value, self.row_of(Generic::Branches))
                 .map(|v| m(100.0 * v, "% of all branches")),
             Generic::Cycles | Generic::Branches => None,
         }
@@ -245,9 +349,9 @@ impl Report {
     /// The widths of the value and event columns that fit every row.
     fn widths(&self, style: Style) -> (usize, usize) {
         let values = self.rows.iter().flat_map(|r| {
-            std::iter::once(r.value)
-                .chain(r.perf)
-                .map(move |v| value_text(r.generic, v, style).0.len())
+            let shown = shown_text(r.generic, r.shown(), style).0.len();
+            let perf = r.perf.map(move |v| value_text(r.generic, v, style).0.len());
+            std::iter::once(shown).chain(perf)
         });
         let vw = values.max().unwrap_or(0).max(VALUE_WIDTH);
         let ew = self
@@ -260,10 +364,11 @@ impl Report {
         (vw, ew)
     }
 
-    /// One event line: value, unit, (perf value, unit,) event, metric and,
-    /// with `-r`, the variation, each column `vw`/`ew`/`mw` wide.
+    /// One event line: value, unit, (perf value, unit,) event, metric,
+    /// with `-r` the variation, and multiplexed the share of the time
+    /// counted, each column `vw`/`ew`/`mw` wide.
     fn row_line(&self, row: &Row, style: Style, vw: usize, ew: usize, mw: usize) -> String {
-        let (v, unit) = value_text(row.generic, row.value, style);
+        let (v, unit) = shown_text(row.generic, row.shown(), style);
         let mut line = format!("{v:>vw$} {unit:<4} ");
         if self.has_perf() {
             match row.perf {
@@ -276,13 +381,18 @@ impl Report {
         }
         line.push_str(&format!("{:<ew$}", row.event));
         let metric = self.metric_text(row);
-        match (&metric, &row.stats) {
+        let noise = row.noise_pct();
+        let share = row.mux.as_ref().and_then(MuxCount::share_text);
+        match (&metric, noise.is_some() || share.is_some()) {
             (Some(m), _) => line.push_str(&format!(" # {m:<mw$}")),
-            (None, Some(_)) => line.push_str(&format!("   {:<mw$}", "")),
-            (None, None) => {}
+            (None, true) => line.push_str(&format!("   {:<mw$}", "")),
+            (None, false) => {}
         }
-        if let Some(s) = &row.stats {
-            line.push_str(&format!("  ( ± {:>5.2}% )", s.noise_pct));
+        if let Some(n) = noise {
+            line.push_str(&format!("  ( ± {n:>5.2}% )"));
+        }
+        if let Some(p) = share {
+            line.push_str(&format!("  ({p}%)"));
         }
         line.trim_end().to_string()
     }
@@ -325,6 +435,9 @@ impl Report {
         for row in &self.rows {
             out.push_str(&self.row_line(row, style, vw, ew, mw));
             out.push('\n');
+        }
+        if let Some(m) = &self.mux {
+            out.push_str(&format!("\n {}\n", m.note(self.rows.len())));
         }
         match &self.runs {
             Some((n, st)) => {
@@ -385,11 +498,11 @@ impl Report {
     }
 
     /// CSV lines, one per event, fields in `perf stat -x`'s order: (with
-    /// `-I` the interval's end,) the value, its unit, the event, (with
-    /// `-r` the variation,) the counter's running time in ns, the
-    /// percentage of the time it counted (always 100.00: perfmon never
-    /// multiplexes), the metric's value and unit (empty without one). Never
-    /// grouped, whatever `--no-big-num` says.
+    /// `-I` the interval's end,) the value (multiplexed: the estimate, or
+    /// `<not counted>`), its unit, the event, (with `-r` the variation,)
+    /// the counter's running time in ns, the percentage of the time it
+    /// counted (100.00 unless multiplexed), the metric's value and unit
+    /// (empty without one). Never grouped, whatever `--no-big-num` says.
     pub fn csv_lines(&self, sep: &str) -> String {
         let plain = Style { big_num: false };
         let mut out = String::new();
@@ -398,16 +511,25 @@ impl Report {
             if let Some(t) = self.interval_end {
                 fields.push(format!("{:.9}", secs(t)));
             }
-            let (v, unit) = value_text(row.generic, row.value, plain);
+            let (v, unit) = shown_text(row.generic, row.shown(), plain);
             fields.push(v);
             fields.push(unit.to_string());
             fields.push(row.event.clone());
             if self.runs.is_some() {
-                let noise = row.stats.as_ref().map_or(0.0, |s| s.noise_pct);
+                let noise = row.noise_pct().unwrap_or(0.0);
                 fields.push(format!("{noise:.2}%"));
             }
-            fields.push(self.time_running.to_string());
-            fields.push("100.00".to_string());
+            match &row.mux {
+                None => {
+                    fields.push(self.time_running.to_string());
+                    fields.push("100.00".to_string());
+                }
+                Some(m) => {
+                    fields.push(m.time_running.to_string());
+                    let pct = sets::percent_text(m.time_running, m.time_enabled);
+                    fields.push(pct.unwrap_or_else(|| "0.00".to_string()));
+                }
+            }
             match self.metric(row) {
                 Some(m) if m.unit == "/sec" => {
                     let (r, unit) = rate_text(m.value);
@@ -447,6 +569,15 @@ impl Report {
                     perf_value: row.perf,
                     stats: row.stats.clone(),
                     libpfm: row.libpfm.clone(),
+                    set: row.mux.as_ref().map(|m| m.set),
+                    time_enabled_ns: row.mux.as_ref().map(|m| m.time_enabled),
+                    time_running_ns: row.mux.as_ref().map(|m| m.time_running),
+                    running_pct: row.mux.as_ref().and_then(|m| {
+                        perfmon::running_share(m.time_running, m.time_enabled)
+                            .map(|h| f64::from(h) / 100.0)
+                    }),
+                    estimate: row.mux.as_ref().and_then(|m| m.estimate),
+                    estimate_stats: row.mux.as_ref().and_then(|m| m.estimate_stats.clone()),
                 }
             })
             .collect();
@@ -478,12 +609,41 @@ impl Report {
             exit_signal: self.exit.and_then(|e| e.signal),
             interrupted: summary_of_thread.then_some(self.interrupted),
             target_exited: summary_of_thread.then_some(self.target_exited),
+            multiplex: self.mux.map(|m| m.json()),
         }
     }
 
     /// The JSON document as one line.
     pub fn json_line(&self) -> Result<String, crate::Failure> {
         json_line(&self.json())
+    }
+}
+
+impl Multiplexing {
+    /// The table's note: `5 events multiplexed in 3 event sets on 2
+    /// counters, switched every 4ms of running time`.
+    pub fn note(&self, events: usize) -> String {
+        format!(
+            "{events} events multiplexed in {} event sets on {} counters, switched {}",
+            self.sets,
+            self.counters,
+            self.switch.text()
+        )
+    }
+
+    /// The JSON document's `multiplex`.
+    pub fn json(&self) -> Multiplex {
+        let (switch_ns, switch_on_overflow, period) = match self.switch {
+            Switch::Time(ns) => (Some(ns), None, None),
+            Switch::Overflow { count, period } => (None, Some(count), Some(period)),
+        };
+        Multiplex {
+            sets: self.sets,
+            counters: self.counters,
+            switch_ns,
+            switch_on_overflow,
+            period,
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! `pfm stat`: count a command from its first instruction (`-r N` times),
-//! or a running thread for a while; optionally print each interval.
+//! or a running thread for a while; optionally print each interval. More
+//! events than counters are multiplexed in event sets ([`crate::sets`]).
 
 use std::ffi::OsString;
 use std::os::fd::AsFd;
@@ -7,13 +8,14 @@ use std::time::{Duration, Instant};
 
 use perfmon::perf::{PerfGroup, SoftwareEvent};
 use perfmon::process::{self, ExitStatus, Interrupts, PausedChild};
-use perfmon::{Context, Counts, CtxState, MessageKind, PmuInfo};
+use perfmon::{Context, CtxState, MessageKind, PmuInfo};
 use pfm_json::{StatKind, Stats};
 
 use crate::cli::StatArgs;
 use crate::events::{Resolved, Resolver};
 use crate::output::Output;
-use crate::report::{Exit, Report, Row, Style, Subject};
+use crate::report::{Exit, Multiplexing, MuxCount, Report, Row, Style, Subject};
+use crate::sets::{self, Layout, ProgramError, Reading};
 use crate::Failure;
 
 /// How long a target may take to install the context after LOAD.
@@ -35,6 +37,8 @@ struct Stat<'a> {
     args: &'a StatArgs,
     pmu: PmuInfo,
     events: Vec<Resolved>,
+    /// More events than counters: the event sets they are counted in.
+    layout: Option<Layout>,
     format: Format,
     out: Output,
 }
@@ -48,7 +52,11 @@ pub fn stat(args: &StatArgs, json: bool, output: Option<&std::path::Path>) -> Re
     };
     let ctx = Context::open()?;
     let pmu = ctx.info()?.clone();
-    let events = Resolver::new(&pmu).resolve_list(&args.events)?;
+    // `args.check` refused bad braces and sets already.
+    let (groups, explicit) = args.groups().map_err(Failure::new)?;
+    let names: Vec<String> = groups.iter().flatten().cloned().collect();
+    let events = Resolver::new(&pmu).resolve_names(&names)?;
+    let layout = layout(args, &pmu, &groups, explicit, &events)?;
     let format = match (&args.separator, json) {
         (Some(sep), _) => Format::Csv(sep.clone()),
         (None, true) => Format::Json,
@@ -61,6 +69,7 @@ pub fn stat(args: &StatArgs, json: bool, output: Option<&std::path::Path>) -> Re
         args,
         pmu,
         events,
+        layout,
         format,
         out,
     };
@@ -70,19 +79,40 @@ pub fn stat(args: &StatArgs, json: bool, output: Option<&std::path::Path>) -> Re
     }
 }
 
-/// Counts of `now` minus `prev`, per value (wrapping: the values are 64-bit
-/// virtual counters).
-fn delta(now: &Counts, prev: &Counts) -> Counts {
-    Counts {
-        values: now
-            .values
-            .iter()
-            .zip(&prev.values)
-            .map(|(a, b)| a.wrapping_sub(*b))
-            .collect(),
-        time_enabled: now.time_enabled.wrapping_sub(prev.time_enabled),
-        time_running: now.time_running.wrapping_sub(prev.time_running),
+/// The event sets of `events` when they do not fit the counters (or
+/// `--sets` gives several), `None` when they are counted as one set: then
+/// a `--switch` or `--switch-on-overflow` has nothing to switch, and pfm
+/// says so.
+fn layout(
+    args: &StatArgs,
+    pmu: &PmuInfo,
+    groups: &[Vec<String>],
+    explicit: bool,
+    events: &[Resolved],
+) -> Result<Option<Layout>, Failure> {
+    // No -e: the model's first events, each its own group.
+    let defaults: Vec<Vec<String>>;
+    let groups = if groups.is_empty() {
+        defaults = events.iter().map(|e| vec![e.event.name.clone()]).collect();
+        &defaults
+    } else {
+        groups
+    };
+    let counters = pmu.event_counters();
+    let switch = args.switch();
+    let plan = sets::plan(groups, explicit, counters.len(), switch).map_err(Failure::new)?;
+    if plan.len() > 1 {
+        return Ok(Some(Layout::new(&plan, &counters, switch)));
     }
+    if args.switch_given() {
+        eprintln!(
+            "pfm: warning: the {} events fit the model's {} counters: nothing is multiplexed, \
+             the set switch is not used",
+            events.len(),
+            counters.len()
+        );
+    }
+    Ok(None)
 }
 
 /// perf_event counters of the same events, with `--perf`, and for each
@@ -140,21 +170,18 @@ struct Ticker {
     interval: Duration,
     t0: Instant,
     next: Instant,
-    prev: Counts,
+    prev: Reading,
     prev_perf: Option<Vec<Option<u64>>>,
     prev_time: Instant,
 }
 
 impl Ticker {
-    fn new(interval: Duration, t0: Instant, events: usize) -> Self {
+    fn new(interval: Duration, t0: Instant, events: usize, sets: bool) -> Self {
         Ticker {
             interval,
             t0,
             next: t0 + interval,
-            prev: Counts {
-                values: vec![0; events],
-                ..Default::default()
-            },
+            prev: Reading::zero(events, sets),
             prev_perf: None,
             prev_time: t0,
         }
@@ -202,48 +229,98 @@ impl Stat<'_> {
         }
     }
 
-    /// Programs the events on `ctx`; a PMC the module refuses is named by
-    /// its event.
+    /// Programs the events on `ctx` (in their sets, when multiplexed); a
+    /// PMC the module refuses is named by its event.
     fn program(&self, ctx: &mut Context) -> Result<(), Failure> {
         let events: Vec<perfmon::Event> = self.events.iter().map(|r| r.event.clone()).collect();
-        match ctx.program(&events) {
-            Ok(()) => Ok(()),
-            Err(perfmon::Error::BadRegister {
-                op: perfmon::Op::WritePmcs,
-                index,
-                ..
-            }) if index < events.len() => {
-                let e = &events[index];
-                let hint = if self.pmu.is_hardware() {
-                    ": kernel-mode counting (:k, the OS bit) needs CAP_PERFMON, \
-                     and the INT, ANY and PC bits are the module's"
-                } else {
-                    ""
-                };
-                Err(Failure::new(format!(
-                    "event '{}' (PMC value {:#x}) refused by the module (EINVAL){hint}",
-                    e.name, e.code
-                )))
+        let refused = match &self.layout {
+            None => match ctx.program(&events) {
+                Ok(()) => return Ok(()),
+                Err(perfmon::Error::BadRegister {
+                    op: perfmon::Op::WritePmcs,
+                    index,
+                    ..
+                }) if index < events.len() => index,
+                Err(e) => return Err(e.into()),
+            },
+            Some(layout) => {
+                let codes: Vec<u64> = events.iter().map(|e| e.code).collect();
+                match layout.program(ctx, &codes) {
+                    Ok(()) => return Ok(()),
+                    Err(ProgramError::Event(index)) => index,
+                    Err(ProgramError::Sets(e)) => {
+                        return Err(Failure {
+                            code: e.shell_code().unwrap_or(1),
+                            message: format!(
+                                "{} events on {} counters need multiplexing: {e}",
+                                events.len(),
+                                layout.counters
+                            ),
+                        })
+                    }
+                    Err(ProgramError::Other(e)) => return Err(e.into()),
+                }
             }
-            Err(e) => Err(e.into()),
-        }
+        };
+        let e = &events[refused];
+        let hint = if self.pmu.is_hardware() {
+            ": kernel-mode counting (:k, the OS bit) needs CAP_PERFMON, \
+             and the INT, ANY and PC bits are the module's"
+        } else {
+            ""
+        };
+        Err(Failure::new(format!(
+            "event '{}' (PMC value {:#x}) refused by the module (EINVAL){hint}",
+            e.name, e.code
+        )))
     }
 
-    fn rows(&self, pmds: &[u16], counts: &Counts, perf: Option<&[Option<u64>]>) -> Vec<Row> {
+    /// Reads every event: the programmed counters, or every set.
+    fn read(&self, ctx: &Context) -> Result<Reading, Failure> {
+        Ok(match &self.layout {
+            None => Reading {
+                counts: ctx.read()?,
+                times: Vec::new(),
+            },
+            Some(layout) => layout.read(ctx)?,
+        })
+    }
+
+    /// How the events are multiplexed, for the report.
+    fn multiplexing(&self) -> Option<Multiplexing> {
+        self.layout.as_ref().map(|l| Multiplexing {
+            sets: l.sets.len() as u16,
+            counters: l.counters as u16,
+            switch: l.switch,
+        })
+    }
+
+    fn rows(&self, ctx: &Context, r: &Reading, perf: Option<&[Option<u64>]>) -> Vec<Row> {
         self.events
             .iter()
-            .zip(pmds)
-            .zip(&counts.values)
+            .zip(&r.counts.values)
             .enumerate()
-            .map(|(i, ((e, &pmd), &value))| Row {
-                event: e.event.name.clone(),
-                code: e.event.code,
-                pmd,
-                value,
-                perf: perf.and_then(|p| p.get(i).copied().flatten()),
-                generic: self.pmu.generic(e.event.code),
-                libpfm: e.libpfm.clone(),
-                stats: None,
+            .map(|(i, (e, &value))| {
+                let (pmd, mux) = match &self.layout {
+                    None => (ctx.programmed().get(i).copied().unwrap_or(0), None),
+                    Some(l) => {
+                        let slot = l.slots[i];
+                        let (enabled, running) = r.times.get(i).copied().unwrap_or((0, 0));
+                        let mux = MuxCount::of(slot.set, value, enabled, running);
+                        (slot.pmd, Some(mux))
+                    }
+                };
+                Row {
+                    event: e.event.name.clone(),
+                    code: e.event.code,
+                    pmd,
+                    value,
+                    perf: perf.and_then(|p| p.get(i).copied().flatten()),
+                    generic: self.pmu.generic(e.event.code),
+                    libpfm: e.libpfm.clone(),
+                    stats: None,
+                    mux,
+                }
             })
             .collect()
     }
@@ -284,20 +361,21 @@ impl Stat<'_> {
         ticker: &mut Ticker,
         base: &Report,
         now: Instant,
-        counts: Counts,
+        counts: Reading,
         last: bool,
     ) -> Result<(), Failure> {
-        let d = delta(&counts, &ticker.prev);
-        if last && matches!(self.format, Format::Table(_)) && d.values.iter().all(|&v| v == 0) {
+        let d = counts.delta(&ticker.prev);
+        let nothing = d.counts.values.iter().all(|&v| v == 0);
+        if last && matches!(self.format, Format::Table(_)) && nothing {
             return Ok(());
         }
         let pv = perf_values(perf);
         let pd = perf_delta(&pv, &ticker.prev_perf);
         let line = Report {
             kind: StatKind::Interval,
-            rows: self.rows(ctx.programmed(), &d, pd.as_deref()),
-            time_enabled: d.time_enabled,
-            time_running: d.time_running,
+            rows: self.rows(ctx, &d, pd.as_deref()),
+            time_enabled: d.counts.time_enabled,
+            time_running: d.counts.time_running,
             elapsed: now - ticker.prev_time,
             interval_end: Some(now - ticker.t0),
             ..base.clone()
@@ -373,11 +451,14 @@ impl Stat<'_> {
         if let Some((g, _)) = &perf {
             g.enable()?;
         }
-        let base = Report::empty_summary(
-            Subject::Command(argv_text.to_vec()),
-            pid,
-            self.pmu.model.clone(),
-        );
+        let base = Report {
+            mux: self.multiplexing(),
+            ..Report::empty_summary(
+                Subject::Command(argv_text.to_vec()),
+                pid,
+                self.pmu.model.clone(),
+            )
+        };
         self.interval_header(perf.is_some())?;
         let t0 = Instant::now();
         ctx.start()?;
@@ -391,7 +472,7 @@ impl Stat<'_> {
         let mut ticker = self
             .args
             .interval
-            .map(|i| Ticker::new(i, t0, self.events.len()));
+            .map(|i| Ticker::new(i, t0, self.events.len(), self.layout.is_some()));
         let status = match &mut ticker {
             None => child.wait()?,
             Some(ticker) => loop {
@@ -404,7 +485,7 @@ impl Stat<'_> {
                 }
                 let now = Instant::now();
                 if now >= ticker.next {
-                    let counts = ctx.read()?;
+                    let counts = self.read(ctx)?;
                     self.tick(ctx, &perf, ticker, &base, now, counts, false)?;
                     ticker.advance(now);
                 } else if ctx.state()?.has_exited() {
@@ -417,7 +498,7 @@ impl Stat<'_> {
         let elapsed = t0.elapsed();
         warn_if_revoked(ctx)?;
         // The thread has exited: its final counts stay readable.
-        let counts = ctx.read()?;
+        let counts = self.read(ctx)?;
         let perf_vals = perf_values(&perf);
         if let Some(ticker) = &mut ticker {
             // The last, partial interval: the intervals add up to the totals.
@@ -433,9 +514,9 @@ impl Stat<'_> {
         }
         let _ = ctx.unload();
         let report = Report {
-            rows: self.rows(ctx.programmed(), &counts, perf_vals.as_deref()),
-            time_enabled: counts.time_enabled,
-            time_running: counts.time_running,
+            rows: self.rows(ctx, &counts, perf_vals.as_deref()),
+            time_enabled: counts.counts.time_enabled,
+            time_running: counts.counts.time_running,
             elapsed,
             exit: Some(Exit {
                 code: status.code,
@@ -471,7 +552,10 @@ impl Stat<'_> {
         if let Some((g, _)) = &perf {
             g.enable()?;
         }
-        let base = Report::empty_summary(Subject::Thread(tid), tid, self.pmu.model.clone());
+        let base = Report {
+            mux: self.multiplexing(),
+            ..Report::empty_summary(Subject::Thread(tid), tid, self.pmu.model.clone())
+        };
         self.interval_header(perf.is_some())?;
         let t0 = Instant::now();
         ctx.start()?;
@@ -479,7 +563,7 @@ impl Stat<'_> {
         let mut ticker = self
             .args
             .interval
-            .map(|i| Ticker::new(i, t0, self.events.len()));
+            .map(|i| Ticker::new(i, t0, self.events.len(), self.layout.is_some()));
         let (mut interrupted, mut exited) = (false, false);
         loop {
             let now = Instant::now();
@@ -516,7 +600,7 @@ impl Stat<'_> {
             let now = Instant::now();
             if let Some(t) = &mut ticker {
                 if now >= t.next {
-                    let counts = ctx.read()?;
+                    let counts = self.read(&ctx)?;
                     self.tick(&ctx, &perf, t, &base, now, counts, false)?;
                     t.advance(now);
                 }
@@ -533,7 +617,7 @@ impl Stat<'_> {
             let _ = g.disable();
         }
         let elapsed = t0.elapsed();
-        let counts = ctx.read()?;
+        let counts = self.read(&ctx)?;
         let perf_vals = perf_values(&perf);
         if let Some(t) = &mut ticker {
             // The last, partial interval: the intervals add up to the totals.
@@ -541,9 +625,9 @@ impl Stat<'_> {
         }
         let _ = ctx.unload();
         let report = Report {
-            rows: self.rows(ctx.programmed(), &counts, perf_vals.as_deref()),
-            time_enabled: counts.time_enabled,
-            time_running: counts.time_running,
+            rows: self.rows(&ctx, &counts, perf_vals.as_deref()),
+            time_enabled: counts.counts.time_enabled,
+            time_running: counts.counts.time_running,
             elapsed,
             interrupted,
             target_exited: exited,
@@ -554,8 +638,15 @@ impl Stat<'_> {
     }
 }
 
+/// The rounded mean of `values` (0 for none).
+fn mean_of(values: &[u64]) -> u64 {
+    Stats::of(values).map_or(0, |s| s.mean.round() as u64)
+}
+
 /// The summary of `-r` runs: each count's mean (rounded) and statistics,
 /// the mean elapsed time and its statistics, the last run's exit.
+/// Multiplexed, also each estimate's mean over the runs that counted the
+/// event, with its statistics, and the mean times of its set.
 fn summarize(runs: &[Report]) -> Option<Report> {
     let last = runs.last()?;
     let n = u32::try_from(runs.len()).ok()?;
@@ -576,16 +667,26 @@ fn summarize(runs: &[Report]) -> Option<Report> {
             .filter(|_| perf.len() == runs.len())
             .map(|s| s.mean.round() as u64);
         row.stats = Some(stats);
+        if let Some(m) = &mut row.mux {
+            let of_runs = |f: fn(&MuxCount) -> Option<u64>| -> Vec<u64> {
+                runs.iter()
+                    .filter_map(|r| r.rows.get(i)?.mux.as_ref())
+                    .filter_map(f)
+                    .collect()
+            };
+            let estimates = Stats::of(&of_runs(|m| m.estimate));
+            m.estimate = estimates.as_ref().map(|s| s.mean.round() as u64);
+            m.estimate_stats = estimates;
+            m.time_enabled = mean_of(&of_runs(|m| Some(m.time_enabled)));
+            m.time_running = mean_of(&of_runs(|m| Some(m.time_running)));
+        }
     }
     let elapsed: Vec<u64> = runs
         .iter()
         .map(|r| u64::try_from(r.elapsed.as_nanos()).unwrap_or(u64::MAX))
         .collect();
     let elapsed_stats = Stats::of(&elapsed)?;
-    let mean = |f: fn(&Report) -> u64| {
-        let v: Vec<u64> = runs.iter().map(f).collect();
-        Stats::of(&v).map_or(0, |s| s.mean.round() as u64)
-    };
+    let mean = |f: fn(&Report) -> u64| mean_of(&runs.iter().map(f).collect::<Vec<u64>>());
     Some(Report {
         kind: StatKind::Summary,
         rows,
@@ -596,4 +697,55 @@ fn summarize(runs: &[Report]) -> Option<Report> {
         runs: Some((n, elapsed_stats)),
         ..last.clone()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sets::Switch;
+
+    /// A run of a multiplexed command: one context-switches row in set 1.
+    fn run(value: u64, enabled: u64, running: u64) -> Report {
+        let mut r = Report::empty_summary(Subject::Command(vec!["x".into()]), 1, "soft".into());
+        r.mux = Some(Multiplexing {
+            sets: 2,
+            counters: 2,
+            switch: Switch::Time(sets::DEFAULT_SWITCH_NS),
+        });
+        r.rows = vec![Row {
+            event: "context-switches".into(),
+            code: 2,
+            pmd: 0,
+            value,
+            perf: None,
+            generic: None,
+            libpfm: None,
+            stats: None,
+            mux: Some(MuxCount::of(1, value, enabled, running)),
+        }];
+        r.time_enabled = enabled;
+        r.time_running = enabled;
+        r
+    }
+
+    #[test]
+    fn repeat_summary_of_estimates() {
+        // Estimates 4 x 10 / 5 = 8, none (never counted), 6 x 10 / 5 = 12.
+        let runs = [run(4, 10, 5), run(1, 10, 0), run(6, 10, 5)];
+        let s = summarize(&runs).unwrap();
+        let row = &s.rows[0];
+        // The raw counts' mean and statistics, as without sets.
+        assert_eq!(row.value, 4, "mean of 4, 1, 6 (11/3), rounded");
+        assert_eq!(row.stats.as_ref().map(|s| s.runs), Some(3));
+        let m = row.mux.as_ref().unwrap();
+        // The estimates' over the runs that counted it.
+        assert_eq!(m.estimate, Some(10));
+        assert_eq!(m.estimate_stats, Stats::of(&[8, 12]));
+        assert_eq!((m.set, m.time_enabled, m.time_running), (1, 10, 3));
+        assert_eq!(s.mux, runs[0].mux);
+        // Never counted in any run: still not counted.
+        let none = summarize(&[run(0, 10, 0), run(0, 10, 0)]).unwrap();
+        let m = none.rows[0].mux.as_ref().unwrap();
+        assert_eq!((m.estimate, &m.estimate_stats), (None, &None));
+    }
 }

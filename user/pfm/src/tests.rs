@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::Parser;
 
 use crate::cli::{Cli, Command, StatArgs, LONG_VERSION};
+use crate::sets::{Switch, DEFAULT_SWITCH_NS};
 use crate::usage;
 
 fn p(args: &[&str]) -> Result<Cli, clap::Error> {
@@ -108,6 +109,100 @@ fn stat_options() {
 }
 
 #[test]
+fn multiplexing_options() {
+    // Groups in -e: clap splits at commas, pfm puts the braces back.
+    let (_, s) = stat(&["stat", "-e", "{cs,migrations},task-clock", "true"]);
+    assert_eq!(s.events, vec!["{cs", "migrations}", "task-clock"]);
+    let (groups, explicit) = s.groups().unwrap();
+    assert!(!explicit);
+    assert_eq!(groups, vec![vec!["cs", "migrations"], vec!["task-clock"]]);
+    assert_eq!(s.switch(), Switch::Time(DEFAULT_SWITCH_NS));
+    assert!(!s.switch_given());
+    // --sets, repeatable, with --switch.
+    let (_, s) = stat(&[
+        "stat",
+        "--sets",
+        "cs,task-clock:migrations",
+        "--sets=cs",
+        "--switch",
+        "10ms",
+        "--",
+        "true",
+    ]);
+    let (sets, explicit) = s.groups().unwrap();
+    assert!(explicit);
+    assert_eq!(
+        sets,
+        vec![vec!["cs", "task-clock"], vec!["migrations"], vec!["cs"]]
+    );
+    assert_eq!(s.switch(), Switch::Time(10_000_000));
+    assert!(s.switch_given() && s.check(false).is_ok());
+    // --switch-on-overflow N with -c PERIOD.
+    let (_, s) = stat(&[
+        "stat",
+        "--switch-on-overflow",
+        "2",
+        "-c",
+        "5",
+        "-e",
+        "cs",
+        "true",
+    ]);
+    assert_eq!(
+        s.switch(),
+        Switch::Overflow {
+            count: 2,
+            period: 5
+        }
+    );
+    let (_, s) = stat(&["stat", "--switch-on-overflow=3", "--period=1000000", "true"]);
+    assert_eq!(
+        s.switch(),
+        Switch::Overflow {
+            count: 3,
+            period: 1_000_000
+        }
+    );
+    for bad in [
+        // Units, and the module's 100 us minimum.
+        &["stat", "--switch", "10", "true"][..],
+        &["stat", "--switch", "50us", "true"],
+        &["stat", "--switch", "1.5ms", "true"],
+        // One trigger: time or overflows.
+        &[
+            "stat",
+            "--switch",
+            "10ms",
+            "--switch-on-overflow",
+            "2",
+            "-c",
+            "5",
+            "true",
+        ],
+        // Overflows need a period, a period needs overflows.
+        &["stat", "--switch-on-overflow", "2", "true"],
+        &["stat", "-c", "5", "true"],
+        &["stat", "--switch-on-overflow", "0", "-c", "5", "true"],
+        &["stat", "--switch-on-overflow", "2", "-c", "0", "true"],
+        // -e and --sets are two ways to give the events.
+        &["stat", "-e", "cs", "--sets", "cs:cs", "true"],
+    ] {
+        assert!(p(bad).is_err(), "accepted {bad:?}");
+    }
+    // What clap accepts and pfm's check refuses: the braces and sets.
+    for bad in [
+        &["stat", "-e", "{cs,migrations", "true"][..],
+        &["stat", "-e", "cs}", "true"],
+        &["stat", "-e", "{cs,{migrations}}", "true"],
+        &["stat", "--sets", "cs::migrations", "true"],
+        &["stat", "--sets", "{cs,migrations}", "true"],
+    ] {
+        let (_, s) = stat(bad);
+        assert!(s.check(false).is_err(), "accepted {bad:?}");
+    }
+}
+
+#[test]
 fn usage_errors() {
     for bad in [
         &["stat", "-t", "0"][..],
@@ -146,6 +241,16 @@ fn usage_errors_are_one_line() {
         line,
         "unrecognized subcommand 'stats'; did you mean 'stat'? (see 'pfm --help')"
     );
+    // A message that lists what is missing keeps the list.
+    let bad = ["stat", "--switch-on-overflow", "2", "true"];
+    let e = p(&bad).unwrap_err();
+    let args: Vec<String> = bad.iter().map(|s| s.to_string()).collect();
+    let line = usage::one_line(&e.render().to_string(), &usage::command_in(&args));
+    assert_eq!(
+        line,
+        "the following required arguments were not provided: --period <PERIOD> \
+         (see 'pfm stat --help')"
+    );
     for bad in [
         &["stat", "--bogus", "true"][..],
         &["stat", "-t", "0"],
@@ -180,6 +285,10 @@ fn help_and_version() {
         "--repeat",
         "--field-separator",
         "--no-big-num",
+        "--sets",
+        "--switch",
+        "--switch-on-overflow",
+        "--period",
     ] {
         assert!(help.contains(opt), "{opt} missing from:\n{help}");
     }

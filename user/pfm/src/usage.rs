@@ -11,9 +11,24 @@ pub fn one_line(rendered: &str, command: &str) -> String {
     let mut message = String::new();
     let mut tips = Vec::new();
     let mut command = command.to_string();
+    // A message ending in ':' lists what it means on the lines after it
+    // ("the following required arguments were not provided:" and the
+    // arguments), up to an empty line.
+    let mut items: Option<Vec<String>> = None;
     for line in rendered.lines().map(str::trim) {
+        if let Some(list) = &mut items {
+            if !line.is_empty() {
+                list.push(line.to_string());
+                continue;
+            }
+            message = format!("{message} {}", list.join(", "));
+            items = None;
+        }
         if let Some(m) = line.strip_prefix("error: ") {
             message = m.trim_end_matches('.').to_string();
+            if message.ends_with(':') {
+                items = Some(Vec::new());
+            }
         } else if let Some(t) = line.strip_prefix("tip: ") {
             tips.push(tip(t));
         } else if let Some(u) = line.strip_prefix("Usage: ") {
@@ -24,6 +39,9 @@ pub fn one_line(rendered: &str, command: &str) -> String {
                 .collect::<Vec<_>>()
                 .join(" ");
         }
+    }
+    if let Some(list) = items {
+        message = format!("{message} {}", list.join(", "));
     }
     if message.is_empty() {
         message = rendered

@@ -10,6 +10,16 @@
 //! totals (command and thread mode), exit statuses and signals, one-line
 //! usage errors and event typos, Ctrl-C totals.
 //!
+//! On `pmu=soft soft_counters=2`, multiplexing: more events than counters
+//! in event sets, against oracles derived where they are checked (no
+//! tolerance): the module's exact charge (every set's task-clock estimate
+//! is the thread's whole running time), the command's own CPU clock and
+//! rusage around it, the conservation of context switches over the sets
+//! (at least the command's sleeps, at most its own getrusage count + 1);
+//! first-fit sets, groups kept whole, the (xx.xx%) shares adding up to
+//! 100 within their rounding, `<not counted>`, one-line errors, overflow
+//! switching's exact split of the switches, intervals adding up.
+//!
 //! On `pmu=intel_arch_sim` with LIBPFM_FORCE_PMU=skl (libpfm4's Skylake
 //! table): `pfm list` shows libpfm4's events; `pfm stat -e
 //! INST_RETIRED.ANY_P:u,...` programs exactly the PMC values libpfm4
@@ -35,7 +45,7 @@ use pfm_guest::tap::diag;
 use pfm_guest::{ensure, module, raw, ResultExt, Tap, TestResult};
 use pfm_json::{Info, List, Stat, StatKind, Stats, SCHEMA_VERSION};
 
-const PLAN: usize = 26;
+const PLAN: usize = 36;
 
 /// libpfm4's PMU table the hardware cases force.
 const FORCED_PMU: &str = "skl";
@@ -1152,6 +1162,627 @@ fn libpfm_unknown(pfm: &Pfm) -> TestResult {
     one_line(&err, "did you mean 'INST_RETIRED.ANY_P'")
 }
 
+// ---------------------------------------------------------------------------
+// Multiplexing: pmu=soft soft_counters=2, so that a few events exceed the
+// counters.
+
+/// What the `own` child mode wrote: its thread CPU time and its switches
+/// since the fork (getrusage), at the start of its work and at its end.
+struct Own {
+    cpu_start: u64,
+    cpu_end: u64,
+    switches_start: u64,
+    switches: u64,
+}
+
+fn own(path: &Path) -> Result<Own, String> {
+    let s = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let n: Vec<u64> = s
+        .split_whitespace()
+        .map(|w| w.parse().map_err(|e| format!("{}: {e}", path.display())))
+        .collect::<Result<_, String>>()?;
+    ensure!(n.len() == 4, "{}: {s:?}", path.display());
+    Ok(Own {
+        cpu_start: n[0],
+        cpu_end: n[1],
+        switches_start: n[2],
+        switches: n[3],
+    })
+}
+
+/// The bounds of the switch-outs a context counted from before the
+/// command's exec to its exit, from the command's own getrusage counts
+/// (`Own`): at least those between its two reads, which lie inside that
+/// window; at most its count since the fork at its end, plus one
+/// preemption between that read and its exit (the exit's own switch-out
+/// is not counted). Not the number of its sleeps: a 1 ms nanosleep whose
+/// timer has expired by the time the thread would block (a slow guest)
+/// returns without switching (seen: 45 switch-outs by getrusage's own
+/// count for 47 sleeps).
+fn switch_bounds(o: &Own) -> (u64, u64) {
+    (o.switches - o.switches_start, o.switches + 1)
+}
+
+/// `count × enabled / running` rounded to nearest, halves up, in 128 bits
+/// (this test's own arithmetic, not the library's); `None` if it never ran.
+fn estimate(count: u64, enabled: u64, running: u64) -> Option<u64> {
+    if running == 0 {
+        return None;
+    }
+    if enabled <= running {
+        return Some(count);
+    }
+    let v = (count as u128 * enabled as u128 + running as u128 / 2) / running as u128;
+    Some(v as u64)
+}
+
+/// `running / enabled` in percent, rounded to the nearest hundredth
+/// (halves up), as pfm's JSON carries it.
+fn share(running: u64, enabled: u64) -> Option<f64> {
+    if enabled == 0 {
+        return None;
+    }
+    let h = ((running as u128 * 10_000 + enabled as u128 / 2) / enabled as u128).min(10_000);
+    Some(h as f64 / 100.0)
+}
+
+/// A multiplexed counter's set, times and estimate, checked against this
+/// test's arithmetic; returns (set, time_running).
+fn mux_counter(c: &pfm_json::Counter, enabled: u64) -> Result<(u16, u64), String> {
+    let set = c.set.ok_or_else(|| format!("{}: no set", c.event))?;
+    let running = c
+        .time_running_ns
+        .ok_or_else(|| format!("{}: no time_running_ns", c.event))?;
+    ensure!(
+        c.time_enabled_ns == Some(enabled),
+        "{} (set {set}): time_enabled_ns {:?}, the context's time_running {enabled}",
+        c.event,
+        c.time_enabled_ns
+    );
+    ensure!(
+        c.estimate == estimate(c.value, enabled, running),
+        "{} (set {set}): estimate {:?} for {} x {enabled} / {running}",
+        c.event,
+        c.estimate,
+        c.value
+    );
+    ensure!(
+        c.running_pct == share(running, enabled),
+        "{} (set {set}): running_pct {:?} for {running} / {enabled}",
+        c.event,
+        c.running_pct
+    );
+    Ok((set, running))
+}
+
+/// Three sets of {task-clock,cs} on two counters at 1 ms, over a command
+/// that spins 1 ms of CPU and sleeps 1 ms, 60 times. Oracles:
+///
+/// - The module's exact charge: every set's time_enabled is the context's
+///   time_running; the sets' time_running add up to it exactly; each
+///   set's task-clock is its time_running, so its estimate (this test's
+///   arithmetic) is time_enabled exactly, with no tolerance.
+/// - The command's own CPU clock: it read CLOCK_THREAD_CPUTIME_ID at the
+///   start of its work and at its end, both inside the counted window
+///   (START precedes its exec, the count runs to its exit), so
+///   `cpu_end - cpu_start <= time_enabled`. And `time_enabled <= user_s +
+///   sys_s + 2 us`: wait4's rusage sums to at least the process's
+///   sum_exec_runtime (cputime_adjust splits that runtime, never less),
+///   each of the two truncated to whole microseconds, and the count is a
+///   part of that runtime.
+/// - Conservation of switches: context-switches is in every set, so the
+///   sets' raw counts add up to every switch-out of the counted window,
+///   within the command's own getrusage counts ([`switch_bounds`]).
+fn mux_conservation(pfm: &Pfm, dir: &Path) -> TestResult {
+    const ROUNDS: u64 = 60;
+    let me = me()?;
+    let file = dir.join("own-conservation");
+    let f = file.to_string_lossy().into_owned();
+    let rounds = ROUNDS.to_string();
+    let out = pfm.run(&[
+        "stat",
+        "--json",
+        "--switch",
+        "1ms",
+        "-e",
+        "{task-clock,cs},{task-clock,cs},{task-clock,cs}",
+        "--",
+        &me,
+        CHILD_FLAG,
+        "own",
+        &f,
+        &rounds,
+        "1000",
+    ])?;
+    let err = text(&out.stderr);
+    show("json", &err);
+    ensure!(out.status.success(), "exit {:?}: {err}", out.status);
+    let v: Stat = doc(&err)?;
+    let m = v.multiplex.as_ref().ok_or("no multiplex object")?;
+    ensure!(
+        m.sets == 3
+            && m.counters == 2
+            && m.switch_ns == Some(1_000_000)
+            && m.switch_on_overflow.is_none()
+            && m.period.is_none(),
+        "multiplex {m:?}"
+    );
+    let enabled = v.time_running_ns;
+    let mut running = [None::<u64>; 3];
+    let mut switches = 0;
+    for (i, c) in v.counters.iter().enumerate() {
+        let (set, run) = mux_counter(c, enabled)?;
+        ensure!(
+            usize::from(set) == i / 2,
+            "{} (event {i}) in set {set}: groups of 2 on 2 counters fill sets 0, 1, 2",
+            c.event
+        );
+        let want = if i % 2 == 0 {
+            "task-clock"
+        } else {
+            "context-switches"
+        };
+        ensure!(c.event == want, "event {i} is {}, -e gave {want}", c.event);
+        match running[usize::from(set)] {
+            Some(r) => ensure!(r == run, "set {set}: time_running {r} and {run}"),
+            None => running[usize::from(set)] = Some(run),
+        }
+        if i % 2 == 0 {
+            ensure!(
+                c.value == run && c.estimate == Some(enabled),
+                "set {set}: task-clock {} (its set ran {run} ns), estimate {:?}, time_enabled {enabled}",
+                c.value,
+                c.estimate
+            );
+        } else {
+            switches += c.value;
+        }
+    }
+    let runs: Vec<u64> = running.iter().map(|r| r.unwrap_or(0)).collect();
+    ensure!(
+        runs.iter().sum::<u64>() == enabled && runs.iter().all(|&r| r > 0),
+        "the sets ran {runs:?} ns, time_enabled {enabled}"
+    );
+    let o = own(&file)?;
+    let us = |s: Option<f64>| (s.unwrap_or(0.0) * 1e6).round() as u64;
+    let rusage_ns = (us(v.user_s) + us(v.sys_s)) * 1000;
+    diag(format!(
+        "time_enabled {enabled} ns, sets {runs:?}; own CPU {} ns, rusage {rusage_ns} ns; switches {switches}, own {} (at its start {})",
+        o.cpu_end - o.cpu_start,
+        o.switches,
+        o.switches_start
+    ));
+    ensure!(
+        o.cpu_end - o.cpu_start <= enabled && enabled <= rusage_ns + 2000,
+        "time_enabled {enabled} ns: the command's own CPU time says at least {} ns, its rusage at most {rusage_ns} + 2000 ns",
+        o.cpu_end - o.cpu_start
+    );
+    let (lo, hi) = switch_bounds(&o);
+    ensure!(
+        (lo..=hi).contains(&switches),
+        "the sets counted {switches} switches; the command's own counts say [{lo}, {hi}]"
+    );
+    Ok(())
+}
+
+/// The share a table line ends with, `(40.00%)`.
+fn line_share(line: &str) -> Option<f64> {
+    let p = line.strip_suffix("%)")?.rsplit('(').next()?;
+    p.parse().ok()
+}
+
+/// Five events on two counters, packed by pfm: [task-clock, cs],
+/// [migrations, task-clock], [cs], switched every 4 ms (the default) over
+/// 30 ms of CPU, so every set runs and none all the time. The table: each
+/// line ends with its set's share; the three sets' shares, each rounded
+/// to a hundredth (off by at most 0.005), add up to 100 within 0.015; the
+/// two task-clock lines show the same estimate (each is time_enabled); the
+/// note says 5 events, 3 sets, 2 counters, 4ms. The JSON of the same
+/// command: the sets in that order.
+fn mux_table(pfm: &Pfm, dir: &Path) -> TestResult {
+    let me = me()?;
+    let f = dir.join("own-table").to_string_lossy().into_owned();
+    let args = |json: bool| {
+        let mut a = vec!["stat"];
+        if json {
+            a.push("--json");
+        }
+        a.extend([
+            "-e",
+            "task-clock,cs,migrations,task-clock,cs",
+            "--",
+            me.as_str(),
+            CHILD_FLAG,
+            "own",
+            f.as_str(),
+            "30",
+            "1000",
+        ]);
+        a
+    };
+    let out = pfm.run(&args(false))?;
+    let t = text(&out.stderr);
+    show("table", &t);
+    ensure!(out.status.success(), "exit {:?}", out.status);
+    ensure!(
+        t.contains(
+            "\n 5 events multiplexed in 3 event sets on 2 counters, switched every 4ms of running time\n"
+        ),
+        "no multiplexing note"
+    );
+    let lines: Vec<&str> = t
+        .lines()
+        .filter(|l| {
+            ["task-clock", "context-switches", "cpu-migrations"]
+                .iter()
+                .any(|e| l.contains(e))
+        })
+        .collect();
+    ensure!(lines.len() == 5, "{} event lines", lines.len());
+    let shares: Vec<f64> = lines
+        .iter()
+        .map(|l| line_share(l).ok_or_else(|| format!("no (xx.xx%) at the end of: {l}")))
+        .collect::<Result<_, String>>()?;
+    // Lines 0 and 1 are set 0, 2 and 3 set 1, 4 set 2.
+    ensure!(
+        shares[0] == shares[1] && shares[2] == shares[3],
+        "shares {shares:?}: one per set"
+    );
+    let sum = shares[0] + shares[2] + shares[4];
+    ensure!(
+        (sum - 100.0).abs() <= 0.015 + 1e-9,
+        "the sets' shares {shares:?} add up to {sum}"
+    );
+    let tc: Vec<&str> = lines
+        .iter()
+        .filter(|l| l.contains("task-clock"))
+        .map(|l| l.split_whitespace().next().unwrap_or(""))
+        .collect();
+    ensure!(
+        tc.len() == 2 && tc[0] == tc[1],
+        "task-clock estimates {tc:?}"
+    );
+    let out = pfm.run(&args(true))?;
+    ensure!(out.status.success(), "exit {:?}", out.status);
+    let v: Stat = doc(&text(&out.stderr))?;
+    let sets: Vec<Option<u16>> = v.counters.iter().map(|c| c.set).collect();
+    ensure!(
+        sets == [Some(0), Some(0), Some(1), Some(1), Some(2)],
+        "sets {sets:?}: first fit of 5 events on 2 counters"
+    );
+    for c in &v.counters {
+        mux_counter(c, v.time_running_ns)?;
+    }
+    Ok(())
+}
+
+/// A set that never runs: sets [task-clock, cs] and [migrations] switched
+/// after 10 s of running time, over `true`, which runs far less: the
+/// second set is never on the counters. Table: `<not counted>` and
+/// (0.00%) for migrations, no share on set 0's lines (100%); JSON: no
+/// estimate, time_running_ns 0; CSV: perf's `<not counted>` line.
+fn mux_not_counted(pfm: &Pfm) -> TestResult {
+    let args = |fmt: &'static str| {
+        let mut a = vec!["stat"];
+        if !fmt.is_empty() {
+            a.push(fmt);
+        }
+        a.extend([
+            "--switch",
+            "10s",
+            "-e",
+            "task-clock,cs,migrations",
+            "--",
+            "true",
+        ]);
+        a
+    };
+    let out = pfm.run(&args(""))?;
+    let t = text(&out.stderr);
+    show("table", &t);
+    ensure!(out.status.success(), "exit {:?}", out.status);
+    let line = |e: &str| {
+        t.lines()
+            .find(|l| l.contains(e))
+            .ok_or_else(|| format!("no {e} line"))
+    };
+    let mig = line("cpu-migrations")?;
+    ensure!(
+        mig.trim_start().starts_with("<not counted>") && mig.ends_with("(0.00%)"),
+        "{mig}"
+    );
+    let tc = line("task-clock")?;
+    ensure!(
+        !tc.contains("%)"),
+        "a share on a set that ran all the time: {tc}"
+    );
+    let out = pfm.run(&args("--json"))?;
+    let v: Stat = doc(&text(&out.stderr))?;
+    let c = v
+        .counters
+        .iter()
+        .find(|c| c.event == "cpu-migrations")
+        .ok_or("no cpu-migrations")?;
+    ensure!(
+        c.set == Some(1)
+            && c.estimate.is_none()
+            && c.time_running_ns == Some(0)
+            && c.running_pct == Some(0.0)
+            && c.value == 0
+            && c.metric.is_none(),
+        "{c:?}"
+    );
+    let tc = &v.counters[0];
+    ensure!(
+        tc.running_pct == Some(100.0) && tc.estimate == Some(tc.value),
+        "{tc:?}"
+    );
+    let out = pfm.run(&args("-x,"))?;
+    let csv = text(&out.stderr);
+    show("csv", &csv);
+    ensure!(
+        csv.lines()
+            .any(|l| l == "<not counted>,,cpu-migrations,0,0.00,,"),
+        "no <not counted> CSV line"
+    );
+    Ok(())
+}
+
+/// Sets that cannot be: a group or a --sets set larger than the two
+/// counters, and events that leave no counter for the overflow trigger:
+/// one line each, exit status 1.
+fn mux_errors(pfm: &Pfm) -> TestResult {
+    for (args, want) in [
+        (
+            &["stat", "-e", "{task-clock,cs,migrations},cs", "--", "true"][..],
+            "the group {task-clock,cs,migrations} has 3 events and a set holds 2",
+        ),
+        (
+            &[
+                "stat",
+                "--sets",
+                "cs:task-clock,cs,migrations",
+                "--",
+                "true",
+            ],
+            "the set 'task-clock,cs,migrations' has 3 events and a set holds 2",
+        ),
+        (
+            &[
+                "stat",
+                "--switch-on-overflow",
+                "1",
+                "-c",
+                "1",
+                "--sets",
+                "cs:task-clock,cs",
+                "--",
+                "true",
+            ],
+            "a set holds 1 (one counter per set is the switch trigger)",
+        ),
+    ] {
+        let out = pfm.run(args)?;
+        let err = text(&out.stderr);
+        show("stderr", &err);
+        ensure!(out.status.code() == Some(1), "exit {:?}", out.status);
+        one_line(&err, want)?;
+    }
+    Ok(())
+}
+
+/// Overflow switching: `--switch-on-overflow 2 -c 5 --sets cs:cs`, each
+/// set one context-switches event plus its trigger (a copy of it from
+/// 2^64 - 5), over 47 sleeps. A set gives way at its trigger's 2nd
+/// overflow, i.e. at its 10th switch; the switch-out that reaches it is
+/// the old set's, the next the new set's (Documentation/perfmon.rst), so
+/// with T switches in all, q = T / 10 switches of set, r = T mod 10: set 0
+/// counted 10 ceil(q / 2) (+ r if q is even: it is the active one), set 1
+/// 10 floor(q / 2) (+ r if q is odd), exactly. T itself is the command's
+/// switch-outs, within its own getrusage counts ([`switch_bounds`]).
+fn mux_overflow(pfm: &Pfm, dir: &Path) -> TestResult {
+    const SLEEPS: u64 = 47;
+    let me = me()?;
+    let file = dir.join("own-overflow");
+    let f = file.to_string_lossy().into_owned();
+    let sleeps = SLEEPS.to_string();
+    let out = pfm.run(&[
+        "stat",
+        "--json",
+        "--switch-on-overflow",
+        "2",
+        "-c",
+        "5",
+        "--sets",
+        "cs:cs",
+        "--",
+        &me,
+        CHILD_FLAG,
+        "own",
+        &f,
+        &sleeps,
+        "0",
+    ])?;
+    let err = text(&out.stderr);
+    show("json", &err);
+    ensure!(out.status.success(), "exit {:?}: {err}", out.status);
+    let v: Stat = doc(&err)?;
+    let m = v.multiplex.as_ref().ok_or("no multiplex object")?;
+    ensure!(
+        m.sets == 2
+            && m.counters == 2
+            && m.switch_ns.is_none()
+            && m.switch_on_overflow == Some(2)
+            && m.period == Some(5),
+        "multiplex {m:?}"
+    );
+    ensure!(v.counters.len() == 2, "{} counters", v.counters.len());
+    let mut running = 0;
+    for (k, c) in v.counters.iter().enumerate() {
+        let (set, run) = mux_counter(c, v.time_running_ns)?;
+        ensure!(usize::from(set) == k, "counter {k} in set {set}");
+        running += run;
+    }
+    ensure!(
+        running == v.time_running_ns,
+        "the sets ran {running} ns of {}",
+        v.time_running_ns
+    );
+    let (a, b) = (v.counters[0].value, v.counters[1].value);
+    let total = a + b;
+    let (q, r) = (total / 10, total % 10);
+    let want = (
+        10 * q.div_ceil(2) + if q % 2 == 0 { r } else { 0 },
+        10 * (q / 2) + if q % 2 == 1 { r } else { 0 },
+    );
+    let o = own(&file)?;
+    diag(format!(
+        "sets counted {a} + {b} = {total} switches ({q} set switches); own count {} (at its start {})",
+        o.switches, o.switches_start
+    ));
+    ensure!(
+        (a, b) == want,
+        "sets counted {a} and {b} of {total} switches; switching at every 10th gives {want:?}"
+    );
+    let (lo, hi) = switch_bounds(&o);
+    ensure!(
+        (lo..=hi).contains(&total),
+        "{total} switches; the command's own counts say [{lo}, {hi}]"
+    );
+    // The split is a test of both sets' switching only if each was
+    // switched away from: 2 set switches (20 switch-outs) at least.
+    ensure!(q >= 2, "only {q} set switches for {total} switches");
+    Ok(())
+}
+
+/// `-I 20` of three sets at 1 ms over 150 ms of spinning: the intervals'
+/// raw counts and context times add up exactly to the totals (as without
+/// sets), and so do each counter's set times.
+fn mux_intervals(pfm: &Pfm) -> TestResult {
+    let me = me()?;
+    let out = pfm.run(&[
+        "stat",
+        "--json",
+        "-I",
+        "20",
+        "--switch",
+        "1ms",
+        "-e",
+        "task-clock,cs,migrations,task-clock,cs",
+        "--",
+        &me,
+        CHILD_FLAG,
+        "spin",
+        "150",
+    ])?;
+    ensure!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status,
+        text(&out.stderr)
+    );
+    let all: Vec<Stat> = docs(&text(&out.stderr))?;
+    diag(format!("{} documents", all.len()));
+    intervals_add_up(&all)?;
+    let (summary, intervals) = all.split_last().ok_or("no JSON")?;
+    for (i, c) in summary.counters.iter().enumerate() {
+        let sum = |f: fn(&pfm_json::Counter) -> Option<u64>| -> u64 {
+            intervals
+                .iter()
+                .filter_map(|d| d.counters.get(i).and_then(f))
+                .sum()
+        };
+        let (te, tr) = (sum(|c| c.time_enabled_ns), sum(|c| c.time_running_ns));
+        ensure!(
+            Some(te) == c.time_enabled_ns && Some(tr) == c.time_running_ns,
+            "{} (set {:?}): the intervals' set times add up to {te} / {tr}, the totals are {:?} / {:?}",
+            c.event,
+            c.set,
+            c.time_enabled_ns,
+            c.time_running_ns
+        );
+        mux_counter(c, summary.time_running_ns)?;
+    }
+    for d in intervals {
+        for c in &d.counters {
+            mux_counter(c, c.time_enabled_ns.unwrap_or(0))?;
+        }
+    }
+    Ok(())
+}
+
+/// More events than the general-purpose counters on `intel_arch_sim`:
+/// `pfm stat` multiplexes them with event sets (the PMU layer's per-CPU
+/// timer switches them, every 2 ms of the command's running time), over a
+/// command that spins 200 ms. Every event is the same one, instructions in
+/// user mode, so each set's raw count is the simulator's rule applied to
+/// that set's own running time: 1 instruction per 2 ns the thread runs
+/// with the set's registers on the PMU, never more (+1 ms for the clocks'
+/// granularity) and at least 80% (the counters stop in the switch and PMI
+/// paths, which the runtime includes: pfm_test_hwsim's rule). Then each
+/// estimate, count × enabled / running, obeys the same rule against the
+/// whole running time.
+fn hw_sets(pfm: &Pfm) -> TestResult {
+    const MS: u64 = 1_000_000;
+    let j = pfm.run(&["list", "--json"])?;
+    ensure!(j.status.success(), "pfm list --json failed");
+    let l: List = doc(&text(&j.stdout))?;
+    let n = l.counters + 1;
+    let events = vec!["r4100c0"; n].join(",");
+    let me = me()?;
+    let out = pfm.run(&[
+        "stat", "--json", "--switch", "2ms", "-e", &events, "--", &me, CHILD_FLAG, "spin", "200",
+    ])?;
+    let err = text(&out.stderr);
+    show("stderr", &err);
+    ensure!(out.status.success(), "exit {:?}", out.status);
+    let v: Stat = doc(&err)?;
+    let m = v
+        .multiplex
+        .as_ref()
+        .ok_or("more events than counters, not multiplexed")?;
+    ensure!(
+        m.sets >= 2 && m.switch_ns == Some(2 * MS),
+        "multiplex {m:?}: expected 2 sets or more at 2 ms"
+    );
+    ensure!(
+        v.counters.len() == n,
+        "{} counters for {n} events",
+        v.counters.len()
+    );
+    let mut sets = std::collections::BTreeSet::new();
+    for c in &v.counters {
+        let enabled = c.time_enabled_ns.unwrap_or(0);
+        let (set, running) = mux_counter(c, enabled)?;
+        sets.insert(set);
+        ensure!(running > 0, "{} (set {set}) never ran", c.event);
+        ensure!(
+            c.value <= (running + MS) / 2 && c.value >= running / 10 * 8 / 2,
+            "{} (set {set}): {} instructions in {running} ns of its set's turns",
+            c.event,
+            c.value
+        );
+        let est = c
+            .estimate
+            .ok_or_else(|| format!("{}: no estimate", c.event))?;
+        // est = value x enabled / running <= (running + 1 ms) / 2 x
+        // enabled / running.
+        let most =
+            ((running as u128 + MS as u128) * enabled as u128 / (2 * running as u128)) as u64;
+        ensure!(
+            est <= most + 1 && est >= enabled / 10 * 8 / 2,
+            "{} (set {set}): estimate {est} for {enabled} ns of running",
+            c.event
+        );
+    }
+    ensure!(
+        sets.len() == usize::from(m.sets),
+        "counters in sets {sets:?}, {} sets",
+        m.sets
+    );
+    Ok(())
+}
+
 fn main() {
     pfm_guest::child::dispatch();
     // libpfm4 reads it once, at its first use in this process.
@@ -1233,6 +1864,52 @@ fn main() {
         module::wait_contexts(0, Duration::from_secs(5))
     });
     t.run("rmmod perfmon (soft)", module::rmmod);
+    let mux = module::insmod(&["pmu=soft", "soft_counters=2"]);
+    let mux_ok = mux.is_ok();
+    t.run("insmod perfmon.ko pmu=soft soft_counters=2", || mux);
+    let mux_case = |t: &mut Tap, name: &str, f: &dyn Fn() -> TestResult| {
+        if mux_ok {
+            t.run(name, f);
+        } else {
+            t.skip(name, "insmod soft_counters=2 failed");
+        }
+    };
+    mux_case(
+        &mut t,
+        "pfm stat -e '{task-clock,cs}' x3 on 2 counters: 3 sets at 1 ms, task-clock's estimate = time_enabled within the command's own CPU time, switches conserved",
+        &|| mux_conservation(&pfm, &dir),
+    );
+    mux_case(
+        &mut t,
+        "pfm stat, 5 events on 2 counters: 3 sets first fit, (xx.xx%) per set adding up to 100, the note",
+        &|| mux_table(&pfm, &dir),
+    );
+    mux_case(
+        &mut t,
+        "pfm stat --switch 10s of 'true': a set never run is <not counted> (0.00%) in table, JSON and CSV",
+        &|| mux_not_counted(&pfm),
+    );
+    mux_case(
+        &mut t,
+        "pfm stat: a group or --sets set larger than a set, no room for the trigger: one line, exit 1",
+        &|| mux_errors(&pfm),
+    );
+    mux_case(
+        &mut t,
+        "pfm stat --switch-on-overflow 2 -c 5 --sets cs:cs: the sets switch at every 10th switch, counts exact",
+        &|| mux_overflow(&pfm, &dir),
+    );
+    mux_case(
+        &mut t,
+        "pfm stat -I 20 multiplexed: counts, context and set times of the intervals add up to the totals",
+        &|| mux_intervals(&pfm),
+    );
+    mux_case(
+        &mut t,
+        "no live context left by pfm (soft_counters=2)",
+        &|| module::wait_contexts(0, Duration::from_secs(5)),
+    );
+    mux_case(&mut t, "rmmod perfmon (soft_counters=2)", &module::rmmod);
     let hw = module::insmod(&["pmu=intel_arch_sim"]);
     let hw_ok = hw.is_ok();
     t.run("insmod perfmon.ko pmu=intel_arch_sim", || hw);
@@ -1257,6 +1934,11 @@ fn main() {
         &mut t,
         "pfm stat -e INST_RETIRD.ANY_P:u: one line naming libpfm4's closest names",
         &|| libpfm_unknown(&pfm),
+    );
+    hw_case(
+        &mut t,
+        "pfm stat with more events than counters on intel_arch_sim: multiplexed by the per-CPU timer, each set's count its own turns",
+        &|| hw_sets(&pfm),
     );
     hw_case(
         &mut t,

@@ -12,6 +12,7 @@ fn row(event: &str, code: u64, pmd: u16, value: u64, generic: Option<Generic>) -
         generic,
         libpfm: None,
         stats: None,
+        mux: None,
     }
 }
 
@@ -40,6 +41,7 @@ fn sample() -> Report {
         target_exited: false,
         run: None,
         runs: None,
+        mux: None,
     }
 }
 
@@ -312,4 +314,209 @@ fn repeat_summary() {
     let doc = r.json();
     assert_eq!(doc.runs, Some(3));
     assert_eq!(doc.counters[1].stats.as_ref(), Some(&st));
+}
+
+/// Five soft events on two counters, three sets at 4 ms, and a fourth set
+/// that never ran: each row's set, its set's times, its estimate.
+fn multiplexed() -> Report {
+    let mut r = sample();
+    let ms = |v: u64| v * 1_000_000;
+    let mux = |set: u16, value: u64, running: u64| MuxCount::of(set, value, ms(3), running);
+    let rows = [
+        ("task-clock", 1, 0, 1_200_000, 0, Some(Generic::TaskClock)),
+        (
+            "context-switches",
+            2,
+            1,
+            4,
+            0,
+            Some(Generic::ContextSwitches),
+        ),
+        ("cpu-migrations", 3, 0, 1, 1, Some(Generic::CpuMigrations)),
+        ("task-clock", 1, 1, 1_200_000, 1, Some(Generic::TaskClock)),
+        (
+            "context-switches",
+            2,
+            0,
+            2,
+            2,
+            Some(Generic::ContextSwitches),
+        ),
+        ("cpu-migrations", 3, 0, 0, 3, Some(Generic::CpuMigrations)),
+    ];
+    let running = [1_200_000, 1_200_000, 600_000, 0];
+    r.rows = rows
+        .iter()
+        .map(|&(event, code, pmd, value, set, generic)| Row {
+            mux: Some(mux(set, value, running[set as usize])),
+            ..row(event, code, pmd, value, generic)
+        })
+        .collect();
+    r.time_running = ms(3);
+    r.elapsed = Duration::from_millis(10);
+    r.mux = Some(Multiplexing {
+        sets: 4,
+        counters: 2,
+        switch: Switch::Time(4_000_000),
+    });
+    r
+}
+
+#[test]
+fn multiplexed_table() {
+    let r = multiplexed();
+    // The estimates: 1.2 ms x 3 / 1.2 = 3 ms; 4 x 3 / 1.2 = 10; 1 x 3 /
+    // 1.2 = 2.5, rounded half up to 3; 2 x 3 / 0.6 = 10. Metrics from the
+    // estimates: 3 ms of 10 ms elapsed, 10 switches per 3 ms of task-clock.
+    // Sets 0 and 1 ran 1.2 of 3 ms (40.00%), set 2 0.6 (20.00%), set 3
+    // never: <not counted>, (0.00%), no metric.
+    let m: Vec<Option<u64>> = r.rows.iter().map(Row::shown).collect();
+    assert_eq!(
+        m,
+        [
+            Some(3_000_000),
+            Some(10),
+            Some(3),
+            Some(3_000_000),
+            Some(10),
+            None
+        ]
+    );
+    let t = r.table(BIG);
+    let expected = "
+ Performance counter stats for 'sleep 1' (perfmon, PMU model soft):
+
+              3.00 msec task-clock                       #    0.300 CPUs utilized  (40.00%)
+                10      context-switches                 #    3.333 K/sec          (40.00%)
+                 3      cpu-migrations                   #    1.000 K/sec          (40.00%)
+              3.00 msec task-clock                       #    0.300 CPUs utilized  (40.00%)
+                10      context-switches                 #    3.333 K/sec          (20.00%)
+     <not counted>      cpu-migrations                                             (0.00%)
+
+ 6 events multiplexed in 4 event sets on 2 counters, switched every 4ms of running time
+
+       0.010000000 seconds time elapsed
+
+       0.000000000 seconds user
+       0.001113000 seconds sys
+
+";
+    assert_eq!(t, expected, "\n{t}");
+}
+
+#[test]
+fn multiplexed_csv_json_and_intervals() {
+    let r = multiplexed();
+    let csv = r.csv_lines(",");
+    let l: Vec<Vec<&str>> = csv.lines().map(|l| l.split(',').collect()).collect();
+    // The estimate, the set's running time, the share of the set's time.
+    assert_eq!(
+        l[0],
+        [
+            "3.00",
+            "msec",
+            "task-clock",
+            "1200000",
+            "40.00",
+            "0.300",
+            "CPUs utilized"
+        ]
+    );
+    assert_eq!(l[2][..5], ["3", "", "cpu-migrations", "1200000", "40.00"]);
+    assert_eq!(l[4][..5], ["10", "", "context-switches", "600000", "20.00"]);
+    assert_eq!(
+        l[5],
+        ["<not counted>", "", "cpu-migrations", "0", "0.00", "", ""]
+    );
+    // JSON: the raw value, the set, its times, the share, the estimate.
+    let doc = r.json();
+    let c = &doc.counters;
+    assert_eq!((c[2].value, c[2].set, c[2].estimate), (1, Some(1), Some(3)));
+    assert_eq!(
+        (c[2].time_enabled_ns, c[2].time_running_ns, c[2].running_pct),
+        (Some(3_000_000), Some(1_200_000), Some(40.0))
+    );
+    assert_eq!(c[0].msec, Some(1.2), "msec is the raw value's");
+    assert_eq!(
+        (c[5].value, c[5].set, c[5].estimate, c[5].time_running_ns),
+        (0, Some(3), None, Some(0))
+    );
+    assert!(c[5].metric.is_none());
+    let m = doc.multiplex.as_ref().unwrap();
+    assert_eq!(
+        (
+            m.sets,
+            m.counters,
+            m.switch_ns,
+            m.switch_on_overflow,
+            m.period
+        ),
+        (4, 2, Some(4_000_000), None, None)
+    );
+    let back: pfm_json::Stat = serde_json::from_str(&r.json_line().unwrap()).unwrap();
+    assert_eq!(back, doc);
+    // Not multiplexed: none of it (the documents stay as they were).
+    let plain = sample().json_line().unwrap();
+    for key in [
+        "\"set\"",
+        "estimate",
+        "time_enabled_ns\":3",
+        "running_pct",
+        "multiplex",
+    ] {
+        assert!(!plain.contains(key), "{key} in {plain}");
+    }
+    // Interval lines carry the share too; a share of 100% is not shown.
+    let mut i = multiplexed();
+    i.kind = StatKind::Interval;
+    i.interval_end = Some(Duration::from_millis(200));
+    i.rows[0].mux = Some(MuxCount::of(0, 5, 5, 5));
+    let lines = i.interval_lines(BIG);
+    let first = lines.lines().next().unwrap();
+    assert!(first.ends_with("CPUs utilized"), "{first}");
+    assert!(
+        lines.lines().nth(1).unwrap().ends_with("(40.00%)"),
+        "{lines}"
+    );
+    // Overflow switching in the note and the JSON.
+    let mut o = multiplexed();
+    o.mux = Some(Multiplexing {
+        sets: 2,
+        counters: 3,
+        switch: Switch::Overflow {
+            count: 2,
+            period: 5,
+        },
+    });
+    assert!(o.table(BIG).contains(
+        "6 events multiplexed in 2 event sets on 3 counters, switched after 2 overflows \
+         of period 5 of each set's first event"
+    ));
+    let m = o.json().multiplex.unwrap();
+    assert_eq!(
+        (m.switch_ns, m.switch_on_overflow, m.period),
+        (None, Some(2), Some(5))
+    );
+}
+
+#[test]
+fn multiplexed_repeat_shows_the_estimates_noise() {
+    let mut r = multiplexed();
+    r.runs = Stats::of(&[1, 1]).map(|s| (2, s));
+    let est = Stats::of(&[8, 12]).unwrap();
+    r.rows[1].stats = Stats::of(&[3, 5]);
+    if let Some(m) = &mut r.rows[1].mux {
+        m.estimate = Some(10);
+        m.estimate_stats = Some(est.clone());
+    }
+    let t = r.table(BIG);
+    let line = t.lines().find(|l| l.contains("context-switches")).unwrap();
+    assert!(
+        line.ends_with(&format!("( ± {:>5.2}% )  (40.00%)", est.noise_pct)),
+        "{line}"
+    );
+    let csv = r.csv_lines(",");
+    let f: Vec<&str> = csv.lines().nth(1).unwrap().split(',').collect();
+    assert_eq!(f[3], format!("{:.2}%", est.noise_pct));
+    assert_eq!(r.json().counters[1].estimate_stats, Some(est));
 }
