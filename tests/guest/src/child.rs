@@ -6,6 +6,19 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::raw;
+/// Sleeps 1 ms, again until the thread has been switched out at least
+/// once: a 1 ms nanosleep whose timer expires before the sleeper reaches
+/// `schedule()` (a slow guest) returns without a switch, and the tests
+/// that count "N sleeps" count switches.
+fn switching_sleep() {
+    let before = crate::edges::thread_switches();
+    loop {
+        std::thread::sleep(Duration::from_millis(1));
+        if crate::edges::thread_switches() != before {
+            return;
+        }
+    }
+}
 
 /// The first argument that selects child mode.
 pub const CHILD_FLAG: &str = "--pfm-child";
@@ -28,10 +41,10 @@ pub fn dispatch() {
         "sleep" => loop {
             std::thread::sleep(Duration::from_millis(num(3).max(1)));
         },
-        // Do ARG sleeps of 1 ms, then exit 0.
+        // Do ARG sleeps of 1 ms, each with a switch, then exit 0.
         "sleeps" => {
             for _ in 0..num(3) {
-                std::thread::sleep(Duration::from_millis(1));
+                switching_sleep();
             }
             0
         }
@@ -80,7 +93,7 @@ pub fn dispatch() {
                 3
             } else {
                 for _ in 0..10 * run {
-                    std::thread::sleep(Duration::from_millis(1));
+                    switching_sleep();
                 }
                 // The run's own switch count since the fork (getrusage),
                 // the oracle the test holds pfm's count to.

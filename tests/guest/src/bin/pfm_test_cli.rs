@@ -552,9 +552,11 @@ fn repeat_statistics(pfm: &Pfm, dir: &Path) -> TestResult {
     let counter = dir.join("runs");
     let _ = std::fs::remove_file(&counter);
     let c = counter.to_string_lossy().into_owned();
-    // Runs 1, 2, 3 do 10, 20, 30 sleeps of 1 ms: at least one switch
-    // each; a loaded guest preempts them a few times more, which each run
-    // counts itself (getrusage, written at its end: `runs.N.own`).
+    // Runs 1, 2, 3 do 10, 20, 30 sleeps of 1 ms, each with at least one
+    // switch (a sleep whose timer expires before `schedule()` is made
+    // again: `child::switching_sleep`); a loaded guest preempts them a few
+    // times more, which each run counts itself (getrusage, written at its
+    // end: `runs.N.own`).
     let out = pfm.run(&[
         "stat",
         "--json",
