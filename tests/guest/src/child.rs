@@ -6,6 +6,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::raw;
+
 /// Sleeps 1 ms, again until the thread has been switched out at least
 /// once: a 1 ms nanosleep whose timer expires before the sleeper reaches
 /// `schedule()` (a slow guest) returns without a switch, and the tests
