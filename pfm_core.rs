@@ -105,8 +105,9 @@ static GLOBALS: AtomicPtr<Globals> = AtomicPtr::new(core::ptr::null_mut());
 pub(crate) fn globals() -> &'static Globals {
     // Set in `init` (`Published`) before anything that can call here
     // exists, and cleared at exit after all of it is gone: the device,
-    // sysfs, the vectors and ticks, the reaper, and every attachment and
-    // context (each holds a module reference, directly or through its file).
+    // sysfs, the vectors, the ticks and the multiplexing timers, the
+    // reaper, and every attachment and context (each holds a module
+    // reference, directly or through its file).
     // SAFETY: So every caller sees a pointer to the live `Globals`.
     unsafe { &*GLOBALS.load(Ordering::Acquire) }
 }
@@ -177,6 +178,9 @@ impl Drop for VectorsStarted {
         // to perf_events: nothing of ours can interrupt perf's NMI handler.
         // (The claim is taken by the first LOAD, through the vectors.)
         let g = globals();
+        // No context is left to arm a multiplexing timer; one left armed
+        // would fire after the globals are gone.
+        g.pmu.mux_cancel_all();
         g.pmu.quiesce_all();
         drop(self.0.take());
         g.pmu.unclaim();

@@ -287,7 +287,7 @@ impl CtxInner {
     /// Resets what a new attachment starts from.
     fn reset_for_load(&mut self, tid: u32) {
         self.tid = tid;
-        self.counters.forget_placement();
+        self.for_each_image(Counters::forget_placement);
         self.exited = false;
         self.active = false;
         self.on_cpu = None;
@@ -515,9 +515,7 @@ impl Context {
         {
             let inner = this.inner.lock();
             inner.life.check(Op::Load).map_err(state_err)?;
-            if !inner.set_exists(arg.load_set) {
-                return Err(EINVAL);
-            }
+            inner.check_load_sets(arg.load_set)?;
         }
         pfm_ctxsw::attach(this, arg.tid, arg.load_set)
     }

@@ -201,11 +201,20 @@ impl<S: DerefMut<Target = Ring>> MsgQueue<S> {
         self.last_seq = self.last_seq.wrapping_add(1);
     }
 
-    /// Adds overflowed PMDs to the newest overflow message (the ring is full).
-    pub fn merge_into_newest(&mut self, ovfl: u64) {
+    /// Adds overflowed PMDs of event set `set` to the newest overflow
+    /// message (the ring is full) if it is that set's; whether it was.
+    pub fn merge_into_newest(&mut self, set: u16, ovfl: u64) -> bool {
         let (head, len) = (usize::from(self.head), usize::from(self.len));
-        if let (Some(ring), true) = (self.ring.as_mut(), len != 0) {
-            ring.msgs[(head + len - 1) % MSG_QUEUE_DEPTH].ovfl_pmds |= ovfl;
+        match (self.ring.as_mut(), len != 0) {
+            (Some(ring), true) => {
+                let newest = &mut ring.msgs[(head + len - 1) % MSG_QUEUE_DEPTH];
+                if newest.set != set {
+                    return false;
+                }
+                newest.ovfl_pmds |= ovfl;
+                true
+            }
+            _ => false,
         }
     }
 

@@ -372,12 +372,26 @@ impl SetTable {
         self.sets.get(i).map_or(0, |s| s.used_pmds)
     }
 
-    /// `PFM_IOC_LOAD`: monitoring starts in set `start` with all
-    /// bookkeeping at zero and `start`'s first run.
-    pub fn load(&mut self, start: u16) -> Result<(), SetError> {
+    /// Whether [`SetTable::load`] of `start` would succeed; changes
+    /// nothing (a LOAD asks before it takes what it cannot give back).
+    pub fn check_load(&self, start: u16) -> Result<(), SetError> {
         if self.loaded {
             return Err(SetError::Loaded);
         }
+        self.set_index(start)?;
+        for i in 0..PFM_MAX_SETS {
+            let s = &self.sets[i];
+            if self.exists & (1 << i) != 0 && s.ovfl() && s.desc.switch_pmds & s.used_pmds == 0 {
+                return Err(SetError::Invalid);
+            }
+        }
+        Ok(())
+    }
+
+    /// `PFM_IOC_LOAD`: monitoring starts in set `start` with all
+    /// bookkeeping at zero and `start`'s first run.
+    pub fn load(&mut self, start: u16) -> Result<(), SetError> {
+        self.check_load(start)?;
         let start = self.set_index(start)?;
         let mut round = 0u64;
         let mut all_time = true;
@@ -386,9 +400,6 @@ impl SetTable {
                 continue;
             }
             let s = &self.sets[i];
-            if s.ovfl() && s.desc.switch_pmds & s.used_pmds == 0 {
-                return Err(SetError::Invalid);
-            }
             all_time &= s.time();
             round = round.saturating_add(s.desc.timeout);
         }

@@ -83,12 +83,16 @@ impl Context {
             match inner.state() {
                 // Lazy cleanup: stop a zombie's counters, do not re-arm.
                 State::Zombie => {
+                    inner.drop_pending_sets();
                     inner.started = false;
                     inner.sync_hw();
                     return false;
                 }
                 State::Loaded | State::Masked => {}
-                State::Unloaded | State::Freed => return false,
+                State::Unloaded | State::Freed => {
+                    inner.drop_pending_sets();
+                    return false;
+                }
             }
             // One message per event set whose PMDs asked (one set, 0,
             // without sets).
@@ -123,7 +127,9 @@ impl Context {
                 if !inner.msgs.push(msg) {
                     // A full queue masks the context instead of losing the
                     // overflow: it stays in the newest message until RESTART.
-                    inner.msgs.merge_into_newest(notify);
+                    // (Another set's overflow has no message to join:
+                    // counted lost, the context masked all the same.)
+                    let _ = inner.msgs.merge_into_newest(set as u16, notify);
                     inner.msgs.lost += 1;
                     let _ = inner.transition(Op::QueueFull);
                 }

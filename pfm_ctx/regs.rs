@@ -182,7 +182,7 @@ impl Context {
                     .ok()
                     .map(|v| (reg, v))
             };
-            if !inner.has_sets() {
+            if !inner.has_table() {
                 inner
                     .counters
                     .write_pmcs(pmu, pmcs.iter().filter_map(value));

@@ -64,8 +64,12 @@ pub(super) fn sets_of(extra: &Option<KBox<Extra>>) -> Option<&CtxSets> {
     }
 }
 
-/// [`sets_of`], to change.
+/// [`sets_of`], to change. A page is never borrowed mutably: `mmap`
+/// hands it to the VMA code outside the lock.
 pub(super) fn sets_of_mut(extra: &mut Option<KBox<Extra>>) -> Option<&mut CtxSets> {
+    if !matches!(extra.as_deref(), Some(Extra::Sets(_))) {
+        return None;
+    }
     match extra.as_deref_mut() {
         Some(Extra::Sets(s)) => Some(s),
         _ => None,
@@ -112,9 +116,37 @@ impl CtxSets {
         }
     }
 
-    /// Whether sets beyond set 0 exist.
-    fn several(&self) -> bool {
-        self.table.exists_mask() != 1
+    /// Records set 0's registers written before the table existed.
+    fn seed_set0(&mut self, pmcs: u64, pmds: u64) {
+        for (mask, pmd) in [(pmcs, false), (pmds, true)] {
+            let mut m = mask;
+            while m != 0 {
+                let reg = m.trailing_zeros() as usize;
+                m &= m - 1;
+                let _ = self.table.use_reg(0, pmd, reg);
+            }
+        }
+    }
+
+    /// `CREATE_SETS` on this table, all or nothing; each new set that is
+    /// not resident takes an image of `fresh`.
+    fn create(
+        &mut self,
+        descs: &mut [SetDesc],
+        fresh: &mut [Option<KBox<Counters>>; PFM_MAX_SETS],
+    ) -> Result<(), (usize, SetError)> {
+        self.table.create(descs)?;
+        for (d, image) in descs.iter().zip(fresh.iter_mut()) {
+            let id = d.id as usize;
+            if id != self.resident {
+                if let Some(slot) = self.images.get_mut(id) {
+                    if slot.is_none() {
+                        *slot = image.take();
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -125,9 +157,9 @@ impl CtxInner {
         matches!(sets_of(&self.extra), Some(s) if s.table.multiplexed())
     }
 
-    /// Whether sets beyond set 0 exist (a page cannot describe them).
-    pub(super) fn has_sets(&self) -> bool {
-        sets_of(&self.extra).is_some_and(|s| s.several())
+    /// Whether the context has a set table (once `CREATE_SETS` made one).
+    pub(super) fn has_table(&self) -> bool {
+        sets_of(&self.extra).is_some()
     }
 
     /// The image of set `set` (which exists): `counters` if resident.
@@ -184,16 +216,38 @@ impl CtxInner {
         }
     }
 
-    /// LOAD: monitoring starts in set `load_set`. Nothing changes on an
-    /// error.
-    pub(super) fn load_sets(&mut self, load_set: u16) -> Result {
-        match sets_of_mut(&mut self.extra) {
+    /// Whether a LOAD may start in set `load_set`; changes nothing.
+    pub(super) fn check_load_sets(&self, load_set: u16) -> Result {
+        match sets_of(&self.extra) {
             None if load_set == 0 => Ok(()),
             None => Err(EINVAL),
-            Some(s) => s.table.load(load_set).map_err(set_err),
-        }?;
+            Some(s) => s.table.check_load(load_set).map_err(set_err),
+        }
+    }
+
+    /// LOAD, once [`CtxInner::check_load_sets`] allowed it: monitoring
+    /// starts in set `load_set`, with nothing of an earlier monitoring
+    /// pending (overflows not yet delivered, hardware overflow tallies).
+    pub(super) fn load_sets(&mut self, load_set: u16) {
+        self.for_each_image(|c| {
+            c.take_tally();
+        });
+        let Some(s) = sets_of_mut(&mut self.extra) else {
+            return;
+        };
+        // Checked by the caller: cannot fail.
+        let _ = s.table.load(load_set);
+        s.pending = [0; PFM_MAX_SETS];
+        s.hw_overflows = [0; abi::PFM_MAX_PMDS];
         self.make_resident(load_set as usize);
-        Ok(())
+    }
+
+    /// Forgets the overflows pending in every set (the context's
+    /// `pending_ovfl` was taken without delivering them).
+    pub(super) fn drop_pending_sets(&mut self) {
+        if let Some(s) = sets_of_mut(&mut self.extra) {
+            s.pending = [0; PFM_MAX_SETS];
+        }
     }
 
     /// The monitoring ended (UNLOAD, the thread's exit, a revoke): the
@@ -410,6 +464,11 @@ impl Context {
     /// flags of those that exist), all or none; each gets an empty image.
     pub(crate) fn create_sets(&self, arg: &mut abi::PfmSetsArg) -> Result {
         let (mut descs, mut writer) = read_array::<abi::PfmSetdesc>(arg)?;
+        // The array is written back (the effective timeouts): a buffer
+        // that cannot be written fails now, before anything is applied.
+        for d in descs.iter() {
+            writer.write(d)?;
+        }
         // What may sleep first: the table, and an image per new set.
         let mut table = Some(KBox::new(Extra::Sets(CtxSets::new()), GFP_KERNEL_ACCOUNT)?);
         let mut fresh: [Option<KBox<Counters>>; PFM_MAX_SETS] = [const { None }; PFM_MAX_SETS];
@@ -426,35 +485,42 @@ impl Context {
         {
             let mut inner = self.inner.lock();
             inner.life.check(Op::SetFlags).map_err(state_err)?;
-            match inner.extra.as_deref() {
+            let created = match inner.extra.as_deref() {
                 // A page describes one image (see `mmap`).
                 Some(Extra::Page(_)) => return Err(EBUSY),
-                Some(Extra::Sets(_)) => {}
-                None => inner.extra = table.take(),
-            }
-            let Some(s) = sets_of_mut(&mut inner.extra) else {
-                return Err(ENOMEM);
+                Some(Extra::Sets(_)) => match sets_of_mut(&mut inner.extra) {
+                    Some(s) => s.create(&mut table_descs, &mut fresh),
+                    None => return Err(ENOMEM),
+                },
+                // The first sets: the table goes in only if they are
+                // valid; set 0 holds what was written so far.
+                None => {
+                    let pmcs = inner.counters.written_pmcs();
+                    let pmds = u64::from(inner.used_pmds);
+                    match table.as_deref_mut() {
+                        Some(Extra::Sets(s)) => {
+                            s.seed_set0(pmcs, pmds);
+                            s.create(&mut table_descs, &mut fresh)
+                        }
+                        _ => return Err(ENOMEM),
+                    }
+                }
             };
-            if let Err((i, e)) = s.table.create(&mut table_descs) {
+            if let Err((i, e)) = created {
                 arg.done = i as u32;
                 return Err(set_err(e));
             }
-            for (d, image) in table_descs.iter().zip(fresh.iter_mut()) {
-                let id = d.id as usize;
-                if id != s.resident {
-                    if let Some(slot) = s.images.get_mut(id) {
-                        if slot.is_none() {
-                            *slot = image.take();
-                        }
-                    }
-                }
+            if inner.extra.is_none() {
+                inner.extra = table.take();
             }
         }
         for (out, d) in descs.iter_mut().zip(table_descs.iter()) {
             out.set_timeout = d.timeout;
         }
+        let mut again =
+            UserSlice::new(arg.sets as usize, core::mem::size_of_val(&descs[..])).writer();
         for d in descs.iter() {
-            writer.write(d)?;
+            again.write(d)?;
         }
         arg.done = arg.count;
         Ok(())

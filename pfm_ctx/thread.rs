@@ -147,6 +147,7 @@ impl Monitor for Context {
             // Overflows held back during the exec are the new image's.
             inner.fold_running(glue::this_cpu());
             inner.pending_ovfl = 0;
+            inner.drop_pending_sets();
             inner.revoke();
             return false;
         }
@@ -187,12 +188,12 @@ impl Monitor for Context {
     ) -> Result<Option<Arc<Attachment<Self>>>> {
         let mut inner = self.inner.lock();
         inner.life.check(Op::Load).map_err(state_err)?;
-        // Before the claim: a set that cannot start changes nothing.
-        inner.load_sets(load_set)?;
-        if let Err(e) = claim().and_then(|()| inner.transition(Op::Load).map(|_| ())) {
-            inner.unload_sets();
-            return Err(e);
-        }
+        // Asked before the claim, applied after it: a LOAD refused
+        // changes nothing.
+        inner.check_load_sets(load_set)?;
+        claim()?;
+        inner.transition(Op::Load)?;
+        inner.load_sets(load_set);
         inner.reset_for_load(tid);
         let old = inner.attach.replace(att.clone());
         if let Some(register) = install {

@@ -222,6 +222,19 @@ impl Counters {
         }
     }
 
+    /// The PMCs written (the soft model's: those selecting an event).
+    pub(crate) fn written_pmcs(&self) -> u64 {
+        match self {
+            Self::Soft(s) => s
+                .pmcs
+                .iter()
+                .enumerate()
+                .filter(|(_, &e)| e != 0)
+                .fold(0, |m, (i, _)| m | 1 << i),
+            Self::Hw(h) => h.pmc_used,
+        }
+    }
+
     /// Whether a hardware model's counters are on this CPU's PMU.
     pub(crate) fn on_pmu_here(&self) -> bool {
         matches!(self, Self::Hw(h) if h.cpu == Some(glue::this_cpu()))

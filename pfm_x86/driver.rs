@@ -329,7 +329,7 @@ impl<M: HwPmu> HwRegs<'_, M> {
         if n != 0 {
             out.overflowed |= 1 << pmd;
             if let Some(t) = self.tally.as_mut().and_then(|t| t.get_mut(pmd)) {
-                *t += n;
+                *t = t.saturating_add(n);
             }
         }
         *r = raw;

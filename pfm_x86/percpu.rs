@@ -75,6 +75,15 @@ impl Pmu {
         }
     }
 
+    /// Cancels every CPU's multiplexing timer, waiting for running
+    /// callbacks (module exit, once no context is left to arm one: a timer
+    /// a context left armed must not fire once the globals are gone).
+    pub(crate) fn mux_cancel_all(&self) {
+        for c in self.cpus.0.iter() {
+            c.mux.cancel();
+        }
+    }
+
     /// Records that `owner`'s counters are (non-null) or no longer are
     /// (null) on this CPU's PMU. Interrupts off.
     pub(crate) fn set_owner_here(&self, owner: *const ()) {

@@ -172,16 +172,22 @@ impl OneShotTimer {
             unsafe { bindings::hrtimer_try_to_cancel(self.timer.get()) };
         }
     }
+
+    /// Disarms the timer and waits for a running callback to return.
+    /// Process context, and nothing may arm it again afterwards for the
+    /// timer to stay quiet.
+    pub(crate) fn cancel(&self) {
+        if self.init.load(Ordering::Acquire) {
+            // SAFETY: Initialised (type invariant).
+            unsafe { bindings::hrtimer_cancel(self.timer.get()) };
+        }
+    }
 }
 
 impl Drop for OneShotTimer {
     fn drop(&mut self) {
-        if self.init.load(Ordering::Acquire) {
-            // SAFETY: Initialised (type invariant); waits for a running
-            // callback, and nothing arms the timer any more (it is being
-            // dropped).
-            unsafe { bindings::hrtimer_cancel(self.timer.get()) };
-        }
+        // Nothing arms it any more: it is being dropped.
+        self.cancel();
     }
 }
 

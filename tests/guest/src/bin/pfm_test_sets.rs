@@ -60,7 +60,7 @@ use pfm_guest::raw::{self, ioctl_bad, ioctl_in, BadAddr, RegsArea};
 use pfm_guest::tap::diag;
 use pfm_guest::{ensure, module, OwnClock, ResultExt, Tap, TestResult};
 
-const PLAN: usize = 29;
+const PLAN: usize = 32;
 /// The soft events, as PMC values.
 const TC: u64 = PFM_SOFT_EV_TASK_CLOCK;
 const CS: u64 = PFM_SOFT_EV_CONTEXT_SWITCHES;
@@ -939,6 +939,73 @@ fn page_excludes_sets() -> TestResult {
     expect_bad_set(mapped.sets_info(&[1]), 0, "set 1 after the refusal")
 }
 
+/// Three findings of a review of the kernel side, each failing on the
+/// version it was found in:
+/// - a CREATE_SETS refused (EINVAL) left the set table in the context, so
+///   the context could no longer be mapped (EBUSY) and read set 0 with
+///   zero times;
+/// - registers of set 0 written before the first CREATE_SETS were not
+///   set 0's in the table, so an OVFL_SWITCH set 0 switching on them could
+///   not be loaded (EINVAL: "could never switch") and GETINFO showed no
+///   registers used;
+/// - a CREATE_SETS whose array cannot be written back (read-only) created
+///   the sets, then failed with EFAULT.
+fn refused_create() -> TestResult {
+    let ctx = open()?;
+    let mut both = [PfmSetdesc {
+        set_id: 1,
+        set_flags: PFM_SETFL_TIME_SWITCH | PFM_SETFL_OVFL_SWITCH,
+        set_timeout: MS,
+        ..Default::default()
+    }];
+    expect_bad_set(ctx.create_sets(&mut both), 0, "CREATE with both flags")?;
+    ctx.map_counter_page()
+        .ctx("mmap after a refused CREATE_SETS (no table was made)")
+        .map(drop)
+}
+
+/// See [`refused_create`].
+fn set0_before_create() -> TestResult {
+    let ctx = open()?;
+    program(&ctx, 0, &[CS])?;
+    let mut d = [ovfl_set(0, 1, 0b1), time_set(1, MS)];
+    ctx.create_sets(&mut d)
+        .ctx("CREATE_SETS after set 0's registers")?;
+    program(&ctx, 1, &[CS])?;
+    let info = infos(&ctx, 1)?;
+    ensure!(
+        info[0].set_used_pmcs == 0b1 && info[0].set_used_pmds == 0b1,
+        "set 0: used PMCs {:#x} PMDs {:#x}, written before CREATE_SETS: 0b1 each",
+        info[0].set_used_pmcs,
+        info[0].set_used_pmds
+    );
+    ctx.load(0)
+        .ctx("LOAD with OVFL_SWITCH set 0 on a PMD written before CREATE_SETS")?;
+    ctx.unload().ctx("UNLOAD")
+}
+
+/// See [`refused_create`].
+fn read_only_create() -> TestResult {
+    let ctx = open()?;
+    let ro = RegsArea::new(1).map_err(errno_name)?;
+    ro.put(0, &[time_set(1, 1)]);
+    ro.set_read_only(true).map_err(errno_name)?;
+    let mut a = PfmSetsArg {
+        sets: ro.addr(0),
+        count: 1,
+        ..Default::default()
+    };
+    expect(
+        ioctl_in(fd(&ctx), PFM_IOC_CREATE_SETS, &mut a),
+        libc::EFAULT,
+        "CREATE_SETS from a read-only array",
+    )?;
+    expect_bad_set(ctx.sets_info(&[1]), 0, "set 1 after the EFAULT")?;
+    ctx.map_counter_page()
+        .ctx("mmap after a CREATE_SETS that failed with EFAULT")
+        .map(drop)
+}
+
 fn recreate_changes_flags() -> TestResult {
     let ctx = with_sets(&[time_set(1, MS)])?;
     ctx.write_pmcs(&mut [pmc(1, 0, CS)])
@@ -1733,6 +1800,18 @@ fn main() {
     t.run(
         "scaling: 2 sets at 1 ms, context-switches on a steady ping-pong: each estimate within 2% of perf's unmultiplexed count",
         scaling_vs_perf,
+    );
+    t.run(
+        "a refused CREATE_SETS makes no table: the context can still be mapped",
+        refused_create,
+    );
+    t.run(
+        "set 0's registers written before CREATE_SETS are set 0's: OVFL_SWITCH on them loads",
+        set0_before_create,
+    );
+    t.run(
+        "CREATE_SETS from a read-only array: EFAULT, nothing created",
+        read_only_create,
     );
     t.run(
         "GETINFO after UNLOAD unchanged; DELETE; a re-created set is empty; LOAD in set 1 starts the rotation there",
