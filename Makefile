@@ -114,8 +114,9 @@ bench-profile: deps kernel module guest initramfs
 # (scripts/fuzz.sh.) The debug kernel by default (VARIANT=fast for more
 # operations per second); DURATION defaults to 1800; FUZZ_PARAMS are the
 # module's parameters (default "pmu=soft soft_width=16"; "pmu=intel_arch_sim"
-# for the hardware path). Prints the operations executed, the anomalies
-# and any kernel splat; own image and logs in build/fuzz/.
+# for the hardware path; "pmu=soft soft_width=16 soft_counters=2" for event
+# sets multiplexing more events than counters). Prints the operations
+# executed, the anomalies and any kernel splat; own image and logs in build/fuzz/.
 DURATION ?= 1800
 .PHONY: fuzz
 fuzz: VARIANT = debug

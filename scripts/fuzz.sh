@@ -4,7 +4,9 @@
 # usage: fuzz.sh VARIANT DURATION_SECS [SEED]
 #
 # FUZZ_PARAMS: the module's parameters (default "pmu=soft soft_width=16";
-# "pmu=intel_arch_sim" fuzzes the hardware path on the simulated PMU).
+# "pmu=intel_arch_sim" fuzzes the hardware path on the simulated PMU;
+# "pmu=soft soft_width=16 soft_counters=2" the soft model with two counters,
+# so that event sets multiplex more events than the PMU has).
 #
 # Builds its own guest image (the standard one plus pfm_fuzz) and keeps its
 # logs in build/fuzz/, so it can run beside `make check`. The guest loads

@@ -10,8 +10,10 @@
 #
 # env: PROFILE_ITEMS  SECTION:VARIANT,... (default below; sections ctxsw,
 #                     read: none, perfmon-1, perfmon-4, perfmon-1v, perfmon-4v (READ_VALUES), perf-1, perf-3,
-#                     perf-4; attach: perfmon-1-full, perfmon-4-full,
-#                     perfmon-4-load, perf-1, perf-3, perf-4)
+#                     perf-4; ctxsw also the event sets' perfmon-4s1 (one set,
+#                     with a table), perfmon-2x4 (2 sets multiplexed every
+#                     1 ms), perfmon-2x4f (every 100 us), perf-8; attach:
+#                     perfmon-1-full, perfmon-4-full, perfmon-4-load, perf-1, perf-3, perf-4)
 #      PROFILE_ARGS   pfm_bench iteration counts (default
 #                     --trips 20000 --reads 20000 --attach-iters 500)
 #      PROFILE_BASES  items to diff against (default ctxsw:none read:perf-4 attach:perf-4)
@@ -26,7 +28,7 @@ smap=$kdir/System.map
 [ -f "$smap" ] || { echo "bench-profile: no $smap (make kernel VARIANT=fast)" >&2; exit 1; }
 marker=$(awk '$3 == "__x64_sys_getcpu" { print "0x" $1 }' "$smap")
 [ -n "$marker" ] || { echo "bench-profile: no __x64_sys_getcpu in $smap" >&2; exit 1; }
-items=${PROFILE_ITEMS:-ctxsw:none,ctxsw:perfmon-1,ctxsw:perfmon-4,ctxsw:perf-1,ctxsw:perf-4,read:perfmon-1,read:perfmon-4,read:perf-1,read:perf-4,attach:perfmon-4-full,attach:perfmon-4-load,attach:perf-4}
+items=${PROFILE_ITEMS:-ctxsw:none,ctxsw:perfmon-1,ctxsw:perfmon-4,ctxsw:perfmon-4s1,ctxsw:perfmon-2x4,ctxsw:perf-1,ctxsw:perf-4,read:perfmon-1,read:perfmon-4,read:perf-1,read:perf-4,attach:perfmon-4-full,attach:perfmon-4-load,attach:perf-4}
 args=${PROFILE_ARGS:---trips 20000 --reads 20000 --attach-iters 500}
 bases=${PROFILE_BASES:-ctxsw:none read:perf-4 attach:perf-4}
 

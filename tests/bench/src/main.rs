@@ -16,6 +16,12 @@
 //!    contexts) and the ping-pong again while N other, sleeping threads each
 //!    have an attached context (perfmon, then perf): the pair's cost per
 //!    switch must not grow with N.
+//! 5. `sets`: the ping-pong of 1 with event sets: a context whose one set
+//!    has a table (CREATE_SETS of set 0) against one without, two sets of
+//!    4 counters multiplexed by time (1 ms, and 100 us for the cost of a
+//!    set switch), against perf's group of 4 and of the same 8 events.
+//! 6. `setmem`: memory of event sets (the method of 4): the table and the
+//!    first extra set, each further set, the table alone.
 //!
 //! Each comparison runs interleaved in the same boot, `--rounds` times (the
 //! order rotates every round); the figures are medians over rounds. Before
@@ -55,8 +61,20 @@ enum Mon {
     None,
     /// perfmon, PMC i = event i.
     Pfm(&'static [u64]),
+    /// perfmon with event sets.
+    PfmSets(&'static SetsSpec),
     /// perf_event, one group, event i = config i.
     Perf(&'static [u64]),
+}
+
+/// A context with event sets `0..sets`, PMC i of each selecting `evs[i]`,
+/// each set switching after `timeout_ns` of running (0: no switch flag),
+/// LOAD in set 0.
+#[derive(Debug)]
+struct SetsSpec {
+    sets: u16,
+    evs: &'static [u64],
+    timeout_ns: u64,
 }
 
 const PFM1: &[u64] = &[TC];
@@ -75,6 +93,40 @@ const CTXSW_VARIANTS: [(&str, Mon); 6] = [
     ("perf-4", Mon::Perf(PERF4)),
 ];
 
+const MS: u64 = 1_000_000;
+/// One set with a table (and a time switch, which one set never uses).
+const SETS1: SetsSpec = SetsSpec {
+    sets: 1,
+    evs: PFM4,
+    timeout_ns: MS,
+};
+/// Two sets of four counters, switching every 1 ms of running.
+const SETS2: SetsSpec = SetsSpec {
+    sets: 2,
+    evs: PFM4,
+    timeout_ns: MS,
+};
+/// The same every 100 us (`PFM_SET_MIN_TIMEOUT`): ten times the switches.
+const SETS2_FAST: SetsSpec = SetsSpec {
+    sets: 2,
+    evs: PFM4,
+    timeout_ns: abi::PFM_SET_MIN_TIMEOUT,
+};
+/// perf's group of the same eight events (software events are never
+/// multiplexed: all eight count all the time).
+const PERF8: &[u64] = &[PTC, PCS, PMIG, PCS, PTC, PCS, PMIG, PCS];
+
+/// The event sets' switch benchmark's variants (name, monitoring).
+const SETS_VARIANTS: [(&str, Mon); 7] = [
+    ("none", Mon::None),
+    ("perfmon-4", Mon::Pfm(PFM4)),
+    ("perfmon-4s1", Mon::PfmSets(&SETS1)),
+    ("perfmon-2x4", Mon::PfmSets(&SETS2)),
+    ("perfmon-2x4f", Mon::PfmSets(&SETS2_FAST)),
+    ("perf-4", Mon::Perf(PERF4)),
+    ("perf-8", Mon::Perf(PERF8)),
+];
+
 fn describe(mon: Mon) -> String {
     let pfm_name = |e: u64| match e {
         TC => "task-clock",
@@ -90,6 +142,20 @@ fn describe(mon: Mon) -> String {
                 .map(|&e| pfm_name(e))
                 .collect::<Vec<_>>()
                 .join(",")
+        ),
+        Mon::PfmSets(s) => format!(
+            "perfmon: {} event set(s) of {}, {}",
+            s.sets,
+            s.evs
+                .iter()
+                .map(|&e| pfm_name(e))
+                .collect::<Vec<_>>()
+                .join(","),
+            if s.timeout_ns == 0 {
+                "no switch flag".to_string()
+            } else {
+                format!("TIME_SWITCH every {} us of running", s.timeout_ns / 1000)
+            }
         ),
         // perf's config numbers differ, the names are the same.
         Mon::Perf(evs) => format!(
@@ -111,6 +177,7 @@ fn describe(mon: Mon) -> String {
 enum Guard {
     None,
     Pfm(Pfm, usize),
+    PfmSets(Pfm, &'static SetsSpec),
     Perf(PerfGroup),
 }
 
@@ -126,12 +193,48 @@ impl Guard {
                 p.start()?;
                 Guard::Pfm(p, evs.len())
             }
+            Mon::PfmSets(spec) => {
+                let p = Pfm::open()?;
+                let flags = if spec.timeout_ns == 0 {
+                    0
+                } else {
+                    abi::PFM_SETFL_TIME_SWITCH
+                };
+                let mut descs: Vec<abi::PfmSetdesc> = (0..spec.sets)
+                    .map(|set_id| abi::PfmSetdesc {
+                        set_id,
+                        set_flags: flags,
+                        set_timeout: spec.timeout_ns,
+                        ..Default::default()
+                    })
+                    .collect();
+                p.create_sets(&mut descs)?;
+                for set in 0..spec.sets {
+                    p.program_set(set, spec.evs)?;
+                }
+                p.load(tid)?;
+                p.start()?;
+                Guard::PfmSets(p, spec)
+            }
             Mon::Perf(evs) => {
                 let g = PerfGroup::open(evs, tid)?;
                 g.enable()?;
                 Guard::Perf(g)
             }
         })
+    }
+
+    /// Set switches since LOAD (event sets only): every activation but
+    /// the first.
+    fn set_switches(&self) -> io::Result<u64> {
+        match self {
+            Guard::PfmSets(p, spec) => {
+                let ids: Vec<u16> = (0..spec.sets).collect();
+                let runs: u64 = p.sets_info(&ids)?.iter().map(|i| i.set_runs).sum();
+                Ok(runs.saturating_sub(1))
+            }
+            _ => Ok(0),
+        }
     }
 
     /// The counts, in event order.
@@ -144,6 +247,17 @@ impl Guard {
                 p.read_pmds(&mut regs, &mut arg)?;
                 Ok(regs.iter().map(|r| r.reg_value).collect())
             }
+            Guard::PfmSets(p, spec) => {
+                // Each set's values, set after set.
+                let n = spec.evs.len();
+                let mut all = Vec::with_capacity(n * spec.sets as usize);
+                for set in 0..spec.sets {
+                    let mut vals = vec![0u64; n];
+                    p.read_set_values(set, (1u64 << n) - 1, &mut vals)?;
+                    all.extend(vals);
+                }
+                Ok(all)
+            }
             Guard::Perf(g) => g.values(),
         }
     }
@@ -152,7 +266,7 @@ impl Guard {
     fn finish(self) -> io::Result<()> {
         match self {
             Guard::None => Ok(()),
-            Guard::Pfm(p, _) => {
+            Guard::Pfm(p, _) | Guard::PfmSets(p, _) => {
                 p.stop()?;
                 p.unload()?;
                 p.fd.close()
@@ -187,7 +301,7 @@ fn usage(code: i32) -> ! {
     eprintln!(
         "usage: pfm_bench [--quick] [--rounds N] [--trips N] [--reads N] [--attach-iters N]\n\
          \x20                [--threads N] [--many-trips N] [--settle-ms N]\n\
-         \x20                [--only ctxsw,read,attach,many] [--qemu TEXT] [--commit TEXT]\n\
+         \x20                [--only ctxsw,read,attach,many,sets,setmem] [--qemu TEXT] [--commit TEXT]\n\
          \x20      pfm_bench --profile SECTION:VARIANT,... (windows for scripts/bench-profile.sh)"
     );
     std::process::exit(code)
@@ -208,6 +322,8 @@ fn parse_opts() -> Opts {
             "read".into(),
             "attach".into(),
             "many".into(),
+            "sets".into(),
+            "setmem".into(),
         ],
         qemu: String::new(),
         commit: String::new(),
@@ -275,6 +391,8 @@ struct PingPong {
     ns: u64,
     /// Thread A's counts after the loop.
     counts: Vec<u64>,
+    /// Event set switches of both threads' contexts (0 without sets).
+    set_switches: u64,
 }
 
 impl PingPong {
@@ -318,21 +436,25 @@ fn pingpong_marked(mon: Mon, trips: u64, cpu: usize, mark: bool) -> io::Result<P
             sys::profile_marker();
         }
         let counts = guard.counts()?;
+        let set_switches = guard.set_switches()?;
         guard.finish()?;
         drop(ab_w);
         Ok(PingPong {
             ns: t1 - t0,
             counts,
+            set_switches,
         })
     });
-    let b = std::thread::spawn(move || -> io::Result<()> {
+    let b = std::thread::spawn(move || -> io::Result<u64> {
         let prepared = sys::pin(cpu).and_then(|_| Guard::new(mon, 0));
         go_b.wait();
         let guard = prepared?;
         while sys::read1(&ab_r)? {
             sys::write1(&ba_w)?;
         }
-        guard.finish()
+        let set_switches = guard.set_switches()?;
+        guard.finish()?;
+        Ok(set_switches)
     });
     let ra = a
         .join()
@@ -340,8 +462,8 @@ fn pingpong_marked(mon: Mon, trips: u64, cpu: usize, mark: bool) -> io::Result<P
     let rb = b
         .join()
         .map_err(|_| io::Error::other("ping-pong thread B panicked"))?;
-    let r = ra?;
-    rb?;
+    let mut r = ra?;
+    r.set_switches += rb?;
     Ok(r)
 }
 
@@ -353,6 +475,8 @@ struct SwitchSeries {
     per_round: Vec<f64>,
     /// Thread A's counts in the last round.
     counts: Vec<u64>,
+    /// Event set switches (both threads), one per round.
+    set_switches: Vec<u64>,
 }
 
 /// Runs `variants` interleaved, `rounds` times, rotating the order.
@@ -369,6 +493,7 @@ fn switch_rounds(
             mon: *m,
             per_round: Vec::new(),
             counts: Vec::new(),
+            set_switches: Vec::new(),
         })
         .collect();
     for r in 0..o.rounds {
@@ -387,6 +512,7 @@ fn switch_rounds(
             );
             series[idx].per_round.push(v);
             series[idx].counts = pp.counts;
+            series[idx].set_switches.push(pp.set_switches);
         }
     }
     Ok(series)
@@ -616,7 +742,7 @@ fn read_latency(mon: Mon, n: usize, how: How) -> io::Result<ReadRun> {
     let mut samples = vec![0u64; n];
     let batch_mean;
     match &guard {
-        Guard::None => return Err(io::Error::other("nothing to read")),
+        Guard::None | Guard::PfmSets(..) => return Err(io::Error::other("nothing to read")),
         Guard::Pfm(p, k) if how == How::Mapped => {
             batch_mean = mapped_latency(p, *k, n, &mut samples)?;
         }
@@ -1274,6 +1400,7 @@ fn bench_many(o: &Opts, out: &mut J) -> io::Result<()> {
             for (a, n) in acc.iter_mut().zip(new) {
                 a.per_round.extend(n.per_round);
                 a.counts = n.counts;
+                a.set_switches.extend(n.set_switches);
             }
         }
     };
@@ -1507,11 +1634,266 @@ fn bench_many(o: &Opts, out: &mut J) -> io::Result<()> {
     Ok(())
 }
 
+// ---- 5. event sets: the switch ----------------------------------------------------
+
+/// Median over rounds of `a - b` in the same round.
+fn diff_rounds(a: &SwitchSeries, b: &SwitchSeries) -> f64 {
+    let d: Vec<f64> = a
+        .per_round
+        .iter()
+        .zip(&b.per_round)
+        .map(|(x, y)| x - y)
+        .collect();
+    median_f(&d)
+}
+
+fn bench_sets(o: &Opts, out: &mut J) -> io::Result<()> {
+    println!(
+        "== 5. event sets: context-switch overhead, pipe ping-pong, 2 threads pinned to CPU {} ==",
+        o.cpu
+    );
+    println!(
+        "   {} round trips (2 switches each) per run, {} rounds interleaved, medians; sets switch on\n\
+         \x20  the thread's running time (each thread runs about half of the guest time)",
+        o.trips, o.rounds
+    );
+    let variants: Vec<(String, Mon)> = SETS_VARIANTS
+        .iter()
+        .map(|(n, m)| (n.to_string(), *m))
+        .collect();
+    let series = switch_rounds(o, &variants, o.trips, "sets")?;
+    let base = &series[0];
+    let by_name = |n: &str| series.iter().find(|s| s.name == n);
+    let pfm4 = by_name("perfmon-4");
+    let median_u = |v: &[u64]| median_f(&v.iter().map(|&x| x as f64).collect::<Vec<_>>());
+    let mut t = Table::new(&[
+        "variant",
+        "ns/switch",
+        "added ns",
+        "vs perfmon-4 ns",
+        "set switches",
+        "spread %",
+        "A's counts",
+    ]);
+    for s in &series {
+        t.row(vec![
+            s.name.clone(),
+            f(median_f(&s.per_round), 1),
+            if s.name == "none" {
+                "-".into()
+            } else {
+                f(added(s, base), 1)
+            },
+            match pfm4 {
+                Some(p) if s.name.starts_with("perfmon") => f(diff_rounds(s, p), 1),
+                _ => "-".into(),
+            },
+            if s.set_switches.iter().any(|&n| n > 0) {
+                f(median_u(&s.set_switches), 0)
+            } else {
+                "-".into()
+            },
+            f(spread_pct(&s.per_round), 2),
+            s.counts
+                .iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        ]);
+    }
+    t.print();
+    let get = |n: &str| by_name(n).map(|s| added(s, base)).unwrap_or(f64::NAN);
+    let vs4 = |n: &str| match (by_name(n), pfm4) {
+        (Some(s), Some(p)) => diff_rounds(s, p),
+        _ => f64::NAN,
+    };
+    let r_one = get("perfmon-4s1") / get("perf-4");
+    let r_base = get("perfmon-4") / get("perf-4");
+    let r_mux = get("perfmon-2x4") / get("perf-4");
+    let r_mux8 = get("perfmon-2x4") / get("perf-8");
+    // The cost of one set switch: the 100 us variant's extra time over the
+    // 1 ms one's, per extra switch, round by round.
+    let per_switch: Vec<f64> = match (by_name("perfmon-2x4"), by_name("perfmon-2x4f")) {
+        (Some(slow), Some(fast)) => slow
+            .per_round
+            .iter()
+            .zip(&fast.per_round)
+            .zip(slow.set_switches.iter().zip(&fast.set_switches))
+            .filter(|(_, (a, b))| **b > **a)
+            .map(|((x, y), (a, b))| (y - x) * (2 * o.trips) as f64 / (*b - *a) as f64)
+            .collect(),
+        _ => Vec::new(),
+    };
+    let switch_ns = if per_switch.is_empty() {
+        f64::NAN
+    } else {
+        median_f(&per_switch)
+    };
+    println!(
+        "   one set with a table (perfmon-4s1) against none (perfmon-4): {} ns per switch; multiplexed,\n\
+         \x20  2 sets at 1 ms (perfmon-2x4): {} ns per switch; one set switch (100 us against 1 ms): {} ns",
+        f(vs4("perfmon-4s1"), 1),
+        f(vs4("perfmon-2x4"), 1),
+        f(switch_ns, 0)
+    );
+    println!(
+        "   ratio of added overhead perfmon/perf: perfmon-4 / perf-4 {}, perfmon-4s1 / perf-4 {},\n\
+         \x20  perfmon-2x4 / perf-4 {}, perfmon-2x4 / perf-8 (the same 8 events) {}",
+        f(r_base, 3),
+        f(r_one, 3),
+        f(r_mux, 3),
+        f(r_mux8, 3)
+    );
+    println!();
+    let mut arr = J::Arr(Vec::new());
+    for s in &series {
+        let mut j = series_json(s, Some(base));
+        if s.set_switches.iter().any(|&n| n > 0) {
+            j.set("set_switches_rounds", s.set_switches.clone());
+        }
+        arr.push(j);
+    }
+    out.set(
+        "sets",
+        J::obj()
+            .with("method", "pipe ping-pong as in ctxsw, each thread monitoring itself; event sets created with CREATE_SETS (TIME_SWITCH), each programmed with the same 4 events, LOAD in set 0; set switches from GETINFO_SETS (runs - 1, both threads)")
+            .with("cpu", o.cpu)
+            .with("round_trips", o.trips)
+            .with("rounds", o.rounds)
+            .with("settle_ms", o.settle_ms)
+            .with("variants", arr)
+            .with("one_set_table_vs_none_ns_per_switch", vs4("perfmon-4s1"))
+            .with("multiplexed_2x4_vs_one_set_ns_per_switch", vs4("perfmon-2x4"))
+            .with("multiplexed_2x4_100us_vs_one_set_ns_per_switch", vs4("perfmon-2x4f"))
+            .with("set_switch_ns_rounds", per_switch.clone())
+            .with("set_switch_ns", switch_ns)
+            .with("ratio_added_perfmon4_perf4", r_base)
+            .with("ratio_added_perfmon4s1_perf4", r_one)
+            .with("ratio_added_perfmon2x4_perf4", r_mux)
+            .with("ratio_added_perfmon2x4_perf8", r_mux8),
+    );
+    Ok(())
+}
+
+// ---- 6. event sets: memory ---------------------------------------------------------
+
+fn bench_setmem(o: &Opts, out: &mut J) -> io::Result<()> {
+    let k = o.threads;
+    println!(
+        "== 6. memory of event sets: {k} contexts (open + program 4, unattached), /proc/meminfo deltas =="
+    );
+    raise_fd_limit(2 * k as u64 + 1024);
+    let desc = |set_id: u16| abi::PfmSetdesc {
+        set_id,
+        set_flags: abi::PFM_SETFL_TIME_SWITCH,
+        set_timeout: MS,
+        ..Default::default()
+    };
+    let mut control = Vec::new();
+    let mut open4 = Vec::new();
+    let mut first = Vec::new();
+    let mut more = Vec::new();
+    let mut table = Vec::new();
+    for r in 0..o.rounds {
+        let c0 = meminfo();
+        let m0 = meminfo();
+        control.push(per_object(&c0, &m0, k));
+        let mut ctxs = Vec::with_capacity(k);
+        for _ in 0..k {
+            let p = Pfm::open()?;
+            p.program(PFM4)?;
+            ctxs.push(p);
+        }
+        let m1 = meminfo();
+        for c in &ctxs {
+            c.create_sets(&mut [desc(1)])?;
+        }
+        let m2 = meminfo();
+        for c in &ctxs {
+            c.create_sets(&mut [desc(2), desc(3)])?;
+        }
+        let m3 = meminfo();
+        for c in &ctxs {
+            c.delete_sets(&[1, 2, 3])?;
+        }
+        let m4 = meminfo();
+        open4.push(per_object(&m0, &m1, k));
+        first.push(per_object(&m1, &m2, k));
+        more.push(per_object(&m2, &m3, 2 * k));
+        table.push(per_object(&m1, &m4, k));
+        eprintln!(
+            "# setmem round {}: first set {:.0} B, each further {:.0} B, table alone {:.0} B (Slab)",
+            r + 1,
+            first[r][0],
+            more[r][0],
+            table[r][0]
+        );
+        for c in ctxs {
+            c.fd.close()?;
+        }
+    }
+    let med_vec = |v: &Vec<Vec<f64>>| {
+        (0..MEM_FIELDS.len())
+            .map(|i| median_f(&v.iter().map(|x| x[i]).collect::<Vec<_>>()))
+            .collect::<Vec<f64>>()
+    };
+    println!(
+        "   bytes per context ({k} contexts, median of {} rounds)",
+        o.rounds
+    );
+    let mut t = Table::new(&["what", "Slab B", "SUnreclaim B", "MemAvailable B"]);
+    let rows: [(&str, &str, &Vec<Vec<f64>>); 5] = [
+        (
+            "control: nothing done (noise of the method)",
+            "control_nothing_done",
+            &control,
+        ),
+        ("open + program 4 (no sets)", "open_program4", &open4),
+        (
+            "CREATE_SETS set 1: the table + the set's image",
+            "first_set",
+            &first,
+        ),
+        (
+            "CREATE_SETS sets 2, 3: per further set (its image)",
+            "per_further_set",
+            &more,
+        ),
+        (
+            "DELETE_SETS 1, 2, 3: the table alone",
+            "table_alone",
+            &table,
+        ),
+    ];
+    let mut j = J::obj();
+    for (name, key, v) in rows.iter() {
+        let m = med_vec(v);
+        t.row(vec![name.to_string(), f(m[0], 0), f(m[1], 0), f(m[2], 0)]);
+        j.set(key, mem_json(&m));
+    }
+    t.print();
+    println!();
+    j.set("contexts", k);
+    j.set("rounds", o.rounds);
+    j.set("method", "/proc/meminfo deltas over `contexts` unattached contexts (open + WRITE_PMCS of 4), each snapshot after a 300 ms pause and vm.stat_refresh; sets with TIME_SWITCH 1 ms; fresh contexts every round");
+    j.set(
+        "first_set_slab_rounds",
+        first.iter().map(|v| v[0]).collect::<Vec<f64>>(),
+    );
+    j.set(
+        "per_further_set_slab_rounds",
+        more.iter().map(|v| v[0]).collect::<Vec<f64>>(),
+    );
+    out.set("setmem", j);
+    Ok(())
+}
+
 // ---- --profile: windows for the QEMU plugin (scripts/bench-profile.sh) ----------
 
 fn mon_by_name(name: &str) -> Option<Mon> {
     CTXSW_VARIANTS
         .iter()
+        .chain(SETS_VARIANTS.iter())
         .find(|(n, _)| *n == name)
         .map(|(_, m)| *m)
 }
@@ -1546,7 +1928,7 @@ fn profile(o: &Opts, items: &str) -> io::Result<()> {
                 let guard = Guard::new(mon, 0)?;
                 let n = o.reads as u64;
                 match &guard {
-                    Guard::None => return Err(bad()),
+                    Guard::None | Guard::PfmSets(..) => return Err(bad()),
                     Guard::Pfm(p, k) if values => {
                         let mask = (1u64 << *k) - 1;
                         let mut vals = vec![0u64; *k];
@@ -1700,6 +2082,12 @@ fn main() {
         }
         if want("many") && o.threads > 0 {
             bench_many(&o, &mut out)?;
+        }
+        if want("sets") {
+            bench_sets(&o, &mut out)?;
+        }
+        if want("setmem") && o.threads > 0 {
+            bench_setmem(&o, &mut out)?;
         }
         if loaded_here {
             // Give the reaper a moment, then unload: a module that cannot be

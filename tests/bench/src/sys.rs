@@ -7,7 +7,9 @@
 
 use std::io;
 
-use crate::abi::{self, PfmCtxInfo, PfmLoad, PfmPmc, PfmPmd, PfmRegsArg};
+use crate::abi::{
+    self, PfmCtxInfo, PfmLoad, PfmPmc, PfmPmd, PfmRegsArg, PfmSetdesc, PfmSetinfo, PfmSetsArg,
+};
 
 fn last_err(what: &str) -> io::Error {
     let e = io::Error::last_os_error();
@@ -212,6 +214,94 @@ impl Pfm {
             )
         };
         check(ret as libc::c_long, "PFM_IOC_WRITE_PMCS").map(|_| ())
+    }
+
+    /// PFM_IOC_WRITE_PMCS in event set `set`: PMC i selects `events[i]`.
+    pub fn program_set(&self, set: u16, events: &[u64]) -> io::Result<()> {
+        let mut pmcs = [PfmPmc::default(); 8];
+        let n = events.len().min(pmcs.len());
+        for (i, (p, &ev)) in pmcs.iter_mut().zip(events).enumerate() {
+            p.reg_num = i as u16;
+            p.reg_set = set;
+            p.reg_value = ev;
+        }
+        let mut arg = PfmRegsArg {
+            regs: pmcs.as_mut_ptr() as u64,
+            count: n as u32,
+            ..Default::default()
+        };
+        // SAFETY: `arg` is a PfmRegsArg pointing at `n` writable PfmPmc
+        // elements that outlive the call.
+        let ret = unsafe {
+            libc::ioctl(
+                self.fd.0,
+                abi::PFM_IOC_WRITE_PMCS as _,
+                &mut arg as *mut PfmRegsArg,
+            )
+        };
+        check(ret as libc::c_long, "PFM_IOC_WRITE_PMCS (set)").map(|_| ())
+    }
+
+    /// A sets call (`cmd`) on the array `elems`.
+    fn sets_call<T>(&self, cmd: u32, elems: &mut [T], what: &str) -> io::Result<()> {
+        let mut arg = PfmSetsArg {
+            sets: elems.as_mut_ptr() as u64,
+            count: elems.len() as u32,
+            ..Default::default()
+        };
+        // SAFETY: `arg` is a PfmSetsArg pointing at `elems`, the element
+        // type `cmd` takes, writable, outliving the call.
+        let ret = unsafe { libc::ioctl(self.fd.0, cmd as _, &mut arg as *mut PfmSetsArg) };
+        check(ret as libc::c_long, what).map(|_| ())
+    }
+
+    /// PFM_IOC_CREATE_SETS.
+    pub fn create_sets(&self, descs: &mut [PfmSetdesc]) -> io::Result<()> {
+        self.sets_call(abi::PFM_IOC_CREATE_SETS, descs, "PFM_IOC_CREATE_SETS")
+    }
+
+    /// PFM_IOC_DELETE_SETS.
+    pub fn delete_sets(&self, ids: &[u16]) -> io::Result<()> {
+        let mut ids = ids.to_vec();
+        self.sets_call(abi::PFM_IOC_DELETE_SETS, &mut ids, "PFM_IOC_DELETE_SETS")
+    }
+
+    /// PFM_IOC_GETINFO_SETS of sets `ids`.
+    pub fn sets_info(&self, ids: &[u16]) -> io::Result<Vec<PfmSetinfo>> {
+        let mut infos: Vec<PfmSetinfo> = ids
+            .iter()
+            .map(|&set_id| PfmSetinfo {
+                set_id,
+                ..Default::default()
+            })
+            .collect();
+        self.sets_call(
+            abi::PFM_IOC_GETINFO_SETS,
+            &mut infos,
+            "PFM_IOC_GETINFO_SETS",
+        )?;
+        Ok(infos)
+    }
+
+    /// PFM_IOC_READ_VALUES of set `set` (PFM_VALFL_SET): its values of the
+    /// PMDs in `mask` into `vals`.
+    pub fn read_set_values(&self, set: u16, mask: u64, vals: &mut [u64]) -> io::Result<()> {
+        let mut arg = abi::PfmValues {
+            pmd_mask: mask,
+            values: vals.as_mut_ptr() as u64,
+            set,
+            vflags: abi::PFM_VALFL_SET,
+            ..Default::default()
+        };
+        // SAFETY: as for `read_values`.
+        let ret = unsafe {
+            libc::ioctl(
+                self.fd.0,
+                abi::PFM_IOC_READ_VALUES as _,
+                &mut arg as *mut abi::PfmValues,
+            )
+        };
+        check(ret as libc::c_long, "PFM_IOC_READ_VALUES (set)").map(|_| ())
     }
 
     /// PFM_IOC_LOAD on `tid` (0: the caller).

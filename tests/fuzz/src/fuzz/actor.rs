@@ -37,6 +37,30 @@ impl Ptr {
 /// Errnos any operation on a pool fd may see because another thread closed it.
 pub(super) const ALWAYS: [i32; 1] = [libc::EBADF];
 
+/// What the module must make of one element of an all-or-nothing call
+/// (a register, a set description, a set id).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Verdict {
+    /// Valid whatever the context holds.
+    Ok,
+    /// Invalid whatever the context holds.
+    Bad,
+    /// Valid if event set `n` (1..15) exists: the fuzzer does not track
+    /// which sets a pool context has, so either answer is right.
+    MaybeSet,
+}
+
+/// Set `set` as an element's set: 0 always exists; 1..15 may exist on the
+/// soft model and never on the hardware models (CREATE_SETS is
+/// EOPNOTSUPP there); 16 and above never.
+pub(super) fn set_verdict(set: u16) -> Verdict {
+    match set {
+        0 => Verdict::Ok,
+        s if (s as usize) < abi::PFM_MAX_SETS && model().soft => Verdict::MaybeSet,
+        _ => Verdict::Bad,
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Kind {
     Worker,
@@ -199,6 +223,72 @@ impl Actor {
                     "{} but {why}: expected {}",
                     perfmon::errno_name(e),
                     names(expected)
+                ),
+            ),
+        }
+    }
+
+    /// Checks an all-or-nothing array call (`n` elements judged as
+    /// `verdicts`; `done` as the call returned it) against the ABI: success
+    /// only if no element is certainly bad, with `done == n`; `EINVAL` with
+    /// `done` the first bad element, which is the first certainly bad one or
+    /// an earlier one whose set may be missing; `state`: errnos the
+    /// context's state may give first, whatever the elements.
+    pub(super) fn check_verdicts(
+        &mut self,
+        op: Op,
+        r: Result<i64, i32>,
+        done: u32,
+        verdicts: &[Verdict],
+        state: &[i32],
+    ) {
+        let first_bad = verdicts.iter().position(|v| *v == Verdict::Bad);
+        let limit = first_bad.unwrap_or(verdicts.len());
+        let maybe = verdicts[..limit].contains(&Verdict::MaybeSet);
+        match r {
+            Ok(_) => {
+                if let Some(i) = first_bad {
+                    self.anomaly(op, format!("succeeded but element {i} is invalid"));
+                } else if done as usize != verdicts.len() {
+                    self.anomaly(
+                        op,
+                        format!("succeeded with done={done} for count {}", verdicts.len()),
+                    );
+                }
+            }
+            Err(libc::EINVAL) if first_bad.is_none() && !maybe => {
+                if !state.contains(&libc::EINVAL) {
+                    self.anomaly(op, "valid elements refused: EINVAL".to_string());
+                }
+            }
+            Err(libc::EINVAL) => {
+                let d = done as usize;
+                let right = d == limit && first_bad.is_some()
+                    || d < limit && verdicts[d] == Verdict::MaybeSet;
+                if !right {
+                    self.anomaly(
+                        op,
+                        format!(
+                            "EINVAL with done={done} but the first bad element is {first_bad:?} (sets that may be missing before it: {:?})",
+                            (0..limit)
+                                .filter(|&i| verdicts[i] == Verdict::MaybeSet)
+                                .collect::<Vec<_>>()
+                        ),
+                    );
+                }
+            }
+            Err(e) if state.contains(&e) || ALWAYS.contains(&e) => {}
+            Err(e) => self.anomaly(
+                op,
+                format!(
+                    "unexpected errno {} (elements {}; allowed: {})",
+                    perfmon::errno_name(e),
+                    match (first_bad, maybe) {
+                        (Some(_), _) => "invalid",
+                        (None, true) => "valid if their sets exist",
+                        (None, false) => "valid",
+                    },
+                    names(state)
                 ),
             ),
         }
@@ -414,8 +504,19 @@ impl Actor {
         v
     }
 
-    /// A PMC element; `valid` says whether the module must accept it.
-    pub(super) fn gen_pmc(&mut self) -> (abi::PfmPmc, bool) {
+    /// A register's set: 0, or with `in_sets` half the time one of 1..15
+    /// (which a pool context may or may not have).
+    fn pick_reg_set(&mut self, in_sets: bool) -> u16 {
+        if in_sets && self.rng.chance(1, 2) {
+            self.rng.range(1, abi::PFM_MAX_SETS as u64 - 1) as u16
+        } else {
+            0
+        }
+    }
+
+    /// A PMC element, and what the module must make of it; `in_sets`: the
+    /// call's elements name sets 1..15 too.
+    pub(super) fn gen_pmc(&mut self, in_sets: bool) -> (abi::PfmPmc, Verdict) {
         let m = model();
         let reg_num = self.pick_reg(&m.pmcs);
         let reg_value = if m.soft {
@@ -426,7 +527,7 @@ impl Actor {
         let privileged = sys::privileged();
         let mut p = abi::PfmPmc {
             reg_num,
-            reg_set: 0,
+            reg_set: self.pick_reg_set(in_sets),
             reg_flags: 0,
             reg_value,
             reserved: [0; 2],
@@ -446,21 +547,17 @@ impl Actor {
                 }
                 _ => p.reserved[self.rng.below(2) as usize] = self.rng.interesting_u64() | 1,
             }
-            // A register or value that is wrong for soft may be right for
-            // another model: the model's own rules decide.
-            let valid = !m.soft
-                && p.reg_set == 0
-                && p.reserved == [0; 2]
-                && p.reg_flags & !abi::PFM_REG_RETFL_MASK == 0
-                && m.pmc_ok(p.reg_num, p.reg_value, privileged);
-            return (p, valid);
         }
-        let valid = m.soft || m.pmc_ok(p.reg_num, p.reg_value, privileged);
-        (p, valid)
+        // A register or value that is wrong for soft may be right for
+        // another model: the model's own rules decide.
+        let fields_ok = p.reserved == [0; 2]
+            && p.reg_flags & !abi::PFM_REG_RETFL_MASK == 0
+            && m.pmc_ok(p.reg_num, p.reg_value, privileged);
+        (p, element_verdict(fields_ok, p.reg_set))
     }
 
-    /// A PMD element to write; `valid` says whether the module must accept it.
-    pub(super) fn gen_pmd(&mut self) -> (abi::PfmPmd, bool) {
+    /// A PMD element to write, and what the module must make of it.
+    pub(super) fn gen_pmd(&mut self, in_sets: bool) -> (abi::PfmPmd, Verdict) {
         let m = model();
         let reg_num = self.pick_reg(&m.pmds);
         let mut p = abi::PfmPmd {
@@ -475,12 +572,13 @@ impl Actor {
             reg_short_reset: self.pmd_value(),
             reg_last_reset_val: self.rng.interesting_u64(),
             reg_reset_pmds: if m.soft {
-                self.rng.below(16)
+                self.rng.below(16) & m.impl_pmds
             } else {
                 self.rng.next_u64() & m.impl_pmds
             },
             ..Default::default()
         };
+        p.reg_set = self.pick_reg_set(in_sets);
         if self.rng.chance(1, 4) {
             p.reg_flags |= (self.rng.next_u64() as u32) & abi::PFM_REG_RETFL_MASK;
         }
@@ -492,25 +590,23 @@ impl Actor {
                 3 => p.reg_reset_pmds |= 1 << self.rng.range(4, 63),
                 _ => p.reserved[self.rng.below(2) as usize] = self.rng.interesting_u64() | 1,
             }
-            let valid = !m.soft
-                && p.reg_set == 0
-                && p.reserved == [0; 2]
-                && p.reg_flags & !(abi::PFM_REGFL_PMD_MASK | abi::PFM_REG_RETFL_MASK) == 0
-                && p.reg_num < 64
-                && m.impl_pmds & (1 << p.reg_num) != 0
-                && p.reg_reset_pmds & !m.impl_pmds == 0;
-            return (p, valid);
         }
-        (p, true)
+        let fields_ok = p.reserved == [0; 2]
+            && p.reg_flags & !(abi::PFM_REGFL_PMD_MASK | abi::PFM_REG_RETFL_MASK) == 0
+            && p.reg_num < 64
+            && m.impl_pmds & (1 << p.reg_num) != 0
+            && p.reg_reset_pmds & !m.impl_pmds == 0;
+        (p, element_verdict(fields_ok, p.reg_set))
     }
 
-    /// A PMD element to read.
-    pub(super) fn gen_pmd_read(&mut self) -> (abi::PfmPmd, bool) {
+    /// A PMD element to read, and what the module must make of it.
+    pub(super) fn gen_pmd_read(&mut self, in_sets: bool) -> (abi::PfmPmd, Verdict) {
         let m = model();
         let mut p = abi::PfmPmd {
             reg_num: self.pick_reg(&m.pmds),
             ..Default::default()
         };
+        p.reg_set = self.pick_reg_set(in_sets);
         if self.rng.chance(1, 3) {
             // The values and flags are outputs: ignored on input.
             p.reg_value = self.rng.next_u64();
@@ -519,22 +615,30 @@ impl Actor {
         if self.rng.chance(1, 20) {
             // The reserved fields must be 0, as everywhere.
             p.reserved[self.rng.below(2) as usize] = self.rng.interesting_u64() | 1;
-            return (p, false);
-        }
-        if self.rng.chance(1, 10) {
+        } else if self.rng.chance(1, 10) {
             if self.rng.chance(1, 2) {
                 p.reg_num = self.rng.pick(&[4u16, 5, 31, 63, 64, 0xffff]);
             } else {
                 p.reg_set = self.rng.range(1, 0xffff) as u16;
             }
-            let valid =
-                !m.soft && p.reg_set == 0 && p.reg_num < 64 && m.impl_pmds & (1 << p.reg_num) != 0;
-            return (p, valid);
         }
-        (p, true)
+        let fields_ok =
+            p.reserved == [0; 2] && p.reg_num < 64 && m.impl_pmds & (1 << p.reg_num) != 0;
+        (p, element_verdict(fields_ok, p.reg_set))
     }
 
     // ---- the operations ----
+}
+
+/// A register element's verdict: its fields, then its set (the module
+/// checks the set first, but an element with bad fields is bad whatever
+/// its set).
+fn element_verdict(fields_ok: bool, set: u16) -> Verdict {
+    if fields_ok {
+        set_verdict(set)
+    } else {
+        Verdict::Bad
+    }
 }
 
 /// Whether `fd` refers to /dev/perfmon now.

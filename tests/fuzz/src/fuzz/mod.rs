@@ -49,6 +49,7 @@ mod churn;
 mod model;
 mod ops;
 mod probe;
+mod sets;
 mod shared;
 
 use actor::{Actor, Kind};
@@ -120,6 +121,12 @@ pub struct Report {
     pub probes: u64,
     /// CPU 1 offline/online cycles.
     pub hotplugs: u64,
+    /// CREATE_SETS calls that succeeded.
+    pub set_creates: u64,
+    /// GETINFO_SETS answers whose invariants were checked, and those whose
+    /// running times' sum was checked exactly (all 16 sets).
+    pub set_infos: u64,
+    pub set_exact: u64,
     /// Anomalies dismissed: the fd was no longer a perfmon file.
     pub reused: u64,
     /// Results that break the ABI's rules.
@@ -155,6 +162,11 @@ impl Report {
             s,
             "workers started: {}, children forked: {}, short threads: {}, execs: {}, overflow setups: {}, exact probes: {}, CPU 1 hotplug cycles: {}",
             self.workers, self.forks, self.threads, self.execs, self.arms, self.probes, self.hotplugs
+        );
+        let _ = writeln!(
+            s,
+            "event sets: {} created, {} GETINFO answers checked, {} of them summed exactly (all 16 sets)",
+            self.set_creates, self.set_infos, self.set_exact
         );
         let _ = write!(s, "per operation:");
         for (i, (name, n)) in self.per_op.iter().enumerate() {
@@ -507,6 +519,9 @@ pub fn run(cfg: &Config) -> Report {
         arms: s.arms.load(Ordering::Relaxed),
         probes: s.probes.load(Ordering::Relaxed),
         hotplugs: s.hotplugs.load(Ordering::Relaxed),
+        set_creates: s.set_creates.load(Ordering::Relaxed),
+        set_infos: s.set_infos.load(Ordering::Relaxed),
+        set_exact: s.set_exact.load(Ordering::Relaxed),
         reused: s.reused.load(Ordering::Relaxed),
         anomalies: anomaly_texts(),
         anomaly_count: s.anomalies.load(Ordering::Relaxed),

@@ -3,7 +3,8 @@
 //! Read from `PFM_IOC_GET_INFO` at the start of each run, before any
 //! worker is forked; the `soft`
 //! profile makes exactly the random draws the fuzzer made before it knew
-//! other models, so soft seeds replay unchanged.
+//! other models. `soft_counters=N` (fewer counters) is the soft profile
+//! with the implemented registers GET_INFO reports.
 
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::OnceLock;
@@ -13,7 +14,9 @@ use perfmon::abi;
 /// The model, as far as the oracle is concerned.
 #[derive(Clone, Debug)]
 pub(crate) struct Model {
-    /// The soft model (4 PMCs and PMDs, event codes 0..3).
+    /// The soft model (PMCs and PMDs 0..N, N 4 or `soft_counters=`, event
+    /// codes 0..3): the only one with event sets (the hardware models
+    /// answer EOPNOTSUPP to CREATE_SETS).
     pub(crate) soft: bool,
     /// Implemented PMC and PMD numbers, in order.
     pub(crate) pmcs: Vec<u16>,
@@ -46,7 +49,8 @@ const INTEL_ARCH_EVENTS: [(u8, u8); 8] = [
     (0xa4, 0x01),
 ];
 
-/// The model of the last [`load`] (leaked: one per run), null for soft.
+/// The model of the last [`load`] (leaked: one per run), null for soft
+/// with its four counters.
 static MODEL: AtomicPtr<Model> = AtomicPtr::new(std::ptr::null_mut());
 static SOFT: OnceLock<Model> = OnceLock::new();
 
@@ -91,7 +95,21 @@ pub(crate) fn load() -> &'static Model {
     let name = String::from_utf8_lossy(&info.model);
     let name = name.trim_end_matches('\0');
     if name == "soft" {
-        MODEL.store(std::ptr::null_mut(), Ordering::Release);
+        let full = soft();
+        if info.impl_pmcs == full.impl_pmcs && info.impl_pmds == full.impl_pmds {
+            MODEL.store(std::ptr::null_mut(), Ordering::Release);
+            return model();
+        }
+        // `soft_counters=N`: PMCs and PMDs 0..N, the same events.
+        let m = Model {
+            pmcs: bits(info.impl_pmcs),
+            pmds: bits(info.impl_pmds),
+            impl_pmcs: info.impl_pmcs,
+            impl_pmds: info.impl_pmds,
+            rsvd: info.pmc_rsvd_mask,
+            ..full
+        };
+        MODEL.store(Box::into_raw(Box::new(m)), Ordering::Release);
         return model();
     }
     let mut os_bits = [0u64; abi::PFM_MAX_PMCS];

@@ -53,6 +53,9 @@ impl Actor {
             Op::Epoll => self.op_epoll(),
             Op::Hotplug => self.op_hotplug(),
             Op::Probe => self.op_probe(),
+            Op::CreateSets => self.op_create_sets(),
+            Op::DeleteSets => self.op_delete_sets(),
+            Op::GetinfoSets => self.op_getinfo_sets(),
         }
         self.end();
         self.rng = main;
@@ -200,34 +203,35 @@ impl Actor {
             _ => 64,
         };
         let n = (count as usize).min(64);
-        let mut all_valid = true;
-        let mut first_bad = None;
+        // A quarter of the calls name event sets 1..15 in half their
+        // elements (the others only set 0, which every context has).
+        let in_sets = self.rng.chance(1, 4);
+        let mut verdicts = Vec::with_capacity(n);
         let rp = self.pick_ptr(88);
         let raddr = self.place_in(rp, n * elem, true);
         for i in 0..n {
             let a = raddr + i * elem;
-            let valid = match op {
+            let verdict = match op {
                 Op::WritePmcs => {
-                    let (p, v) = self.gen_pmc();
+                    let (p, v) = self.gen_pmc(in_sets);
                     self.arena.put(a, p);
                     v
                 }
                 Op::WritePmds => {
-                    let (p, v) = self.gen_pmd();
+                    let (p, v) = self.gen_pmd(in_sets);
                     self.arena.put(a, p);
                     v
                 }
                 _ => {
-                    let (p, v) = self.gen_pmd_read();
+                    let (p, v) = self.gen_pmd_read(in_sets);
                     self.arena.put(a, p);
                     v
                 }
             };
-            if !valid && first_bad.is_none() {
-                first_bad = Some(i as u32);
-            }
-            all_valid &= valid;
+            verdicts.push(verdict);
         }
+        let all_valid = !verdicts.contains(&Verdict::Bad);
+        let sets = verdicts.iter().filter(|v| **v == Verdict::MaybeSet).count();
         let mut hdr = abi::PfmRegsArg {
             regs: raddr as u64,
             count,
@@ -244,7 +248,7 @@ impl Actor {
         let haddr = self.place(hp, std::mem::size_of::<abi::PfmRegsArg>());
         self.arena.put(haddr, hdr);
         self.note(format_args!(
-            " fd={fd} hdr={hp:?} regs={rp:?} count={count} valid={all_valid} rsvd={bad_reserved}"
+            " fd={fd} hdr={hp:?} regs={rp:?} count={count} valid={all_valid} sets={sets} rsvd={bad_reserved}"
         ));
         let r = sys::ioctl(fd, cmd, haddr);
         let r = self.res(op, r);
@@ -271,32 +275,11 @@ impl Actor {
         if rp == Ptr::ReadOnly {
             return self.allow(op, r, &[libc::EFAULT, libc::EINVAL]);
         }
+        // Valid registers are applied whatever the context's state; an
+        // element whose set may be missing may be refused (EINVAL, `done`
+        // at it).
         let done: abi::PfmRegsArg = self.arena.get(haddr);
-        if all_valid {
-            match r {
-                Ok(_) if done.done != count => self.anomaly(
-                    op,
-                    format!("succeeded with done={} for count {count}", done.done),
-                ),
-                Ok(_) => {}
-                Err(e) if e == libc::EBADF => {}
-                Err(e) => self.anomaly(
-                    op,
-                    format!("valid registers refused: {}", perfmon::errno_name(e)),
-                ),
-            }
-        } else {
-            self.expect_err(op, r, &[libc::EINVAL], "an element is invalid");
-            if r == Err(libc::EINVAL) && Some(done.done) != first_bad {
-                self.anomaly(
-                    op,
-                    format!(
-                        "EINVAL with done={} but the first bad element is {:?}",
-                        done.done, first_bad
-                    ),
-                );
-            }
-        }
+        self.check_verdicts(op, r, done.done, &verdicts, &[]);
     }
 
     pub(super) fn op_load(&mut self) {
@@ -306,6 +289,14 @@ impl Actor {
             tid,
             ..Default::default()
         };
+        // The set monitoring starts in: mostly 0, sometimes one the context
+        // may have, sometimes one no context can have.
+        l.load_set = match self.rng.weighted(&[80, 15, 5]) {
+            0 => 0,
+            1 => self.rng.range(1, abi::PFM_MAX_SETS as u64 - 1) as u16,
+            _ => self.rng.pick(&[16u16, 17, 0x100, 0xffff]),
+        };
+        let set = set_verdict(l.load_set);
         let garbage = self.rng.chance(1, 25);
         if garbage {
             if self.rng.chance(1, 2) {
@@ -322,7 +313,8 @@ impl Actor {
         let addr = self.place(p, std::mem::size_of::<abi::PfmLoad>());
         self.arena.put(addr, l);
         self.note(format_args!(
-            " fd={fd} tid={tid} ptr={p:?} garbage={garbage}"
+            " fd={fd} tid={tid} set={} ptr={p:?} garbage={garbage}",
+            l.load_set
         ));
         let r = sys::ioctl(fd, abi::PFM_IOC_LOAD, addr);
         let r = self.res(Op::Load, r);
@@ -353,28 +345,44 @@ impl Actor {
         if garbage {
             return self.expect_err(Op::Load, r, &[libc::EINVAL], "flags or reserved bits set");
         }
+        if set == Verdict::Bad {
+            // Checked before the thread is looked up; a loaded context
+            // answers EBUSY first.
+            return self.expect_err(
+                Op::Load,
+                r,
+                &[libc::EINVAL, libc::EBUSY, libc::EBADFD],
+                "load_set names no set",
+            );
+        }
         if let Some((errs, why)) = refusal {
             let mut allowed: Vec<i32> = errs.to_vec();
             // EINTR: a signal while waiting for the target's exec.
             allowed.extend_from_slice(&[libc::EBUSY, libc::EBADFD, libc::EINTR]);
+            if set == Verdict::MaybeSet {
+                // A missing load_set is refused before the thread is looked up.
+                allowed.push(libc::EINVAL);
+            }
             return self.expect_err(Op::Load, r, &allowed, why);
         }
-        self.allow(
-            Op::Load,
-            r,
-            &[
-                libc::EBUSY,
-                libc::EBADFD,
-                libc::ESRCH,
-                libc::EPERM,
-                libc::EACCES,
-                libc::ENOSPC,
-                libc::EAGAIN,
-                // The per-user limit; a signal while waiting for an exec.
-                libc::EDQUOT,
-                libc::EINTR,
-            ],
-        );
+        let mut allowed = vec![
+            libc::EBUSY,
+            libc::EBADFD,
+            libc::ESRCH,
+            libc::EPERM,
+            libc::EACCES,
+            libc::ENOSPC,
+            libc::EAGAIN,
+            // The per-user limit; a signal while waiting for an exec.
+            libc::EDQUOT,
+            libc::EINTR,
+        ];
+        if model().soft {
+            // Sets the fuzzer does not track: load_set missing, or an
+            // OVFL_SWITCH set none of whose switch PMDs is written in it.
+            allowed.push(libc::EINVAL);
+        }
+        self.allow(Op::Load, r, &allowed);
         if r.is_ok() && self.uid != 0 && tid != 0 && tid != sys::gettid() {
             // An unprivileged tool may only monitor threads of its own user.
             // /proc/TID belongs to root when the task is not dumpable or has
@@ -617,19 +625,23 @@ impl Actor {
             Ok(n) if p == Ptr::Good => {
                 for i in 0..n as usize / 64 {
                     let m: abi::PfmMsg = self.arena.get(addr + i * 64);
+                    // An overflow names the set of its PMDs (0 without
+                    // sets, and on the hardware models, which have none).
                     let ok = match m.msg_type {
                         abi::PFM_MSG_OVFL => {
-                            m.ovfl_pmds != 0 && m.ovfl_pmds & !model().impl_pmds == 0
+                            m.ovfl_pmds != 0
+                                && m.ovfl_pmds & !model().impl_pmds == 0
+                                && set_verdict(m.set) != Verdict::Bad
                         }
-                        abi::PFM_MSG_END | abi::PFM_MSG_REVOKED => true,
+                        abi::PFM_MSG_END | abi::PFM_MSG_REVOKED => m.set == 0,
                         _ => false,
                     };
-                    if !ok || m.set != 0 || m.reserved0 != 0 || m.reserved != [0; 3] {
+                    if !ok || m.reserved0 != 0 || m.reserved != [0; 3] {
                         self.anomaly(
                             Op::Read,
                             format!(
-                                "bad message: type {} tid {} ovfl {:#x}",
-                                m.msg_type, m.tid, m.ovfl_pmds
+                                "bad message: type {} tid {} set {} ovfl {:#x}",
+                                m.msg_type, m.tid, m.set, m.ovfl_pmds
                             ),
                         );
                     }
@@ -749,10 +761,18 @@ impl Actor {
                     self.anomaly(Op::MiscFd, format!("page version {v}"))
                 }
                 Ok(_) => {}
+                // EBUSY: the context has event sets (one page describes
+                // one image).
                 Err(_) => self.allow(
                     Op::MiscFd,
                     r,
-                    &[libc::EINVAL, libc::EPERM, libc::EACCES, libc::ENOMEM],
+                    &[
+                        libc::EINVAL,
+                        libc::EPERM,
+                        libc::EACCES,
+                        libc::ENOMEM,
+                        libc::EBUSY,
+                    ],
                 ),
             },
             _ => {}
@@ -804,10 +824,12 @@ impl Actor {
         let model = model();
         for i in 0..ncnt {
             let (pmc, ev, reg) = if model.soft {
-                let reg = if ncnt == 4 {
+                // PMC/PMD 0..n (4, or soft_counters=).
+                let n = model.pmcs.len().max(1);
+                let reg = if ncnt == n {
                     i as u16
                 } else {
-                    self.rng.below(4) as u16
+                    self.rng.below(n as u64) as u16
                 };
                 (reg, self.rng.pick(&[1u64, 2, 2, 2, 3]), reg)
             } else {
@@ -847,6 +869,7 @@ impl Actor {
         }
         let regs = self.arena.at(1024);
         let hdr = self.arena.at(0);
+        let (sets, load_set) = self.arm_sets(fd, &mut pmcs, &mut pmds);
         for (i, p) in pmcs.iter().enumerate() {
             self.arena.put(regs + i * 32, *p);
         }
@@ -891,12 +914,13 @@ impl Actor {
             self.calls += 2;
         }
         self.note(format_args!(
-            " fd={fd} flags={flags} counters={ncnt} tid={tid}"
+            " fd={fd} flags={flags} counters={ncnt} sets={sets:#x} load_set={load_set} tid={tid}"
         ));
         self.arena.put(
             hdr,
             abi::PfmLoad {
                 tid,
+                load_set,
                 ..Default::default()
             },
         );
@@ -1007,7 +1031,8 @@ impl Actor {
         let (_, fd) = self.pick_fd();
         let implemented = model().impl_pmds;
         let mut mask = if model().soft {
-            self.rng.range(1, 15)
+            // range(1, 15) with the soft model's four counters.
+            self.rng.range(1, implemented)
         } else {
             (self.rng.next_u64() & implemented).max(implemented & implemented.wrapping_neg())
         };
@@ -1043,11 +1068,37 @@ impl Actor {
                 v.reserved = self.rng.interesting_u64() | 1;
             }
         }
+        // A set's values and times (PFM_VALFL_SET): set 0, one the context
+        // may have, one none can have; or flags and set wrong (an unknown
+        // flag, a set without the flag).
+        let mut bad_flags = false;
+        match self.rng.weighted(&[70, 10, 12, 3, 3, 2]) {
+            0 => {}
+            1 => v.vflags = abi::PFM_VALFL_SET,
+            2 => {
+                v.vflags = abi::PFM_VALFL_SET;
+                v.set = self.rng.range(1, abi::PFM_MAX_SETS as u64 - 1) as u16;
+            }
+            3 => {
+                v.vflags = abi::PFM_VALFL_SET;
+                v.set = self.rng.pick(&[16u16, 17, 0x8000, 0xffff]);
+            }
+            4 => {
+                v.vflags = (1 << self.rng.range(1, 15)) | self.rng.below(2) as u16;
+                bad_flags = true;
+            }
+            _ => {
+                v.set = self.rng.range(1, 0xffff) as u16;
+                bad_flags = true;
+            }
+        }
+        let set = set_verdict(v.set);
         let hp = self.pick_ptr(94);
         let haddr = self.place(hp, std::mem::size_of::<abi::PfmValues>());
         self.arena.put(haddr, v);
         self.note(format_args!(
-            " fd={fd} mask={mask:#x} hdr={hp:?} values={vp:?} rsvd={bad_reserved}"
+            " fd={fd} mask={mask:#x} vflags={:#x} set={} hdr={hp:?} values={vp:?} rsvd={bad_reserved}",
+            v.vflags, v.set
         ));
         let r = sys::ioctl(fd, abi::PFM_IOC_READ_VALUES, haddr);
         let r = self.res(Op::ReadValues, r);
@@ -1065,22 +1116,39 @@ impl Actor {
         if hp == Ptr::ReadOnly {
             return self.allow(Op::ReadValues, r, &[libc::EFAULT, libc::EINVAL]);
         }
-        if bad_mask || bad_reserved {
+        if bad_mask || bad_reserved || bad_flags || set == Verdict::Bad {
             return self.expect_err(
                 Op::ReadValues,
                 r,
                 &[libc::EINVAL],
-                "empty or unimplemented PMD mask, or reserved bits",
+                "empty or unimplemented PMD mask, reserved bits, unknown flags or no such set",
             );
         }
+        // A set that may be missing is refused before the values are written.
+        let maybe: &[i32] = if set == Verdict::MaybeSet {
+            &[libc::EINVAL]
+        } else {
+            &[]
+        };
         if vp != Ptr::Good {
-            return self.expect_err(
-                Op::ReadValues,
-                r,
-                &[libc::EFAULT],
-                "the values array is not writable",
-            );
+            let mut errs = vec![libc::EFAULT];
+            errs.extend_from_slice(maybe);
+            return self.expect_err(Op::ReadValues, r, &errs, "the values array is not writable");
         }
-        self.allow(Op::ReadValues, r, &[]);
+        self.allow(Op::ReadValues, r, maybe);
+        if r.is_ok() && v.vflags == abi::PFM_VALFL_SET {
+            // A set's running time is the part of its enabled time with it
+            // active (the two are equal, the context's, without sets).
+            let out: abi::PfmValues = self.arena.get(haddr);
+            if out.time_running > out.time_enabled {
+                self.anomaly(
+                    Op::ReadValues,
+                    format!(
+                        "set {}: time_running {} above time_enabled {}",
+                        v.set, out.time_running, out.time_enabled
+                    ),
+                );
+            }
+        }
     }
 }

@@ -42,10 +42,13 @@ pub(super) enum Op {
     Epoll,
     Hotplug,
     Probe,
+    CreateSets,
+    DeleteSets,
+    GetinfoSets,
 }
 
 /// Every ioctl of the ABI, in number order (nr 0, 1, ...).
-pub(super) const KNOWN_IOCTLS: [u32; 12] = [
+pub(super) const KNOWN_IOCTLS: [u32; 15] = [
     abi::PFM_IOC_GET_INFO,
     abi::PFM_IOC_WRITE_PMCS,
     abi::PFM_IOC_WRITE_PMDS,
@@ -58,9 +61,12 @@ pub(super) const KNOWN_IOCTLS: [u32; 12] = [
     abi::PFM_IOC_GET_STATE,
     abi::PFM_IOC_SET_FLAGS,
     abi::PFM_IOC_READ_VALUES,
+    abi::PFM_IOC_CREATE_SETS,
+    abi::PFM_IOC_DELETE_SETS,
+    abi::PFM_IOC_GETINFO_SETS,
 ];
 
-pub(super) const NOPS: usize = 30;
+pub(super) const NOPS: usize = 33;
 pub(super) const OPS: [Op; NOPS] = [
     Op::Open,
     Op::Close,
@@ -92,6 +98,9 @@ pub(super) const OPS: [Op; NOPS] = [
     Op::Epoll,
     Op::Hotplug,
     Op::Probe,
+    Op::CreateSets,
+    Op::DeleteSets,
+    Op::GetinfoSets,
 ];
 
 /// Weights (per ~10,000) of the worker threads' operations. Process and
@@ -128,6 +137,9 @@ pub(super) const WEIGHTS: [u32; NOPS] = [
     150,  // Epoll
     2,    // Hotplug (root workers only)
     30,   // Probe (exact oracles on a private context; soft only)
+    300,  // CreateSets (event sets: soft only, EOPNOTSUPP elsewhere)
+    150,  // DeleteSets
+    250,  // GetinfoSets
 ];
 
 impl Op {
@@ -163,6 +175,9 @@ impl Op {
             Op::Epoll => "epoll",
             Op::Hotplug => "hotplug",
             Op::Probe => "probe",
+            Op::CreateSets => "create_sets",
+            Op::DeleteSets => "delete_sets",
+            Op::GetinfoSets => "getinfo_sets",
         }
     }
 }
@@ -196,6 +211,12 @@ pub(super) struct Shared {
     pub(super) arms: AtomicU64,
     /// Probes that completed their exact checks (see `probe.rs`).
     pub(super) probes: AtomicU64,
+    /// CREATE_SETS calls that succeeded (pool and armed contexts).
+    pub(super) set_creates: AtomicU64,
+    /// GETINFO_SETS results whose invariants were checked, and those of
+    /// them where the running times' sum was checked exactly (`sets.rs`).
+    pub(super) set_infos: AtomicU64,
+    pub(super) set_exact: AtomicU64,
     pub(super) anomalies: AtomicU64,
     pub(super) next_slot: AtomicU64,
     /// An actor is taking CPU 1 offline and back (one at a time).
