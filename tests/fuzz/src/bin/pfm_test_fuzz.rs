@@ -16,8 +16,8 @@
 //!
 //! Then the same on `pmu=intel_arch_sim` (40,000 operations): the
 //! hardware models' MSR save and restore, PMIs and throttling under the
-//! same churn, with the oracle's model read from GET_INFO (and
-//! EOPNOTSUPP for event sets).
+//! same churn (event sets switched by the per-CPU timer included), with
+//! the oracle's model read from GET_INFO.
 //!
 //! PFM_FUZZ_OPS, PFM_FUZZ_FEW_OPS, PFM_FUZZ_SIM_OPS and PFM_FUZZ_SEED
 //! override the operation counts and the seed.

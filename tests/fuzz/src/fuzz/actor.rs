@@ -50,13 +50,12 @@ pub(super) enum Verdict {
     MaybeSet,
 }
 
-/// Set `set` as an element's set: 0 always exists; 1..15 may exist on the
-/// soft model and never on the hardware models (CREATE_SETS is
-/// EOPNOTSUPP there); 16 and above never.
+/// Set `set` as an element's set: 0 always exists; 1..15 may exist; 16 and
+/// above never.
 pub(super) fn set_verdict(set: u16) -> Verdict {
     match set {
         0 => Verdict::Ok,
-        s if (s as usize) < abi::PFM_MAX_SETS && model().soft => Verdict::MaybeSet,
+        s if (s as usize) < abi::PFM_MAX_SETS => Verdict::MaybeSet,
         _ => Verdict::Bad,
     }
 }

@@ -15,8 +15,7 @@ use perfmon::abi;
 #[derive(Clone, Debug)]
 pub(crate) struct Model {
     /// The soft model (PMCs and PMDs 0..N, N 4 or `soft_counters=`, event
-    /// codes 0..3): the only one with event sets (the hardware models
-    /// answer EOPNOTSUPP to CREATE_SETS).
+    /// codes 0..3).
     pub(crate) soft: bool,
     /// Implemented PMC and PMD numbers, in order.
     pub(crate) pmcs: Vec<u16>,

@@ -9,7 +9,7 @@
 //! set that may be missing: EINVAL at its index; EBADFD while loaded;
 //! EBUSY with a mapped page), and asserts what does not: a description's
 //! validity, the header's checks, the order of the checks, the pointers,
-//! EOPNOTSUPP on the hardware models, and what GETINFO reports
+//! and what GETINFO reports
 //! ([`Actor::check_setinfos`]).
 
 use std::sync::atomic::Ordering;
@@ -213,15 +213,6 @@ impl Actor {
         }
         if !c.ptr.readable() {
             self.expect_err(op, r, &[libc::EFAULT], "the array is not readable");
-            return None;
-        }
-        if c.cmd == abi::PFM_IOC_CREATE_SETS && !model().soft {
-            self.expect_err(
-                op,
-                r,
-                &[libc::EOPNOTSUPP],
-                "the hardware models have no event sets",
-            );
             return None;
         }
         if c.ptr == Ptr::ReadOnly {
@@ -534,7 +525,7 @@ impl Actor {
         }
     }
 
-    /// `arm`'s event sets (soft model, a third of the time): set 0 and one
+    /// `arm`'s event sets (every model, a third of the time): set 0 and one
     /// to three more (a third of the time all 16), each switching on time (1 ns to
     /// 5 ms, raised to 100 us), on overflows of its PMDs, or never, and
     /// each with the registers of `pmcs` and `pmds`, which become one copy
@@ -546,7 +537,7 @@ impl Actor {
         pmcs: &mut Vec<abi::PfmPmc>,
         pmds: &mut Vec<abi::PfmPmd>,
     ) -> (u16, u16) {
-        if !model().soft || !self.rng.chance(1, 3) {
+        if !self.rng.chance(1, 3) {
             return (1, 0);
         }
         let mut ids = vec![0u16];

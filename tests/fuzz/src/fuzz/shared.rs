@@ -137,7 +137,7 @@ pub(super) const WEIGHTS: [u32; NOPS] = [
     150,  // Epoll
     2,    // Hotplug (root workers only)
     30,   // Probe (exact oracles on a private context; soft only)
-    300,  // CreateSets (event sets: soft only, EOPNOTSUPP elsewhere)
+    300,  // CreateSets
     150,  // DeleteSets
     250,  // GetinfoSets
 ];
