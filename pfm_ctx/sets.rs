@@ -23,6 +23,8 @@
 //! (installing another image bumps the PMU's register generation). An
 //! overflow switch comes from the PMI's fold, by the same path.
 
+use core::mem::MaybeUninit;
+
 use kernel::prelude::*;
 use kernel::uaccess::UserSlice;
 
@@ -32,6 +34,7 @@ use crate::globals;
 use crate::pfm_sets::{Boundary, SetDesc, SetError, SetTable, SwitchCause, PFM_MAX_SETS};
 use crate::pfm_state::Op;
 use crate::pfm_x86::counters::Counters;
+use crate::pfm_x86::soft::SOFT_COUNTERS;
 use crate::pfm_x86::ThreadDeltas;
 
 /// A context's sets beyond what every context has.
@@ -52,9 +55,15 @@ pub(crate) struct CtxSets {
     pending: [u64; PFM_MAX_SETS],
     /// A hardware model's 64-bit overflows per PMD of the resident set
     /// since the last charge: they count toward an overflow switch at the
-    /// next charge, after the time run before them is the old set's.
-    hw_overflows: [u64; abi::PFM_MAX_PMDS],
+    /// next charge, after the time run before them is the old set's
+    /// (`u32`, saturating: the table stays in `kmalloc-2048`).
+    hw_overflows: [u32; abi::PFM_MAX_PMDS],
 }
+
+// The table and its tag stay one `kmalloc-2048` object (without lock
+// debugging, as the context's own size check).
+#[cfg(not(CONFIG_DEBUG_LOCK_ALLOC))]
+const _: () = assert!(core::mem::size_of::<Extra>() <= 2048);
 
 /// The context's sets, if it has a table.
 pub(super) fn sets_of(extra: &Option<KBox<Extra>>) -> Option<&CtxSets> {
@@ -86,21 +95,47 @@ fn set_err(e: SetError) -> Error {
 
 /// Segments of one charge: a set and its share of the running time.
 /// Whole rounds are charged in one step, so a charge has at most twice
-/// as many segments as sets (`SetTable::charge`), plus one.
+/// as many segments as sets (`SetTable::charge`), plus one. Not zeroed
+/// first: a charge has one or two, on every fold of a multiplexed context.
+///
+/// # Invariants
+///
+/// The first `n` entries of `seg` are initialised.
 struct Segments {
-    seg: [(u8, u64); 2 * PFM_MAX_SETS + 1],
+    seg: [MaybeUninit<(u8, u64)>; SEGMENTS],
     n: usize,
 }
 
+/// The most segments of one charge.
+const SEGMENTS: usize = 2 * PFM_MAX_SETS + 1;
+
 impl Segments {
+    fn new() -> Self {
+        // INVARIANT: no entry is initialised, and `n` is 0.
+        Self {
+            seg: [const { MaybeUninit::uninit() }; SEGMENTS],
+            n: 0,
+        }
+    }
+
     fn push(&mut self, set: usize, ns: u64) {
         if let Some(slot) = self.seg.get_mut(self.n) {
-            *slot = (set as u8, ns);
+            slot.write((set as u8, ns));
+            // INVARIANT: entry `n` was just initialised.
             self.n += 1;
         } else if let Some(last) = self.seg.last_mut() {
             // Cannot happen (bounded above); never drop time.
+            // SAFETY: `n` is `SEGMENTS`: every entry is initialised.
+            let last = unsafe { last.assume_init_mut() };
             last.1 = last.1.saturating_add(ns);
         }
+    }
+
+    /// Segment `k`, if there is one.
+    fn get(&self, k: usize) -> Option<(u8, u64)> {
+        let slot = self.seg.get(k).filter(|_| k < self.n)?;
+        // SAFETY: Entries below `n` are initialised (type invariant).
+        Some(unsafe { slot.assume_init() })
     }
 }
 
@@ -264,10 +299,7 @@ impl CtxInner {
     /// afterwards, and the overflow switches.
     #[cold]
     pub(super) fn advance_sets(&mut self, d: &ThreadDeltas) {
-        let mut segs = Segments {
-            seg: [(0, 0); 2 * PFM_MAX_SETS + 1],
-            n: 0,
-        };
+        let mut segs = Segments::new();
         // The soft model's counters advance by the time charged: a delta
         // that crosses a timeout is cut there. A hardware model's counted
         // the whole delta with the set that was on the PMU (its timer
@@ -282,13 +314,17 @@ impl CtxInner {
                 .charge(d.task_clock, boundary, |set, ns| segs.push(set, ns));
             // A hardware model's overflows since the last charge, in the
             // set that was on the PMU: after its time.
-            let counts = core::mem::take(&mut s.hw_overflows);
-            if counts.iter().any(|&c| c != 0) {
+            let tally = core::mem::take(&mut s.hw_overflows);
+            if tally.iter().any(|&c| c != 0) {
+                let counts: [u64; abi::PFM_MAX_PMDS] =
+                    core::array::from_fn(|i| u64::from(tally[i]));
                 let _ = s.table.overflowed(from, &counts);
             }
         }
         for k in 0..segs.n {
-            let (set, ns) = segs.seg[k];
+            let Some((set, ns)) = segs.get(k) else {
+                break;
+            };
             self.advance_set(
                 usize::from(set),
                 &ThreadDeltas {
@@ -313,7 +349,9 @@ impl CtxInner {
     /// switches on them if it is the active set and asks to.
     fn advance_set(&mut self, set: usize, d: &ThreadDeltas) {
         self.make_resident(set);
-        let mut counts = [0u64; abi::PFM_MAX_PMDS];
+        // The soft model's PMDs only: a hardware model's advance counts
+        // nothing (its overflows come through `sets_overflowed`).
+        let mut counts = [0u64; SOFT_COUNTERS];
         let ovfl = self.counters.advance_each(d, |pmd, n| {
             if let Some(c) = counts.get_mut(pmd) {
                 *c = n;
@@ -343,8 +381,8 @@ impl CtxInner {
             if let Some(p) = s.pending.get_mut(s.resident) {
                 *p |= ovfl;
             }
-            for (acc, c) in s.hw_overflows.iter_mut().zip(counts.iter()) {
-                *acc = acc.saturating_add(*c);
+            for (acc, &c) in s.hw_overflows.iter_mut().zip(counts.iter()) {
+                *acc = acc.saturating_add(u32::try_from(c).unwrap_or(u32::MAX));
             }
         }
     }
