@@ -317,6 +317,11 @@ impl SetTable {
                 self.exists |= 1 << d.id;
             }
             s.desc = *d;
+            // The set where the last monitoring stopped shows its time
+            // left until the next LOAD: that of its new timeout now.
+            if d.id as usize == self.active as usize {
+                self.left = timeout;
+            }
         }
         Ok(())
     }

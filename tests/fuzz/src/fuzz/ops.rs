@@ -359,10 +359,11 @@ impl Actor {
             let mut allowed: Vec<i32> = errs.to_vec();
             // EINTR: a signal while waiting for the target's exec.
             allowed.extend_from_slice(&[libc::EBUSY, libc::EBADFD, libc::EINTR]);
-            if set == Verdict::MaybeSet {
-                // A missing load_set is refused before the thread is looked up.
-                allowed.push(libc::EINVAL);
-            }
+            // The sets, which the fuzzer does not track, are judged before
+            // the thread is looked up: a missing load_set, or an
+            // OVFL_SWITCH set none of whose switch PMDs is written (load_set
+            // 0 included).
+            allowed.push(libc::EINVAL);
             return self.expect_err(Op::Load, r, &allowed, why);
         }
         let mut allowed = vec![
@@ -377,11 +378,9 @@ impl Actor {
             libc::EDQUOT,
             libc::EINTR,
         ];
-        if model().soft {
-            // Sets the fuzzer does not track: load_set missing, or an
-            // OVFL_SWITCH set none of whose switch PMDs is written in it.
-            allowed.push(libc::EINVAL);
-        }
+        // Sets the fuzzer does not track: load_set missing, or an
+        // OVFL_SWITCH set none of whose switch PMDs is written in it.
+        allowed.push(libc::EINVAL);
         self.allow(Op::Load, r, &allowed);
         if r.is_ok() && self.uid != 0 && tid != 0 && tid != sys::gettid() {
             // An unprivileged tool may only monitor threads of its own user.
