@@ -657,7 +657,11 @@ fn recreating_the_last_active_set_resets_its_time_left() {
     t.load(0).unwrap();
     let _ = t.charge(MS, Boundary::Split, |_, _| {});
     t.unload();
-    assert_eq!(t.info(0, 0).unwrap().time_left, 4 * MS, "readable after UNLOAD");
+    assert_eq!(
+        t.info(0, 0).unwrap().time_left,
+        4 * MS,
+        "readable after UNLOAD"
+    );
     let mut d = [time_set(0, 100_000)];
     t.create(&mut d).unwrap();
     assert_eq!(t.info(0, 0).unwrap().time_left, 100_000);
