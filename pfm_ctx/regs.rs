@@ -414,7 +414,7 @@ fn set_in(sets: u16, set: u16) -> bool {
 /// many. Only the requested PMDs are visited (the mask names implemented
 /// ones only, checked by `read_values`).
 #[inline(always)]
-pub(super) fn collect_values(
+pub(in crate::pfm_ctx) fn collect_values(
     pmds: &[PmdState],
     pmd_mask: u64,
     out: &mut [core::mem::MaybeUninit<u64>; abi::PFM_MAX_PMDS],
