@@ -289,13 +289,13 @@ impl Context {
         };
         drop(fresh);
         let mem = mem.ok_or(ENOMEM)?;
-        // SAFETY: Once set, the page (`Extra::Page`: `extra` is never
-        // replaced once set, and `CREATE_SETS` refuses a context with a
-        // page) is never freed nor borrowed mutably before the context is
-        // dropped (`CtxPage`), and the
-        // caller's file holds the context. Outside the lock:
-        // `insert_ro_page` may sleep.
-        vma.insert_ro_page(unsafe { &*mem })
+        // `extra` is never replaced once set, and CREATE_SETS refuses a
+        // context with a page: the page stays until the context is dropped.
+        // Outside the lock: `insert_ro_page` may sleep.
+        // SAFETY: The page is never freed nor borrowed mutably before the
+        // context is dropped (above, `CtxPage`); the caller's file holds it.
+        let page = unsafe { &*mem };
+        vma.insert_ro_page(page)
     }
 
     /// Whether the page exists.
