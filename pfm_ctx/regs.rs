@@ -60,10 +60,7 @@ impl Context {
     /// The sets that exist now, for the elements' first check (a call
     /// applies only if each element's set still exists under the lock).
     fn sets_now(&self) -> u16 {
-        let inner = self.inner.lock();
-        (0..abi::PFM_MAX_SETS as u16)
-            .filter(|&s| inner.set_exists(s))
-            .fold(0, |m, s| m | 1 << s)
+        self.inner.lock().sets_mask()
     }
 
     /// The shape of the three register array calls: `check` gives each

@@ -216,6 +216,11 @@ impl CtxInner {
         }
     }
 
+    /// Bit n: set n exists (set 0 alone without a table).
+    pub(super) fn sets_mask(&self) -> u16 {
+        sets_of(&self.extra).map_or(1, |s| s.table.exists_mask())
+    }
+
     /// Whether set `reg_set` exists.
     pub(super) fn set_exists(&self, reg_set: u16) -> bool {
         match sets_of(&self.extra) {
