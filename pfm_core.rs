@@ -83,14 +83,31 @@ pub(crate) struct Globals {
     pub(crate) zombies: AtomicUsize,
     /// Attachments alive (threads with a notifier or one pending).
     pub(crate) attached: AtomicUsize,
+    /// Families whose monitored threads' new threads join them: while 0,
+    /// the fork probe returns at once.
+    pub(crate) inheriting: AtomicUsize,
+    /// Contexts waiting for their thread's exec (`PFM_CTXFL_START_ON_EXEC`):
+    /// while 0, the exec probe returns at once.
+    pub(crate) exec_armed: AtomicUsize,
     /// Every attachment, by thread.
     #[pin]
     pub(crate) registry: IrqSpinLock<pfm_ctxsw::Registry<Context>>,
+    /// The processes monitored whole (`PFM_LOAD_PROCESS`).
+    #[pin]
+    pub(crate) processes: IrqSpinLock<pfm_ctx::Processes>,
     /// Where attachments finish in process context: their final drop, a
     /// dead thread's unregistering (its workqueue set by
     /// [`ReapQueueInstalled`]).
     #[pin]
     pub(crate) reaper: rust::WorkList<Attachment>,
+    /// Woken when an attachment leaves the registry: a LOAD waiting for a
+    /// thread to run the cleanups of its earlier contexts retries then.
+    #[pin]
+    pub(crate) retired: rust::WaitQueue,
+    /// `kernel.perf_event_paranoid` and Yama's `ptrace_scope`, opened at
+    /// load (`pfm_ctxsw/access.rs`).
+    pub(crate) paranoid: rust::SysctlFile,
+    pub(crate) ptrace_scope: rust::SysctlFile,
     /// The overflow vectors.
     pub(crate) intr: pfm_intr::Vectors<Attachment>,
     /// Where contexts are allocated: a cache of their exact size (see
@@ -157,6 +174,7 @@ impl Drop for ReapQueueInstalled {
         // its `module_put`: wait for the first, then destroying drains the
         // queue. Only then is the pointer cleared.
         globals().reaper.quiesce();
+        globals().reaper.flush();
         drop(self.0.take());
         // SAFETY: Null: nothing is pushed any more (see above).
         unsafe { globals().reaper.set_queue(core::ptr::null_mut()) };
@@ -247,6 +265,9 @@ struct PerfmonModule {
     /// The exec watch: no attachment is left once the device is gone and
     /// every file closed (each attachment holds a module reference).
     _exec_watch: rust::ExecWatch,
+    /// The fork and exec tracepoints' probes (inheritance, start on exec),
+    /// gone with the exec watch, for the same reason.
+    _task_probes: rust::TaskProbes,
     _sysfs: rust::SysfsRegistration,
     _sim_ticks: SimTicks,
     _vectors: VectorsStarted,
@@ -298,6 +319,7 @@ impl kernel::Module for PerfmonModule {
         // a hardware model takes it while it holds the counters.
         let intr = pfm_intr::Vectors::new(pmu.hw.is_none() && !pfm_x86::cpu_has_pmu())?;
         let registry = pfm_ctxsw::Registry::<Context>::new()?;
+        let processes = pfm_ctx::Processes::new()?;
         let contexts = rust::SlabCache::new(kernel::c_str!("perfmon_context"))?;
         let globals = KBox::pin_init(
             pin_init!(Globals {
@@ -305,8 +327,18 @@ impl kernel::Module for PerfmonModule {
                 live_contexts: AtomicUsize::new(0),
                 zombies: AtomicUsize::new(0),
                 attached: AtomicUsize::new(0),
+                inheriting: AtomicUsize::new(0),
+                exec_armed: AtomicUsize::new(0),
                 registry <- new_irq_spinlock!(registry, "perfmon_registry"),
+                processes <- new_irq_spinlock!(processes, "perfmon_processes"),
                 reaper <- rust::WorkList::new(),
+                retired <- rust::WaitQueue::new(),
+                paranoid: rust::SysctlFile::open(kernel::c_str!(
+                    "/proc/sys/kernel/perf_event_paranoid"
+                )),
+                ptrace_scope: rust::SysctlFile::open(kernel::c_str!(
+                    "/proc/sys/kernel/yama/ptrace_scope"
+                )),
                 intr,
                 contexts,
             }),
@@ -329,6 +361,15 @@ impl kernel::Module for PerfmonModule {
         let sysfs = unsafe { rust::SysfsRegistration::register() }?;
         // Before the device: no attachment exists yet, so no exec misses it.
         let exec_watch = rust::ExecWatch::register();
+        let task_probes = rust::TaskProbes::register(
+            pfm_ctxsw::fork_probe::<Context>,
+            pfm_ctxsw::exec_probe::<Context>,
+        )
+        .inspect_err(|_| {
+            pr_err!(
+                "no sched_process_fork/exec tracepoints (CONFIG_TRACEPOINTS): refusing to load\n"
+            )
+        })?;
         // SAFETY: `fops` is pinned in the module object and dropped after
         // the registration (field order of `PerfmonModule`).
         let misc = unsafe { rust::MiscRegistration::register(fops.table()) }?;
@@ -341,6 +382,7 @@ impl kernel::Module for PerfmonModule {
         Ok(PerfmonModule {
             _misc: misc,
             _exec_watch: exec_watch,
+            _task_probes: task_probes,
             _sysfs: sysfs,
             _sim_ticks: sim_ticks,
             _vectors: vectors,

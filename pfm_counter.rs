@@ -147,6 +147,27 @@ pub fn reset_linked(pmds: &mut [PmdState], ovfl: u64, long: bool) -> u64 {
     reset
 }
 
+/// What a thread counted, for the PMDs of `mask` in PMD order, into
+/// `out`: each PMD's value less the value it started from (`base`), in
+/// 64-bit wrapping arithmetic (a counter that wrapped past 2^64 counted
+/// what the difference says). A whole program's thread starts from the
+/// registers of the loaded one at LOAD. PMDs of `mask` beyond `out`'s
+/// length, or beyond `values`, are left out; returns how many were packed.
+pub fn pack_counts(values: &[u64], base: &[u64], mask: u64, out: &mut [u64]) -> usize {
+    let mut m = mask;
+    let mut n = 0;
+    while m != 0 {
+        let i = m.trailing_zeros() as usize;
+        m &= m - 1;
+        let (Some(&v), Some(slot)) = (values.get(i), out.get_mut(n)) else {
+            break;
+        };
+        *slot = v.wrapping_sub(base.get(i).copied().unwrap_or(0));
+        n += 1;
+    }
+    n
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -210,6 +231,23 @@ mod tests {
             assert_eq!(a.overflows, n / p);
             assert_eq!(a.value, v);
         }
+    }
+
+    #[test]
+    fn pack_counts_takes_the_mask_in_pmd_order_less_the_base() {
+        let values = [10, 20, 30, 40, 5];
+        let base = [1, 2, 3, 4, 10];
+        let mut out = [0u64; 4];
+        assert_eq!(pack_counts(&values, &base, 0b1_0101, &mut out), 3);
+        // PMD 4 went past 2^64 from its base: the wrapped difference.
+        assert_eq!(out[..3], [9, 27, 5u64.wrapping_sub(10)]);
+        // More PMDs than room: the first ones only.
+        let mut two = [0u64; 2];
+        assert_eq!(pack_counts(&values, &base, 0b1_1111, &mut two), 2);
+        assert_eq!(two, [9, 18]);
+        // PMDs the values do not have end the packing.
+        assert_eq!(pack_counts(&values, &base, 1 << 40 | 1, &mut out), 1);
+        assert_eq!(pack_counts(&values, &base, 0, &mut out), 0);
     }
 
     #[test]

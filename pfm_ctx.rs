@@ -32,12 +32,16 @@ use crate::pfm_x86::ThreadDeltas;
 use crate::rust::{self as glue, new_irq_raw_spinlock, InSlab, IrqRawSpinLock, SlabArc, SlabCache};
 use crate::{ebadfd, globals};
 
+mod control;
+mod family;
 mod mailbox;
 mod page;
 mod regs;
 mod sets;
 mod thread;
 
+use family::Family;
+pub(crate) use family::Processes;
 use mailbox::{Mailbox, Reader};
 use page::CtxPage;
 use sets::CtxSets;
@@ -57,6 +61,8 @@ pub(crate) struct CtxInner {
     /// The thread is in an exec whose credentials are not checked yet
     /// (`pfm_ctxsw::exec_hook`): overflows wait, without user IP.
     exec_check: bool,
+    /// `PFM_CTXFL_START_ON_EXEC`: loaded, waiting for the thread's exec.
+    exec_armed: bool,
     /// The counters, on the model the module runs.
     counters: Counters,
     /// PMDs written (PMD numbers are below `PFM_MAX_PMDS`, 32: a `u32`
@@ -105,6 +111,12 @@ enum Extra {
     Page(CtxPage),
     /// Event sets.
     Sets(CtxSets),
+    /// A whole program's family, of which this context is the root (the
+    /// one the tool loaded).
+    Family(Arc<Family>),
+    /// The family this context is an heir of (it monitors one of the
+    /// program's other threads).
+    Heir(Arc<Family>),
 }
 
 /// Maps a state-table refusal to its errno.
@@ -296,6 +308,7 @@ impl CtxInner {
         self.time_enabled = 0;
         self.time_running = 0;
         self.exec_check = false;
+        self.arm_exec(self.flags & abi::PFM_CTXFL_START_ON_EXEC != 0);
         self.msgs.clear();
         self.page_update();
     }
@@ -345,6 +358,7 @@ impl Context {
                     active: false,
                     exited: false,
                     exec_check: false,
+                    exec_armed: false,
                     counters,
                     used_pmds: 0,
                     attach: None,
@@ -415,44 +429,27 @@ impl Context {
         inner.live_op(cpu, &mut op)
     }
 
-    /// `PFM_IOC_GET_STATE`.
-    pub(crate) fn get_state(&self) -> abi::PfmCtxInfo {
-        let inner = self.inner.lock();
-        let mut status = 0;
-        if inner.started {
-            status |= abi::PFM_CTXST_STARTED;
-        }
-        if inner.active {
-            status |= abi::PFM_CTXST_ACTIVE;
-        }
-        if inner.exited {
-            status |= abi::PFM_CTXST_EXITED;
-        }
-        abi::PfmCtxInfo {
-            state: inner.state().abi_value(),
-            tid: inner.tid,
-            flags: inner.flags,
-            status,
-            used_pmds: inner.used_pmds.into(),
-            reserved: [0; 3],
-        }
-    }
-
-    /// `PFM_IOC_SET_FLAGS`.
-    pub(crate) fn set_flags(&self, arg: &abi::PfmCtxFlags) -> Result {
-        if arg.flags & !abi::PFM_CTXFL_MASK != 0 || arg.pad != 0 || arg.reserved != [0; 3] {
-            return Err(EINVAL);
-        }
-        let mut inner = self.inner.lock();
-        inner.transition(Op::SetFlags)?;
-        inner.flags = arg.flags;
-        Ok(())
-    }
-
-    /// `PFM_IOC_START`.
+    /// `PFM_IOC_START`: the context's thread, and its family's.
     pub(crate) fn start(&self) -> Result {
+        match self.family() {
+            Some(f) => f.switch_all(self, true),
+            None => self.start_one(),
+        }
+    }
+
+    /// `PFM_IOC_STOP`: the context's thread, and its family's.
+    pub(crate) fn stop(&self) -> Result {
+        match self.family() {
+            Some(f) => f.switch_all(self, false),
+            None => self.stop_one(),
+        }
+    }
+
+    /// START of this context's thread.
+    fn start_one(&self) -> Result {
         self.with_live(|inner, now| -> Result {
             inner.transition(Op::Start)?;
+            inner.arm_exec(false);
             if !inner.started {
                 inner.started = true;
                 inner.enabled_start = now;
@@ -465,65 +462,77 @@ impl Context {
         })
     }
 
-    /// `PFM_IOC_STOP`.
-    pub(crate) fn stop(&self) -> Result {
+    /// STOP of this context's thread.
+    fn stop_one(&self) -> Result {
         self.with_live(|inner, now| -> Result {
             inner.transition(Op::Stop)?;
+            inner.arm_exec(false);
             inner.stop_clock(now);
             inner.started = false;
             Ok(())
         })
     }
 
-    /// `PFM_IOC_RESTART`: leave MASKED, apply the long reset.
-    pub(crate) fn restart(&self) -> Result {
-        self.with_live(|inner, _| -> Result {
-            inner.transition(Op::Restart)?;
-            // Every set's: a set's notification masks the whole context.
-            inner.for_each_image(|counters| {
-                let pmds = counters.pmds_mut();
-                let mut notified = 0u64;
-                for (i, pmd) in pmds.iter_mut().enumerate() {
-                    if pmd.flags & abi::PFM_REGFL_OVFL_NOTIFY != 0 {
-                        let reset = pmd.long_reset;
-                        pmd.write(reset);
-                        pmd.last_reset = reset;
-                        notified |= 1 << i;
-                    }
-                }
-                // perfmon2: the PMDs linked to a notifying one get their
-                // long reset too.
-                crate::pfm_counter::reset_linked(pmds, notified, true);
-            });
-            if inner.on_cpu == Some(glue::this_cpu()) {
-                inner.run_base = glue::current_runtime_ns();
-            }
-            Ok(())
-        })?;
-        // A thread blocked on the overflow resumes.
-        self.wake();
-        Ok(())
-    }
-
     /// `PFM_IOC_LOAD` on context `this`.
     pub(crate) fn load(this: &SlabArc<Self>, arg: &abi::PfmLoad) -> Result {
-        if arg.flags != 0 || arg.pad0 != 0 || arg.pad1 != 0 || arg.reserved != [0; 2] {
+        if arg.flags & !abi::PFM_LOAD_MASK != 0
+            || arg.pad0 != 0
+            || arg.pad1 != 0
+            || arg.reserved != [0; 2]
+        {
             return Err(EINVAL);
         }
         // Refused early, before the thread is looked up; `publish` asks
         // the table again under the lock.
-        {
+        let whole = {
             let inner = this.inner.lock();
             inner.life.check(Op::Load).map_err(state_err)?;
             inner.check_load_sets(arg.load_set)?;
+            arg.flags & abi::PFM_LOAD_PROCESS != 0 || inner.flags & abi::PFM_CTXFL_INHERIT != 0
+        };
+        // A family is open before its root is attached: the thread may
+        // create threads as soon as it is.
+        let process = arg.flags & abi::PFM_LOAD_PROCESS != 0;
+        let prepared = if whole {
+            Some(Context::prepare_family(this, arg.tid, process)?)
+        } else {
+            None
+        };
+        let mut r = pfm_ctxsw::attach(this, arg.tid, arg.load_set);
+        match prepared {
+            Some((family, replaced)) => {
+                if r.is_ok() && process {
+                    r = Context::attach_process(this, &family, arg.tid);
+                }
+                family.settle(replaced, r.is_ok());
+            }
+            // A LOAD without a family: the last LOAD's family, if any,
+            // ends and its rows go (not before: a refused LOAD keeps them).
+            None if r.is_ok() => {
+                if let Some(f) = this.family() {
+                    f.forget();
+                }
+            }
+            None => {}
         }
-        pfm_ctxsw::attach(this, arg.tid, arg.load_set)
+        r
     }
 
-    /// `PFM_IOC_UNLOAD`.
+    /// `PFM_IOC_UNLOAD`: the context's thread, and its family's (whose
+    /// heirs are still monitored if the loaded thread exited).
     pub(crate) fn unload(&self) -> Result {
+        let r = self.unload_one();
+        match self.family() {
+            Some(f) if f.end(true) => Ok(()),
+            _ => r,
+        }
+    }
+
+    /// UNLOAD of this context's thread.
+    fn unload_one(&self) -> Result {
         let att = self.with_live(|inner, now| -> Result<Option<Arc<Attachment<Context>>>> {
             inner.transition(Op::Unload)?;
+            inner.arm_exec(false);
             inner.stop_clock(now);
             inner.unload_sets();
             inner.started = false;
@@ -538,8 +547,17 @@ impl Context {
         Ok(())
     }
 
-    /// Tool side of `release`: free now, or leave a zombie for the target.
+    /// Tool side of `release`: free now, or leave a zombie for the target;
+    /// the same for every thread of its family.
     pub(crate) fn close(&self) {
+        if let Some(f) = self.family() {
+            f.end(false);
+        }
+        self.close_one();
+    }
+
+    /// [`Context::close`] of this context's thread.
+    fn close_one(&self) {
         let att = {
             let mut inner = self.inner.lock();
             let remote = inner
@@ -562,6 +580,7 @@ impl Context {
 #[pinned_drop]
 impl PinnedDrop for Context {
     fn drop(self: Pin<&mut Self>) {
+        self.inner.lock().arm_exec(false);
         globals().live_contexts.fetch_sub(1, Ordering::Relaxed);
     }
 }

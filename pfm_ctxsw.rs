@@ -30,83 +30,23 @@ use kernel::types::ARef;
 use crate::globals;
 use crate::pfm_x86::HwClaim;
 use crate::rust::{
-    self as glue, impl_has_preempt_notifier, impl_has_task_work, InSlab, IrqSpinLock, IrqWork,
-    ModuleRef, Notify, PreemptNotifier, PreemptNotify, SlabArc, TaskWork, WorkLink, WorkList,
-    WorkListItem,
+    self as glue, impl_has_preempt_notifier, impl_has_task_work, IrqWork, ModuleRef, Notify,
+    PreemptNotifier, PreemptNotify, SlabArc, TaskWork, WorkLink, WorkListItem,
 };
 
 mod access;
 mod attach;
+mod inherit;
+mod monitor;
 mod registry;
 mod works;
 
-pub(crate) use access::may_open;
-pub(crate) use attach::{attach, let_go};
+pub(crate) use access::{loader, may_load, may_open, Loader};
+pub(crate) use attach::{attach, attach_heir, attach_heir_remote, let_go, monitored_by};
+pub(crate) use inherit::{exec_probe, fork_probe};
+pub(crate) use monitor::Monitor;
 pub(crate) use registry::Registry;
 pub(crate) use works::exec_hook;
-
-/// What the thread side asks of the context it attaches. Every method
-/// takes the context's lock itself, once; those given an attachment act
-/// only if it is still the context's own.
-pub(crate) trait Monitor: InSlab + Send + Sync + Sized + 'static {
-    /// The registry of this kind's attachments.
-    fn registry() -> &'static IrqSpinLock<Registry<Self>>;
-    /// Where attachments finish in process context (the reap workqueue).
-    fn reaper() -> &'static WorkList<Attachment<Self>>;
-    /// The thread was switched in on `cpu` (scheduler callback).
-    fn switched_in(&self, cpu: i32);
-    /// The thread is switched out (scheduler callback); `dead`: for the
-    /// last time. `att` was still wanted when the switch began.
-    fn switched_out(&self, att: &Attachment<Self>, dead: bool, wanted: bool);
-    /// Takes the counters off this CPU's PMU if `owner` put them there.
-    fn drop_hw_here(&self, owner: *const ());
-    /// A PMI of this CPU's PMU, which holds the context's counters.
-    fn hw_pmi(&self);
-    /// The multiplexing timer of this CPU, whose PMU holds the context's
-    /// counters: the active event set's time may be up.
-    fn hw_mux(&self);
-    /// The overflow interrupt; whether the thread must block until RESTART.
-    fn overflow_interrupt(&self) -> bool;
-    /// Wakes readers, pollers, SIGIO owners and a blocked thread.
-    fn wake(&self);
-    /// In the thread, on its way to user mode: starts following it
-    /// (`register` runs under the lock) unless `verdict` ends it.
-    fn install(
-        &self,
-        att: &Attachment<Self>,
-        verdict: Verdict,
-        register: impl FnOnce(),
-    ) -> Installed;
-    /// The thread lost the loader's access in a scheduler callback.
-    fn revoke(&self, att: &Attachment<Self>);
-    /// The thread entered an exec its loader may not be allowed to see.
-    fn exec_begin(&self, att: &Attachment<Self>);
-    /// The exec's credentials are checked (`lost`: the loader lost access):
-    /// whether overflows held back during it are pending.
-    fn exec_end(&self, att: &Attachment<Self>, lost: bool) -> bool;
-    /// An exec's credentials are not checked yet.
-    fn exec_unchecked(&self) -> bool;
-    /// Blocks the calling (monitored) thread while masked.
-    fn block_until_restart(&self, still_wanted: impl Fn() -> bool);
-    /// Frees the context if it is a zombie.
-    fn reap_zombie(&self);
-    /// Gives up `att` if it is the context's: the context's reference.
-    fn forget(&self, att: &Attachment<Self>) -> Option<Arc<Attachment<Self>>>;
-    /// LOAD's last step, registry locked: the context takes `att` for
-    /// thread `tid` if its state allows and `claim` succeeds, monitoring
-    /// starting in event set `load_set`; `install` runs under the lock for
-    /// a thread monitoring itself. Returns the attachment it replaces.
-    fn publish(
-        &self,
-        att: &Arc<Attachment<Self>>,
-        tid: u32,
-        load_set: u16,
-        claim: impl FnOnce() -> Result,
-        install: Option<&dyn Fn()>,
-    ) -> Result<Option<Arc<Attachment<Self>>>>;
-    /// A published LOAD could not reach its thread: back to UNLOADED.
-    fn load_failed(&self, att: &Attachment<Self>);
-}
 
 /// What an install found in the thread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -438,6 +378,10 @@ impl<M: Monitor> Attachment<M> {
     fn retire(self: &Arc<Self>) {
         let removed = M::registry().lock().remove(self);
         let mine = self.ctx.forget(self);
+        if removed.is_some() {
+            // A LOAD may wait for this slot (`attach::publish_waiting`).
+            globals().retired.wake_all();
+        }
         if let Some(a) = removed {
             release(a);
         }

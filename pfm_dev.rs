@@ -39,6 +39,12 @@ unsafe impl FromBytes for abi::PfmCtxFlags {}
 // SAFETY: See above.
 unsafe impl AsBytes for abi::PfmCtxInfo {}
 // SAFETY: See above.
+unsafe impl AsBytes for abi::PfmThread {}
+// SAFETY: See above.
+unsafe impl FromBytes for abi::PfmThreadsArg {}
+// SAFETY: See above.
+unsafe impl AsBytes for abi::PfmThreadsArg {}
+// SAFETY: See above.
 unsafe impl AsBytes for abi::PfmInfo {}
 // SAFETY: See above.
 unsafe impl AsBytes for abi::PfmMsg {}
@@ -273,6 +279,7 @@ fn ioctl(ctx: SlabArcBorrow<'_, Context>, cmd: u32, arg: usize) -> Result {
         0x0c => abi::PFM_IOC_CREATE_SETS,
         0x0d => abi::PFM_IOC_DELETE_SETS,
         0x0e => abi::PFM_IOC_GETINFO_SETS,
+        0x0f => abi::PFM_IOC_READ_THREADS,
         _ => return Err(ENOTTY),
     };
     if cmd != expected {
@@ -309,6 +316,7 @@ fn ioctl(ctx: SlabArcBorrow<'_, Context>, cmd: u32, arg: usize) -> Result {
         abi::PFM_IOC_CREATE_SETS | abi::PFM_IOC_DELETE_SETS | abi::PFM_IOC_GETINFO_SETS => {
             sets_ioctl(&ctx, cmd, arg)
         }
+        abi::PFM_IOC_READ_THREADS => read_threads(&ctx, arg),
         _ => Err(ENOTTY),
     }
 }
@@ -326,6 +334,21 @@ fn read_values(ctx: &Context, arg: usize) -> Result {
     UserSlice::new(at, core::mem::size_of_val(&times))
         .writer()
         .write(&times)
+}
+
+/// `PFM_IOC_READ_THREADS`: a [`abi::PfmThreadsArg`] at `arg`, written back
+/// with `needed` and `lost_threads` whatever the outcome (after a check
+/// that it can be, before anything is read).
+fn read_threads(ctx: &Context, arg: usize) -> Result {
+    let size = core::mem::size_of::<abi::PfmThreadsArg>();
+    let (mut reader, mut writer) = UserSlice::new(arg, size).reader_writer();
+    let mut a: abi::PfmThreadsArg = reader.read()?;
+    a.needed = 0;
+    a.lost_threads = 0;
+    UserSlice::new(arg, size).writer().write(&a)?;
+    let r = ctx.read_threads(&mut a);
+    writer.write(&a)?;
+    r
 }
 
 /// `PFM_IOC_WRITE_PMCS`, `PFM_IOC_WRITE_PMDS` and `PFM_IOC_READ_PMDS`: a
@@ -391,7 +414,7 @@ enum SysfsValue {
 /// `/sys/kernel/perfmon`'s files, the one list of them: name and value.
 /// `shim.c` creates one read-only file per entry ([`pfm_sysfs_count`],
 /// [`pfm_sysfs_name`]) and asks [`pfm_sysfs_show`] for entry `i`'s value.
-const SYSFS_FILES: [(&CStr, fn(&Globals) -> SysfsValue); 17] = {
+const SYSFS_FILES: [(&CStr, fn(&Globals) -> SysfsValue); 19] = {
     use SysfsValue::{Num, Text};
     [
         (c_str!("abi_version"), |_| Num(abi::PFM_ABI_VERSION as u64)),
@@ -404,6 +427,12 @@ const SYSFS_FILES: [(&CStr, fn(&Globals) -> SysfsValue); 17] = {
         }),
         (c_str!("attached_threads"), |g| {
             Num(g.attached.load(Ordering::Relaxed) as u64)
+        }),
+        (c_str!("inheriting_contexts"), |g| {
+            Num(g.inheriting.load(Ordering::Relaxed) as u64)
+        }),
+        (c_str!("exec_armed_contexts"), |g| {
+            Num(g.exec_armed.load(Ordering::Relaxed) as u64)
         }),
         (c_str!("context_bytes"), |g| {
             Num(g.contexts.object_size() as u64)

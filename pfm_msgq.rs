@@ -190,6 +190,11 @@ impl<S: DerefMut<Target = Ring>> MsgQueue<S> {
         true
     }
 
+    /// The type of the final message (END, REVOKED), 0 if there is none.
+    pub fn final_type(&self) -> u16 {
+        self.last.msg_type
+    }
+
     /// Sets the final message (END, REVOKED: its `msg_type` is not 0),
     /// read after every overflow message. One per attachment; one still
     /// unread is replaced and counted as lost.

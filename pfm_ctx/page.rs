@@ -277,8 +277,9 @@ impl Context {
             let mut inner = self.inner.lock();
             match inner.extra {
                 // The page describes one image: a context that has event
-                // sets is read through READ_VALUES (and its set flag).
-                Some(ref e) if matches!(**e, Extra::Sets(_)) => return Err(EBUSY),
+                // sets is read through READ_VALUES (and its set flag), and
+                // so is a whole program's (its reads add every thread).
+                Some(ref e) if !matches!(**e, Extra::Page(_)) => return Err(EBUSY),
                 Some(_) => {}
                 None => {
                     inner.extra = fresh.take();

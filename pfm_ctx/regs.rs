@@ -281,6 +281,9 @@ impl Context {
                 0
             }
         };
+        // A whole program's other threads, read first (outside this
+        // context's lock), added to the loaded thread's values.
+        let heirs = self.family().map(|f| f.heirs_tally());
         let apply = |inner: &mut CtxInner, now, pmds: &mut [abi::PfmPmd], _: &mut ()| {
             inner.transition(Op::Read)?;
             for p in pmds.iter_mut() {
@@ -297,8 +300,17 @@ impl Context {
                 p.reg_last_reset_val = pmd.last_reset;
                 p.reg_reset_pmds = pmd.reset_pmds.into();
                 p.reg_flags = pmd.flags;
+                if let Some(t) = &heirs {
+                    let count = t.counts.get(p.reg_num as usize).copied().unwrap_or(0);
+                    p.reg_value = p.reg_value.wrapping_add(count);
+                }
             }
-            Ok((inner.time_enabled(now), inner.time_running))
+            let (mut enabled, mut running) = (inner.time_enabled(now), inner.time_running);
+            if let Some(t) = &heirs {
+                enabled = enabled.wrapping_add(t.enabled);
+                running = running.wrapping_add(t.running);
+            }
+            Ok((enabled, running))
         };
         let (enabled, running) = self.reg_array_call(arg, regs, false, check, |_| Ok(()), apply)?;
         arg.time_enabled = enabled;
@@ -390,7 +402,9 @@ impl Context {
         values: &mut [core::mem::MaybeUninit<u64>; abi::PFM_MAX_PMDS],
     ) -> Result<(usize, [u64; 2])> {
         let mut n = 0;
-        let times = self.with_live(|inner, now| -> Result<[u64; 2]> {
+        // A whole program's other threads (see `read_pmds`).
+        let heirs = self.family().map(|f| f.heirs_tally());
+        let mut times = self.with_live(|inner, now| -> Result<[u64; 2]> {
             inner.transition(Op::Read)?;
             // Set 0's values (the active set's, unless the context has
             // several).
@@ -398,6 +412,19 @@ impl Context {
             n = collect_values(image.pmds(), pmd_mask, values);
             Ok([inner.time_enabled(now), inner.time_running])
         })?;
+        if let Some(t) = heirs {
+            let mut m = pmd_mask;
+            for slot in values.iter_mut().take(n) {
+                let i = m.trailing_zeros() as usize;
+                m &= m.wrapping_sub(1);
+                let count = t.counts.get(i).copied().unwrap_or(0);
+                // SAFETY: The first `n` were written by `collect_values`.
+                let v = unsafe { slot.assume_init() };
+                slot.write(v.wrapping_add(count));
+            }
+            times[0] = times[0].wrapping_add(t.enabled);
+            times[1] = times[1].wrapping_add(t.running);
+        }
         Ok((n, times))
     }
 }

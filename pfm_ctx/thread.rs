@@ -8,7 +8,7 @@
 use kernel::prelude::*;
 use kernel::sync::Arc;
 
-use super::{state_err, Context, CtxInner};
+use super::{state_err, Context, CtxInner, Family};
 use crate::globals;
 use crate::pfm_ctxsw::{Attachment, Installed, Monitor, Registry, Verdict};
 use crate::pfm_msgq::{FinalMsg, FINAL_END, FINAL_REVOKED};
@@ -37,7 +37,7 @@ impl Monitor for Context {
         let cpu = glue::this_cpu();
         if mine && wanted {
             // Takes the hardware counters off the PMU too.
-            inner.sched_out(cpu, dead);
+            inner.sched_out(cpu);
         } else if globals().pmu.is_owner_here(att.owner_token()) {
             let ovfl = inner.counters.uninstall_here(&globals().pmu);
             inner.overflowed(ovfl);
@@ -203,6 +203,32 @@ impl Monitor for Context {
         Ok(old)
     }
 
+    type Lineage = Family;
+
+    fn lineage(&self) -> Option<Arc<Family>> {
+        self.joinable_family()
+    }
+
+    fn process_lineage() -> Option<Arc<Family>> {
+        Family::of_current_process()
+    }
+
+    fn adopt_current(lineage: &Arc<Family>) {
+        Family::adopt_current(lineage);
+    }
+
+    fn lost_one(lineage: &Arc<Family>) {
+        lineage.lost_one();
+    }
+
+    fn exec_armed(&self) -> bool {
+        self.waits_for_exec()
+    }
+
+    fn start_on_exec(&self) {
+        self.exec_done();
+    }
+
     fn load_failed(&self, att: &Attachment<Self>) {
         let mut inner = self.inner.lock();
         if inner.owns(att) && inner.transition(Op::LoadFailed).is_ok() {
@@ -226,7 +252,9 @@ impl CtxInner {
     /// time, and the next switch-out counts it.
     #[inline]
     fn sched_in(&mut self, cpu: i32) {
-        if self.counting() && cpu != self.last_cpu {
+        // An exiting thread's migrations are not counted: perf_events
+        // stops at `perf_event_exit_task` (see `sched_out`).
+        if self.counting() && cpu != self.last_cpu && !glue::current_is_exiting() {
             self.advance(&ThreadDeltas {
                 migrations: 1,
                 ..ThreadDeltas::default()
@@ -246,11 +274,11 @@ impl CtxInner {
         self.sched_in(cpu);
     }
 
-    /// The thread is switched out of `cpu`; `dead` for its final switch.
+    /// The thread is switched out of `cpu`.
     /// The scheduler has just accounted its time slice, so the slice ends
     /// exactly at its `sum_exec_runtime`, where the next one starts.
     #[inline]
-    fn sched_out(&mut self, cpu: i32, dead: bool) {
+    fn sched_out(&mut self, cpu: i32) {
         let ovfl = self.counters.uninstall_here(&globals().pmu);
         self.overflowed(ovfl);
         if self.counters.read_only_where_running() && self.extra.is_some() {
@@ -268,9 +296,14 @@ impl CtxInner {
         self.run_base = runtime;
         if self.counting() {
             self.time_running += d.task_clock;
-            // perf_events stops counting a thread before its final switch
-            // (perf_event_exit_task): so does this, so the two agree.
-            d.switches = u64::from(!dead);
+            // perf_events stops counting a thread's switches in
+            // `perf_event_exit_task`, just after `exit_signals` set
+            // `PF_EXITING` and before `exit_mm` (whose mmap lock and
+            // unmapping may sleep): the switches of the exit path, its final
+            // one among them, are not counted, so the two agree. task-clock
+            // keeps counting to the final switch: it is the thread's CPU
+            // time, all of it (Documentation, "Accuracy").
+            d.switches = u64::from(!glue::current_is_exiting());
             self.advance(&d);
         }
         self.on_cpu = None;
@@ -286,6 +319,9 @@ impl CtxInner {
         if self.transition(op).is_err() {
             return false;
         }
+        // An exec that will never come (the thread is gone) or that the
+        // trust rules revoked starts nothing: the exec probe stops waiting.
+        self.arm_exec(false);
         self.stop_clock(now);
         self.unload_sets();
         self.msgs.push_last(FinalMsg {

@@ -8,6 +8,7 @@ use kernel::bindings;
 use kernel::prelude::*;
 use kernel::task::Task;
 
+use crate::globals;
 use crate::rust::{self as glue, CredRef};
 
 /// What a LOAD was allowed, as checked: handed to the attachment.
@@ -18,6 +19,30 @@ pub(super) struct Access {
     pub(super) owner_uid: u32,
     /// The target's real credentials as checked (`None` if privileged).
     pub(super) cred: Option<CredRef>,
+}
+
+/// Who loads: what every attachment a LOAD makes is charged to and
+/// watched for, the LOAD's own and those of the threads inheritance adds.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Loader {
+    /// The loader's real uid and gid if it is not privileged.
+    pub(super) tool_ids: Option<(u32, u32)>,
+    /// The loader's real uid.
+    pub(super) owner_uid: u32,
+}
+
+/// The calling thread as a loader.
+pub(crate) fn loader() -> Result<Loader> {
+    let me = kernel::current!();
+    let mine = CredRef::of_task(&me)?.ids();
+    let ids = (mine.uids[0], mine.gids[0]);
+    let privileged = glue::capable(bindings::CAP_PERFMON)
+        || glue::capable(bindings::CAP_SYS_ADMIN)
+        || glue::capable(bindings::CAP_SYS_PTRACE);
+    Ok(Loader {
+        tool_ids: (!privileged).then_some(ids),
+        owner_uid: ids.0,
+    })
 }
 
 /// Whether the caller may monitor `task` (itself included): perf_events'
@@ -32,19 +57,17 @@ pub(super) struct Access {
 /// what is checked is what an exec would have to change afterwards, and
 /// the attachment then watches for exactly that. `Err(EACCES)`: refused.
 pub(super) fn may_monitor(task: &Task) -> Result<Access> {
-    let me = kernel::current!();
-    let mine = CredRef::of_task(&me)?.ids();
-    let ids = (mine.uids[0], mine.gids[0]);
-    let privileged = glue::capable(bindings::CAP_PERFMON)
-        || glue::capable(bindings::CAP_SYS_ADMIN)
-        || glue::capable(bindings::CAP_SYS_PTRACE);
-    if privileged {
+    let Loader {
+        tool_ids,
+        owner_uid,
+    } = loader()?;
+    let Some(ids) = tool_ids else {
         return Ok(Access {
             tool_ids: None,
-            owner_uid: ids.0,
+            owner_uid,
             cred: None,
         });
-    }
+    };
     // SAFETY: `task` is referenced (we hold a reference to it).
     let same_process = unsafe { glue::same_thread_group_as_current(glue::task_ptr(task)) };
     let tcred = CredRef::of_task(task)?;
@@ -65,12 +88,20 @@ pub(super) fn may_monitor(task: &Task) -> Result<Access> {
     })
 }
 
+/// Whether the caller may monitor `task`, checked ahead of a LOAD (which
+/// checks again): `PFM_LOAD_PROCESS` lists the process, so that its new
+/// threads join, only once the loader may see it.
+pub(crate) fn may_load(task: &Task) -> Result {
+    may_monitor(task).map(drop)
+}
+
 /// `kernel.perf_event_paranoid` as perf applies it when a context is
 /// created (`open`): above 2 (Debian's default 3), only CAP_SYS_ADMIN may
 /// (`EACCES`, as perf_event_open). Levels 2 and below need nothing more
 /// here: kernel-mode counting is refused to callers without CAP_PERFMON
 /// at every level (`Pmu::caller_policy`), as perf does from level 2 on.
-/// Unreadable (no /proc in the caller's root): treated as 3.
+/// Unreadable (no /proc in the root of `insmod`, then none in the
+/// caller's): treated as 3.
 pub(crate) fn may_open() -> Result {
     let paranoid = read_paranoid().ok().flatten().unwrap_or(3);
     if paranoid > 2 && !glue::sys_admin_capable() {
@@ -79,9 +110,9 @@ pub(crate) fn may_open() -> Result {
     Ok(())
 }
 
-/// `kernel.perf_event_paranoid` (see [`glue::read_sysctl_int`]).
+/// `kernel.perf_event_paranoid` (see [`glue::SysctlFile`]).
 fn read_paranoid() -> Result<Option<i32>> {
-    glue::read_sysctl_int(kernel::c_str!("/proc/sys/kernel/perf_event_paranoid"))
+    globals().paranoid.read()
 }
 
 /// Yama's `ptrace_scope` for an unprivileged LOAD of another process's
@@ -92,7 +123,7 @@ fn read_paranoid() -> Result<Option<i32>> {
 /// as 3. Stricter than Yama: its `PR_SET_PTRACER` exceptions are not
 /// honoured.
 fn yama_allows(task: &Task) -> Result {
-    match glue::read_sysctl_int(kernel::c_str!("/proc/sys/kernel/yama/ptrace_scope")) {
+    match globals().ptrace_scope.read() {
         Ok(Some(0)) => Ok(()),
         // No Yama, if /proc/sys answers at all (perf's own setting is
         // always there); no /proc in the caller's root tells nothing.

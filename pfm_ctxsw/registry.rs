@@ -4,6 +4,7 @@
 
 use kernel::prelude::*;
 use kernel::sync::Arc;
+use kernel::task::Task;
 
 use super::{Attachment, Monitor};
 use crate::MAX_ATTACHED;
@@ -31,6 +32,16 @@ impl<M: Monitor> Registry<M> {
     /// Every attachment.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Arc<Attachment<M>>> {
         self.slots.iter()
+    }
+
+    /// The attachments of thread `task`.
+    pub(crate) fn of_task<'a>(
+        &'a self,
+        task: &'a Task,
+    ) -> impl Iterator<Item = &'a Arc<Attachment<M>>> + 'a {
+        self.slots
+            .iter()
+            .filter(move |a| core::ptr::eq(&*a.task, task))
     }
 
     /// Whether every slot is taken.

@@ -117,8 +117,8 @@ pub(crate) fn exec_hook<M: Monitor>() {
     let att = {
         let reg = M::registry().lock();
         let found = reg
-            .iter()
-            .find(|a| core::ptr::eq(&*a.task, &*me) && a.watch().is_some() && a.life.wanted())
+            .of_task(&me)
+            .find(|a| a.watch().is_some() && a.life.wanted())
             .cloned();
         found
     };

@@ -182,6 +182,32 @@ impl Counters {
         }
     }
 
+    /// Makes these counters' registers (PMC values, PMD state) those of
+    /// `from`, of the same model: a new thread's copy of a context's
+    /// registers. Where the registers were left is not copied.
+    pub(crate) fn copy_registers(&mut self, from: &Counters) {
+        match (self, from) {
+            (Self::Soft(s), Self::Soft(f)) => {
+                s.pmcs = f.pmcs;
+                s.ev_pmds = f.ev_pmds;
+                s.pmds = f.pmds;
+            }
+            (Self::Hw(h), Self::Hw(f)) => {
+                h.resume = None;
+                for (a, b) in h.pmcs.iter_mut().zip(f.pmcs.iter()) {
+                    *a = *b;
+                }
+                for (a, b) in h.pmds.iter_mut().zip(f.pmds.iter()) {
+                    *a = *b;
+                }
+                h.pmc_used = f.pmc_used;
+                h.used = f.used;
+            }
+            // One model per module load: never mixed.
+            _ => {}
+        }
+    }
+
     /// Forgets where the registers were left: the next install writes
     /// them all (a new attachment).
     pub(crate) fn forget_placement(&mut self) {

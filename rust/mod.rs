@@ -12,22 +12,28 @@ use kernel::prelude::*;
 use kernel::types::Opaque;
 
 mod cred;
+mod layout;
 mod lock;
 mod module;
 mod msr;
 mod sched;
 mod slab;
+mod sysctl;
 mod task;
+mod tracepoint;
 mod wait;
 mod worklist;
 
 pub(crate) use cred::*;
+pub(crate) use layout::*;
 pub(crate) use lock::*;
 pub(crate) use module::*;
 pub(crate) use msr::*;
 pub(crate) use sched::*;
 pub(crate) use slab::*;
+pub(crate) use sysctl::*;
 pub(crate) use task::*;
+pub(crate) use tracepoint::*;
 pub(crate) use wait::*;
 pub(crate) use worklist::*;
 
@@ -94,6 +100,17 @@ mod ffi {
         pub(crate) fn pfm_cpu_relax();
         pub(crate) fn pfm_exec_watch_register();
         pub(crate) fn pfm_exec_watch_unregister();
+        pub(crate) fn pfm_tracepoint_synchronize_unregister();
+        pub(crate) fn pfm_get_pid_ns(
+            ns: *mut bindings::pid_namespace,
+        ) -> *mut bindings::pid_namespace;
+        pub(crate) fn pfm_put_pid_ns(ns: *mut bindings::pid_namespace);
+        pub(crate) fn pfm_current_switches() -> c_ulong;
+        pub(crate) fn pfm_process_threads(
+            task: *mut bindings::task_struct,
+            out: *mut *mut bindings::task_struct,
+            max: c_int,
+        ) -> c_int;
         pub(crate) fn pfm_current_tid() -> c_int;
         pub(crate) fn pfm_same_thread_group_as_current(task: *mut bindings::task_struct) -> bool;
         pub(crate) fn pfm_cred_ids(cred: *const bindings::cred, ids: *mut u32);
@@ -110,8 +127,8 @@ mod ffi {
         pub(crate) fn pfm_have_tasks_rcu() -> bool;
         pub(crate) fn pfm_synchronize_rcu_tasks();
         pub(crate) fn pfm_cpu_online(cpu: c_uint) -> bool;
-        pub(crate) fn pfm_init_work(
-            work: *mut bindings::work_struct,
+        pub(crate) fn pfm_init_delayed_work(
+            work: *mut bindings::delayed_work,
             func: unsafe extern "C" fn(*mut bindings::work_struct),
         );
         pub(crate) fn pfm_kmem_cache_alloc(
@@ -137,6 +154,23 @@ mod ffi {
         pub(crate) fn release_perfctr_nmi(msr: c_uint);
         pub(crate) fn reserve_evntsel_nmi(msr: c_uint) -> c_int;
         pub(crate) fn release_evntsel_nmi(msr: c_uint);
+        pub(crate) fn task_active_pid_ns(
+            task: *mut bindings::task_struct,
+        ) -> *mut bindings::pid_namespace;
+        pub(crate) fn for_each_kernel_tracepoint(
+            func: unsafe extern "C" fn(*mut bindings::tracepoint, *mut c_void),
+            data: *mut c_void,
+        );
+        pub(crate) fn tracepoint_probe_register(
+            tp: *mut bindings::tracepoint,
+            probe: *mut c_void,
+            data: *mut c_void,
+        ) -> c_int;
+        pub(crate) fn tracepoint_probe_unregister(
+            tp: *mut bindings::tracepoint,
+            probe: *mut c_void,
+            data: *mut c_void,
+        ) -> c_int;
     }
 
     /// Storage for a `struct irq_work`; `shim.c` asserts that it fits.
@@ -385,37 +419,6 @@ pub(crate) fn now_ns() -> u64 {
     unsafe { ffi::local_clock() }
 }
 
-/// The value of an integer sysctl file (`/proc/sys/...`), read the way
-/// user space would: `Ok(None)` if it does not exist (`ENOENT`), `Err` if
-/// it could not be read or parsed. For the settings 6.12 does not export to
-/// modules (`perf_event_paranoid`, Yama's `ptrace_scope`). Process context.
-pub(crate) fn read_sysctl_int(path: &kernel::str::CStr) -> Result<Option<i32>> {
-    // SAFETY: `path` is a NUL-terminated string; read-only open.
-    let file = unsafe { bindings::filp_open(path.as_char_ptr(), bindings::O_RDONLY as i32, 0) };
-    // ERR_PTR values are the top 4095 addresses.
-    let addr = file as isize;
-    if (-4095..0).contains(&addr) {
-        let errno = addr as i32;
-        return if errno == -(bindings::ENOENT as i32) {
-            Ok(None)
-        } else {
-            Err(Error::from_errno(errno))
-        };
-    }
-    if file.is_null() {
-        return Err(EIO);
-    }
-    let mut buf = [0u8; 16];
-    let mut pos: bindings::loff_t = 0;
-    // SAFETY: `file` is open; `buf` is valid for its length.
-    let n = unsafe { bindings::kernel_read(file, buf.as_mut_ptr().cast(), buf.len(), &mut pos) };
-    // SAFETY: Opened above; no owner (not an fd table's file).
-    unsafe { bindings::filp_close(file, core::ptr::null_mut()) };
-    let n = usize::try_from(n).map_err(|_| EIO)?.min(buf.len());
-    let text = core::str::from_utf8(&buf[..n]).map_err(|_| EIO)?;
-    text.trim().parse().map(Some).map_err(|_| EIO)
-}
-
 /// `cpu_relax()`: a busy-wait's pause.
 pub(crate) fn cpu_relax() {
     // SAFETY: No preconditions.
@@ -442,65 +445,6 @@ impl Drop for ExecWatch {
         // SAFETY: Registered in `register`.
         unsafe { ffi::pfm_exec_watch_unregister() }
     }
-}
-
-/// Checks that the kernel structures Rust touches have the layout the C
-/// compiler gives them. bindgen can lay a structure out differently from
-/// the compiler: in 6.12 with `CONFIG_SCHEDSTATS=n`, `task_struct`'s empty
-/// but cache-aligned `struct sched_statistics` puts every later field (pid,
-/// group_leader, mm, cred, ...) 16 bytes off in the bindings. Rust reads
-/// no `task_struct` field past `se` (the shims do), and loading with any
-/// other mismatch would read and write the wrong fields.
-/// The first layout entry (index into `pfm_c_layout`) where C and Rust
-/// differ, with both values.
-pub(crate) fn layout_mismatch() -> Option<(usize, usize, usize)> {
-    use bindings::{file, file_operations as fops, task_struct as task};
-    use core::mem::{offset_of, size_of};
-    let rust: [usize; 28] = [
-        offset_of!(task, __state),
-        offset_of!(task, flags),
-        offset_of!(task, se.sum_exec_runtime),
-        offset_of!(task, se.exec_start),
-        offset_of!(file, private_data),
-        offset_of!(file, f_flags),
-        size_of::<fops>(),
-        offset_of!(fops, owner),
-        offset_of!(fops, read),
-        offset_of!(fops, poll),
-        offset_of!(fops, unlocked_ioctl),
-        offset_of!(fops, compat_ioctl),
-        offset_of!(fops, open),
-        offset_of!(fops, release),
-        offset_of!(fops, fasync),
-        offset_of!(fops, llseek),
-        size_of::<bindings::preempt_notifier>(),
-        size_of::<bindings::preempt_ops>(),
-        size_of::<bindings::callback_head>(),
-        size_of::<bindings::wait_queue_head>(),
-        size_of::<bindings::wait_queue_entry>(),
-        size_of::<bindings::spinlock_t>(),
-        size_of::<bindings::work_struct>(),
-        size_of::<bindings::hrtimer>(),
-        offset_of!(bindings::hrtimer, function),
-        size_of::<bindings::raw_spinlock_t>(),
-        cpu::HOT_CURRENT_TASK,
-        cpu::HOT_CPU_NUMBER,
-    ];
-    // SAFETY: `pfm_c_layout` is a constant array of `pfm_c_layout_len` entries.
-    let c = unsafe {
-        core::slice::from_raw_parts(
-            core::ptr::addr_of!(ffi::pfm_c_layout).cast::<core::ffi::c_ulong>(),
-            ffi::pfm_c_layout_len as usize,
-        )
-    };
-    if c.len() != rust.len() {
-        return Some((usize::MAX, c.len(), rust.len()));
-    }
-    c.iter()
-        .zip(rust.iter())
-        .enumerate()
-        .find(|(_, (&c, &r))| c as usize != r)
-        .map(|(i, (&c, &r))| (i, c as usize, r))
 }
 
 /// The user-mode instruction pointer saved on the current thread's kernel

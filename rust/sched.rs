@@ -195,3 +195,19 @@ pub(crate) fn task_on_cpu(task: &kernel::task::Task) -> bool {
     // SAFETY: Reads one field of a live task (a reference to it exists).
     unsafe { ffi::pfm_task_on_cpu(super::task_ptr(task)) }
 }
+
+/// The current thread's context switches (`nvcsw + nivcsw`, what
+/// `getrusage(RUSAGE_THREAD)` reports) and migrations (`se.nr_migrations`)
+/// since it was created: what a thread monitored from its birth has
+/// counted before its monitoring could be installed.
+pub(crate) fn current_switches_and_migrations() -> (u64, u64) {
+    let current = super::current_ptr();
+    // SAFETY: The current task's own counters, read by itself (only its
+    // own switches and migrations change them).
+    unsafe {
+        (
+            ffi::pfm_current_switches() as u64,
+            (*current).se.nr_migrations,
+        )
+    }
+}

@@ -7,6 +7,8 @@
  * declares (irq.rs, cpu.rs, hrtimer.rs) for the safe wrappers over these.
  */
 #include <linux/binfmts.h>
+#include <linux/tracepoint.h>
+#include <linux/pid_namespace.h>
 #include <linux/build_bug.h>
 #include <linux/sched/signal.h>
 #include <linux/sched/coredump.h>
@@ -49,6 +51,8 @@ static_assert(sizeof(struct pfm_event_info) == 32);
 static_assert(sizeof(struct pfm_info) == 872);
 static_assert(sizeof(struct pfm_msg) == 64);
 static_assert(sizeof(struct pfm_values) == 48);
+static_assert(sizeof(struct pfm_thread) == 160);
+static_assert(sizeof(struct pfm_threads_arg) == 56);
 
 /* Rust keeps a struct irq_work in opaque storage of this size (rust/mod.rs). */
 static_assert(sizeof(struct irq_work) <= 32 && __alignof__(struct irq_work) <= 8);
@@ -175,6 +179,8 @@ const unsigned long pfm_c_layout[] = {
 	sizeof(struct work_struct), sizeof(struct hrtimer), offsetof(struct hrtimer, function),
 	sizeof(raw_spinlock_t),
 	offsetof(struct pcpu_hot, current_task), offsetof(struct pcpu_hot, cpu_number),
+	offsetof(struct task_struct, se.nr_migrations), offsetof(struct tracepoint, name),
+	sizeof(struct delayed_work), offsetof(struct delayed_work, work),
 };
 const unsigned long pfm_c_layout_len = ARRAY_SIZE(pfm_c_layout);
 
@@ -192,7 +198,7 @@ void pfm_raw_spin_lock_init(raw_spinlock_t *l, const char *name, struct lock_cla
 	raw_spin_lock_init(l);
 #endif
 }
-void pfm_init_work(struct work_struct *w, work_func_t fn) { INIT_WORK(w, fn); }
+void pfm_init_delayed_work(struct delayed_work *w, work_func_t fn) { INIT_DELAYED_WORK(w, fn); }
 void *pfm_kmem_cache_alloc(struct kmem_cache *s, gfp_t flags) { return kmem_cache_alloc(s, flags); }
 void pfm_init_irq_work(struct irq_work *w, void (*fn)(struct irq_work *)) { init_irq_work(w, fn); }
 void pfm_poll_wait(struct file *f, wait_queue_head_t *q, poll_table *p) { poll_wait(f, q, p); }
@@ -246,6 +252,29 @@ static int pfm_exec_load(struct linux_binprm *bprm) { pfm_exec_hook(); return -E
 static struct linux_binfmt pfm_exec_watch = { .module = THIS_MODULE, .load_binary = pfm_exec_load };
 void pfm_exec_watch_register(void) { __register_binfmt(&pfm_exec_watch, 1); }
 void pfm_exec_watch_unregister(void) { unregister_binfmt(&pfm_exec_watch); }
+
+/* Tracepoints (rust/tracepoint.rs): after unregistering, no probe runs. */
+void pfm_tracepoint_synchronize_unregister(void) { tracepoint_synchronize_unregister(); }
+struct pid_namespace *pfm_get_pid_ns(struct pid_namespace *ns) { return get_pid_ns(ns); }
+void pfm_put_pid_ns(struct pid_namespace *ns) { put_pid_ns(ns); }
+/* Past task_struct's `stats`, where bindgen's layout may differ (rust/mod.rs). */
+unsigned long pfm_current_switches(void) { return current->nvcsw + current->nivcsw; }
+/* for_each_thread is a macro: the threads of task's process, up to max of
+ * them referenced into out; returns how many there are. */
+int pfm_process_threads(struct task_struct *task, struct task_struct **out, int max)
+{
+	struct task_struct *t;
+	int n = 0;
+
+	rcu_read_lock();
+	for_each_thread(task, t) {
+		if (n < max)
+			out[n] = get_task_struct(t);
+		n++;
+	}
+	rcu_read_unlock();
+	return n;
+}
 
 /*
  * Module exit waits for threads still returning through module code

@@ -63,6 +63,18 @@ pub(crate) fn is_exiting(task: &Task) -> bool {
     task_flags(task) & bindings::PF_EXITING != 0
 }
 
+/// Whether the current thread is exiting (`PF_EXITING`, set by
+/// `exit_signals` at the top of `do_exit`). For its own scheduler
+/// callbacks: perf_events stops counting a thread in
+/// `perf_event_exit_task`, right after that point and before `exit_mm`.
+pub(crate) fn current_is_exiting() -> bool {
+    // SAFETY: `current` is a valid task; only the task itself sets
+    // `PF_EXITING` in its own flags.
+    let flags =
+        unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*super::current_ptr()).flags)) };
+    flags & bindings::PF_EXITING != 0
+}
+
 /// Whether `task` is being switched out for the last time (`TASK_DEAD`).
 ///
 /// # Safety
@@ -263,4 +275,106 @@ impl<T: HasTaskWork<ID> + TaskWorkItem<ID>, const ID: u64> TaskWork<T, ID> {
             .store(core::ptr::null_mut(), Ordering::Release);
         T::run(this);
     }
+}
+
+/// Whether `task` is a user thread: not a kernel thread nor an io_uring
+/// worker (which never returns to user mode).
+pub(crate) fn is_user_thread(task: &Task) -> bool {
+    task_flags(task) & (bindings::PF_KTHREAD | bindings::PF_IO_WORKER) == 0
+}
+
+/// The task behind a C pointer the kernel handed us.
+///
+/// # Safety
+///
+/// `task` is a live task for at least `'a`.
+pub(crate) unsafe fn task_from_ptr<'a>(task: *mut bindings::task_struct) -> &'a Task {
+    // SAFETY: `Task` is a transparent wrapper of `task_struct`; the caller
+    // guarantees it lives for `'a`.
+    unsafe { &*task.cast::<Task>() }
+}
+
+/// A counted reference to a pid namespace: the one a tool's ids are in.
+///
+/// # Invariants
+///
+/// `0` is a pid namespace on which this value holds one reference.
+pub(crate) struct PidNs(core::ptr::NonNull<bindings::pid_namespace>);
+
+// SAFETY: A reference count; the namespace is only read through the
+// kernel's functions, which any thread may call.
+unsafe impl Send for PidNs {}
+// SAFETY: See `Send`.
+unsafe impl Sync for PidNs {}
+
+impl PidNs {
+    /// The calling thread's active pid namespace.
+    pub(crate) fn of_current() -> Option<Self> {
+        // SAFETY: The current task is live; its active namespace lives as
+        // long as it does, and we take our own reference at once.
+        let ns = unsafe { ffi::pfm_get_pid_ns(ffi::task_active_pid_ns(super::current_ptr())) };
+        // INVARIANT: `pfm_get_pid_ns` took the reference we hold.
+        core::ptr::NonNull::new(ns).map(Self)
+    }
+
+    /// `task`'s thread id and process id in this namespace (0 where it is
+    /// not visible).
+    pub(crate) fn ids_of(&self, task: &Task) -> (u32, u32) {
+        let t = task_ptr(task);
+        // SAFETY: `task` is live (a reference exists) and the namespace is
+        // referenced (type invariant).
+        let (tid, pid) = unsafe {
+            (
+                bindings::__task_pid_nr_ns(t, bindings::pid_type_PIDTYPE_PID, self.0.as_ptr()),
+                bindings::__task_pid_nr_ns(t, bindings::pid_type_PIDTYPE_TGID, self.0.as_ptr()),
+            )
+        };
+        (tid.max(0) as u32, pid.max(0) as u32)
+    }
+}
+
+impl Drop for PidNs {
+    fn drop(&mut self) {
+        // SAFETY: The reference this value holds (type invariant).
+        unsafe { ffi::pfm_put_pid_ns(self.0.as_ptr()) };
+    }
+}
+
+/// Every thread of `task`'s process as it is now (referenced), `task`
+/// included if it is alive.
+pub(crate) fn process_threads(task: &Task) -> Result<KVec<ARef<Task>>> {
+    let mut room = 16usize;
+    loop {
+        let mut ptrs: KVec<*mut bindings::task_struct> = KVec::with_capacity(room, GFP_KERNEL)?;
+        let max = c_int::try_from(room).map_err(|_| ENOMEM)?;
+        // SAFETY: `task` is live; `ptrs` has room for `max` pointers, and
+        // the shim writes at most that many, each with a reference taken.
+        let n = unsafe { ffi::pfm_process_threads(task_ptr(task), ptrs.as_mut_ptr(), max) };
+        let n = usize::try_from(n).unwrap_or(0);
+        let got = n.min(room);
+        // SAFETY: The shim initialised the first `got` elements.
+        unsafe { ptrs.set_len(got) };
+        let mut threads = KVec::with_capacity(got, GFP_KERNEL);
+        for &p in ptrs.iter() {
+            // SAFETY: Each pointer carries the reference the shim took,
+            // which the `ARef` now owns (dropped if the list is not kept).
+            let t = unsafe { ARef::from_raw(core::ptr::NonNull::new_unchecked(p.cast::<Task>())) };
+            if let Ok(v) = threads.as_mut() {
+                let _ = KVec::push(v, t, GFP_ATOMIC);
+            }
+        }
+        if n <= room {
+            return threads.map_err(Error::from);
+        }
+        // Threads were created meanwhile: again, with room for them.
+        room = n + 16;
+    }
+}
+
+/// Whether `task` is stopped or traced (it runs nothing, task_works
+/// included, until continued). Racy: a hint.
+pub(crate) fn is_stopped(task: &Task) -> bool {
+    // SAFETY: `task` is live (a reference exists); `__state` is read once.
+    let state = unsafe { core::ptr::read_volatile(&(*task_ptr(task)).__state) };
+    state & (bindings::__TASK_STOPPED | bindings::__TASK_TRACED) != 0
 }

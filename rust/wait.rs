@@ -81,6 +81,25 @@ impl WaitQueue {
     /// check and the sleep is not lost. `exclusive`: one of the exclusive
     /// waiters per wake-up. Returns what `done` returned; the caller loops.
     pub(crate) fn wait_unless(&self, exclusive: bool, done: impl FnOnce() -> bool) -> bool {
+        self.wait_once(exclusive, None, done).is_none()
+    }
+
+    /// [`WaitQueue::wait_unless`] (not exclusive) for at most `jiffies`:
+    /// the jiffies left, 0 if the time ran out (or `done()` said so at
+    /// once: then `jiffies`).
+    pub(crate) fn wait_unless_for(&self, jiffies: u32, done: impl FnOnce() -> bool) -> u32 {
+        self.wait_once(false, Some(jiffies), done)
+            .unwrap_or(jiffies)
+    }
+
+    /// One wait: `None` if `done()` said there was no need, else the
+    /// jiffies left of `timeout` (`Some(0)` for an untimed sleep).
+    fn wait_once(
+        &self,
+        exclusive: bool,
+        timeout: Option<u32>,
+        done: impl FnOnce() -> bool,
+    ) -> Option<u32> {
         let entry = Opaque::<bindings::wait_queue_entry>::uninit();
         let state = bindings::TASK_INTERRUPTIBLE as i32;
         // SAFETY: `entry` lives until `finish_wait` below; `head` is
@@ -93,14 +112,21 @@ impl WaitQueue {
                 bindings::prepare_to_wait(self.head.get(), entry.get(), state);
             }
         }
-        let stop = done();
-        if !stop {
+        let left = if done() {
+            None
+        } else if let Some(jiffies) = timeout {
+            let jiffies = isize::try_from(jiffies).unwrap_or(isize::MAX);
+            // SAFETY: A timed sleep; `wake_all`, a signal or the timer ends it.
+            let left = unsafe { bindings::schedule_timeout(jiffies) };
+            Some(u32::try_from(left).unwrap_or(0))
+        } else {
             // SAFETY: A plain sleep; `wake_all` (or a signal) wakes us.
             unsafe { bindings::schedule() };
-        }
+            Some(0)
+        };
         // SAFETY: Pairs with the `prepare_to_wait*` above.
         unsafe { bindings::finish_wait(self.head.get(), entry.get()) };
-        stop
+        left
     }
 }
 

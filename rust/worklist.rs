@@ -12,6 +12,15 @@
 //! pusher's compare-exchange on the head cannot be fooled by an object that
 //! left and came back (the ABA problem of single pops).
 //!
+//! The work runs [`BATCH_DELAY`] after the first push of a batch, not at
+//! once: a worker woken per object would run on the pusher's CPU just as
+//! the thread that the object's end woke gets it (a monitored child's
+//! exit wakes its parent in `wait`, then its final switch hands the
+//! attachment here), preempting that thread once per exit: one switch
+//! more per fork for the monitored program (`make bench --only inherit`:
+//! 381 against 200 for 200 forks). Batched, a jiffy's ends cost one
+//! wake-up.
+//!
 //! The semantics are a work item's: an object is queued at most once at a
 //! time (a second push while it waits is refused and hands the reference
 //! back), and it may be queued again from the moment its `run` starts.
@@ -26,6 +35,9 @@ use kernel::sync::Arc;
 use kernel::types::Opaque;
 
 use super::ffi;
+
+/// How long the work waits after the first push of a batch (a jiffy).
+const BATCH_DELAY: usize = 1;
 
 /// `WorkLink::next` of an object in no list.
 const IDLE: *mut WorkLink = core::ptr::without_provenance_mut(1);
@@ -100,13 +112,14 @@ pub(crate) use impl_has_work_link;
 /// `head` is the first waiting object's link (null: none), and each
 /// waiting object holds one leaked `Arc<T>` reference for the list.
 /// `work` is initialised with [`WorkList::work_fn`]; while `queue` is not
-/// null it is a live workqueue.
+/// null it is a live workqueue. An armed `work` timer has a waiting object
+/// (holding its reference), or [`WorkList::flush`] waits it out.
 #[pin_data]
 pub(crate) struct WorkList<T> {
     head: AtomicPtr<WorkLink>,
     queue: AtomicPtr<bindings::workqueue_struct>,
     #[pin]
-    work: Opaque<bindings::work_struct>,
+    work: Opaque<bindings::delayed_work>,
     _items: PhantomData<T>,
 }
 
@@ -123,8 +136,9 @@ impl<T: HasWorkLink + WorkListItem + Send + Sync> WorkList<T> {
             head: AtomicPtr::new(core::ptr::null_mut()),
             queue: AtomicPtr::new(core::ptr::null_mut()),
             // INVARIANT: initialised with `work_fn`.
-            // SAFETY: `w` is valid for writes; `INIT_WORK` initialises it.
-            work <- Opaque::ffi_init(|w| unsafe { ffi::pfm_init_work(w, Self::work_fn) }),
+            // SAFETY: `w` is valid for writes; `INIT_DELAYED_WORK`
+            // initialises it.
+            work <- Opaque::ffi_init(|w| unsafe { ffi::pfm_init_delayed_work(w, Self::work_fn) }),
             _items: PhantomData,
         })
     }
@@ -149,6 +163,17 @@ impl<T: HasWorkLink + WorkListItem + Send + Sync> WorkList<T> {
     /// and the queue be destroyed in between. Process context.
     pub(crate) fn quiesce(&self) {
         super::synchronize_rcu();
+    }
+
+    /// Runs the work now if its timer is armed, and waits for it: a push
+    /// that published its object, then queued the work after a run had
+    /// already taken the object, leaves a timer that no waiting object
+    /// accounts for. After [`WorkList::quiesce`], before the queue goes.
+    /// Process context.
+    pub(crate) fn flush(&self) {
+        // SAFETY: `work` is initialised (type invariant) and its queue
+        // still live (the caller's order).
+        unsafe { bindings::flush_delayed_work(self.work.get()) };
     }
 
     /// Queues `this` to run in the workqueue. Refused, with the reference
@@ -190,15 +215,17 @@ impl<T: HasWorkLink + WorkListItem + Send + Sync> WorkList<T> {
                 Err(h) => head = h,
             }
         }
+        // Queueing a work that is pending (its timer armed, or queued) does
+        // nothing: it has not yet taken the list.
         // SAFETY: `queue` is live while objects may be pushed, and until
         // `quiesce` has waited for this section (`set_queue`); `work` is
-        // initialised (type invariant). Queueing a work that is pending
-        // already does nothing: it has not yet taken the list.
+        // initialised (type invariant).
         unsafe {
-            bindings::queue_work_on(
+            bindings::queue_delayed_work_on(
                 bindings::wq_misc_consts_WORK_CPU_UNBOUND as i32,
                 self.queue.load(Ordering::Acquire),
                 self.work.get(),
+                BATCH_DELAY,
             )
         };
         super::local_irq_restore(flags);
@@ -209,10 +236,12 @@ impl<T: HasWorkLink + WorkListItem + Send + Sync> WorkList<T> {
     ///
     /// # Safety
     ///
-    /// `work` is the `work` field of a live `WorkList<T>`.
+    /// `work` is the `work_struct` inside the `work` field of a live
+    /// `WorkList<T>`.
     unsafe extern "C" fn work_fn(work: *mut bindings::work_struct) {
         let list = work
             .cast::<u8>()
+            .wrapping_sub(core::mem::offset_of!(bindings::delayed_work, work))
             .wrapping_sub(core::mem::offset_of!(Self, work))
             .cast::<Self>();
         // SAFETY: The caller's guarantee.

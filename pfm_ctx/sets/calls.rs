@@ -83,8 +83,11 @@ impl Context {
             let mut inner = self.inner.lock();
             inner.life.check(Op::SetFlags).map_err(state_err)?;
             let created = match inner.extra.as_deref() {
-                // A page describes one image (see `mmap`).
-                Some(Extra::Page(_)) => return Err(EBUSY),
+                // A page describes one image (see `mmap`); a whole
+                // program's threads are counted in one image each.
+                Some(Extra::Page(_)) | Some(Extra::Family(_)) | Some(Extra::Heir(_)) => {
+                    return Err(EBUSY)
+                }
                 Some(Extra::Sets(_)) => match sets_of_mut(&mut inner.extra) {
                     Some(s) => s.create(&mut table_descs, &mut fresh),
                     None => return Err(ENOMEM),

@@ -156,6 +156,9 @@ static void read_values(void)
 _Static_assert(sizeof(struct pfm_setdesc) == 32, "pfm_setdesc");
 _Static_assert(sizeof(struct pfm_setinfo) == 128, "pfm_setinfo");
 _Static_assert(sizeof(struct pfm_sets_arg) == 32, "pfm_sets_arg");
+_Static_assert(sizeof(struct pfm_thread) == 160, "pfm_thread");
+_Static_assert(sizeof(struct pfm_threads_arg) == 56, "pfm_threads_arg");
+_Static_assert(offsetof(struct pfm_ctx_info, lost_threads) == 28, "lost_threads");
 _Static_assert(sizeof(struct pfm_values) == 48, "pfm_values");
 _Static_assert(sizeof(struct pfm_load) == 32, "pfm_load");
 _Static_assert(offsetof(struct pfm_setinfo, set_last_cause) == 64, "set_last_cause");

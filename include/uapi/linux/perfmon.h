@@ -113,13 +113,20 @@ struct pfm_values {
 
 /* Argument of PFM_IOC_LOAD. */
 struct pfm_load {
-	__u32 tid;		/* thread to monitor; 0 = the calling thread */
-	__u32 flags;		/* must be 0 */
+	__u32 tid;		/* thread to monitor; 0 = the calling thread;
+				 * PFM_LOAD_PROCESS: a process id (tgid) */
+	__u32 flags;		/* PFM_LOAD_* */
 	__u16 load_set;		/* the event set monitoring starts in (it must exist) */
 	__u16 pad0;		/* must be 0 */
 	__u32 pad1;		/* must be 0 */
 	__u64 reserved[2];	/* must be 0 */
 };
+
+/* struct pfm_load.flags */
+#define PFM_LOAD_PROCESS	(1u << 0)	/* every thread of process `tid`, and (as with
+						 * PFM_CTXFL_INHERIT) every thread and process
+						 * they create from then on */
+#define PFM_LOAD_MASK		0x1u
 
 /*
  * Event sets (Documentation/perfmon.rst, "Event sets and multiplexing").
@@ -182,7 +189,11 @@ struct pfm_sets_arg {
 /* Context flags (PFM_IOC_SET_FLAGS; only while UNLOADED). */
 #define PFM_CTXFL_NOTIFY_BLOCK	(1u << 0)	/* block the thread on overflow until RESTART */
 #define PFM_CTXFL_NO_MSG	(1u << 1)	/* count overflows, queue no messages */
-#define PFM_CTXFL_MASK		0x3u
+#define PFM_CTXFL_INHERIT	(1u << 2)	/* monitor the threads and processes the monitored
+						 * threads create after LOAD, transitively */
+#define PFM_CTXFL_START_ON_EXEC	(1u << 3)	/* start counting at the target's next successful
+						 * exec (LOAD arms it; START starts at once) */
+#define PFM_CTXFL_MASK		0xfu
 
 struct pfm_ctx_flags {
 	__u32 flags;		/* PFM_CTXFL_* */
@@ -198,11 +209,51 @@ struct pfm_ctx_info {
 	__u32 flags;		/* PFM_CTXFL_* */
 	__u32 status;		/* PFM_CTXST_* */
 	__u64 used_pmds;	/* bitmask of PMDs written */
-	__u64 reserved[3];
+	__u32 threads;		/* threads monitored since LOAD, alive or exited (INHERIT or
+				 * PFM_LOAD_PROCESS; else 1 while loaded) */
+	__u32 lost_threads;	/* threads that should have been monitored and could not be
+				 * (the per-user limit, memory, the registry full) */
+	__u64 reserved[2];
 };
 #define PFM_CTXST_STARTED	(1u << 0)	/* START issued, no STOP since */
 #define PFM_CTXST_ACTIVE	(1u << 1)	/* the target has installed the context */
 #define PFM_CTXST_EXITED	(1u << 2)	/* the target exited (END queued) */
+#define PFM_CTXST_EXEC_ARMED	(1u << 3)	/* START_ON_EXEC: waiting for the exec */
+
+/*
+ * PFM_IOC_READ_THREADS: one row per thread the context monitored since
+ * LOAD, alive or exited (Documentation/perfmon.rst, "Whole programs").
+ * The loaded thread's row is first, then the others in the order they
+ * were attached. Each row holds the values of the PMDs in `pmd_mask`, in
+ * PMD order (at most PFM_THREAD_VALUES of them).
+ */
+#define PFM_THREAD_VALUES	16
+#define PFM_MAX_THREAD_ROWS	65536	/* rows kept; more threads are summed, not listed */
+
+/* struct pfm_thread.flags */
+#define PFM_THRFL_EXITED	(1u << 0)	/* the thread exited; values are final */
+#define PFM_THRFL_REVOKED	(1u << 1)	/* monitoring ended at an exec it may not see */
+#define PFM_THRFL_LOADED	(1u << 2)	/* the thread LOAD named (first row) */
+
+struct pfm_thread {
+	__u32 tid;		/* thread id (the caller's pid namespace; 0 if not visible there) */
+	__u32 pid;		/* its process id (tgid) */
+	__u32 flags;		/* PFM_THRFL_* */
+	__u32 pad;
+	__u64 time_enabled;	/* ns monitored and started */
+	__u64 time_running;	/* ns it ran while started */
+	__u64 values[PFM_THREAD_VALUES];
+};
+
+struct pfm_threads_arg {
+	__u64 threads;		/* in: user pointer to struct pfm_thread[count] */
+	__u64 pmd_mask;		/* in: PMDs whose values the rows hold, implemented ones only */
+	__u32 count;		/* in: rows the array holds */
+	__u32 needed;		/* out: rows there are (E2BIG, nothing written, if above count) */
+	__u32 lost_threads;	/* out: as struct pfm_ctx_info.lost_threads */
+	__u32 flags;		/* must be 0 */
+	__u64 reserved[3];	/* must be 0 */
+};
 
 /* Event of the PMU model (struct pfm_info.events). */
 struct pfm_event_info {
@@ -319,6 +370,7 @@ struct pfm_page {
 #define PFM_IOC_CREATE_SETS	_IOWR(PFM_IOC_MAGIC, 0x0c, struct pfm_sets_arg)
 #define PFM_IOC_DELETE_SETS	_IOWR(PFM_IOC_MAGIC, 0x0d, struct pfm_sets_arg)
 #define PFM_IOC_GETINFO_SETS	_IOWR(PFM_IOC_MAGIC, 0x0e, struct pfm_sets_arg)
+#define PFM_IOC_READ_THREADS	_IOWR(PFM_IOC_MAGIC, 0x0f, struct pfm_threads_arg)
 
 /* Soft PMU model: event codes written into PMC n select what PMD n counts. */
 #define PFM_SOFT_EV_NONE		0

@@ -59,8 +59,14 @@ pub const PFM_REG_RETFL_MASK: u32 = 0xff00_0000;
 pub const PFM_CTXFL_NOTIFY_BLOCK: u32 = 1 << 0;
 /// Context flag: count overflows but queue no messages.
 pub const PFM_CTXFL_NO_MSG: u32 = 1 << 1;
+/// Context flag: monitor the threads and processes the monitored threads
+/// create after LOAD, transitively.
+pub const PFM_CTXFL_INHERIT: u32 = 1 << 2;
+/// Context flag: start counting at the target's next successful exec (LOAD
+/// arms it; START starts at once).
+pub const PFM_CTXFL_START_ON_EXEC: u32 = 1 << 3;
 /// Every defined context flag.
-pub const PFM_CTXFL_MASK: u32 = 0x3;
+pub const PFM_CTXFL_MASK: u32 = 0xf;
 
 /// Context status: START issued, no STOP since.
 pub const PFM_CTXST_STARTED: u32 = 1 << 0;
@@ -68,6 +74,8 @@ pub const PFM_CTXST_STARTED: u32 = 1 << 0;
 pub const PFM_CTXST_ACTIVE: u32 = 1 << 1;
 /// Context status: the target thread exited.
 pub const PFM_CTXST_EXITED: u32 = 1 << 2;
+/// Context status: `PFM_CTXFL_START_ON_EXEC`, waiting for the exec.
+pub const PFM_CTXST_EXEC_ARMED: u32 = 1 << 3;
 
 /// Message: a PMD with `PFM_REGFL_OVFL_NOTIFY` overflowed.
 pub const PFM_MSG_OVFL: u32 = 1;
@@ -176,9 +184,10 @@ pub const PFM_VALFL_MASK: u16 = 0x1;
 #[repr(C)]
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
 pub struct PfmLoad {
-    /// Thread to monitor; 0 is the calling thread.
+    /// Thread to monitor; 0 is the calling thread. `PFM_LOAD_PROCESS`: a
+    /// process id (tgid).
     pub tid: u32,
-    /// Must be 0.
+    /// `PFM_LOAD_*`.
     pub flags: u32,
     /// The event set monitoring starts in (it must exist).
     pub load_set: u16,
@@ -189,6 +198,12 @@ pub struct PfmLoad {
     /// Must be 0.
     pub reserved: [u64; 2],
 }
+
+/// [`PfmLoad::flags`]: every thread of process `tid`, and (as with
+/// `PFM_CTXFL_INHERIT`) every thread and process they create from then on.
+pub const PFM_LOAD_PROCESS: u32 = 1 << 0;
+/// Every defined LOAD flag.
+pub const PFM_LOAD_MASK: u32 = 0x1;
 
 /// Event set ids are `0..PFM_MAX_SETS`; set 0 always exists.
 pub const PFM_MAX_SETS: usize = 16;
@@ -306,7 +321,64 @@ pub struct PfmCtxInfo {
     pub status: u32,
     /// PMDs written so far.
     pub used_pmds: u64,
+    /// Threads monitored since LOAD, alive or exited (1 while loaded
+    /// without inheritance).
+    pub threads: u32,
+    /// Threads that should have been monitored and could not be.
+    pub lost_threads: u32,
     /// Zero.
+    pub reserved: [u64; 2],
+}
+
+/// Values per row of `PFM_IOC_READ_THREADS`.
+pub const PFM_THREAD_VALUES: usize = 16;
+/// Rows a context keeps; more threads are summed, not listed.
+pub const PFM_MAX_THREAD_ROWS: usize = 65536;
+/// [`PfmThread::flags`]: the thread exited; its values are final.
+pub const PFM_THRFL_EXITED: u32 = 1 << 0;
+/// [`PfmThread::flags`]: its monitoring ended at an exec it may not see.
+pub const PFM_THRFL_REVOKED: u32 = 1 << 1;
+/// [`PfmThread::flags`]: the thread LOAD named (the first row).
+pub const PFM_THRFL_LOADED: u32 = 1 << 2;
+
+/// One row of `PFM_IOC_READ_THREADS`: a thread the context monitored.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct PfmThread {
+    /// Thread id (the caller's pid namespace; 0 if not visible there).
+    pub tid: u32,
+    /// Its process id (tgid).
+    pub pid: u32,
+    /// `PFM_THRFL_*`.
+    pub flags: u32,
+    /// Zero.
+    pub pad: u32,
+    /// ns monitored and started.
+    pub time_enabled: u64,
+    /// ns it ran while started.
+    pub time_running: u64,
+    /// The values of the PMDs of `pmd_mask`, in PMD order.
+    pub values: [u64; PFM_THREAD_VALUES],
+}
+
+/// Argument of `PFM_IOC_READ_THREADS`.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct PfmThreadsArg {
+    /// In: user pointer to `PfmThread[count]`.
+    pub threads: u64,
+    /// In: PMDs whose values the rows hold (implemented ones, at most
+    /// `PFM_THREAD_VALUES`).
+    pub pmd_mask: u64,
+    /// In: rows the array holds.
+    pub count: u32,
+    /// Out: rows there are (`E2BIG`, nothing written, if above `count`).
+    pub needed: u32,
+    /// Out: as [`PfmCtxInfo::lost_threads`].
+    pub lost_threads: u32,
+    /// Must be 0.
+    pub flags: u32,
+    /// Must be 0.
     pub reserved: [u64; 3],
 }
 
@@ -575,10 +647,20 @@ pub const PFM_IOC_GETINFO_SETS: u32 = ioc(
     core::mem::size_of::<PfmSetsArg>(),
 );
 
+/// `_IOWR(PFM_IOC_MAGIC, 0x0f, struct pfm_threads_arg)`.
+pub const PFM_IOC_READ_THREADS: u32 = ioc(
+    IOC_READ | IOC_WRITE,
+    0x0f,
+    core::mem::size_of::<PfmThreadsArg>(),
+);
+
 // The sizes are part of the ABI: any change here is an ABI break.
 const _: () = assert!(core::mem::size_of::<PfmSetdesc>() == 32);
 const _: () = assert!(core::mem::size_of::<PfmSetinfo>() == 128);
 const _: () = assert!(core::mem::size_of::<PfmSetsArg>() == 32);
+const _: () = assert!(core::mem::size_of::<PfmThread>() == 160);
+const _: () = assert!(core::mem::size_of::<PfmThreadsArg>() == 56);
+const _: () = assert!(core::mem::offset_of!(PfmCtxInfo, lost_threads) == 28);
 const _: () = assert!(core::mem::offset_of!(PfmSetinfo, set_last_cause) == 64);
 const _: () = assert!(core::mem::size_of::<PfmPmc>() == 32);
 const _: () = assert!(core::mem::size_of::<PfmPmd>() == 64);

@@ -40,6 +40,7 @@ mod abi;
 mod pfm_page;
 mod report;
 mod sys;
+mod whole;
 
 use std::io;
 use std::sync::{Arc, Barrier};
@@ -289,6 +290,11 @@ struct Opts {
     threads: usize,
     many_trips: u64,
     settle_ms: u64,
+    /// fork+exit+wait cycles per run (`inherit`).
+    inherit_iters: usize,
+    /// Attach cycles per run, and the target's threads (`process-attach`).
+    process_iters: usize,
+    process_threads: usize,
     only: Vec<String>,
     qemu: String,
     commit: String,
@@ -301,7 +307,9 @@ fn usage(code: i32) -> ! {
     eprintln!(
         "usage: pfm_bench [--quick] [--rounds N] [--trips N] [--reads N] [--attach-iters N]\n\
          \x20                [--threads N] [--many-trips N] [--settle-ms N]\n\
-         \x20                [--only ctxsw,read,attach,many,sets,setmem] [--qemu TEXT] [--commit TEXT]\n\
+         \x20                [--inherit-iters N] [--process-iters N] [--process-threads N]\n\
+         \x20                [--only ctxsw,read,attach,many,sets,setmem,inherit,process-attach]\n\
+         \x20                [--qemu TEXT] [--commit TEXT]\n\
          \x20      pfm_bench --profile SECTION:VARIANT,... (windows for scripts/bench-profile.sh)"
     );
     std::process::exit(code)
@@ -317,6 +325,9 @@ fn parse_opts() -> Opts {
         threads: 1_000,
         many_trips: 50_000,
         settle_ms: 1_200,
+        inherit_iters: 2_000,
+        process_iters: 100,
+        process_threads: 100,
         only: vec![
             "ctxsw".into(),
             "read".into(),
@@ -324,6 +335,8 @@ fn parse_opts() -> Opts {
             "many".into(),
             "sets".into(),
             "setmem".into(),
+            "inherit".into(),
+            "process-attach".into(),
         ],
         qemu: String::new(),
         commit: String::new(),
@@ -349,6 +362,8 @@ fn parse_opts() -> Opts {
                 o.threads = 100;
                 o.many_trips = 2_000;
                 o.settle_ms = 1_200;
+                o.inherit_iters = 200;
+                o.process_iters = 10;
                 i += 1;
                 continue;
             }
@@ -359,6 +374,9 @@ fn parse_opts() -> Opts {
             "--threads" => o.threads = num(i + 1) as usize,
             "--many-trips" => o.many_trips = num(i + 1).max(1),
             "--settle-ms" => o.settle_ms = num(i + 1),
+            "--inherit-iters" => o.inherit_iters = num(i + 1).max(1) as usize,
+            "--process-iters" => o.process_iters = num(i + 1).max(1) as usize,
+            "--process-threads" => o.process_threads = num(i + 1).max(1) as usize,
             "--only" => {
                 o.only = args
                     .get(i + 1)
@@ -1079,68 +1097,80 @@ enum AttachKind {
     PerfFull(&'static [u64]),
 }
 
-/// LOAD of `tid`; on `EAGAIN` (the thread holds the most attachments
-/// awaiting its own cleanup, which a sleeping thread only runs when it
-/// wakes) wakes the target with `kick`, counts it in `kicks` and retries.
-/// Returns whether it had to retry.
-fn load_kicking(p: &Pfm, tid: u32, kick: &dyn Fn(), kicks: &mut u64) -> io::Result<bool> {
-    for attempt in 0..1000 {
-        match p.load(tid) {
-            Ok(()) => return Ok(attempt > 0),
-            // EAGAIN (the errno itself is folded into the message by sys::check).
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                *kicks += 1;
-                kick();
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            Err(e) => return Err(e),
-        }
+/// LOAD of `tid`: `Ok(true)` if it attached, `Ok(false)` if it was
+/// refused with `EAGAIN` (the thread holds the most attachments awaiting
+/// its own cleanup, which a sleeping thread only runs when it wakes).
+#[inline(always)]
+fn load_or_refused(p: &Pfm, tid: u32) -> io::Result<bool> {
+    match p.load(tid) {
+        Ok(()) => Ok(true),
+        // EAGAIN (the errno itself is folded into the message by sys::check).
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+        Err(e) => Err(e),
     }
-    Err(io::Error::other(
-        "PFM_IOC_LOAD: still EAGAIN after waking the target 1000 times",
-    ))
 }
 
-/// `n` timed cycles of `kind` on thread `tid`; a cycle whose LOAD had to
-/// wait for the target's cleanup (see [`load_kicking`]) is run again and
-/// not counted. Returns the samples and the number of kicks.
+/// `n` cycles of `kind` on thread `tid`, every one timed. A cycle whose
+/// LOAD is refused with `EAGAIN` ends there (its time is the refused
+/// LOAD's, and the close's) and is counted as a failure; the target is
+/// then woken with `kick` (outside the timed window), so that it runs its
+/// pending cleanup and the next cycle can attach. Returns the samples,
+/// those of the cycles that attached, and the number of refusals.
 fn attach_samples(
     kind: AttachKind,
     tid: u32,
     n: usize,
     kick: &dyn Fn(),
-) -> io::Result<(Vec<u64>, u64)> {
+) -> io::Result<(Vec<u64>, Vec<u64>, u64)> {
     let mut samples = Vec::with_capacity(n);
-    let mut kicks = 0;
+    let mut attached = Vec::with_capacity(n);
+    let mut refused = 0;
+    let after_refusal = |refused: &mut u64| {
+        *refused += 1;
+        kick();
+        std::thread::sleep(Duration::from_millis(1));
+    };
     match kind {
         AttachKind::PfmFull(evs) => {
-            while samples.len() < n {
+            for _ in 0..n {
                 let t0 = sys::now_ns();
                 let p = Pfm::open()?;
                 p.program(evs)?;
-                let retried = load_kicking(&p, tid, kick, &mut kicks)?;
-                p.start()?;
-                p.stop()?;
-                p.unload()?;
+                let loaded = load_or_refused(&p, tid)?;
+                if loaded {
+                    p.start()?;
+                    p.stop()?;
+                    p.unload()?;
+                }
                 p.fd.close()?;
-                let t1 = sys::now_ns();
-                if !retried {
-                    samples.push(t1 - t0);
+                let dt = sys::now_ns() - t0;
+                samples.push(dt);
+                if loaded {
+                    attached.push(dt);
+                }
+                if !loaded {
+                    after_refusal(&mut refused);
                 }
             }
         }
         AttachKind::PfmLoad(evs) => {
             let p = Pfm::open()?;
             p.program(evs)?;
-            while samples.len() < n {
+            for _ in 0..n {
                 let t0 = sys::now_ns();
-                let retried = load_kicking(&p, tid, kick, &mut kicks)?;
-                p.start()?;
-                p.stop()?;
-                p.unload()?;
-                let t1 = sys::now_ns();
-                if !retried {
-                    samples.push(t1 - t0);
+                let loaded = load_or_refused(&p, tid)?;
+                if loaded {
+                    p.start()?;
+                    p.stop()?;
+                    p.unload()?;
+                }
+                let dt = sys::now_ns() - t0;
+                samples.push(dt);
+                if loaded {
+                    attached.push(dt);
+                }
+                if !loaded {
+                    after_refusal(&mut refused);
                 }
             }
             p.fd.close()?;
@@ -1154,9 +1184,10 @@ fn attach_samples(
                 g.close()?;
                 samples.push(sys::now_ns() - t0);
             }
+            attached = samples.clone();
         }
     }
-    Ok((samples, kicks))
+    Ok((samples, attached, refused))
 }
 
 fn bench_attach(o: &Opts, out: &mut J) -> io::Result<()> {
@@ -1204,13 +1235,16 @@ fn bench_attach(o: &Opts, out: &mut J) -> io::Result<()> {
         ),
     ];
     let mut runs: Vec<Vec<(u64, u64)>> = variants.iter().map(|_| Vec::new()).collect();
+    let mut attached_medians: Vec<Vec<f64>> = variants.iter().map(|_| Vec::new()).collect();
+    let mut means: Vec<Vec<f64>> = variants.iter().map(|_| Vec::new()).collect();
+    let mut slow: Vec<u64> = variants.iter().map(|_| 0).collect();
     let mut kicks = vec![0u64; variants.len()];
     let kick = || target.kick();
     for r in 0..o.rounds {
         for k in 0..variants.len() {
             let idx = (k + r) % variants.len();
-            let (samples, kicked) = attach_samples(variants[idx].1, tid, o.attach_iters, &kick)
-                .map_err(|e| {
+            let (samples, attached, kicked) =
+                attach_samples(variants[idx].1, tid, o.attach_iters, &kick).map_err(|e| {
                     io::Error::new(e.kind(), format!("attach {}: {e}", variants[idx].0))
                 })?;
             kicks[idx] += kicked;
@@ -1222,9 +1256,20 @@ fn bench_attach(o: &Opts, out: &mut J) -> io::Result<()> {
                 variants[idx].0
             );
             runs[idx].push((m, p));
+            attached_medians[idx].push(pct(&sorted(attached), 50.0) as f64);
+            means[idx].push(s.iter().sum::<u64>() as f64 / s.len().max(1) as f64);
+            slow[idx] += s.iter().filter(|&&x| x > 1_000_000).count() as u64;
         }
     }
-    let mut t = Table::new(&["variant", "median ns", "p99 ns", "EAGAIN kicks"]);
+    let mut t = Table::new(&[
+        "variant",
+        "median ns",
+        "p99 ns",
+        "LOAD refused (EAGAIN)",
+        "median ns, attached",
+        "mean ns",
+        "cycles > 1 ms",
+    ]);
     let mut arr = J::Arr(Vec::new());
     let mut medians = Vec::new();
     for (i, (name, _, how)) in variants.iter().enumerate() {
@@ -1236,6 +1281,9 @@ fn bench_attach(o: &Opts, out: &mut J) -> io::Result<()> {
             f(m, 0),
             f(p, 0),
             kicks[i].to_string(),
+            f(median_f(&attached_medians[i]), 0),
+            f(median_f(&means[i]), 0),
+            slow[i].to_string(),
         ]);
         arr.push(
             J::obj()
@@ -1243,7 +1291,10 @@ fn bench_attach(o: &Opts, out: &mut J) -> io::Result<()> {
                 .with("calls", *how)
                 .with("median_ns", m)
                 .with("p99_ns", p)
-                .with("eagain_kicks", kicks[i])
+                .with("load_refused_eagain", kicks[i])
+                .with("median_ns_attached", median_f(&attached_medians[i]))
+                .with("mean_ns", median_f(&means[i]))
+                .with("cycles_over_1ms", slow[i])
                 .with(
                     "median_ns_rounds",
                     runs[i].iter().map(|x| x.0).collect::<Vec<_>>(),
@@ -1262,18 +1313,19 @@ fn bench_attach(o: &Opts, out: &mut J) -> io::Result<()> {
         f(r1, 3),
         f(r4, 3)
     );
-    if kicks.iter().any(|&k| k > 0) {
-        println!(
-            "   EAGAIN kicks: LOADs refused because the sleeping target had not yet run its pending\n\
-             \x20  cleanup; the benchmark woke it (one byte down its pipe) and ran the cycle again, untimed"
-        );
-    }
+    let refusals: u64 = kicks.iter().sum();
+    println!(
+        "   LOAD refused with EAGAIN: {refusals} of {} perfmon cycles (failures: each refused cycle\n\
+         \x20  is timed as it ran, then the sleeping target is woken to run its pending cleanup)",
+        3 * o.attach_iters * o.rounds
+    );
     println!();
     drop(target);
     out.set(
         "attach",
         J::obj()
-            .with("method", "each iteration timed with CLOCK_MONOTONIC in the caller; the target's own work (task_work install/cleanup on its CPU) is asynchronous; a LOAD refused with EAGAIN (cleanup pending on the sleeping target) wakes the target and the cycle is run again, untimed (eagain_kicks)")
+            .with("method", "each iteration timed with CLOCK_MONOTONIC in the caller; the target's own work (task_work install/cleanup on its CPU) is asynchronous; every cycle is timed, a LOAD refused with EAGAIN (cleanup pending on the sleeping target) included: the cycle ends there (close), is counted in load_refused_eagain, and the target is woken outside the timed window")
+            .with("load_refused_eagain_total", refusals)
             .with("caller_cpu", o.cpu)
             .with("target_cpu", o.other_cpu)
             .with("iterations_per_run", o.attach_iters)
@@ -1997,6 +2049,8 @@ fn profile(o: &Opts, items: &str) -> io::Result<()> {
 
 // ---- main -----------------------------------------------------------------------
 
+use whole::{bench_inherit, bench_process_attach};
+
 fn module_loaded() -> bool {
     std::fs::read_to_string("/proc/modules")
         .map(|m| m.lines().any(|l| l.starts_with("perfmon ")))
@@ -2037,6 +2091,10 @@ fn main() {
     println!(
         "   rounds {}, trips {}, reads {}, attach iterations {}, threads {}, many-trips {}, settle {} ms",
         o.rounds, o.trips, o.reads, o.attach_iters, o.threads, o.many_trips, o.settle_ms
+    );
+    println!(
+        "   inherit iterations {}, process-attach iterations {} of {} threads",
+        o.inherit_iters, o.process_iters, o.process_threads
     );
     println!();
 
@@ -2088,6 +2146,12 @@ fn main() {
         }
         if want("setmem") && o.threads > 0 {
             bench_setmem(&o, &mut out)?;
+        }
+        if want("inherit") {
+            bench_inherit(&o, &mut out)?;
+        }
+        if want("process-attach") {
+            bench_process_attach(&o, &mut out)?;
         }
         if loaded_here {
             // Give the reaper a moment, then unload: a module that cannot be

@@ -307,8 +307,53 @@ impl Pfm {
     /// PFM_IOC_LOAD on `tid` (0: the caller).
     #[inline(always)]
     pub fn load(&self, tid: u32) -> io::Result<()> {
+        self.load_flags(tid, 0)
+    }
+
+    /// PFM_IOC_SET_FLAGS (`PFM_CTXFL_*`).
+    pub fn set_flags(&self, flags: u32) -> io::Result<()> {
+        let mut f = abi::PfmCtxFlags {
+            flags,
+            ..Default::default()
+        };
+        // SAFETY: `f` is a PfmCtxFlags, the size the request encodes.
+        let ret = unsafe {
+            libc::ioctl(
+                self.fd.0,
+                abi::PFM_IOC_SET_FLAGS as _,
+                &mut f as *mut abi::PfmCtxFlags,
+            )
+        };
+        check(ret as libc::c_long, "PFM_IOC_SET_FLAGS").map(|_| ())
+    }
+
+    /// PFM_IOC_READ_THREADS of the PMDs in `mask` into `rows`: (rows
+    /// written, lost threads).
+    pub fn read_threads(&self, mask: u64, rows: &mut [abi::PfmThread]) -> io::Result<(u32, u32)> {
+        let mut a = abi::PfmThreadsArg {
+            threads: rows.as_mut_ptr() as u64,
+            pmd_mask: mask,
+            count: rows.len() as u32,
+            ..Default::default()
+        };
+        // SAFETY: `a` points at `rows.len()` writable rows that outlive the call.
+        let ret = unsafe {
+            libc::ioctl(
+                self.fd.0,
+                abi::PFM_IOC_READ_THREADS as _,
+                &mut a as *mut abi::PfmThreadsArg,
+            )
+        };
+        check(ret as libc::c_long, "PFM_IOC_READ_THREADS")?;
+        Ok((a.needed, a.lost_threads))
+    }
+
+    /// PFM_IOC_LOAD on `tid` with `PFM_LOAD_*` `flags`.
+    #[inline(always)]
+    pub fn load_flags(&self, tid: u32, flags: u32) -> io::Result<()> {
         let mut l = PfmLoad {
             tid,
+            flags,
             ..Default::default()
         };
         // SAFETY: `l` is a PfmLoad, the size the request encodes.
@@ -412,6 +457,7 @@ const PERF_EVENT_IOC_DISABLE: u64 = 0x2401;
 const PERF_IOC_FLAG_GROUP: u64 = 1;
 const PERF_FLAG_FD_CLOEXEC: u64 = 1 << 3;
 const ATTR_DISABLED: u64 = 1 << 0;
+const ATTR_INHERIT: u64 = 1 << 1;
 
 /// `struct perf_event_attr`, PERF_ATTR_SIZE_VER8 (136 bytes): only the
 /// leading fields are named; the rest is zero.
@@ -442,7 +488,14 @@ impl PerfGroup {
     /// Opens software events `configs` on thread `tid` (0: the caller), any CPU.
     #[inline(always)]
     pub fn open(configs: &[u64], tid: u32) -> io::Result<Self> {
-        let group_format = configs.len() > 1;
+        Self::open_with(configs, tid, false)
+    }
+
+    /// [`PerfGroup::open`]; with `inherit`, every event has `inherit=1`
+    /// (as `perf stat`'s) and is read on its own (no `PERF_FORMAT_GROUP`).
+    #[inline(always)]
+    pub fn open_with(configs: &[u64], tid: u32, inherit: bool) -> io::Result<Self> {
+        let group_format = configs.len() > 1 && !inherit;
         let mut fds: Vec<Fd> = Vec::with_capacity(configs.len());
         for &c in configs {
             let mut rf = PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING;
@@ -456,7 +509,8 @@ impl PerfGroup {
                 sample_period: 0,
                 sample_type: 0,
                 read_format: rf,
-                flags: if fds.is_empty() { ATTR_DISABLED } else { 0 },
+                flags: if fds.is_empty() { ATTR_DISABLED } else { 0 }
+                    | if inherit { ATTR_INHERIT } else { 0 },
                 rest: [0; 11],
             };
             let group_fd = fds.first().map(|f| f.0).unwrap_or(-1);

@@ -151,6 +151,11 @@ pub struct Counters {
     pub attached: Option<u64>,
     /// Overflow interrupts taken.
     pub interrupts: Option<u64>,
+    /// Contexts whose threads' new threads join them (the fork probe's
+    /// count; absent before whole programs).
+    pub inheriting: Option<u64>,
+    /// Contexts waiting for an exec (the exec probe's count).
+    pub exec_armed: Option<u64>,
 }
 
 impl Counters {
@@ -161,12 +166,19 @@ impl Counters {
             zombies: sysfs_num("zombie_contexts"),
             attached: sysfs_num("attached_threads"),
             interrupts: sysfs_num("overflow_interrupts"),
+            inheriting: sysfs_num("inheriting_contexts"),
+            exec_armed: sysfs_num("exec_armed_contexts"),
         }
     }
 
-    /// No context, no zombie, no attachment.
+    /// No context, no zombie, no attachment (and so nothing the fork and
+    /// exec probes look for).
     pub fn idle(&self) -> bool {
-        self.live == Some(0) && self.zombies == Some(0) && self.attached == Some(0)
+        self.live == Some(0)
+            && self.zombies == Some(0)
+            && self.attached == Some(0)
+            && self.inheriting.unwrap_or(0) == 0
+            && self.exec_armed.unwrap_or(0) == 0
     }
 }
 
@@ -175,11 +187,13 @@ impl std::fmt::Display for Counters {
         let s = |v: Option<u64>| v.map_or("?".to_string(), |v| v.to_string());
         write!(
             f,
-            "live_contexts={} zombie_contexts={} attached_threads={} overflow_interrupts={}",
+            "live_contexts={} zombie_contexts={} attached_threads={} overflow_interrupts={} inheriting_contexts={} exec_armed_contexts={}",
             s(self.live),
             s(self.zombies),
             s(self.attached),
-            s(self.interrupts)
+            s(self.interrupts),
+            s(self.inheriting),
+            s(self.exec_armed)
         )
     }
 }

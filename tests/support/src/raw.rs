@@ -69,6 +69,10 @@ unsafe impl Plain for abi::PfmSetsArg {}
 unsafe impl Plain for abi::PfmSetdesc {}
 // SAFETY: as above.
 unsafe impl Plain for abi::PfmSetinfo {}
+// SAFETY: as above.
+unsafe impl Plain for abi::PfmThread {}
+// SAFETY: as above.
+unsafe impl Plain for abi::PfmThreadsArg {}
 // SAFETY: integers.
 unsafe impl Plain for u64 {}
 

@@ -3,6 +3,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -66,6 +67,12 @@ pub struct State {
     pub status: u32,
     /// PMDs written so far (bit n: PMD n).
     pub used_pmds: u64,
+    /// Threads monitored since LOAD, alive or exited (1 while loaded
+    /// without inheritance, 0 if never loaded).
+    pub threads: u32,
+    /// Threads that should have been monitored (inherited, or of a whole
+    /// process) and could not be: the totals miss their counts.
+    pub lost_threads: u32,
 }
 
 impl State {
@@ -83,6 +90,138 @@ impl State {
     pub fn has_exited(&self) -> bool {
         self.status & PFM_CTXST_EXITED != 0
     }
+
+    /// `PFM_CTXFL_START_ON_EXEC` armed by LOAD, the exec not seen yet.
+    pub fn is_exec_armed(&self) -> bool {
+        self.status & PFM_CTXST_EXEC_ARMED != 0
+    }
+
+    /// The context follows the threads and processes its threads create
+    /// (`PFM_CTXFL_INHERIT`).
+    pub fn inherits(&self) -> bool {
+        self.flags & PFM_CTXFL_INHERIT != 0
+    }
+}
+
+/// One thread a context monitored since LOAD: a row of
+/// `PFM_IOC_READ_THREADS` ([`Context::read_threads`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ThreadRow {
+    /// Thread id (in the caller's pid namespace; 0 if not visible there).
+    pub tid: u32,
+    /// Its process id.
+    pub pid: u32,
+    /// `PFM_THRFL_*`.
+    pub flags: u32,
+    /// ns it was monitored and started.
+    pub time_enabled: u64,
+    /// ns it ran while started.
+    pub time_running: u64,
+    /// The PMDs [`ThreadRow::values`] holds (bit n: PMD n).
+    pub pmd_mask: u64,
+    /// Its counts of the PMDs of `pmd_mask`, in PMD order.
+    pub values: Vec<u64>,
+}
+
+impl ThreadRow {
+    /// Decodes a raw row read with `pmd_mask`: its first popcount values
+    /// (at most [`PFM_THREAD_VALUES`]) are the PMDs of the mask, in order.
+    pub fn from_raw(raw: &PfmThread, pmd_mask: u64) -> Self {
+        let n = (pmd_mask.count_ones() as usize).min(PFM_THREAD_VALUES);
+        ThreadRow {
+            tid: raw.tid,
+            pid: raw.pid,
+            flags: raw.flags,
+            time_enabled: raw.time_enabled,
+            time_running: raw.time_running,
+            pmd_mask,
+            values: raw.values[..n].to_vec(),
+        }
+    }
+
+    /// The count of PMD `pmd`, if the row holds it.
+    pub fn value(&self, pmd: u16) -> Option<u64> {
+        if pmd >= 64 || self.pmd_mask & (1u64 << pmd) == 0 {
+            return None;
+        }
+        // The values are in PMD order: PMD `pmd`'s index is the number of
+        // mask bits below it.
+        let index = (self.pmd_mask & ((1u64 << pmd) - 1)).count_ones() as usize;
+        self.values.get(index).copied()
+    }
+
+    /// The thread exited: its values are final.
+    pub fn has_exited(&self) -> bool {
+        self.flags & PFM_THRFL_EXITED != 0
+    }
+
+    /// Its monitoring ended at an exec its loader may not see.
+    pub fn is_revoked(&self) -> bool {
+        self.flags & PFM_THRFL_REVOKED != 0
+    }
+
+    /// The thread LOAD named (the first row).
+    pub fn is_loaded(&self) -> bool {
+        self.flags & PFM_THRFL_LOADED != 0
+    }
+}
+
+/// What [`Context::read_threads`] returns.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ThreadsReport {
+    /// One row per thread monitored since LOAD, the loaded thread's first.
+    pub rows: Vec<ThreadRow>,
+    /// Threads that should have been monitored and could not be.
+    pub lost_threads: u32,
+}
+
+/// Rows [`Context::read_threads`] makes room for at its first call (then
+/// what the previous call needed).
+const THREAD_ROWS_GUESS: usize = 16;
+/// Calls [`Context::read_threads`] makes before it gives up on a context
+/// whose threads multiply faster than it can read them.
+const READ_THREADS_TRIES: usize = 8;
+
+/// `PFM_IOC_READ_THREADS` through `call` (the ioctl, or a test's fake):
+/// room for `guess` rows first, then, on `E2BIG`, for the `needed` the
+/// kernel reported plus some slack, since threads may be created between
+/// two calls. Returns the rows and the capacity the next call should start
+/// with.
+fn read_threads_with(
+    pmd_mask: u64,
+    guess: usize,
+    mut call: impl FnMut(&mut PfmThreadsArg, &mut [PfmThread]) -> std::result::Result<i32, i32>,
+) -> Result<(ThreadsReport, usize)> {
+    let mut cap = guess.max(1);
+    for _ in 0..READ_THREADS_TRIES {
+        let mut rows = vec![PfmThread::default(); cap];
+        let mut arg = PfmThreadsArg {
+            pmd_mask,
+            count: u32::try_from(cap).map_err(|_| Error::os(Op::ReadThreads, libc::E2BIG))?,
+            ..Default::default()
+        };
+        match call(&mut arg, &mut rows) {
+            Ok(_) => {
+                // `needed` is the number of rows written (never more than
+                // the room given on success).
+                let n = (arg.needed as usize).min(rows.len());
+                let report = ThreadsReport {
+                    rows: rows[..n]
+                        .iter()
+                        .map(|r| ThreadRow::from_raw(r, pmd_mask))
+                        .collect(),
+                    lost_threads: arg.lost_threads,
+                };
+                return Ok((report, n.max(THREAD_ROWS_GUESS)));
+            }
+            Err(libc::E2BIG) if arg.needed as usize > cap => {
+                let needed = arg.needed as usize;
+                cap = needed + needed / 8 + 4;
+            }
+            Err(e) => return Err(Error::os(Op::ReadThreads, e)),
+        }
+    }
+    Err(Error::os(Op::ReadThreads, libc::E2BIG))
 }
 
 /// Counter values read from a context.
@@ -192,6 +331,9 @@ pub struct Context {
     /// The counter page [`Context::read_mapped`] reads, mapped at its first
     /// call (`None`: the module offers none; the system call it is).
     page: OnceLock<Option<CounterPage>>,
+    /// The rows [`Context::read_threads`] makes room for first: what its
+    /// last call needed, so a steady context takes one call.
+    rows_hint: AtomicUsize,
 }
 
 /// How long [`Context::wait_active`] sleeps between two looks.
@@ -211,6 +353,7 @@ impl Context {
                 info: OnceLock::new(),
                 pmds: Vec::new(),
                 page: OnceLock::new(),
+                rows_hint: AtomicUsize::new(THREAD_ROWS_GUESS),
             }),
             Err(e) => {
                 let errno = e.raw_os_error().unwrap_or(libc::EIO);
@@ -355,14 +498,61 @@ impl Context {
     /// [`Context::load`], monitoring starting in event set `set` (which
     /// must exist: `EINVAL` otherwise; see [`Context::create_sets`]).
     pub fn load_in_set(&self, tid: u32, set: u16) -> Result<()> {
+        self.load_raw(tid, 0, set)
+    }
+
+    /// Attaches the context to every thread of process `pid`
+    /// (`PFM_IOC_LOAD` with `PFM_LOAD_PROCESS`), and, as with
+    /// `PFM_CTXFL_INHERIT`, which it implies, to every thread and process
+    /// they create from then on. Reads return the totals;
+    /// [`Context::read_threads`] each thread's counts. A context with event
+    /// sets or a mapped counter page cannot be loaded so (`EBUSY`).
+    pub fn load_process(&self, pid: u32) -> Result<()> {
+        self.load_raw(pid, PFM_LOAD_PROCESS, 0)
+    }
+
+    fn load_raw(&self, tid: u32, flags: u32, set: u16) -> Result<()> {
         let mut arg = PfmLoad {
             tid,
+            flags,
             load_set: set,
             ..Default::default()
         };
         sys::ioctl_arg(self.fd(), PFM_IOC_LOAD, &mut arg)
             .map_err(|e| Error::os_tid(Op::Load, e, tid))?;
         Ok(())
+    }
+
+    /// Each thread's counts of the PMDs of `pmd_mask` (at most
+    /// [`PFM_THREAD_VALUES`] PMDs), one row per thread monitored since LOAD,
+    /// alive (read live) or exited, the loaded thread's first, and the
+    /// number of threads that could not be monitored
+    /// (`PFM_IOC_READ_THREADS`). Without inheritance there is one row; a
+    /// context never loaded has none. Makes room for as many rows as the
+    /// previous call needed and calls again, with room for what the kernel
+    /// says is needed, if threads were created meanwhile.
+    pub fn read_threads(&self, pmd_mask: u64) -> Result<ThreadsReport> {
+        let guess = self.rows_hint.load(Ordering::Relaxed);
+        let (report, next) = read_threads_with(pmd_mask, guess, |arg, rows| {
+            sys::ioctl_threads(self.fd(), arg, rows)
+        })?;
+        self.rows_hint.store(next, Ordering::Relaxed);
+        Ok(report)
+    }
+
+    /// [`Context::read_threads`] of the counters [`Context::program`]
+    /// programmed: each row's [`ThreadRow::value`] of a PMD of
+    /// [`Context::programmed`].
+    pub fn read_threads_programmed(&self) -> Result<ThreadsReport> {
+        if self.pmds.is_empty() {
+            return Err(Error::Usage("no counter programmed".to_string()));
+        }
+        let mask = self
+            .pmds
+            .iter()
+            .filter(|&&n| n < 64)
+            .fold(0u64, |m, &n| m | (1u64 << n));
+        self.read_threads(mask)
     }
 
     /// Detaches the context (`PFM_IOC_UNLOAD`).
@@ -390,7 +580,13 @@ impl Context {
         Ok(())
     }
 
-    /// Sets the context flags (`PFM_IOC_SET_FLAGS`, `PFM_CTXFL_*`).
+    /// Sets the context flags (`PFM_IOC_SET_FLAGS`, `PFM_CTXFL_*`) while
+    /// UNLOADED: `PFM_CTXFL_NOTIFY_BLOCK`, `PFM_CTXFL_NO_MSG`,
+    /// `PFM_CTXFL_INHERIT` (follow the threads and processes the monitored
+    /// threads create after LOAD; reads return the totals, see
+    /// [`Context::read_threads`]) and `PFM_CTXFL_START_ON_EXEC` (LOAD arms
+    /// it, the target's next successful exec starts counting, as START
+    /// would). A module that predates a flag refuses it with `EINVAL`.
     pub fn set_flags(&self, flags: u32) -> Result<()> {
         let mut arg = PfmCtxFlags {
             flags,
@@ -521,6 +717,8 @@ impl Context {
             flags: raw.flags,
             status: raw.status,
             used_pmds: raw.used_pmds,
+            threads: raw.threads,
+            lost_threads: raw.lost_threads,
         })
     }
 
@@ -778,8 +976,17 @@ mod tests {
             flags: 0,
             status: PFM_CTXST_ACTIVE | PFM_CTXST_STARTED,
             used_pmds: 0,
+            threads: 1,
+            lost_threads: 0,
         };
         assert!(st.is_active() && st.is_started() && !st.has_exited());
+        assert!(!st.is_exec_armed() && !st.inherits());
+        let armed = State {
+            flags: PFM_CTXFL_INHERIT | PFM_CTXFL_START_ON_EXEC,
+            status: PFM_CTXST_EXEC_ARMED,
+            ..st
+        };
+        assert!(armed.is_exec_armed() && armed.inherits() && !armed.is_started());
     }
 
     #[test]
@@ -819,5 +1026,134 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(err, Error::os(Op::WritePmcs, libc::EINVAL));
+    }
+
+    /// A raw row of thread `tid` whose values are `tid * 100 + i`.
+    fn raw_row(tid: u32, flags: u32) -> PfmThread {
+        let mut r = PfmThread {
+            tid,
+            pid: 7,
+            flags,
+            time_enabled: 10,
+            time_running: 9,
+            ..Default::default()
+        };
+        for (i, v) in r.values.iter_mut().enumerate() {
+            *v = u64::from(tid) * 100 + i as u64;
+        }
+        r
+    }
+
+    #[test]
+    fn thread_rows_decode_in_pmd_order() {
+        // PMDs 1, 3 and 6: the row's first three values, in that order.
+        let mask = (1 << 1) | (1 << 3) | (1 << 6);
+        let row = ThreadRow::from_raw(&raw_row(42, PFM_THRFL_EXITED), mask);
+        assert_eq!(row.values, vec![4200, 4201, 4202]);
+        assert_eq!(
+            (row.value(1), row.value(3), row.value(6)),
+            (Some(4200), Some(4201), Some(4202))
+        );
+        assert_eq!(
+            (row.value(0), row.value(2), row.value(63)),
+            (None, None, None)
+        );
+        assert_eq!(row.value(64), None);
+        assert_eq!(
+            (row.tid, row.pid, row.time_enabled, row.time_running),
+            (42, 7, 10, 9)
+        );
+        assert!(row.has_exited() && !row.is_revoked() && !row.is_loaded());
+        let loaded = ThreadRow::from_raw(&raw_row(1, PFM_THRFL_LOADED | PFM_THRFL_REVOKED), 1);
+        assert!(loaded.is_loaded() && loaded.is_revoked() && !loaded.has_exited());
+        // A mask of more PMDs than a row holds keeps the row's 16 values.
+        let all = ThreadRow::from_raw(&raw_row(1, 0), u64::MAX);
+        assert_eq!(all.values.len(), PFM_THREAD_VALUES);
+        // PMD 63's index is 63, past the 16 values: none.
+        assert_eq!(all.value(63), None);
+    }
+
+    /// A fake READ_THREADS over `threads` rows that grow by `growth` at
+    /// every call (threads created between two calls), as the kernel
+    /// answers: `needed` always, `E2BIG` and nothing written when short.
+    fn fake<'a>(
+        threads: &'a std::cell::Cell<u32>,
+        growth: u32,
+        calls: &'a std::cell::Cell<u32>,
+    ) -> impl FnMut(&mut PfmThreadsArg, &mut [PfmThread]) -> std::result::Result<i32, i32> + 'a
+    {
+        move |arg, rows| {
+            calls.set(calls.get() + 1);
+            assert_eq!(arg.count as usize, rows.len(), "count is the room given");
+            assert_eq!((arg.flags, arg.reserved), (0, [0; 3]));
+            let n = threads.get();
+            threads.set(n + growth);
+            arg.needed = n;
+            arg.lost_threads = 3;
+            if n > arg.count {
+                return Err(libc::E2BIG);
+            }
+            for (i, r) in rows.iter_mut().take(n as usize).enumerate() {
+                *r = raw_row(i as u32 + 1, if i == 0 { PFM_THRFL_LOADED } else { 0 });
+            }
+            Ok(0)
+        }
+    }
+
+    #[test]
+    fn read_threads_grows_to_needed_on_e2big() {
+        use std::cell::Cell;
+        // Enough room: one call.
+        let (threads, calls) = (Cell::new(5), Cell::new(0));
+        let (r, next) = read_threads_with(0b11, 16, fake(&threads, 0, &calls)).unwrap();
+        assert_eq!((r.rows.len(), r.lost_threads, calls.get()), (5, 3, 1));
+        assert!(r.rows[0].is_loaded());
+        assert_eq!(r.rows[4].tid, 5);
+        assert_eq!(r.rows[4].values, vec![500, 501]);
+        assert_eq!(
+            next, THREAD_ROWS_GUESS,
+            "the guess never shrinks below the default"
+        );
+        // 100 threads, room for 16: E2BIG, then room for 100 and some.
+        let (threads, calls) = (Cell::new(100), Cell::new(0));
+        let (r, next) = read_threads_with(1, 16, fake(&threads, 0, &calls)).unwrap();
+        assert_eq!((r.rows.len(), calls.get(), next), (100, 2, 100));
+        // Threads created between the calls: the slack absorbs a few...
+        let (threads, calls) = (Cell::new(100), Cell::new(0));
+        let (r, _) = read_threads_with(1, 16, fake(&threads, 10, &calls)).unwrap();
+        assert_eq!((r.rows.len(), calls.get()), (110, 2));
+        // ... and more calls follow a faster growth, until it fits.
+        let (threads, calls) = (Cell::new(100), Cell::new(0));
+        let (r, _) = read_threads_with(1, 16, fake(&threads, 30, &calls)).unwrap();
+        assert!(
+            calls.get() > 2 && r.rows.len() >= 130,
+            "{} calls",
+            calls.get()
+        );
+        // A context that outgrows every try: E2BIG, as an error of the call.
+        let (threads, calls) = (Cell::new(100), Cell::new(0));
+        let err = read_threads_with(1, 1, fake(&threads, 100_000, &calls)).unwrap_err();
+        assert_eq!(err, Error::os(Op::ReadThreads, libc::E2BIG));
+        assert_eq!(calls.get() as usize, READ_THREADS_TRIES);
+        assert!(
+            err.to_string().starts_with("PFM_IOC_READ_THREADS:"),
+            "{err}"
+        );
+        // A never-loaded context: no row.
+        let (threads, calls) = (Cell::new(0), Cell::new(0));
+        let (r, _) = read_threads_with(1, 16, fake(&threads, 0, &calls)).unwrap();
+        assert!(r.rows.is_empty());
+        // Other errnos are the call's, at once.
+        let err = read_threads_with(0, 16, |_, _| Err(libc::EINVAL)).unwrap_err();
+        assert_eq!(err, Error::os(Op::ReadThreads, libc::EINVAL));
+        // E2BIG without a larger `needed` is not retried (nothing to grow to).
+        let mut n = 0;
+        let err = read_threads_with(1, 16, |arg, _| {
+            n += 1;
+            arg.needed = 4;
+            Err(libc::E2BIG)
+        })
+        .unwrap_err();
+        assert_eq!((err.errno(), n), (Some(libc::E2BIG), 1));
     }
 }

@@ -42,6 +42,8 @@ pub enum Op {
     DeleteSets,
     /// `PFM_IOC_GETINFO_SETS`.
     GetinfoSets,
+    /// `PFM_IOC_READ_THREADS`.
+    ReadThreads,
     /// `read()` of a message from the context.
     ReadMessage,
     /// `poll()` on the context.
@@ -90,6 +92,7 @@ impl Op {
             Op::CreateSets => "PFM_IOC_CREATE_SETS",
             Op::DeleteSets => "PFM_IOC_DELETE_SETS",
             Op::GetinfoSets => "PFM_IOC_GETINFO_SETS",
+            Op::ReadThreads => "PFM_IOC_READ_THREADS",
             Op::ReadMessage => "read",
             Op::Poll => "poll",
             Op::Fcntl => "fcntl",
@@ -449,7 +452,14 @@ impl fmt::Display for Error {
                     ),
                     (Op::Load, ErrorKind::Busy) => write!(
                         f,
-                        "{op}: {who} is already monitored by another perfmon context ({name})"
+                        "{op}: {who} is already monitored by another perfmon context, or \
+                         the context has event sets or a mapped counter page, which \
+                         inheritance and whole processes cannot have ({name})"
+                    ),
+                    (Op::Load, _) if *errno == libc::ENOSPC => write!(
+                        f,
+                        "{op}: the system has as many threads attached as the module allows \
+                         ({name})"
                     ),
                     (Op::PerfEventOpen, ErrorKind::PermissionDenied | ErrorKind::NotPermitted) => {
                         write!(
@@ -495,6 +505,11 @@ impl fmt::Display for Error {
                     (Op::CreateSets | Op::DeleteSets | Op::GetinfoSets, ErrorKind::TooBig) => {
                         write!(f, "{op}: more than 16 event sets in one call ({name})")
                     }
+                    (Op::ReadThreads, ErrorKind::TooBig) => write!(
+                        f,
+                        "{op}: the context kept gaining threads faster than they could be \
+                         read ({name})"
+                    ),
                     (_, ErrorKind::TooBig) => {
                         write!(f, "{op}: too many registers in one call ({name})")
                     }

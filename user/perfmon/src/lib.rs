@@ -52,7 +52,8 @@ mod sys;
 pub mod sysfs;
 
 pub use context::{
-    Context, Counts, CtxState, Message, MessageKind, Messages, Readiness, State, DEVICE,
+    Context, Counts, CtxState, Message, MessageKind, Messages, Readiness, State, ThreadRow,
+    ThreadsReport, DEVICE,
 };
 pub use error::{errno_name, errno_text, Error, ErrorKind, Op, Result};
 pub use mapped::{CounterPage, MappedReading, MappedStatus};
@@ -90,6 +91,8 @@ mod abi_tests {
         assert_eq!(PFM_IOC_CREATE_SETS, 0xC020_B60C);
         assert_eq!(PFM_IOC_DELETE_SETS, 0xC020_B60D);
         assert_eq!(PFM_IOC_GETINFO_SETS, 0xC020_B60E);
+        // _IOWR(0xB6, 0x0f, struct pfm_threads_arg): 3<<30 | 56<<16 | 0xB60F.
+        assert_eq!(PFM_IOC_READ_THREADS, 0xC038_B60F);
     }
 
     #[test]
@@ -100,7 +103,9 @@ mod abi_tests {
         assert_eq!(size_of::<PfmRegsArg>(), 8 + 4 + 4 + 8 + 8 + 2 * 8);
         assert_eq!(size_of::<PfmLoad>(), 4 + 4 + 3 * 8);
         assert_eq!(size_of::<PfmCtxFlags>(), 4 + 4 + 3 * 8);
-        assert_eq!(size_of::<PfmCtxInfo>(), 4 * 4 + 8 + 3 * 8);
+        assert_eq!(size_of::<PfmCtxInfo>(), 4 * 4 + 8 + 2 * 4 + 2 * 8);
+        assert_eq!(size_of::<PfmThread>(), 4 * 4 + 2 * 8 + 16 * 8);
+        assert_eq!(size_of::<PfmThreadsArg>(), 8 + 8 + 4 * 4 + 3 * 8);
         assert_eq!(size_of::<PfmEventInfo>(), 24 + 8);
         assert_eq!(
             size_of::<PfmInfo>(),
@@ -144,6 +149,14 @@ mod abi_tests {
         assert_eq!(offset_of!(PfmSetsArg, done), 12);
         assert_eq!(offset_of!(PfmCtxInfo, status), 12);
         assert_eq!(offset_of!(PfmCtxInfo, used_pmds), 16);
+        assert_eq!(offset_of!(PfmCtxInfo, threads), 24);
+        assert_eq!(offset_of!(PfmCtxInfo, lost_threads), 28);
+        assert_eq!(offset_of!(PfmThread, time_enabled), 16);
+        assert_eq!(offset_of!(PfmThread, values), 32);
+        assert_eq!(offset_of!(PfmThreadsArg, count), 16);
+        assert_eq!(offset_of!(PfmThreadsArg, needed), 20);
+        assert_eq!(offset_of!(PfmThreadsArg, lost_threads), 24);
+        assert_eq!(offset_of!(PfmThreadsArg, reserved), 32);
         assert_eq!(offset_of!(PfmInfo, model), 8);
         assert_eq!(offset_of!(PfmInfo, num_pmcs), 40);
         assert_eq!(offset_of!(PfmInfo, counter_width), 46);
@@ -179,6 +192,19 @@ mod abi_tests {
             (1, 2, 4)
         );
         assert_eq!((PFM_MSG_OVFL, PFM_MSG_END), (1, 2));
+        assert_eq!(
+            (PFM_CTXFL_INHERIT, PFM_CTXFL_START_ON_EXEC, PFM_CTXFL_MASK),
+            (4, 8, 0xf)
+        );
+        assert_eq!(
+            (PFM_CTXST_EXEC_ARMED, PFM_LOAD_PROCESS, PFM_LOAD_MASK),
+            (8, 1, 1)
+        );
+        assert_eq!(
+            (PFM_THRFL_EXITED, PFM_THRFL_REVOKED, PFM_THRFL_LOADED),
+            (1, 2, 4)
+        );
+        assert_eq!((PFM_THREAD_VALUES, PFM_MAX_THREAD_ROWS), (16, 65536));
         assert_eq!(
             (
                 PFM_SOFT_EV_TASK_CLOCK,

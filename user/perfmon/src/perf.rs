@@ -13,6 +13,8 @@ const PERF_TYPE_SOFTWARE: u32 = 1;
 const PERF_FORMAT_TOTAL_TIME_ENABLED: u64 = 1 << 0;
 const PERF_FORMAT_TOTAL_TIME_RUNNING: u64 = 1 << 1;
 const ATTR_DISABLED: u64 = 1 << 0;
+const ATTR_INHERIT: u64 = 1 << 1;
+const ATTR_ENABLE_ON_EXEC: u64 = 1 << 12;
 /// `_IO('$', 0)`, `_IO('$', 1)`, `_IO('$', 3)`.
 const PERF_EVENT_IOC_ENABLE: u64 = 0x2400;
 const PERF_EVENT_IOC_DISABLE: u64 = 0x2401;
@@ -90,13 +92,38 @@ pub struct PerfCounter {
     tid: u32,
 }
 
-fn attr(event: SoftwareEvent, disabled: bool) -> PerfEventAttr {
+/// How perf counters follow their thread.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PerfOptions {
+    /// `inherit`: also count the threads and processes the thread creates
+    /// after the open, transitively (perf stat's default); a read returns
+    /// the total, children's counts included (an exited child's are added
+    /// at its exit).
+    pub inherit: bool,
+    /// `enable_on_exec`: the group starts counting at the thread's next
+    /// exec instead of at [`PerfGroup::enable`] (perf stat's way of
+    /// counting a command and none of its own fork).
+    pub enable_on_exec: bool,
+}
+
+fn attr(event: SoftwareEvent, disabled: bool, opts: PerfOptions) -> PerfEventAttr {
+    let mut flags = 0;
+    if disabled {
+        flags |= ATTR_DISABLED;
+        // Only a disabled event is enabled by the exec: the group leader.
+        if opts.enable_on_exec {
+            flags |= ATTR_ENABLE_ON_EXEC;
+        }
+    }
+    if opts.inherit {
+        flags |= ATTR_INHERIT;
+    }
     PerfEventAttr {
         type_: PERF_TYPE_SOFTWARE,
         size: std::mem::size_of::<PerfEventAttr>() as u32,
         config: event.config(),
         read_format: PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING,
-        flags: if disabled { ATTR_DISABLED } else { 0 },
+        flags,
         ..Default::default()
     }
 }
@@ -105,7 +132,7 @@ impl PerfCounter {
     /// Opens a disabled counter of `event` for thread `tid` (0 = the caller)
     /// on any CPU, user and kernel (context switches happen in the kernel).
     pub fn open(event: SoftwareEvent, tid: u32) -> Result<Self> {
-        Self::open_in(event, tid, None, true)
+        Self::open_in(event, tid, None, true, PerfOptions::default())
     }
 
     fn open_in(
@@ -113,10 +140,11 @@ impl PerfCounter {
         tid: u32,
         group: Option<BorrowedFd<'_>>,
         disabled: bool,
+        opts: PerfOptions,
     ) -> Result<Self> {
         let pid =
             i32::try_from(tid).map_err(|_| Error::os_tid(Op::PerfEventOpen, libc::ESRCH, tid))?;
-        let fd = sys::perf_event_open(&attr(event, disabled), pid, group)
+        let fd = sys::perf_event_open(&attr(event, disabled, opts), pid, group)
             .map_err(|e| Error::os_tid(Op::PerfEventOpen, e, tid))?;
         Ok(PerfCounter {
             file: File::from(fd),
@@ -195,12 +223,20 @@ pub struct PerfGroup {
 impl PerfGroup {
     /// Opens `events` for thread `tid` (0 = the caller), disabled.
     pub fn open(events: &[SoftwareEvent], tid: u32) -> Result<Self> {
+        Self::open_with(events, tid, PerfOptions::default())
+    }
+
+    /// [`PerfGroup::open`] with `opts`: inherited by the thread's children,
+    /// enabled by its next exec.
+    pub fn open_with(events: &[SoftwareEvent], tid: u32, opts: PerfOptions) -> Result<Self> {
         let mut counters: Vec<PerfCounter> = Vec::with_capacity(events.len());
         for (i, &ev) in events.iter().enumerate() {
             let c = match counters.first() {
                 // The leader is created disabled; members follow it.
-                None => PerfCounter::open_in(ev, tid, None, true)?,
-                Some(leader) => PerfCounter::open_in(ev, tid, Some(leader.file.as_fd()), false)?,
+                None => PerfCounter::open_in(ev, tid, None, true, opts)?,
+                Some(leader) => {
+                    PerfCounter::open_in(ev, tid, Some(leader.file.as_fd()), false, opts)?
+                }
             };
             debug_assert_eq!(counters.len(), i);
             counters.push(c);
@@ -254,6 +290,21 @@ mod tests {
         assert_eq!(PERF_EVENT_IOC_ENABLE, (b'$' as u64) << 8);
         assert_eq!(PERF_EVENT_IOC_DISABLE, ((b'$' as u64) << 8) | 1);
         assert_eq!(PERF_EVENT_IOC_RESET, ((b'$' as u64) << 8) | 3);
+    }
+
+    #[test]
+    fn attr_flags() {
+        let ev = SoftwareEvent::ContextSwitches;
+        assert_eq!(attr(ev, true, PerfOptions::default()).flags, ATTR_DISABLED);
+        assert_eq!(attr(ev, false, PerfOptions::default()).flags, 0);
+        let both = PerfOptions {
+            inherit: true,
+            enable_on_exec: true,
+        };
+        // perf_event_attr's bits: disabled 0, inherit 1, enable_on_exec 12.
+        assert_eq!(attr(ev, true, both).flags, 0b1 | 0b10 | (1 << 12));
+        // A group member follows its leader: never enabled by the exec.
+        assert_eq!(attr(ev, false, both).flags, 0b10);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::abi::{
     PfmCtxFlags, PfmCtxInfo, PfmInfo, PfmLoad, PfmPmc, PfmPmd, PfmRegsArg, PfmSetdesc, PfmSetinfo,
-    PfmSetsArg, PfmValues, PFM_IOC_READ_VALUES,
+    PfmSetsArg, PfmThread, PfmThreadsArg, PfmValues, PFM_IOC_READ_THREADS, PFM_IOC_READ_VALUES,
 };
 
 /// The calling thread's errno.
@@ -94,6 +94,29 @@ pub(crate) fn ioctl_values(
             fd.as_raw_fd(),
             PFM_IOC_READ_VALUES as _,
             arg as *mut PfmValues,
+        )
+    })
+}
+
+/// `PFM_IOC_READ_THREADS`: points `arg.threads` at `rows` and sets
+/// `arg.count` to its length; the kernel writes at most that many rows
+/// (`E2BIG` and none if more are needed, `arg.needed` saying how many).
+pub(crate) fn ioctl_threads(
+    fd: BorrowedFd<'_>,
+    arg: &mut PfmThreadsArg,
+    rows: &mut [PfmThread],
+) -> Result<i32, i32> {
+    arg.threads = rows.as_mut_ptr() as u64;
+    arg.count = u32::try_from(rows.len()).map_err(|_| libc::E2BIG)?;
+    // SAFETY: `arg` is a `repr(C)` PfmThreadsArg of the size the request
+    // encodes; `arg.threads` points at `rows`, exclusively borrowed, with
+    // room for `arg.count` rows, the most the kernel writes; any bit
+    // pattern is a valid PfmThread.
+    check(unsafe {
+        libc::ioctl(
+            fd.as_raw_fd(),
+            PFM_IOC_READ_THREADS as _,
+            arg as *mut PfmThreadsArg,
         )
     })
 }

@@ -44,9 +44,17 @@ pub struct Stat {
     /// Command mode: the command and its arguments.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<Vec<String>>,
-    /// Command mode: its process id (its initial thread is what is counted).
+    /// Command mode: its process id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
+    /// Command mode: whether the threads and processes the command created
+    /// were counted too (false: `--no-inherit`, or multiplexed events,
+    /// which count its initial thread only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inherit: Option<bool>,
+    /// Process mode (`-p PID,...`): the processes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids: Option<Vec<u32>>,
     /// Thread mode (`-t TID`): the thread.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tid: Option<u32>,
@@ -96,6 +104,40 @@ pub struct Stat {
     /// every event had a counter all the time).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub multiplex: Option<Multiplex>,
+    /// Inherited or process counting: threads that should have been
+    /// counted and could not be (the module's limits); the totals miss
+    /// them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_threads: Option<u32>,
+    /// `--per-thread` summary: each thread counted, the initial (or
+    /// attached) thread first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<Vec<ThreadCounts>>,
+}
+
+/// One thread of `--per-thread`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThreadCounts {
+    /// Its thread id (0: not visible in pfm's pid namespace).
+    pub tid: u32,
+    /// Its process id.
+    pub pid: u32,
+    /// Its name (`/proc/TID/comm` when pfm last saw it alive); absent for a
+    /// thread that exited before pfm saw it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comm: Option<String>,
+    /// It exited: its counts are final.
+    pub exited: bool,
+    /// Its monitoring ended at an exec into a program the user may not
+    /// monitor (setuid); its counts stop there.
+    pub revoked: bool,
+    /// Its counts, one per counter of the document, in the same order.
+    pub values: Vec<u64>,
+    /// ns it was counted.
+    pub time_enabled_ns: u64,
+    /// ns it ran while counted.
+    pub time_running_ns: u64,
 }
 
 /// How a multiplexed `pfm stat` put its events into event sets.

@@ -11,6 +11,8 @@ fn full_stat() -> Stat {
         model: "intel_arch_sim".into(),
         command: Some(vec!["sleep".into(), "1".into()]),
         pid: Some(42),
+        inherit: Some(true),
+        pids: Some(vec![42, 43]),
         tid: Some(42),
         run: Some(1),
         runs: Some(3),
@@ -54,6 +56,17 @@ fn full_stat() -> Stat {
             switch_on_overflow: Some(2),
             period: Some(5),
         }),
+        lost_threads: Some(1),
+        threads: Some(vec![ThreadCounts {
+            tid: 43,
+            pid: 42,
+            comm: Some("sleep".into()),
+            exited: true,
+            revoked: false,
+            values: vec![7],
+            time_enabled_ns: 5,
+            time_running_ns: 4,
+        }]),
     }
 }
 

@@ -20,8 +20,9 @@ pub const LONG_VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (perfmon ABI
 
 const LONG_ABOUT: &str = "\
 Per-thread performance counters through /dev/perfmon, the perfmon module's \
-device, in the habits of perf stat: pfm stat counts a command from its first \
-instruction, or a running thread for a while; pfm list shows the events; \
+device, in the habits of perf stat: pfm stat counts a command and the \
+processes it creates from its first instruction, or running processes or a \
+thread for a while; pfm list shows the events; \
 pfm info shows the module, its ABI and its PMU model.
 
 Load the module first: insmod perfmon.ko (pmu=soft on machines without a \
@@ -77,12 +78,13 @@ pub struct Cli {
 /// pfm's commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Count events of a command, or of a running thread
+    /// Count events of a command (its whole tree), of running processes, or
+    /// of a thread
     #[command(
         long_about = STAT_ABOUT,
         after_long_help = AFTER_LONG_HELP
     )]
-    Stat(StatArgs),
+    Stat(Box<StatArgs>),
     /// Events of the loaded PMU model (and libpfm4's, on hardware models)
     List,
     /// The module: ABI version, PMU model, counters, vector, live contexts
@@ -90,10 +92,18 @@ pub enum Command {
 }
 
 const STAT_ABOUT: &str = "\
-Count events of a command from its first instruction (pfm stat CMD), or of \
-a running thread (pfm stat -t TID) until Ctrl-C, --duration, or its exit. \
-perfmon counts one thread: the command's initial thread, not the processes \
-or threads it creates.
+Count events of a command from its first instruction (pfm stat CMD), of \
+running processes (pfm stat -p PID,...) or of a running thread (pfm stat -t \
+TID) until Ctrl-C, --duration, or its exit.
+
+As perf stat, pfm stat counts a command's whole tree: the threads and \
+processes it creates, and theirs, from the command's exec on (not pfm's own \
+fork before it); --no-inherit counts its initial thread only. -p counts \
+every thread of each process, those it creates from then on too, and prints \
+one total; -t one thread. --per-thread adds a row per thread: its name, its \
+id and its counts (a thread that exited before pfm saw it is named -). If \
+some threads could not be monitored (the module's limits), pfm says how many: \
+the totals miss them.
 
 The table goes to standard error, as perf stat's does, so the command's \
 own output stays clean; -o FILE writes it to FILE instead. --json prints \
@@ -106,7 +116,9 @@ sets; --switch, every 4 ms of the thread's running time by default) and \
 prints each count scaled to the whole time, count x time enabled / time \
 running, followed by the share of the time it was counted, (66.67%); an \
 event never counted prints <not counted>. Events in braces, -e '{a,b},c', \
-are counted together, in one set. --sets gives the sets instead.";
+are counted together, in one set. --sets gives the sets instead. Event sets \
+follow one thread: multiplexed, a command is counted in its initial thread \
+only, and -p and --per-thread are refused.";
 
 /// `pfm stat` arguments.
 #[derive(Debug, Args)]
@@ -156,18 +168,37 @@ pub struct StatArgs {
     )]
     pub period: Option<u64>,
 
-    /// Attach to this running thread instead of running a command (-p: a
-    /// process's main thread, whose id is the process id)
+    /// Count these running processes, every thread of each and those they
+    /// create from then on, instead of running a command (one total)
+    #[arg(
+        short = 'p',
+        long = "pid",
+        value_name = "PID,...",
+        value_delimiter = ',',
+        value_parser = parse_pid,
+        conflicts_with_all = ["command", "tid"]
+    )]
+    pub pids: Vec<u32>,
+
+    /// Attach to this running thread instead of running a command (that
+    /// thread only)
     #[arg(
         short = 't',
         long = "tid",
-        visible_short_alias = 'p',
-        visible_alias = "pid",
         value_name = "TID",
         value_parser = parse_tid,
         conflicts_with = "command"
     )]
     pub tid: Option<u32>,
+
+    /// Count the command's initial thread only, not the threads and
+    /// processes it creates
+    #[arg(long = "no-inherit", conflicts_with_all = ["tid", "pids"])]
+    pub no_inherit: bool,
+
+    /// Also print each thread's counts: its name, its id, a value per event
+    #[arg(long = "per-thread")]
+    pub per_thread: bool,
 
     /// Print the counts of each interval of MS milliseconds (at least 10),
     /// then the totals
@@ -180,7 +211,7 @@ pub struct StatArgs {
     )]
     pub interval: Option<Duration>,
 
-    /// With -t: stop after S seconds (fractions allowed)
+    /// With -t or -p: stop after S seconds (fractions allowed)
     #[arg(long, value_name = "S", value_parser = parse_secs)]
     pub duration: Option<Duration>,
 
@@ -191,7 +222,7 @@ pub struct StatArgs {
         long = "repeat",
         value_name = "N",
         value_parser = clap::value_parser!(u32).range(1..=1_000_000),
-        conflicts_with_all = ["tid", "interval"]
+        conflicts_with_all = ["tid", "pids", "interval", "per_thread"]
     )]
     pub repeat: Option<u32>,
 
@@ -205,7 +236,7 @@ pub struct StatArgs {
     pub no_big_num: bool,
 
     /// Also count with perf_event_open (software events) and show its
-    /// counts beside
+    /// counts beside (inherited as perfmon's are: the same threads)
     #[arg(long)]
     pub perf: bool,
 
@@ -223,14 +254,19 @@ impl StatArgs {
     /// What clap's declarations cannot say: the target is required, and
     /// some options go with one target only. `json`: the global `--json`.
     pub fn check(&self, json: bool) -> Result<(), String> {
-        if self.tid.is_none() && self.command.is_empty() {
+        if self.tid.is_none() && self.pids.is_empty() && self.command.is_empty() {
+            return Err("nothing to count: give a command (pfm stat -- CMD ARGS), \
+                 processes (-p PID) or a thread (-t TID)"
+                .into());
+        }
+        if self.duration.is_some() && self.tid.is_none() && self.pids.is_empty() {
             return Err(
-                "nothing to count: give a command (pfm stat -- CMD ARGS) or a thread (-t TID)"
-                    .into(),
+                "--duration goes with -t TID or -p PID (a command is counted until it ends)".into(),
             );
         }
-        if self.duration.is_some() && self.tid.is_none() {
-            return Err("--duration goes with -t TID (a command is counted until it ends)".into());
+        let mut seen = std::collections::BTreeSet::new();
+        if let Some(dup) = self.pids.iter().find(|p| !seen.insert(**p)) {
+            return Err(format!("-p names process {dup} twice"));
         }
         if self.separator.is_some() && json {
             return Err("-x and --json are two output formats: give one".into());
@@ -263,6 +299,13 @@ impl StatArgs {
         }
     }
 
+    /// Whether a command is counted with the threads and processes it
+    /// creates (not `--no-inherit`), as far as the command line says:
+    /// multiplexed events still count one thread.
+    pub fn inherit(&self) -> bool {
+        !self.command.is_empty() && !self.no_inherit
+    }
+
     /// Whether the command line chose how sets switch.
     pub fn switch_given(&self) -> bool {
         self.switch.is_some() || self.switch_on_overflow.is_some()
@@ -275,6 +318,15 @@ fn parse_tid(v: &str) -> Result<u32, String> {
         Ok(0) => Err("0 would be pfm itself: give the thread's id".into()),
         Ok(t) if t <= i32::MAX as u32 => Ok(t),
         _ => Err(format!("'{v}' is not a thread id")),
+    }
+}
+
+/// A process id: positive, and one the kernel can have.
+fn parse_pid(v: &str) -> Result<u32, String> {
+    match v.trim().parse::<u32>() {
+        Ok(0) => Err("0 is not a process: give the process's id".into()),
+        Ok(p) if p <= i32::MAX as u32 => Ok(p),
+        _ => Err(format!("'{v}' is not a process id")),
     }
 }
 

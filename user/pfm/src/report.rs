@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use perfmon::Generic;
-use pfm_json::{Counter, Metric, Multiplex, Stat, StatKind, Stats, SCHEMA_VERSION};
+use pfm_json::{Counter, Metric, Multiplex, Stat, StatKind, Stats, ThreadCounts, SCHEMA_VERSION};
 
 use crate::sets::{self, Switch};
 
@@ -118,6 +118,8 @@ pub enum Subject {
     Command(Vec<String>),
     /// A thread attached to.
     Thread(u32),
+    /// Whole processes attached to (`-p`).
+    Processes(Vec<u32>),
 }
 
 /// How a command ended.
@@ -167,6 +169,14 @@ pub struct Report {
     pub runs: Option<(u32, Stats)>,
     /// More events than counters: how they were multiplexed.
     pub mux: Option<Multiplexing>,
+    /// Command mode: whether the command's children were counted too.
+    pub inherit: Option<bool>,
+    /// Inherited or process counting: threads the module could not
+    /// monitor.
+    pub lost_threads: Option<u32>,
+    /// `--per-thread` summary: each thread's counts, values in `rows`
+    /// order.
+    pub threads: Option<Vec<ThreadCounts>>,
 }
 
 /// How numbers are printed.
@@ -283,6 +293,9 @@ impl Report {
             run: None,
             runs: None,
             mux: None,
+            inherit: None,
+            lost_threads: None,
+            threads: None,
         }
     }
 
@@ -410,7 +423,68 @@ impl Report {
         match &self.subject {
             Subject::Command(argv) => format!("'{}'", argv.join(" ")),
             Subject::Thread(t) => format!("thread {t}"),
+            Subject::Processes(pids) => {
+                let ids: Vec<String> = pids.iter().map(u32::to_string).collect();
+                format!("process id '{}'", ids.join(","))
+            }
         }
+    }
+
+    /// `--per-thread`'s lines under the counts: a header, then per thread
+    /// its name (`-` if pfm never saw it alive), its id and a column per
+    /// event (task-clock in msec), each column as wide as its widest cell.
+    fn thread_table(&self, threads: &[ThreadCounts], style: Style) -> String {
+        let cell = |row: &Row, v: u64| -> String {
+            let (text, _) = value_text(row.generic, v, style);
+            text
+        };
+        let heads: Vec<String> = self
+            .rows
+            .iter()
+            .map(|r| {
+                if r.generic == Some(Generic::TaskClock) {
+                    format!("{} (msec)", r.event)
+                } else {
+                    r.event.clone()
+                }
+            })
+            .collect();
+        let widths: Vec<usize> = heads
+            .iter()
+            .enumerate()
+            .map(|(i, h)| {
+                threads
+                    .iter()
+                    .filter_map(|t| Some(cell(self.rows.get(i)?, *t.values.get(i)?).len()))
+                    .chain(std::iter::once(h.chars().count()))
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let cw = threads
+            .iter()
+            .map(|t| t.comm.as_deref().unwrap_or("-").chars().count())
+            .max()
+            .unwrap_or(0)
+            .max(16);
+        let mut out = format!("\n {:>cw$} {:>8}", "comm", "tid");
+        for (h, w) in heads.iter().zip(&widths) {
+            out.push_str(&format!("  {h:>w$}"));
+        }
+        out.push('\n');
+        for t in threads {
+            let comm = t.comm.as_deref().unwrap_or("-");
+            out.push_str(&format!(" {comm:>cw$} {:>8}", t.tid));
+            for (i, w) in widths.iter().enumerate() {
+                let v = match (self.rows.get(i), t.values.get(i)) {
+                    (Some(r), Some(&v)) => cell(r, v),
+                    _ => "-".to_string(),
+                };
+                out.push_str(&format!("  {v:>w$}"));
+            }
+            out.push('\n');
+        }
+        out
     }
 
     /// The perf-stat-like table.
@@ -438,6 +512,9 @@ impl Report {
         }
         if let Some(m) = &self.mux {
             out.push_str(&format!("\n {}\n", m.note(self.rows.len())));
+        }
+        if let Some(threads) = &self.threads {
+            out.push_str(&self.thread_table(threads, style));
         }
         match &self.runs {
             Some((n, st)) => {
@@ -548,6 +625,26 @@ impl Report {
             out.push_str(&fields.join(sep));
             out.push('\n');
         }
+        // --per-thread, as perf stat --per-thread -x: the thread's
+        // comm-tid, then the fields of an event line without the metric.
+        for t in self.threads.iter().flatten() {
+            let who = format!("{}-{}", t.comm.as_deref().unwrap_or("-"), t.tid);
+            for (row, &v) in self.rows.iter().zip(&t.values) {
+                let (value, unit) = value_text(row.generic, v, plain);
+                let fields = [
+                    who.clone(),
+                    value,
+                    unit.to_string(),
+                    row.event.clone(),
+                    t.time_running_ns.to_string(),
+                    "100.00".to_string(),
+                    String::new(),
+                    String::new(),
+                ];
+                out.push_str(&fields.join(sep));
+                out.push('\n');
+            }
+        }
         out
     }
 
@@ -581,18 +678,21 @@ impl Report {
                 }
             })
             .collect();
-        let (command, pid, tid) = match &self.subject {
-            Subject::Command(argv) => (Some(argv.clone()), Some(self.tid), None),
-            Subject::Thread(t) => (None, None, Some(*t)),
+        let (command, pid, tid, pids) = match &self.subject {
+            Subject::Command(argv) => (Some(argv.clone()), Some(self.tid), None, None),
+            Subject::Thread(t) => (None, None, Some(*t), None),
+            Subject::Processes(p) => (None, None, None, Some(p.clone())),
         };
-        let summary_of_thread =
-            self.kind == StatKind::Summary && matches!(self.subject, Subject::Thread(_));
+        let summary_of_thread = self.kind == StatKind::Summary
+            && matches!(self.subject, Subject::Thread(_) | Subject::Processes(_));
         Stat {
             schema_version: SCHEMA_VERSION,
             kind: self.kind,
             model: self.model.clone(),
             command,
             pid,
+            inherit: self.inherit,
+            pids,
             tid,
             run: self.run,
             runs: self.runs.as_ref().map(|(n, _)| *n),
@@ -610,6 +710,8 @@ impl Report {
             interrupted: summary_of_thread.then_some(self.interrupted),
             target_exited: summary_of_thread.then_some(self.target_exited),
             multiplex: self.mux.map(|m| m.json()),
+            lost_threads: self.lost_threads,
+            threads: self.threads.clone(),
         }
     }
 

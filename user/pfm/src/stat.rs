@@ -1,15 +1,19 @@
 //! `pfm stat`: count a command from its first instruction (`-r N` times),
-//! or a running thread for a while; optionally print each interval. More
+//! with the threads and processes it creates unless `--no-inherit`; or
+//! running processes (`-p`) or a running thread (`-t`) for a while;
+//! optionally print each interval, and each thread (`--per-thread`). More
 //! events than counters are multiplexed in event sets ([`crate::sets`]).
 
+use std::collections::HashMap;
 use std::ffi::OsString;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
-use perfmon::perf::{PerfGroup, SoftwareEvent};
+use perfmon::abi::{PFM_CTXFL_INHERIT, PFM_CTXFL_START_ON_EXEC};
+use perfmon::perf::{PerfGroup, PerfOptions, SoftwareEvent};
 use perfmon::process::{self, ExitStatus, Interrupts, PausedChild};
 use perfmon::{Context, CtxState, MessageKind, PmuInfo};
-use pfm_json::{StatKind, Stats};
+use pfm_json::{StatKind, Stats, ThreadCounts};
 
 use crate::cli::StatArgs;
 use crate::events::{Resolved, Resolver};
@@ -20,6 +24,15 @@ use crate::Failure;
 
 /// How long a target may take to install the context after LOAD.
 const ACTIVE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `--per-thread`: how often the threads are looked at while they run, to
+/// learn their names (`/proc/TID/comm`) before they exit. A thread that
+/// lives less than this may exit unseen: its name is `-`.
+const THREAD_LOOK: Duration = Duration::from_millis(20);
+
+/// Once the command's initial thread exited and its context's fd stays
+/// readable (hung up), how often pfm looks whether the command ended.
+const EXITED_POLL: Duration = Duration::from_millis(10);
 
 /// How the output is written.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,6 +45,40 @@ enum Format {
     Csv(String),
 }
 
+/// What `-p` or `-t` attaches to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Target {
+    /// One thread (`-t`).
+    Thread(u32),
+    /// Whole processes (`-p`), one context each.
+    Processes(Vec<u32>),
+}
+
+impl Target {
+    /// The ids of the contexts' LOADs.
+    fn ids(&self) -> Vec<u32> {
+        match self {
+            Target::Thread(t) => vec![*t],
+            Target::Processes(p) => p.clone(),
+        }
+    }
+
+    fn subject(&self) -> Subject {
+        match self {
+            Target::Thread(t) => Subject::Thread(*t),
+            Target::Processes(p) => Subject::Processes(p.clone()),
+        }
+    }
+
+    /// `thread 42` / `process 42`, for messages.
+    fn words(&self, id: u32) -> String {
+        match self {
+            Target::Thread(_) => format!("thread {id}"),
+            Target::Processes(_) => format!("process {id}"),
+        }
+    }
+}
+
 /// What one `pfm stat` needs throughout.
 struct Stat<'a> {
     args: &'a StatArgs,
@@ -41,12 +88,23 @@ struct Stat<'a> {
     layout: Option<Layout>,
     format: Format,
     out: Output,
+    /// Command mode: count the threads and processes the command creates
+    /// (false with `--no-inherit`, multiplexed, or on a module that
+    /// cannot).
+    inherit: bool,
+    /// `--per-thread`: the name of each thread seen alive, by tid.
+    comms: HashMap<u32, String>,
 }
 
 /// Runs `pfm stat`; returns the exit status.
 pub fn stat(args: &StatArgs, json: bool, output: Option<&std::path::Path>) -> Result<u8, Failure> {
+    let target = match (args.tid, args.pids.is_empty()) {
+        (Some(tid), _) => Some(Target::Thread(tid)),
+        (None, false) => Some(Target::Processes(args.pids.clone())),
+        (None, true) => None,
+    };
     // Signals first, in the main thread, before anything else can start.
-    let interrupts = match args.tid {
+    let interrupts = match target {
         Some(_) => Some(Interrupts::terminal()?),
         None => None,
     };
@@ -57,6 +115,35 @@ pub fn stat(args: &StatArgs, json: bool, output: Option<&std::path::Path>) -> Re
     let names: Vec<String> = groups.iter().flatten().cloned().collect();
     let events = Resolver::new(&pmu).resolve_names(&names)?;
     let layout = layout(args, &pmu, &groups, explicit, &events)?;
+    let mut inherit = args.inherit();
+    if let Some(l) = &layout {
+        // The module's event sets and its inheritance exclude each other
+        // (LOAD would fail with EBUSY): say what is counted instead.
+        let fit = format!(
+            "{} events on {} counters are multiplexed in event sets, which follow one thread",
+            events.len(),
+            l.counters
+        );
+        if matches!(target, Some(Target::Processes(_))) {
+            return Err(Failure::new(format!(
+                "{fit}: -p counts whole processes; give at most {} events",
+                l.counters
+            )));
+        }
+        if args.per_thread {
+            return Err(Failure::new(format!(
+                "{fit}: --per-thread is not possible; give at most {} events",
+                l.counters
+            )));
+        }
+        if inherit {
+            eprintln!(
+                "pfm: warning: {fit}: counting the command's initial thread only \
+                 (--no-inherit), not the processes it creates"
+            );
+            inherit = false;
+        }
+    }
     let format = match (&args.separator, json) {
         (Some(sep), _) => Format::Csv(sep.clone()),
         (None, true) => Format::Json,
@@ -72,9 +159,11 @@ pub fn stat(args: &StatArgs, json: bool, output: Option<&std::path::Path>) -> Re
         layout,
         format,
         out,
+        inherit,
+        comms: HashMap::new(),
     };
-    match (args.tid, &interrupts) {
-        (Some(tid), Some(interrupts)) => st.thread(ctx, tid, interrupts),
+    match (target, &interrupts) {
+        (Some(target), Some(interrupts)) => st.attached(ctx, target, interrupts),
         _ => st.command(ctx, &args.command),
     }
 }
@@ -115,25 +204,47 @@ fn layout(
     Ok(None)
 }
 
-/// perf_event counters of the same events, with `--perf`, and for each
-/// event its index among them (None where perf has no such event).
-type PerfSide = Option<(PerfGroup, Vec<Option<usize>>)>;
+/// perf_event counters of the same events, with `--perf` (one group per
+/// thread attached to, their counts summed), and for each event its index
+/// among them (None where perf has no such event).
+type PerfSide = Option<(Vec<PerfGroup>, Vec<Option<usize>>)>;
 
-/// perf values aligned with the events.
+/// perf values aligned with the events, summed over the groups.
 fn perf_values(perf: &PerfSide) -> Option<Vec<Option<u64>>> {
-    let (group, index) = perf.as_ref()?;
-    match group.read() {
-        Ok(values) => Some(
-            index
-                .iter()
-                .map(|i| i.and_then(|i| values.get(i)).map(|v| v.value))
-                .collect(),
-        ),
-        Err(e) => {
-            eprintln!("pfm: warning: --perf: {e}");
-            None
+    let (groups, index) = perf.as_ref()?;
+    let mut sums: Vec<u64> = Vec::new();
+    for g in groups {
+        match g.read() {
+            Ok(values) => {
+                sums.resize(sums.len().max(values.len()), 0);
+                for (s, v) in sums.iter_mut().zip(&values) {
+                    *s = s.wrapping_add(v.value);
+                }
+            }
+            Err(e) => {
+                eprintln!("pfm: warning: --perf: {e}");
+                return None;
+            }
         }
     }
+    Some(
+        index
+            .iter()
+            .map(|i| i.and_then(|i| sums.get(i).copied()))
+            .collect(),
+    )
+}
+
+/// Enables (or disables) every perf group.
+fn perf_switch(perf: &PerfSide, on: bool) -> Result<(), Failure> {
+    for g in perf.iter().flat_map(|(groups, _)| groups) {
+        if on {
+            g.enable()?;
+        } else {
+            g.disable()?;
+        }
+    }
+    Ok(())
 }
 
 /// `a - b` per event, where both exist.
@@ -153,6 +264,51 @@ fn perf_delta(
     }
 }
 
+/// The threads of process `pid` now (`/proc/PID/task`); just `pid` if
+/// they cannot be listed (perf then counts what it can).
+fn tasks_of(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return vec![pid];
+    };
+    let mut tids: Vec<u32> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort_unstable();
+    if tids.is_empty() {
+        tids.push(pid);
+    }
+    tids
+}
+
+/// A thread's name, `/proc/TID/comm` without its newline.
+fn comm_of(tid: u32) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{tid}/comm")).ok()?;
+    Some(text.trim_end_matches('\n').to_string())
+}
+
+/// The elementwise sum of the readings of several contexts (whole
+/// processes: one context each, programmed alike, never multiplexed).
+fn sum_readings(readings: Vec<Reading>) -> Reading {
+    let mut it = readings.into_iter();
+    let Some(mut total) = it.next() else {
+        return Reading::zero(0, false);
+    };
+    for r in it {
+        for (a, b) in total.counts.values.iter_mut().zip(&r.counts.values) {
+            *a = a.wrapping_add(*b);
+        }
+        total.counts.time_enabled = total
+            .counts
+            .time_enabled
+            .wrapping_add(r.counts.time_enabled);
+        total.counts.time_running = total
+            .counts
+            .time_running
+            .wrapping_add(r.counts.time_running);
+    }
+    total
+}
+
 /// Says so if the module ended the monitoring at an exec into credentials
 /// this user may not monitor (a setuid program): the counts stop there.
 fn warn_if_revoked(ctx: &Context) -> Result<(), Failure> {
@@ -163,6 +319,21 @@ fn warn_if_revoked(ctx: &Context) -> Result<(), Failure> {
         );
     }
     Ok(())
+}
+
+/// Says how many threads the totals miss, if any.
+fn warn_if_lost(lost: Option<u32>) {
+    match lost {
+        Some(1) => eprintln!(
+            "pfm: warning: 1 thread could not be monitored (the module's limits): \
+             the totals miss its counts"
+        ),
+        Some(n) if n > 1 => eprintln!(
+            "pfm: warning: {n} threads could not be monitored (the module's limits): \
+             the totals miss their counts"
+        ),
+        _ => {}
+    }
 }
 
 /// The totals and the last interval boundary of an interval loop.
@@ -198,10 +369,16 @@ impl Ticker {
     }
 }
 
+/// The earliest of some instants.
+fn earliest(times: impl IntoIterator<Item = Option<Instant>>) -> Option<Instant> {
+    times.into_iter().flatten().min()
+}
+
 impl Stat<'_> {
-    /// Opens perf_event counters of the same events for `tid`, when asked
-    /// and possible; says why not otherwise.
-    fn perf_for(&self, tid: u32) -> PerfSide {
+    /// Opens perf_event counters of the same events for `tids`, when asked
+    /// and possible; says why not otherwise. A thread that ended before
+    /// its turn is left out.
+    fn perf_for(&self, tids: &[u32], opts: PerfOptions) -> PerfSide {
         if !self.args.perf {
             return None;
         }
@@ -220,13 +397,48 @@ impl Stat<'_> {
             eprintln!("pfm: warning: --perf: perf_event has none of these events");
             return None;
         }
-        match PerfGroup::open(&kinds, tid) {
-            Ok(g) => Some((g, index)),
-            Err(e) => {
-                eprintln!("pfm: warning: --perf: {e}; showing perfmon's counts only");
-                None
+        let mut groups = Vec::with_capacity(tids.len());
+        for &tid in tids {
+            match PerfGroup::open_with(&kinds, tid, opts) {
+                Ok(g) => groups.push(g),
+                Err(e) if e.errno() == Some(libc::ESRCH) && !groups.is_empty() => {}
+                Err(e) => {
+                    eprintln!("pfm: warning: --perf: {e}; showing perfmon's counts only");
+                    return None;
+                }
             }
         }
+        Some((groups, index))
+    }
+
+    /// Sets the context flags of a command's context: inheritance (unless
+    /// not wanted) and start at the command's exec. Returns whether the
+    /// exec starts the counting; if not (a module from before whole
+    /// programs refuses flags it does not know, EINVAL), the caller starts
+    /// it before releasing the command, as pfm always did, and counts the
+    /// command's initial thread only, which pfm says once.
+    fn arm(&mut self, ctx: &Context) -> Result<bool, Failure> {
+        let inherit = if self.inherit { PFM_CTXFL_INHERIT } else { 0 };
+        match ctx.set_flags(inherit | PFM_CTXFL_START_ON_EXEC) {
+            Ok(()) => return Ok(true),
+            Err(e) if e.errno() == Some(libc::EINVAL) => {}
+            Err(e) => return Err(e.into()),
+        }
+        if self.inherit {
+            match ctx.set_flags(PFM_CTXFL_INHERIT) {
+                Ok(()) => return Ok(false),
+                Err(e) if e.errno() == Some(libc::EINVAL) => {
+                    eprintln!(
+                        "pfm: warning: this perfmon module cannot follow the processes a \
+                         command creates (PFM_CTXFL_INHERIT refused, EINVAL): counting its \
+                         initial thread only"
+                    );
+                    self.inherit = false;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(false)
     }
 
     /// Programs the events on `ctx` (in their sets, when multiplexed); a
@@ -284,6 +496,58 @@ impl Stat<'_> {
             },
             Some(layout) => layout.read(ctx)?,
         })
+    }
+
+    /// Reads every context and sums them (one context: its reading).
+    fn read_all(&self, ctxs: &[Context]) -> Result<Reading, Failure> {
+        if let [one] = ctxs {
+            return self.read(one);
+        }
+        let readings = ctxs
+            .iter()
+            .map(|c| self.read(c))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(sum_readings(readings))
+    }
+
+    /// `--per-thread`: learns the names of the threads of `ctxs` alive now.
+    fn look_at_threads(&mut self, ctxs: &[Context]) -> Result<(), Failure> {
+        for ctx in ctxs {
+            for row in ctx.read_threads_programmed()?.rows {
+                if row.tid != 0 && !row.has_exited() {
+                    if let Some(comm) = comm_of(row.tid) {
+                        self.comms.insert(row.tid, comm);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `--per-thread`: every thread of `ctxs`, its values in event order,
+    /// named as last seen alive.
+    fn thread_counts(&mut self, ctxs: &[Context]) -> Result<Vec<ThreadCounts>, Failure> {
+        self.look_at_threads(ctxs)?;
+        let mut out = Vec::new();
+        for ctx in ctxs {
+            for row in ctx.read_threads_programmed()?.rows {
+                out.push(ThreadCounts {
+                    tid: row.tid,
+                    pid: row.pid,
+                    comm: self.comms.get(&row.tid).cloned(),
+                    exited: row.has_exited(),
+                    revoked: row.is_revoked(),
+                    values: ctx
+                        .programmed()
+                        .iter()
+                        .map(|&pmd| row.value(pmd).unwrap_or(0))
+                        .collect(),
+                    time_enabled_ns: row.time_enabled,
+                    time_running_ns: row.time_running,
+                });
+            }
+        }
+        Ok(out)
     }
 
     /// How the events are multiplexed, for the report.
@@ -406,6 +670,7 @@ impl Stat<'_> {
             self.program(&mut c)?;
             let (report, st) = self.run_once(&c, argv, &argv_text)?;
             status = Some(st);
+            warn_if_lost(report.lost_threads);
             if runs > 1 {
                 let mut r = report.clone();
                 r.kind = StatKind::Run;
@@ -434,8 +699,9 @@ impl Stat<'_> {
         Ok(u8::try_from(code).unwrap_or(1))
     }
 
-    /// One run of the command: spawned paused, attached, started, then let
-    /// go; with `-I` the counts are printed every interval while it runs.
+    /// One run of the command: spawned paused, attached (with inheritance
+    /// unless `--no-inherit`), armed to start at its exec, then let go;
+    /// with `-I` the counts are printed every interval while it runs.
     fn run_once(
         &mut self,
         ctx: &Context,
@@ -445,14 +711,23 @@ impl Stat<'_> {
         // Dropping `child` on any error below kills the paused command.
         let mut child = PausedChild::spawn(argv)?;
         let pid = child.pid();
+        // After the spawn: a command that cannot be found is one line.
+        let on_exec = self.arm(ctx)?;
         ctx.load(pid)?;
         ctx.wait_active(ACTIVE_TIMEOUT)?;
-        let perf = self.perf_for(pid);
-        if let Some((g, _)) = &perf {
-            g.enable()?;
+        // perf counts what perfmon counts: the same threads, from the
+        // same instant (the exec, or the START below).
+        let opts = PerfOptions {
+            inherit: self.inherit,
+            enable_on_exec: on_exec,
+        };
+        let perf = self.perf_for(&[pid], opts);
+        if !on_exec {
+            perf_switch(&perf, true)?;
         }
         let base = Report {
             mux: self.multiplexing(),
+            inherit: Some(self.inherit),
             ..Report::empty_summary(
                 Subject::Command(argv_text.to_vec()),
                 pid,
@@ -461,7 +736,9 @@ impl Stat<'_> {
         };
         self.interval_header(perf.is_some())?;
         let t0 = Instant::now();
-        ctx.start()?;
+        if !on_exec {
+            ctx.start()?;
+        }
         // From here Ctrl-C is for the command; pfm stays to print the counts.
         process::ignore_interrupts();
         let released = child.release();
@@ -473,31 +750,60 @@ impl Stat<'_> {
             .args
             .interval
             .map(|i| Ticker::new(i, t0, self.events.len(), self.layout.is_some()));
-        let status = match &mut ticker {
-            None => child.wait()?,
-            Some(ticker) => loop {
-                // The context's fd turns readable when the thread exits
-                // (its END message): no interval is cut short waiting.
-                let timeout = ticker.next.saturating_duration_since(Instant::now());
-                process::wait_readable(&[ctx.as_fd()], Some(timeout))?;
+        let look = self.args.per_thread;
+        let status = if ticker.is_none() && !look {
+            child.wait()?
+        } else {
+            let mut next_look = Instant::now();
+            // The initial thread exited, or its monitoring was revoked:
+            // its fd stays readable from then on.
+            let mut gone = false;
+            loop {
+                let wake = earliest([ticker.as_ref().map(|t| t.next), look.then_some(next_look)]);
+                let timeout =
+                    wake.map_or(EXITED_POLL, |w| w.saturating_duration_since(Instant::now()));
+                if gone {
+                    std::thread::sleep(timeout.min(EXITED_POLL));
+                } else {
+                    // The context's fd turns readable when the thread exits
+                    // (its END message): no interval is cut short waiting.
+                    process::wait_readable(&[ctx.as_fd()], Some(timeout))?;
+                }
                 if let Some(st) = child.try_wait()? {
                     break st;
                 }
                 let now = Instant::now();
-                if now >= ticker.next {
-                    let counts = self.read(ctx)?;
-                    self.tick(ctx, &perf, ticker, &base, now, counts, false)?;
-                    ticker.advance(now);
-                } else if ctx.state()?.has_exited() {
-                    // The initial thread is gone, the process lives on:
-                    // its counts are final; wait for the process.
-                    break child.wait()?;
+                if look && now >= next_look {
+                    self.look_at_threads(std::slice::from_ref(ctx))?;
+                    next_look = now + THREAD_LOOK;
                 }
-            },
+                if let Some(t) = &mut ticker {
+                    if now >= t.next {
+                        let counts = self.read(ctx)?;
+                        self.tick(ctx, &perf, t, &base, now, counts, false)?;
+                        t.advance(now);
+                        continue;
+                    }
+                }
+                if !gone {
+                    let st = ctx.state()?;
+                    if st.has_exited() || st.state == CtxState::Unloaded {
+                        if !self.inherit && !look {
+                            // The initial thread is gone, the process
+                            // lives on: its counts are final; wait for the
+                            // process.
+                            break child.wait()?;
+                        }
+                        // Its children may still count: go on until the
+                        // command ends.
+                        gone = true;
+                    }
+                }
+            }
         };
         let elapsed = t0.elapsed();
         warn_if_revoked(ctx)?;
-        // The thread has exited: its final counts stay readable.
+        // The command has ended: the final counts stay readable.
         let counts = self.read(ctx)?;
         let perf_vals = perf_values(&perf);
         if let Some(ticker) = &mut ticker {
@@ -512,6 +818,16 @@ impl Stat<'_> {
                 true,
             )?;
         }
+        let threads = if look {
+            Some(self.thread_counts(std::slice::from_ref(ctx))?)
+        } else {
+            None
+        };
+        let lost_threads = if self.inherit {
+            Some(ctx.state()?.lost_threads)
+        } else {
+            None
+        };
         let _ = ctx.unload();
         let report = Report {
             rows: self.rows(ctx, &counts, perf_vals.as_deref()),
@@ -524,61 +840,125 @@ impl Stat<'_> {
                 user: status.user,
                 system: status.system,
             }),
+            lost_threads,
+            threads,
             ..base
         };
         Ok((report, status))
     }
 
-    /// Thread mode: until Ctrl-C, `--duration` or the thread's exit.
-    fn thread(
+    /// Thread mode (`-t`) and process mode (`-p`, one context per process,
+    /// their counts summed): until Ctrl-C, `--duration` or the end of every
+    /// target (a process ends for pfm when the thread LOAD named, its main
+    /// thread, exits).
+    fn attached(
         &mut self,
-        mut ctx: Context,
-        tid: u32,
+        first: Context,
+        target: Target,
         interrupts: &Interrupts,
     ) -> Result<u8, Failure> {
-        self.program(&mut ctx)?;
-        ctx.load(tid)?;
-        match ctx.wait_active(ACTIVE_TIMEOUT) {
-            Ok(_) => {}
-            Err(perfmon::Error::Timeout { .. }) => eprintln!(
-                "pfm: warning: thread {tid} has not picked up the context after {} s \
-                 (stopped?); counting starts when it next runs",
-                ACTIVE_TIMEOUT.as_secs()
-            ),
-            Err(e) => return Err(e.into()),
+        let ids = target.ids();
+        let Some(&first_id) = ids.first() else {
+            return Err(Failure::new("nothing to attach to"));
+        };
+        let mut ctxs: Vec<Context> = Vec::with_capacity(ids.len());
+        let mut first = Some(first);
+        for &id in &ids {
+            let mut ctx = match first.take() {
+                Some(c) => c,
+                None => Context::open()?,
+            };
+            self.program(&mut ctx)?;
+            match target {
+                Target::Thread(_) => ctx.load(id)?,
+                Target::Processes(_) => match ctx.load_process(id) {
+                    Ok(()) => {}
+                    // The library speaks of threads; -p names a process.
+                    Err(e) if e.errno() == Some(libc::ESRCH) => {
+                        return Err(Failure::new(format!(
+                            "no such process: {id} does not exist (ESRCH)"
+                        )))
+                    }
+                    Err(e) if e.errno() == Some(libc::EINVAL) => {
+                        return Err(Failure::new(format!(
+                            "{e}: a module from before whole processes refuses \
+                             PFM_LOAD_PROCESS; -t {id} counts the process's main thread"
+                        )))
+                    }
+                    Err(e) => return Err(e.into()),
+                },
+            }
+            ctxs.push(ctx);
         }
-        ctx.set_nonblocking(true)?;
-        let perf = self.perf_for(tid);
-        if let Some((g, _)) = &perf {
-            g.enable()?;
+        for (ctx, &id) in ctxs.iter().zip(&ids) {
+            match ctx.wait_active(ACTIVE_TIMEOUT) {
+                Ok(_) => {}
+                Err(perfmon::Error::Timeout { .. }) => eprintln!(
+                    "pfm: warning: {} has not picked up the context after {} s \
+                     (stopped?); counting starts when it next runs",
+                    target.words(id),
+                    ACTIVE_TIMEOUT.as_secs()
+                ),
+                Err(e) => return Err(e.into()),
+            }
+            ctx.set_nonblocking(true)?;
         }
+        // perf as perf stat: one group per thread, inherited by the
+        // threads created later, for a process; the thread alone for -t.
+        let perf = match &target {
+            Target::Thread(tid) => self.perf_for(&[*tid], PerfOptions::default()),
+            Target::Processes(pids) => {
+                let tids: Vec<u32> = pids.iter().flat_map(|&p| tasks_of(p)).collect();
+                let opts = PerfOptions {
+                    inherit: true,
+                    enable_on_exec: false,
+                };
+                self.perf_for(&tids, opts)
+            }
+        };
+        perf_switch(&perf, true)?;
         let base = Report {
             mux: self.multiplexing(),
-            ..Report::empty_summary(Subject::Thread(tid), tid, self.pmu.model.clone())
+            ..Report::empty_summary(target.subject(), first_id, self.pmu.model.clone())
         };
         self.interval_header(perf.is_some())?;
         let t0 = Instant::now();
-        ctx.start()?;
+        for ctx in &ctxs {
+            ctx.start()?;
+        }
         let deadline = self.args.duration.map(|d| t0 + d);
         let mut ticker = self
             .args
             .interval
             .map(|i| Ticker::new(i, t0, self.events.len(), self.layout.is_some()));
-        let (mut interrupted, mut exited) = (false, false);
+        let look = self.args.per_thread;
+        let mut next_look = t0;
+        let mut interrupted = false;
+        // Per context: its target ended (exited: true; revoked: false).
+        let mut ended: Vec<Option<bool>> = vec![None; ctxs.len()];
         loop {
             let now = Instant::now();
-            let wake = match (ticker.as_ref().map(|t| t.next), deadline) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            let wake = earliest([
+                ticker.as_ref().map(|t| t.next),
+                deadline,
+                look.then_some(next_look),
+            ]);
             let timeout = wake.map(|w| w.saturating_duration_since(now));
-            let ready = process::wait_readable(&[ctx.as_fd(), interrupts.as_fd()], timeout)?;
-            if ready.get(1).copied().unwrap_or(false) && interrupts.pending()?.is_some() {
+            let live: Vec<usize> = (0..ctxs.len()).filter(|&i| ended[i].is_none()).collect();
+            let mut fds: Vec<BorrowedFd<'_>> = live.iter().map(|&i| ctxs[i].as_fd()).collect();
+            fds.push(interrupts.as_fd());
+            let ready = process::wait_readable(&fds, timeout)?;
+            if ready.last().copied().unwrap_or(false) && interrupts.pending()?.is_some() {
                 interrupted = true;
                 break;
             }
-            if ready.first().copied().unwrap_or(false) {
-                let mut revoked = false;
+            let mut idle = false;
+            for (k, &i) in live.iter().enumerate() {
+                if !ready.get(k).copied().unwrap_or(false) {
+                    continue;
+                }
+                let ctx = &ctxs[i];
+                let (mut exited, mut revoked) = (false, false);
                 for msg in ctx.messages() {
                     match msg?.kind {
                         MessageKind::End => exited = true,
@@ -587,21 +967,30 @@ impl Stat<'_> {
                     }
                 }
                 if exited || ctx.state()?.has_exited() {
-                    exited = true;
-                    break;
+                    ended[i] = Some(true);
+                } else if revoked {
+                    warn_if_revoked(ctx)?;
+                    ended[i] = Some(false);
+                } else {
+                    idle = true;
                 }
-                if revoked {
-                    warn_if_revoked(&ctx)?;
-                    break;
-                }
+            }
+            if ended.iter().all(Option::is_some) {
+                break;
+            }
+            if idle {
                 // Readable without a message or an exit: do not spin.
                 std::thread::sleep(Duration::from_millis(10));
             }
             let now = Instant::now();
+            if look && now >= next_look {
+                self.look_at_threads(&ctxs)?;
+                next_look = now + THREAD_LOOK;
+            }
             if let Some(t) = &mut ticker {
                 if now >= t.next {
-                    let counts = self.read(&ctx)?;
-                    self.tick(&ctx, &perf, t, &base, now, counts, false)?;
+                    let counts = self.read_all(&ctxs)?;
+                    self.tick(&ctxs[0], &perf, t, &base, now, counts, false)?;
                     t.advance(now);
                 }
             }
@@ -609,31 +998,64 @@ impl Stat<'_> {
                 break;
             }
         }
+        let exited = ended.iter().all(|e| *e == Some(true));
         if !exited {
             // Stop first so the totals are one instant's values.
-            let _ = ctx.stop();
+            for (ctx, e) in ctxs.iter().zip(&ended) {
+                if e.is_none() {
+                    let _ = ctx.stop();
+                }
+            }
         }
-        if let Some((g, _)) = &perf {
-            let _ = g.disable();
+        if perf.is_some() {
+            let _ = perf_switch(&perf, false);
         }
         let elapsed = t0.elapsed();
-        let counts = self.read(&ctx)?;
+        let counts = self.read_all(&ctxs)?;
         let perf_vals = perf_values(&perf);
         if let Some(t) = &mut ticker {
             // The last, partial interval: the intervals add up to the totals.
-            self.tick(&ctx, &perf, t, &base, t0 + elapsed, counts.clone(), true)?;
+            self.tick(
+                &ctxs[0],
+                &perf,
+                t,
+                &base,
+                t0 + elapsed,
+                counts.clone(),
+                true,
+            )?;
         }
-        let _ = ctx.unload();
+        let threads = if look {
+            Some(self.thread_counts(&ctxs)?)
+        } else {
+            None
+        };
+        let lost_threads = match target {
+            Target::Thread(_) => None,
+            Target::Processes(_) => {
+                let mut lost = 0u32;
+                for ctx in &ctxs {
+                    lost = lost.saturating_add(ctx.state()?.lost_threads);
+                }
+                Some(lost)
+            }
+        };
+        for ctx in &ctxs {
+            let _ = ctx.unload();
+        }
         let report = Report {
-            rows: self.rows(&ctx, &counts, perf_vals.as_deref()),
+            rows: self.rows(&ctxs[0], &counts, perf_vals.as_deref()),
             time_enabled: counts.counts.time_enabled,
             time_running: counts.counts.time_running,
             elapsed,
             interrupted,
             target_exited: exited,
+            lost_threads,
+            threads,
             ..base
         };
         self.emit(&report)?;
+        warn_if_lost(lost_threads);
         Ok(0)
     }
 }
@@ -726,6 +1148,31 @@ mod tests {
         r.time_enabled = enabled;
         r.time_running = enabled;
         r
+    }
+
+    #[test]
+    fn processes_sum() {
+        let r = |v: [u64; 2], e: u64, run: u64| Reading {
+            counts: perfmon::Counts {
+                values: v.to_vec(),
+                time_enabled: e,
+                time_running: run,
+            },
+            times: Vec::new(),
+        };
+        let total = sum_readings(vec![r([1, 10], 5, 4), r([2, 20], 7, 6), r([3, 30], 1, 1)]);
+        assert_eq!(total.counts.values, vec![6, 60]);
+        assert_eq!(
+            (total.counts.time_enabled, total.counts.time_running),
+            (13, 11)
+        );
+        assert_eq!(sum_readings(vec![r([4, 5], 1, 1)]), r([4, 5], 1, 1));
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_millis(5);
+        assert_eq!(earliest([None, Some(t1), Some(t0)]), Some(t0));
+        assert_eq!(earliest([None, None]), None);
+        assert_eq!(Target::Processes(vec![3, 4]).ids(), vec![3, 4]);
+        assert_eq!(Target::Thread(9).words(9), "thread 9");
     }
 
     #[test]

@@ -22,7 +22,7 @@ fn stat(args: &[&str]) -> (Cli, StatArgs) {
                 command: Command::List,
                 ..cli
             };
-            (cli, s)
+            (cli, *s)
         }
         other => panic!("{other:?}"),
     }
@@ -96,8 +96,11 @@ fn stat_options() {
     let (_, s) = stat(&["stat", "--tid=7", "-I100", "--perf"]);
     assert_eq!(s.tid, Some(7));
     assert!(s.perf);
-    assert_eq!(stat(&["stat", "-p", "9"]).1.tid, Some(9));
-    assert_eq!(stat(&["stat", "--pid", "9"]).1.tid, Some(9));
+    // -p is a process (whole), -t a thread: no longer aliases.
+    let (_, s) = stat(&["stat", "-p", "9"]);
+    assert_eq!((s.pids.clone(), s.tid), (vec![9], None));
+    assert!(s.check(false).is_ok());
+    assert_eq!(stat(&["stat", "--pid", "9"]).1.pids, vec![9]);
     let (_, s) = stat(&["stat", "-r", "5", "-x", ";", "--no-big-num", "true"]);
     assert_eq!(s.repeat, Some(5));
     assert_eq!(s.separator.as_deref(), Some(";"));
@@ -105,6 +108,60 @@ fn stat_options() {
     // -I in command mode too.
     let (_, s) = stat(&["stat", "-I", "50", "--", "sleep", "1"]);
     assert_eq!(s.interval, Some(Duration::from_millis(50)));
+    assert!(s.check(false).is_ok());
+}
+
+#[test]
+fn whole_program_options() {
+    // A command counts its whole tree by default; --no-inherit its initial
+    // thread.
+    let (_, s) = stat(&["stat", "--", "sh", "-c", "x"]);
+    assert!(s.inherit() && !s.no_inherit && !s.per_thread);
+    let (_, s) = stat(&["stat", "--no-inherit", "--per-thread", "true"]);
+    assert!(!s.inherit() && s.no_inherit && s.per_thread);
+    assert!(s.check(false).is_ok());
+    // -p takes several processes, comma-separated or repeated.
+    let (_, s) = stat(&[
+        "stat",
+        "-p",
+        "1,2",
+        "-p",
+        "3",
+        "--per-thread",
+        "--duration",
+        "1",
+    ]);
+    assert_eq!(s.pids, vec![1, 2, 3]);
+    assert!(s.per_thread && !s.inherit(), "inherit() is a command's");
+    assert!(s.check(false).is_ok());
+    let (_, s) = stat(&["stat", "--pid=4,5", "-I", "100", "--perf"]);
+    assert_eq!(s.pids, vec![4, 5]);
+    assert!(s.check(true).is_ok());
+    // --tid stays the thread; -t too, with --per-thread (one row).
+    let (_, s) = stat(&["stat", "--tid", "6", "--per-thread"]);
+    assert_eq!((s.tid, s.pids.is_empty()), (Some(6), true));
+    // What clap refuses: a target too many, --no-inherit without a
+    // command, --per-thread with -r, bad ids.
+    for bad in [
+        &["stat", "-p", "1", "-t", "2"][..],
+        &["stat", "-p", "1", "true"],
+        &["stat", "-p", "0"],
+        &["stat", "-p", "1,x"],
+        &["stat", "-p", "1,,2"],
+        &["stat", "-p", "4294967295"],
+        &["stat", "--no-inherit", "-p", "1"],
+        &["stat", "--no-inherit", "-t", "1"],
+        &["stat", "-r", "2", "--per-thread", "true"],
+        &["stat", "-r", "2", "-p", "1"],
+    ] {
+        assert!(p(bad).is_err(), "accepted {bad:?}");
+    }
+    // What pfm's check refuses: a process twice.
+    let (_, s) = stat(&["stat", "-p", "7,7"]);
+    let e = s.check(false).unwrap_err();
+    assert!(e.contains("process 7 twice"), "{e}");
+    // --duration goes with -p as with -t.
+    let (_, s) = stat(&["stat", "--duration", "1", "-p", "7"]);
     assert!(s.check(false).is_ok());
 }
 
@@ -281,6 +338,9 @@ fn help_and_version() {
     for opt in [
         "--event",
         "--tid",
+        "--pid",
+        "--no-inherit",
+        "--per-thread",
         "--interval",
         "--repeat",
         "--field-separator",
@@ -292,5 +352,9 @@ fn help_and_version() {
     ] {
         assert!(help.contains(opt), "{opt} missing from:\n{help}");
     }
+    // The whole tree is the default, and the help says so.
+    assert!(help.contains("whole tree"), "{help}");
+    assert!(help.contains("-p, --pid <PID,...>"), "{help}");
+    assert!(help.contains("-t, --tid <TID>"), "{help}");
     assert!(LONG_VERSION.ends_with(&format!("(perfmon ABI {})", perfmon::abi::PFM_ABI_VERSION)));
 }

@@ -15,10 +15,17 @@
 //! 5. `PFM_IOC_LOAD` of the calling thread and 6. of another thread: after
 //!    a failure the context is UNLOADED and nothing is attached; after the
 //!    success it is UNLOADed again.
-//! 7. The module still works: a context on the calling thread and one on
+//! 7. A whole program's LOAD, from the open on (each round opens its own
+//!    context, so that the family it leaves goes with its close):
+//!    `PFM_CTXFL_INHERIT` on another thread, and `PFM_LOAD_PROCESS` of this
+//!    process (its family, template, namespace reference, the process
+//!    list and the walk of its threads); and `PFM_IOC_READ_THREADS` of the
+//!    latter. After a failure, and after the success is closed, the
+//!    counters are back.
+//! 8. The module still works: a context on the calling thread and one on
 //!    another thread count.
-//! 8. The counters are back to 0 and `rmmod` succeeds.
-//! 9. No kernel splat in the log during the sweeps (the harness also
+//! 9. The counters are back to 0 and `rmmod` succeeds.
+//! 10. No kernel splat in the log during the sweeps (the harness also
 //!    checks kmemleak afterwards; it counts, and does not fail on, the
 //!    kernel's own leak when `kmem_cache_create` fails in
 //!    `sysfs_slab_add`: Documentation/perfmon.rst, loading).
@@ -47,7 +54,7 @@ const LIMIT: u32 = 5000;
 /// The errnos an injected allocation or user-copy failure may give.
 const CLEAN: &[i32] = &[libc::ENOMEM, libc::EFAULT];
 
-const PLAN: usize = 10;
+const PLAN: usize = 13;
 
 fn errno(e: i32) -> String {
     perfmon::errno_name(e).to_string()
@@ -228,6 +235,89 @@ fn sweep_load_ctx(fnth: &FailNth, name: &str, tid: u32) -> TestResult {
     )?;
     diag(format!("{name}: {s}"));
     drop(ctx);
+    Ok(())
+}
+
+/// A context opened, with `ctx_flags` and PMC0 written, and loaded with
+/// `load_flags` on `tid`: every step that allocates, in one call.
+fn whole_load(ctx_flags: u32, load_flags: u32, tid: u32) -> Result<Ctx, i32> {
+    let ctx = Ctx::open()?;
+    ctx.set_flags(ctx_flags)?;
+    write_pmcs(&ctx)?;
+    let mut l = abi::PfmLoad {
+        tid,
+        flags: load_flags,
+        ..Default::default()
+    };
+    sys::ioctl_ref(ctx.fd(), abi::PFM_IOC_LOAD, &mut l)?;
+    Ok(ctx)
+}
+
+/// Sweeps [`whole_load`]; each success is closed. The counters are back
+/// after every round.
+fn sweep_whole(
+    fnth: &FailNth,
+    name: &str,
+    ctx_flags: u32,
+    load_flags: u32,
+    tid: u32,
+) -> TestResult {
+    let base = Counters::read();
+    let held = std::cell::RefCell::new(None);
+    let s = sweep(
+        fnth,
+        LIMIT,
+        CLEAN,
+        || whole_load(ctx_flags, load_flags, tid).map(|c| *held.borrow_mut() = Some(c)),
+        |n, e| counters_back(base, &format!("n={n}: after {}", errno(e))),
+        |n, _| {
+            let ctx = held.borrow_mut().take().ok_or("no context")?;
+            let st = state(&ctx)?;
+            ensure!(
+                st == abi::PFM_STATE_LOADED,
+                "n={n}: LOAD succeeded, state {}",
+                state_name(st)
+            );
+            drop(ctx);
+            counters_back(base, &format!("n={n}: after close"))
+        },
+    )?;
+    diag(format!("{name}: {s}"));
+    Ok(())
+}
+
+/// Sweeps READ_THREADS of a context loaded on this whole process.
+fn sweep_read_threads(fnth: &FailNth) -> TestResult {
+    let pid = std::process::id();
+    let ctx = whole_load(0, abi::PFM_LOAD_PROCESS, pid)
+        .map_err(|e| format!("LOAD_PROCESS: {}", errno(e)))?;
+    let mut rows = vec![abi::PfmThread::default(); 64];
+    let s = sweep(
+        fnth,
+        LIMIT,
+        CLEAN,
+        || {
+            let mut a = abi::PfmThreadsArg {
+                threads: rows.as_mut_ptr() as u64,
+                pmd_mask: 1,
+                count: rows.len() as u32,
+                ..Default::default()
+            };
+            sys::ioctl_ref(ctx.fd(), abi::PFM_IOC_READ_THREADS, &mut a).map(|_| ())
+        },
+        |n, e| {
+            let st = state(&ctx)?;
+            ensure!(
+                st == abi::PFM_STATE_LOADED,
+                "n={n}: after {}: state {}",
+                errno(e),
+                state_name(st)
+            );
+            Ok(())
+        },
+        |_, _| Ok(()),
+    )?;
+    diag(format!("READ_THREADS: {s}"));
     Ok(())
 }
 
@@ -415,6 +505,33 @@ fn main() {
     );
     tap.run("LOAD of another thread with the n-th fault failing", || {
         sweep_load_ctx(&fnth, "LOAD another thread", sleeper.tid())
+    });
+    tap.run(
+        "LOAD with PFM_CTXFL_INHERIT of another thread with the n-th fault failing",
+        || {
+            sweep_whole(
+                &fnth,
+                "LOAD inherit",
+                abi::PFM_CTXFL_INHERIT,
+                0,
+                sleeper.tid(),
+            )
+        },
+    );
+    tap.run(
+        "LOAD with PFM_LOAD_PROCESS of this process with the n-th fault failing",
+        || {
+            sweep_whole(
+                &fnth,
+                "LOAD process",
+                0,
+                abi::PFM_LOAD_PROCESS,
+                std::process::id(),
+            )
+        },
+    );
+    tap.run("READ_THREADS with the n-th fault failing", || {
+        sweep_read_threads(&fnth)
     });
     tap.run("the module still works after the sweeps", || {
         counts(0).map_err(|e| format!("self: {e}"))?;

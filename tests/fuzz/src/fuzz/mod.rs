@@ -51,6 +51,7 @@ mod ops;
 mod probe;
 mod sets;
 mod shared;
+mod whole;
 
 use actor::{Actor, Kind};
 use shared::*;
@@ -127,6 +128,15 @@ pub struct Report {
     /// running times' sum was checked exactly (all 16 sets).
     pub set_infos: u64,
     pub set_exact: u64,
+    /// Whole programs: scenarios checked exactly (inheritance on the
+    /// actor, LOAD_PROCESS on a churning child, start on exec) and the
+    /// threads seen joining families in them.
+    pub whole_checked: u64,
+    pub process_checked: u64,
+    pub exec_checked: u64,
+    pub heirs_seen: u64,
+    /// Suspected kernel bugs per kind (`shared::FINDINGS`), non-zero ones.
+    pub findings: Vec<(&'static str, u64)>,
     /// Anomalies dismissed: the fd was no longer a perfmon file.
     pub reused: u64,
     /// Results that break the ABI's rules.
@@ -168,6 +178,14 @@ impl Report {
             "event sets: {} created, {} GETINFO answers checked, {} of them summed exactly (all 16 sets)",
             self.set_creates, self.set_infos, self.set_exact
         );
+        let _ = writeln!(
+            s,
+            "whole programs: {} inheritance scenarios, {} LOAD_PROCESS scenarios, {} start-on-exec scenarios checked; {} heir rows seen",
+            self.whole_checked, self.process_checked, self.exec_checked, self.heirs_seen
+        );
+        for (what, n) in &self.findings {
+            let _ = writeln!(s, "suspected kernel bug, {n} times: {what}");
+        }
         let _ = write!(s, "per operation:");
         for (i, (name, n)) in self.per_op.iter().enumerate() {
             if i % 6 == 0 {
@@ -522,6 +540,16 @@ pub fn run(cfg: &Config) -> Report {
         set_creates: s.set_creates.load(Ordering::Relaxed),
         set_infos: s.set_infos.load(Ordering::Relaxed),
         set_exact: s.set_exact.load(Ordering::Relaxed),
+        whole_checked: s.whole_checked.load(Ordering::Relaxed),
+        process_checked: s.process_checked.load(Ordering::Relaxed),
+        exec_checked: s.exec_checked.load(Ordering::Relaxed),
+        heirs_seen: s.heirs_seen.load(Ordering::Relaxed),
+        findings: FINDINGS
+            .iter()
+            .zip(s.findings.iter())
+            .map(|(w, n)| (*w, n.load(Ordering::Relaxed)))
+            .filter(|(_, n)| *n > 0)
+            .collect(),
         reused: s.reused.load(Ordering::Relaxed),
         anomalies: anomaly_texts(),
         anomaly_count: s.anomalies.load(Ordering::Relaxed),

@@ -56,6 +56,10 @@ impl Actor {
             Op::CreateSets => self.op_create_sets(),
             Op::DeleteSets => self.op_delete_sets(),
             Op::GetinfoSets => self.op_getinfo_sets(),
+            Op::ReadThreads => self.op_read_threads(),
+            Op::Whole => self.op_whole(),
+            Op::Process => self.op_process(),
+            Op::ExecStart => self.op_exec_start(),
         }
         self.end();
         self.rng = main;
@@ -164,9 +168,9 @@ impl Actor {
             );
             if !ok_state
                 || st.flags & !abi::PFM_CTXFL_MASK != 0
-                || st.status & !7 != 0
+                || st.status & !0xf != 0
                 || st.used_pmds & !model().impl_pmds != 0
-                || st.reserved != [0; 3]
+                || st.reserved != [0; 2]
             {
                 self.anomaly(
                     op,
@@ -178,6 +182,32 @@ impl Actor {
                 self.anomaly(
                     op,
                     format!("UNLOADED context reports status {:#x}", st.status),
+                );
+            }
+            // Whole programs: a loaded context monitors at least its own
+            // thread; threads are lost only by a context that was loaded.
+            let attached = matches!(st.state, abi::PFM_STATE_LOADED | abi::PFM_STATE_MASKED);
+            if (attached || st.lost_threads > 0) && st.threads == 0 {
+                self.anomaly(
+                    op,
+                    format!(
+                        "state {} with {} threads, {} lost",
+                        st.state, st.threads, st.lost_threads
+                    ),
+                );
+            }
+            // An exec can only start an attached context: LOAD arms,
+            // START, STOP and UNLOAD disarm.
+            if st.state == abi::PFM_STATE_UNLOADED
+                && st.status & abi::PFM_CTXST_EXEC_ARMED != 0
+                && is_perfmon_fd(fd)
+            {
+                super::shared::record_finding(
+                    0,
+                    &format!(
+                        "{} #{} get_state: pool fd {fd}: state UNLOADED, status {:#x}, flags {:#x}, tid {}",
+                        self.name, self.n, st.status, st.flags, st.tid
+                    ),
                 );
             }
         }
@@ -297,10 +327,17 @@ impl Actor {
             _ => self.rng.pick(&[16u16, 17, 0x100, 0xffff]),
         };
         let set = set_verdict(l.load_set);
+        // A whole process (PFM_LOAD_PROCESS) a fifth of the time.
+        if self.rng.chance(1, 5) {
+            l.flags = abi::PFM_LOAD_PROCESS;
+        }
         let garbage = self.rng.chance(1, 25);
         if garbage {
             if self.rng.chance(1, 2) {
-                l.flags = self.rng.interesting_u32() | 1;
+                // At least one bit outside PFM_LOAD_MASK, with or without
+                // PFM_LOAD_PROCESS.
+                l.flags |=
+                    (self.rng.interesting_u32() & !abi::PFM_LOAD_MASK) | 1 << self.rng.range(1, 31);
             } else {
                 match self.rng.below(3) {
                     0 => l.pad0 = 1,
@@ -313,8 +350,8 @@ impl Actor {
         let addr = self.place(p, std::mem::size_of::<abi::PfmLoad>());
         self.arena.put(addr, l);
         self.note(format_args!(
-            " fd={fd} tid={tid} set={} ptr={p:?} garbage={garbage}",
-            l.load_set
+            " fd={fd} tid={tid} flags={:#x} set={} ptr={p:?} garbage={garbage}",
+            l.flags, l.load_set
         ));
         let r = sys::ioctl(fd, abi::PFM_IOC_LOAD, addr);
         let r = self.res(Op::Load, r);
@@ -357,6 +394,12 @@ impl Actor {
         }
         if let Some((errs, why)) = refusal {
             let mut allowed: Vec<i32> = errs.to_vec();
+            if l.flags & abi::PFM_LOAD_PROCESS != 0 {
+                // PFM_LOAD_PROCESS asks whether the loader may see the
+                // process before the thread is judged (a kernel thread
+                // is EACCES then, not EPERM, for an unprivileged loader).
+                allowed.push(libc::EACCES);
+            }
             // EINTR: a signal while waiting for the target's exec.
             allowed.extend_from_slice(&[libc::EBUSY, libc::EBADFD, libc::EINTR]);
             // The sets, which the fuzzer does not track, are judged before
@@ -426,15 +469,17 @@ impl Actor {
 
     pub(super) fn op_set_flags(&mut self) {
         let (_, fd) = self.pick_fd();
+        // Every combination of the four flags: NOTIFY_BLOCK, NO_MSG,
+        // INHERIT, START_ON_EXEC.
         let mut f = abi::PfmCtxFlags {
-            flags: self.rng.below(4) as u32,
+            flags: self.rng.below(u64::from(abi::PFM_CTXFL_MASK) + 1) as u32,
             pad: 0,
             reserved: [0; 3],
         };
         let garbage = self.rng.chance(1, 6);
         if garbage {
             match self.rng.below(3) {
-                0 => f.flags |= 1 << self.rng.range(2, 31),
+                0 => f.flags |= 1 << self.rng.range(4, 31),
                 1 => f.pad = self.rng.interesting_u32() | 1,
                 _ => f.reserved[self.rng.below(3) as usize] = self.rng.interesting_u64() | 1,
             }
@@ -869,6 +914,31 @@ impl Actor {
         let regs = self.arena.at(1024);
         let hdr = self.arena.at(0);
         let (sets, load_set) = self.arm_sets(fd, &mut pmcs, &mut pmds);
+        // Whole programs, a quarter of the contexts without sets (LOAD
+        // refuses a family with sets, EBUSY): inheritance, start on exec,
+        // a third of those the target's whole process.
+        let mut load_flags = 0;
+        let mut flags = flags;
+        if sets == 1 && self.rng.chance(1, 4) {
+            flags |= abi::PFM_CTXFL_INHERIT;
+            if self.rng.chance(1, 3) {
+                flags |= abi::PFM_CTXFL_START_ON_EXEC;
+            }
+            if self.rng.chance(1, 3) {
+                load_flags = abi::PFM_LOAD_PROCESS;
+            }
+            let a = self.arena.at(0);
+            self.arena.put(
+                a,
+                abi::PfmCtxFlags {
+                    flags,
+                    ..Default::default()
+                },
+            );
+            let r = sys::ioctl(fd, abi::PFM_IOC_SET_FLAGS, a);
+            let r = self.res(Op::Arm, r);
+            self.allow(Op::Arm, r, &[]);
+        }
         for (i, p) in pmcs.iter().enumerate() {
             self.arena.put(regs + i * 32, *p);
         }
@@ -913,12 +983,13 @@ impl Actor {
             self.calls += 2;
         }
         self.note(format_args!(
-            " fd={fd} flags={flags} counters={ncnt} sets={sets:#x} load_set={load_set} tid={tid}"
+            " fd={fd} flags={flags} counters={ncnt} sets={sets:#x} load_set={load_set} tid={tid} load_flags={load_flags}"
         ));
         self.arena.put(
             hdr,
             abi::PfmLoad {
                 tid,
+                flags: load_flags,
                 load_set,
                 ..Default::default()
             },

@@ -45,10 +45,14 @@ pub(super) enum Op {
     CreateSets,
     DeleteSets,
     GetinfoSets,
+    ReadThreads,
+    Whole,
+    Process,
+    ExecStart,
 }
 
 /// Every ioctl of the ABI, in number order (nr 0, 1, ...).
-pub(super) const KNOWN_IOCTLS: [u32; 15] = [
+pub(super) const KNOWN_IOCTLS: [u32; 16] = [
     abi::PFM_IOC_GET_INFO,
     abi::PFM_IOC_WRITE_PMCS,
     abi::PFM_IOC_WRITE_PMDS,
@@ -64,9 +68,10 @@ pub(super) const KNOWN_IOCTLS: [u32; 15] = [
     abi::PFM_IOC_CREATE_SETS,
     abi::PFM_IOC_DELETE_SETS,
     abi::PFM_IOC_GETINFO_SETS,
+    abi::PFM_IOC_READ_THREADS,
 ];
 
-pub(super) const NOPS: usize = 33;
+pub(super) const NOPS: usize = 37;
 pub(super) const OPS: [Op; NOPS] = [
     Op::Open,
     Op::Close,
@@ -101,6 +106,10 @@ pub(super) const OPS: [Op; NOPS] = [
     Op::CreateSets,
     Op::DeleteSets,
     Op::GetinfoSets,
+    Op::ReadThreads,
+    Op::Whole,
+    Op::Process,
+    Op::ExecStart,
 ];
 
 /// Weights (per ~10,000) of the worker threads' operations. Process and
@@ -140,6 +149,10 @@ pub(super) const WEIGHTS: [u32; NOPS] = [
     300,  // CreateSets
     150,  // DeleteSets
     250,  // GetinfoSets
+    400,  // ReadThreads
+    20,   // Whole (inheritance on the actor with fork/thread/exec churn)
+    10,   // Process (PFM_LOAD_PROCESS on a child creating threads)
+    10,   // ExecStart (PFM_CTXFL_START_ON_EXEC on a child)
 ];
 
 impl Op {
@@ -178,6 +191,10 @@ impl Op {
             Op::CreateSets => "create_sets",
             Op::DeleteSets => "delete_sets",
             Op::GetinfoSets => "getinfo_sets",
+            Op::ReadThreads => "read_threads",
+            Op::Whole => "whole",
+            Op::Process => "process",
+            Op::ExecStart => "exec_start",
         }
     }
 }
@@ -189,7 +206,7 @@ pub(super) const MAX_WORKERS: usize = 32;
 pub(super) const SLOTS: usize = 512;
 pub(super) const MAX_ERRNO: usize = 136;
 pub(super) const ANOMALY_TEXTS: usize = 32;
-pub(super) const ANOMALY_LEN: usize = 240;
+pub(super) const ANOMALY_LEN: usize = 512;
 
 /// One actor's place in shared memory, for hang reports.
 #[repr(C)]
@@ -217,6 +234,16 @@ pub(super) struct Shared {
     /// them where the running times' sum was checked exactly (`sets.rs`).
     pub(super) set_infos: AtomicU64,
     pub(super) set_exact: AtomicU64,
+    /// Whole programs: scenarios whose exact checks ran (inheritance on
+    /// the actor, LOAD_PROCESS on a churning child, start on exec), and
+    /// the threads that joined families in them.
+    pub(super) whole_checked: AtomicU64,
+    pub(super) process_checked: AtomicU64,
+    pub(super) exec_checked: AtomicU64,
+    pub(super) heirs_seen: AtomicU64,
+    /// Suspected kernel bugs of whole programs, per kind (`FINDINGS`): each
+    /// kind is an anomaly once, then only counted.
+    pub(super) findings: [AtomicU64; FINDINGS.len()],
     pub(super) anomalies: AtomicU64,
     pub(super) next_slot: AtomicU64,
     /// An actor is taking CPU 1 offline and back (one at a time).
@@ -271,6 +298,31 @@ pub(super) fn record_anomaly(text: &str) {
     let fd = LOG_FD.load(Ordering::Relaxed);
     if fd >= 0 {
         sys::write_all(fd, format!("ANOMALY {text}\n").as_bytes());
+    }
+}
+
+/// Kinds of suspected kernel bugs the whole-program scenarios detect:
+/// each is recorded as an anomaly the first time, then only counted, so
+/// that one bug hit in every scenario does not hide the other anomalies.
+pub(super) const FINDINGS: [&str; 6] = [
+    "UNLOADED context still EXEC_ARMED after its thread ended",
+    "a refused LOAD emptied the previous LOAD's family (rows, totals)",
+    "READ_THREADS rows do not add up to READ_VALUES' totals after STOP",
+    "thread created after LOAD neither monitored nor lost",
+    "a thread monitored twice (two live rows with one tid)",
+    "a live thread of a LOAD_PROCESS'd process has no row",
+];
+
+/// Records suspected bug `kind` (an index of `FINDINGS`), with evidence.
+pub(super) fn record_finding(kind: usize, text: &str) {
+    let n = shared().findings[kind].fetch_add(1, Ordering::Relaxed);
+    if n == 0 {
+        record_anomaly(&format!("[finding {kind}] {}: {text}", FINDINGS[kind]));
+    } else {
+        let fd = LOG_FD.load(Ordering::Relaxed);
+        if fd >= 0 {
+            sys::write_all(fd, format!("FINDING {kind} {text}\n").as_bytes());
+        }
     }
 }
 
@@ -352,5 +404,9 @@ pub(super) fn restricted_weights() -> [u32; NOPS] {
     w[Op::Worker as usize] = 0;
     w[Op::Fork as usize] = 0;
     w[Op::Hotplug as usize] = 0;
+    // The scenarios fork and spawn threads of their own.
+    w[Op::Whole as usize] = 0;
+    w[Op::Process as usize] = 0;
+    w[Op::ExecStart as usize] = 0;
     w
 }

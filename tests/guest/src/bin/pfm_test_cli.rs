@@ -8,7 +8,13 @@
 //! field counts with and without `-r` and `-I`), `-r 3` statistics against
 //! runs of 10, 20 and 30 sleeps, `-I` deltas adding up exactly to the
 //! totals (command and thread mode), exit statuses and signals, one-line
-//! usage errors and event typos, Ctrl-C totals.
+//! usage errors and event typos, Ctrl-C totals. Whole programs: a shell
+//! whose 3 children make 100 sleeps each, counted whole by default (at
+//! least their 300 switches, perf inherit=1 within 5%), each child's row
+//! in --per-thread (its tid, its name, the rows adding up to the total),
+//! the shell alone with --no-inherit; -p PID of a process with 3 sleeping
+//! threads and threads it creates while counted: every thread a row, one
+//! total, perf alike.
 //!
 //! On `pmu=soft soft_counters=2`, multiplexing: more events than counters
 //! in event sets, against oracles derived where they are checked (no
@@ -45,7 +51,7 @@ use pfm_guest::tap::diag;
 use pfm_guest::{ensure, module, raw, ResultExt, Tap, TestResult};
 use pfm_json::{Info, List, Stat, StatKind, Stats, SCHEMA_VERSION};
 
-const PLAN: usize = 36;
+const PLAN: usize = 40;
 
 /// libpfm4's PMU table the hardware cases force.
 const FORCED_PMU: &str = "skl";
@@ -1788,8 +1794,380 @@ fn hw_sets(pfm: &Pfm) -> TestResult {
     Ok(())
 }
 
+/// This program's own child modes (`--cli-child MODE ARGS`), beside
+/// `pfm_guest::child`'s.
+const CLI_CHILD: &str = "--cli-child";
+
+/// `--cli-child threads N MS FILE`: N threads that each append `w TID` to
+/// FILE and then sleep MS ms at a time forever, while the main thread
+/// creates a short-lived thread every 50 ms that appends `c TID` and exits
+/// 5 ms later: a multi-threaded process that creates threads while pfm
+/// counts it. Runs until killed (or its parent dies).
+fn cli_child() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) != Some(CLI_CHILD) {
+        return;
+    }
+    pfm_guest::raw::die_with_parent();
+    let num = |i: usize| args.get(i).and_then(|s| s.parse::<u64>().ok()).unwrap_or(1);
+    if args.get(2).map(String::as_str) != Some("threads") {
+        std::process::exit(2);
+    }
+    let (n, ms) = (num(3), num(4).max(1));
+    let Some(file) = args.get(5).cloned() else {
+        std::process::exit(2);
+    };
+    let note = move |what: &str| {
+        use std::io::Write;
+        let line = format!("{what} {}\n", perfmon::process::gettid());
+        // One write of a short line to an O_APPEND file: lines never mix.
+        let _ = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&file)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+    };
+    for _ in 0..n {
+        let note = note.clone();
+        std::thread::spawn(move || {
+            note("w");
+            loop {
+                std::thread::sleep(Duration::from_millis(ms));
+            }
+        });
+    }
+    loop {
+        std::thread::sleep(Duration::from_millis(50));
+        let note = note.clone();
+        std::thread::spawn(move || {
+            note("c");
+            std::thread::sleep(Duration::from_millis(5));
+        });
+    }
+}
+
+/// Sleeps of each child of [`forking_shell`].
+const CHILD_SLEEPS: u64 = 100;
+
+/// `sh -c` running 3 children of this program that each make
+/// [`CHILD_SLEEPS`] sleeps with a switch, writing each child's pid to
+/// `pids`, then waiting for them.
+fn forking_shell(pids: &str) -> Result<String, String> {
+    let me = me()?;
+    let child = format!("'{me}' {CHILD_FLAG} sleeps {CHILD_SLEEPS}");
+    Ok(format!(
+        "rm -f '{pids}'; for n in 1 2 3; do {child} & echo $! >> '{pids}'; done; wait"
+    ))
+}
+
+/// The pids `forking_shell` wrote.
+fn pids_in(path: &Path) -> Result<Vec<u32>, String> {
+    let text = std::fs::read_to_string(path).ctx("read the children's pids")?;
+    text.split_whitespace()
+        .map(|w| w.parse::<u32>().map_err(|e| format!("pid '{w}': {e}")))
+        .collect()
+}
+
+/// The values of `c` in every row of `--per-thread`, and their sum, which
+/// must be the total (each row is its thread's own count).
+fn rows_add_up(v: &Stat, event: &str) -> Result<Vec<(u32, u64)>, String> {
+    let i = v
+        .counters
+        .iter()
+        .position(|c| c.event == event)
+        .ok_or_else(|| format!("no {event}"))?;
+    let threads = v.threads.as_ref().ok_or("no threads in the JSON")?;
+    let rows: Vec<(u32, u64)> = threads
+        .iter()
+        .map(|t| (t.tid, t.values.get(i).copied().unwrap_or(0)))
+        .collect();
+    let sum: u64 = rows.iter().map(|r| r.1).sum();
+    ensure!(
+        sum == v.counters[i].value,
+        "the rows' {event} add up to {sum}, the total is {}: {rows:?}",
+        v.counters[i].value
+    );
+    Ok(rows)
+}
+
+/// perfmon's and perf's counts of `event` agree within 5% (plus 3): the
+/// same threads from the same instant, read at slightly different ones.
+fn agrees_with_perf(v: &Stat, event: &str) -> TestResult {
+    let c = v
+        .counters
+        .iter()
+        .find(|c| c.event == event)
+        .ok_or_else(|| format!("no {event}"))?;
+    let perf = c
+        .perf_value
+        .ok_or_else(|| format!("no perf_value for {event}"))?;
+    diag(format!("{event}: perfmon {}, perf {perf}", c.value));
+    ensure!(
+        pfm_guest::close(c.value, perf, 0.05, 3),
+        "{event}: perfmon {} and perf {perf} differ by more than 5% + 3",
+        c.value
+    );
+    Ok(())
+}
+
+fn inherit_children(pfm: &Pfm, dir: &Path) -> TestResult {
+    let pids = dir.join("children-a").to_string_lossy().into_owned();
+    let script = forking_shell(&pids)?;
+    let out = pfm.run(&[
+        "stat",
+        "--json",
+        "--perf",
+        "-e",
+        "context-switches",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ])?;
+    let err = text(&out.stderr);
+    show("stderr", &err);
+    ensure!(out.status.success(), "exit {:?}", out.status);
+    let v: Stat = doc(&err)?;
+    ensure!(v.inherit == Some(true), "inherit {:?}", v.inherit);
+    ensure!(
+        v.lost_threads == Some(0),
+        "lost_threads {:?}",
+        v.lost_threads
+    );
+    ensure!(v.threads.is_none(), "threads without --per-thread");
+    let cs = value_of(&v, "context-switches")?;
+    let children = pids_in(Path::new(&pids))?;
+    ensure!(children.len() == 3, "children {children:?}");
+    ensure!(
+        cs >= 3 * CHILD_SLEEPS,
+        "{cs} switches: the 3 children alone made {} sleeps",
+        3 * CHILD_SLEEPS
+    );
+    agrees_with_perf(&v, "context-switches")
+}
+
+fn per_thread_children(pfm: &Pfm, dir: &Path) -> TestResult {
+    let pids = dir.join("children-b").to_string_lossy().into_owned();
+    let script = forking_shell(&pids)?;
+    let out = pfm.run(&[
+        "stat",
+        "--json",
+        "--per-thread",
+        "-e",
+        "context-switches,task-clock",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ])?;
+    let err = text(&out.stderr);
+    show("stderr", &err);
+    ensure!(out.status.success(), "exit {:?}", out.status);
+    let v: Stat = doc(&err)?;
+    let threads = v.threads.clone().ok_or("no threads")?;
+    let shell = v.pid.ok_or("no pid")?;
+    let first = threads.first().ok_or("no row")?;
+    ensure!(
+        first.tid == shell,
+        "first row {first:?}, the shell is {shell}"
+    );
+    ensure!(
+        first.comm.as_deref() == Some("sh"),
+        "the shell's name {:?}",
+        first.comm
+    );
+    let children = pids_in(Path::new(&pids))?;
+    ensure!(children.len() == 3, "children {children:?}");
+    let mut named = 0;
+    for c in &children {
+        let row = threads
+            .iter()
+            .find(|t| t.tid == *c)
+            .ok_or_else(|| format!("child {c} has no row in {threads:?}"))?;
+        ensure!(row.exited && !row.revoked, "child row {row:?}");
+        ensure!(row.pid == *c, "child {c}'s pid {}", row.pid);
+        ensure!(
+            row.values[0] >= CHILD_SLEEPS,
+            "child {c}: {} switches for {CHILD_SLEEPS} sleeps",
+            row.values[0]
+        );
+        match row.comm.as_deref() {
+            Some("pfm_test_cli") => named += 1,
+            None => {}
+            Some(other) => return Err(format!("child {c} named {other}")),
+        }
+    }
+    diag(format!("{named} of 3 children seen alive and named"));
+    ensure!(
+        named >= 1,
+        "no child named: each lived 100 sleeps, pfm looks every 20 ms"
+    );
+    rows_add_up(&v, "context-switches")?;
+    rows_add_up(&v, "task-clock")?;
+    // The table: a row per thread under the counts.
+    let out = pfm.run(&[
+        "stat",
+        "--per-thread",
+        "-e",
+        "cs",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ])?;
+    let t = text(&out.stderr);
+    show("table", &t);
+    ensure!(out.status.success(), "exit {:?}", out.status);
+    ensure!(
+        t.contains(" comm      tid  context-switches"),
+        "no per-thread header"
+    );
+    let children = pids_in(Path::new(&pids))?;
+    for c in children {
+        ensure!(
+            t.lines()
+                .any(|l| l.split_whitespace().nth(1) == Some(&c.to_string())),
+            "no row of child {c}"
+        );
+    }
+    Ok(())
+}
+
+fn no_inherit(pfm: &Pfm, dir: &Path) -> TestResult {
+    let pids = dir.join("children-c").to_string_lossy().into_owned();
+    let script = forking_shell(&pids)?;
+    let out = pfm.run(&[
+        "stat",
+        "--json",
+        "--perf",
+        "--no-inherit",
+        "--per-thread",
+        "-e",
+        "context-switches",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ])?;
+    let err = text(&out.stderr);
+    show("stderr", &err);
+    ensure!(out.status.success(), "exit {:?}", out.status);
+    let v: Stat = doc(&err)?;
+    ensure!(v.inherit == Some(false), "inherit {:?}", v.inherit);
+    ensure!(
+        v.lost_threads.is_none(),
+        "lost_threads {:?}",
+        v.lost_threads
+    );
+    let cs = value_of(&v, "context-switches")?;
+    ensure!(
+        (1..CHILD_SLEEPS).contains(&cs),
+        "{cs} switches for a shell that forks 3 children and waits (each child alone makes {CHILD_SLEEPS})"
+    );
+    let threads = v.threads.as_ref().ok_or("no threads")?;
+    ensure!(
+        threads.len() == 1 && Some(threads[0].tid) == v.pid,
+        "one row, the shell's: {threads:?}"
+    );
+    agrees_with_perf(&v, "context-switches")
+}
+
+/// The tids of `kind` (`w` or `c`) lines in a `threads` child's file.
+fn noted(path: &Path, kind: &str) -> Vec<u32> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.strip_prefix(kind)?.trim().parse().ok())
+        .collect()
+}
+
+fn whole_process(pfm: &Pfm, dir: &Path) -> TestResult {
+    let out = pfm.run(&["stat", "-p", "4194305", "--duration", "0.1"])?;
+    let err = text(&out.stderr);
+    show("stderr", &err);
+    ensure!(out.status.code() == Some(1), "exit {:?}", out.status);
+    one_line(&err, "no such process: 4194305")?;
+    let file = dir.join("threads");
+    let _ = std::fs::remove_file(&file);
+    let f = file.to_string_lossy().into_owned();
+    let mut proc_ = Command::new(me()?)
+        .args([CLI_CHILD, "threads", "3", "2", &f])
+        .stdin(Stdio::null())
+        .spawn()
+        .ctx("spawn the threads")?;
+    let pid = proc_.id();
+    let res = (|| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while noted(&file, "w").len() < 3 {
+            ensure!(Instant::now() < deadline, "the 3 threads did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let workers = noted(&file, "w");
+        let before = noted(&file, "c");
+        let p = pid.to_string();
+        let out = pfm.run(&[
+            "stat",
+            "-p",
+            &p,
+            "--duration",
+            "1",
+            "--per-thread",
+            "--perf",
+            "--json",
+            "-e",
+            "context-switches,task-clock",
+        ])?;
+        let err = text(&out.stderr);
+        show("stderr", &err);
+        ensure!(out.status.success(), "exit {:?}", out.status);
+        let v: Stat = doc(&err)?;
+        ensure!(v.pids.as_deref() == Some(&[pid][..]), "pids {:?}", v.pids);
+        ensure!(
+            v.lost_threads == Some(0),
+            "lost_threads {:?}",
+            v.lost_threads
+        );
+        ensure!(v.target_exited == Some(false), "target_exited");
+        let threads = v.threads.clone().ok_or("no threads")?;
+        let tids: Vec<u32> = threads.iter().map(|t| t.tid).collect();
+        ensure!(
+            tids.first() == Some(&pid),
+            "first row {tids:?}, the process is {pid}"
+        );
+        for w in &workers {
+            ensure!(tids.contains(w), "worker {w} not in the rows {tids:?}");
+        }
+        let late: Vec<u32> = noted(&file, "c")
+            .into_iter()
+            .filter(|c| !before.contains(c) && tids.contains(c))
+            .collect();
+        diag(format!(
+            "{} rows, {} threads created while counted",
+            tids.len(),
+            late.len()
+        ));
+        ensure!(
+            !late.is_empty(),
+            "no thread created during the second counted (one every 50 ms): {tids:?}"
+        );
+        let rows = rows_add_up(&v, "context-switches")?;
+        rows_add_up(&v, "task-clock")?;
+        // 3 threads sleeping 2 ms at a time for 1 s: hundreds of switches
+        // each on any guest.
+        for w in &workers {
+            let n = rows.iter().find(|r| r.0 == *w).map_or(0, |r| r.1);
+            ensure!(n >= 50, "worker {w}: {n} switches in 1 s of 2 ms sleeps");
+        }
+        agrees_with_perf(&v, "context-switches")
+    })();
+    let _ = proc_.kill();
+    let _ = proc_.wait();
+    res
+}
+
 fn main() {
     pfm_guest::child::dispatch();
+    cli_child();
     // libpfm4 reads it once, at its first use in this process.
     std::env::set_var("LIBPFM_FORCE_PMU", FORCED_PMU);
     let mut t = Tap::new(PLAN);
@@ -1865,6 +2243,22 @@ fn main() {
     t.run("pfm stat -t of a missing thread: one-line error", || {
         missing_thread(&pfm)
     });
+    t.run(
+        "pfm stat -- sh -c '3 children & wait': their 3x100 sleeps counted, perf inherit=1 agrees",
+        || inherit_children(&pfm, &dir),
+    );
+    t.run(
+        "pfm stat --per-thread: the shell first, each child's row and name, rows add up to the totals",
+        || per_thread_children(&pfm, &dir),
+    );
+    t.run(
+        "pfm stat --no-inherit: the shell alone (fewer switches than one child), one row, perf agrees",
+        || no_inherit(&pfm, &dir),
+    );
+    t.run(
+        "pfm stat -p PID of a process of 4+ threads: every thread and the new ones, one total, perf agrees",
+        || whole_process(&pfm, &dir),
+    );
     t.run("no live context left by pfm (soft)", || {
         module::wait_contexts(0, Duration::from_secs(5))
     });

@@ -448,6 +448,12 @@ fn cases() -> Vec<Case> {
         "SET_FLAGS with size 64: EINVAL",
         || wrong_size::<PfmCtxFlags>(PFM_IOC_SET_FLAGS, 64)
     );
+    case!("READ_THREADS with size 48: EINVAL", || wrong_size::<
+        PfmThreadsArg,
+    >(
+        PFM_IOC_READ_THREADS,
+        48
+    ));
     case!(
         "WRITE_PMCS with direction _IOW instead of _IOWR: EINVAL",
         || {
@@ -648,10 +654,10 @@ fn cases() -> Vec<Case> {
         })?;
         expect(r, libc::EINVAL)
     });
-    case!("LOAD flags != 0: EINVAL", || {
+    case!("LOAD unknown flag (bit 1): EINVAL", || {
         let ctx = open()?;
         let mut l = PfmLoad {
-            flags: 1,
+            flags: PFM_LOAD_MASK + 1,
             ..Default::default()
         };
         expect(ioctl_in(fd(&ctx), PFM_IOC_LOAD, &mut l), libc::EINVAL)?;

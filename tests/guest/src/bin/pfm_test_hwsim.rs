@@ -95,6 +95,23 @@ fn cycles_match_running(cycles: u64, running: u64) -> bool {
     cycles <= running + 1_000_000 && cycles >= running / 10 * 8
 }
 
+/// Cycles of a thread that ran alone on its CPU, against its running time
+/// and the wall time of its monitored window (START to STOP, the thread's
+/// own `CLOCK_MONOTONIC`). The running time is not an upper bound here:
+/// the simulator counts every ns from the switch-in hook to the switch-out
+/// hook as a user cycle, and the switch-out hook runs after the scheduler
+/// accounted the slice (`update_curr` in the dequeue or `pick_next_task`),
+/// past the newidle balance, which takes other runqueues' locks; under TCG
+/// a vCPU the host preempts while holding one stretches that gap to
+/// milliseconds (seen: 6.4 ms over 10 sleeps, cycles 308.1 M, running
+/// 301.7 ms). Hardware counting user cycles only would not count that
+/// kernel path at all. What the counters cannot exceed is the window: they
+/// count only while the thread's context is installed, inside it. And at
+/// least 80% of the running time, as [`cycles_match_running`].
+fn cycles_within_window(cycles: u64, running: u64, window: u64) -> bool {
+    cycles <= window && cycles >= running / 10 * 8
+}
+
 fn info_describes_the_model() -> TestResult {
     let ctx = Context::open().ctx("open")?;
     let i = ctx.raw_info().ctx("GET_INFO")?;
@@ -185,24 +202,26 @@ fn self_cycles_are_running_time() -> TestResult {
         sysfs_u64("hw_lazy_restores")?,
     );
     ctx.load(0).ctx("LOAD")?;
+    let t0 = Instant::now();
     ctx.start().ctx("START")?;
     for _ in 0..10 {
         work::spin(Duration::from_millis(30));
         std::thread::sleep(Duration::from_millis(2));
     }
     ctx.stop().ctx("STOP")?;
+    let window = t0.elapsed().as_nanos() as u64;
     let full = sysfs_u64("hw_full_restores")? - full0;
     let lazy = sysfs_u64("hw_lazy_restores")? - lazy0;
     diag(format!("switch-ins: {full} full restores, {lazy} lazy"));
     let (v, running) = values(&ctx, &[0, 1, PMD_FIXED1])?;
     diag(format!(
-        "cycles {} instructions {} fixed cycles {} running {running} ns",
+        "cycles {} instructions {} fixed cycles {} running {running} ns, window {window} ns",
         v[0], v[1], v[2]
     ));
     ensure!(running > 250_000_000, "ran only {running} ns");
     ensure!(
-        cycles_match_running(v[0], running),
-        "cycles vs running time"
+        cycles_within_window(v[0], running, window),
+        "cycles vs running time and window"
     );
     ensure!(
         near(v[1], v[0] / 2, 1, 100_000),
@@ -698,18 +717,20 @@ fn three_sets_take_turns() -> TestResult {
 
 /// A thread's cycles on `cpu` (self-monitoring, ~150 ms of spinning) and
 /// its running time.
-fn cycles_on(cpu: usize) -> Result<(u64, u64), String> {
+fn cycles_on(cpu: usize) -> Result<(u64, u64, u64), String> {
     work::pin_to(cpu)?;
     let ctx = programmed(&[(0, CYCLES_USR)], &[(0, 0, false)])?;
     ctx.load(0).ctx("LOAD")?;
+    let t0 = Instant::now();
     ctx.start().ctx("START")?;
     for _ in 0..5 {
         work::spin(Duration::from_millis(30));
         std::thread::sleep(Duration::from_millis(1));
     }
     ctx.stop().ctx("STOP")?;
+    let window = t0.elapsed().as_nanos() as u64;
     let (v, running) = values(&ctx, &[0])?;
-    Ok((v[0], running))
+    Ok((v[0], running, window))
 }
 
 /// A CPU without the module's vector (here withheld by the simulator's
@@ -730,16 +751,16 @@ fn no_vector_cpu_never_installs() -> TestResult {
     })
     .join()
     .map_err(|_| "the pinned thread panicked".to_string())??;
-    let ((c1, r1), (c0, r0)) = r;
+    let ((c1, r1, _), (c0, r0, w0)) = r;
     let refused = sysfs_u64("hw_skipped_installs")? - before;
     diag(format!(
-        "CPU 1 (no vector): {c1} cycles in {r1} ns; CPU 0: {c0} cycles in {r0} ns; {refused} installs refused"
+        "CPU 1 (no vector): {c1} cycles in {r1} ns; CPU 0: {c0} cycles in {r0} ns (window {w0} ns); {refused} installs refused"
     ));
     ensure!(c1 == 0, "{c1} cycles counted on the CPU without a vector");
     ensure!(refused > 0, "no refused install counted");
     ensure!(
-        cycles_match_running(c0, r0),
-        "CPU 0: cycles vs running time"
+        cycles_within_window(c0, r0, w0),
+        "CPU 0: cycles vs running time and window"
     );
     let lvtpc = sysfs_u64("hw_lvtpc_cpus")?;
     ensure!(

@@ -42,6 +42,9 @@ fn sample() -> Report {
         run: None,
         runs: None,
         mux: None,
+        inherit: None,
+        lost_threads: None,
+        threads: None,
     }
 }
 
@@ -519,4 +522,106 @@ fn multiplexed_repeat_shows_the_estimates_noise() {
     let f: Vec<&str> = csv.lines().nth(1).unwrap().split(',').collect();
     assert_eq!(f[3], format!("{:.2}%", est.noise_pct));
     assert_eq!(r.json().counters[1].estimate_stats, Some(est));
+}
+
+/// `sample()` as a `--per-thread` summary of a shell and two children,
+/// one of which exited unseen.
+fn per_thread() -> Report {
+    let mut r = sample();
+    r.subject = Subject::Command(vec!["sh".into(), "-c".into(), "x".into()]);
+    r.inherit = Some(true);
+    r.lost_threads = Some(0);
+    let t = |tid: u32, comm: Option<&str>, values: [u64; 3]| ThreadCounts {
+        tid,
+        pid: tid,
+        comm: comm.map(str::to_string),
+        exited: true,
+        revoked: false,
+        values: values.to_vec(),
+        time_enabled_ns: values[0],
+        time_running_ns: values[0],
+    };
+    r.threads = Some(vec![
+        t(1234, Some("sh"), [400_000, 1, 0]),
+        t(1235, Some("sleep"), [200_000, 1_000_000, 0]),
+        t(1236, None, [20_000, 0, 0]),
+    ]);
+    r
+}
+
+#[test]
+fn per_thread_table() {
+    let t = per_thread().table(BIG);
+    let expected = "
+             comm      tid  task-clock (msec)  context-switches  cpu-migrations
+               sh     1234               0.40                 1               0
+            sleep     1235               0.20         1,000,000               0
+                -     1236               0.02                 0               0
+";
+    assert!(t.contains(expected), "\n{t}");
+    // Under the counts, before the elapsed time.
+    let (counts, threads, elapsed) = (
+        t.find("cpu-migrations ").unwrap(),
+        t.find("             comm").unwrap(),
+        t.find("seconds time elapsed").unwrap(),
+    );
+    assert!(counts < threads && threads < elapsed, "\n{t}");
+    // Without --per-thread nothing of it.
+    assert!(!sample().table(BIG).contains(" comm "));
+    // Plain numbers with --no-big-num; the columns still hold them.
+    let t = per_thread().table(PLAIN);
+    assert!(
+        t.contains(
+            "            sleep     1235               0.20           1000000               0\n"
+        ),
+        "\n{t}"
+    );
+}
+
+#[test]
+fn per_thread_csv_and_json() {
+    let r = per_thread();
+    let csv = r.csv_lines(",");
+    let lines: Vec<&str> = csv.lines().collect();
+    // 3 event lines, then 3 per thread, perf's comm-tid first.
+    assert_eq!(lines.len(), 3 + 9, "{csv}");
+    assert_eq!(lines[3], "sh-1234,0.40,msec,task-clock,400000,100.00,,");
+    assert_eq!(
+        lines[7],
+        "sleep-1235,1000000,,context-switches,200000,100.00,,"
+    );
+    assert_eq!(lines[9], "--1236,0.02,msec,task-clock,20000,100.00,,");
+    assert!(
+        lines[3..].iter().all(|l| l.split(',').count() == 8),
+        "{csv}"
+    );
+    let back: pfm_json::Stat = serde_json::from_str(&r.json_line().unwrap()).unwrap();
+    let threads = back.threads.unwrap();
+    assert_eq!(threads.len(), 3);
+    assert_eq!(threads[1].values, vec![200_000, 1_000_000, 0]);
+    assert_eq!(threads[2].comm, None);
+    assert_eq!((back.inherit, back.lost_threads), (Some(true), Some(0)));
+    assert_eq!(back.pids, None);
+    // Without --per-thread and inheritance, none of the fields.
+    let text = sample().json_line().unwrap();
+    for k in ["threads", "lost_threads", "inherit", "pids"] {
+        assert!(!text.contains(&format!("\"{k}\"")), "{k} in {text}");
+    }
+}
+
+#[test]
+fn processes_subject() {
+    let mut r = sample();
+    r.subject = Subject::Processes(vec![12, 34]);
+    r.exit = None;
+    r.lost_threads = Some(2);
+    let t = r.table(BIG);
+    assert!(
+        t.contains("Performance counter stats for process id '12,34' (perfmon"),
+        "{t}"
+    );
+    let v = r.json();
+    assert_eq!((v.pids, v.pid, v.tid), (Some(vec![12, 34]), None, None));
+    assert_eq!((v.interrupted, v.target_exited), (Some(false), Some(false)));
+    assert_eq!(v.lost_threads, Some(2));
 }

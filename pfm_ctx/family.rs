@@ -1,0 +1,583 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Whole programs (`PFM_CTXFL_INHERIT`, `PFM_LOAD_PROCESS`): a context's
+//! family. The context the tool loaded (the root) monitors its thread as
+//! always; every other thread of the program gets a context of its own, an
+//! *heir*, which has no file and is attached to its thread as any context
+//! is. So each thread is counted, switched, revoked and cleaned up by the
+//! one path every context takes; the family only lists the heirs, and the
+//! root's reads, START, STOP, UNLOAD and close reach them through it.
+//!
+//! An heir is made in its own thread: the fork tracepoint (in the parent,
+//! `pfm_ctxsw::inherit`) queues a task_work on the child, which makes and
+//! attaches its heir before its first instruction in user mode
+//! ([`Family::adopt_current`]).
+//!
+//! Locking: `Family::members`, a mutex, serialises the tool's operations on
+//! the family with heirs joining. Under it a heir's calls take the
+//! registry and the heir's own lock as any context's do; the root's lock
+//! is never held with it. Lifetimes: the root holds the family, the family
+//! its heirs, each heir the family: the root's close (or its next LOAD)
+//! empties the list, which breaks the cycle.
+
+mod calls;
+mod heir;
+
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use kernel::prelude::*;
+use kernel::sync::{Arc, Mutex};
+use kernel::task::Task;
+use kernel::types::ARef;
+
+use super::Context;
+use crate::abi::{self, PFM_MAX_PMDS};
+use crate::pfm_ctxsw::{self, Loader};
+use crate::pfm_x86::counters::Counters;
+use crate::rust::{self as glue, PidNs, SlabArc};
+use crate::{globals, MAX_ATTACHED};
+
+/// A thread of the family other than the loaded one.
+struct Heir {
+    /// Its context.
+    ctx: SlabArc<Context>,
+    /// Its thread id and process id in the loader's pid namespace.
+    tid: u32,
+    pid: u32,
+}
+
+/// What a thread counted: each PMD's count, and its times.
+#[derive(Clone, Copy)]
+pub(super) struct Tally {
+    /// Per PMD, what the thread counted (its value less the template's).
+    pub(super) counts: [u64; PFM_MAX_PMDS],
+    pub(super) enabled: u64,
+    pub(super) running: u64,
+}
+
+impl Tally {
+    const ZERO: Self = Self {
+        counts: [0; PFM_MAX_PMDS],
+        enabled: 0,
+        running: 0,
+    };
+
+    fn add(&mut self, other: &Tally) {
+        for (a, b) in self.counts.iter_mut().zip(other.counts.iter()) {
+            *a = a.wrapping_add(*b);
+        }
+        self.enabled = self.enabled.wrapping_add(other.enabled);
+        self.running = self.running.wrapping_add(other.running);
+    }
+}
+
+/// One thread's row, as the context reads it.
+pub(super) struct Snapshot {
+    /// Its PMD values.
+    pub(super) values: [u64; PFM_MAX_PMDS],
+    pub(super) enabled: u64,
+    pub(super) running: u64,
+    /// Its monitoring ended: the thread exited, or an exec revoked it.
+    pub(super) exited: bool,
+    pub(super) revoked: bool,
+}
+
+/// The family's list and what a new heir starts from.
+struct Members {
+    heirs: KVec<Heir>,
+    /// The root's registers at LOAD (every heir starts from a copy).
+    template: Option<Counters>,
+    /// The template's PMD values (an heir's count is its value less these).
+    base: [u64; PFM_MAX_PMDS],
+    used_pmds: u32,
+    loader: Option<Loader>,
+    /// The loader's pid namespace (the ids the rows show).
+    ns: Option<PidNs>,
+    /// The loaded thread's ids.
+    root_tid: u32,
+    root_pid: u32,
+    /// Heirs are started (the root's START and STOP, or its exec).
+    started: bool,
+    /// From LOAD to UNLOAD or close: heirs may join.
+    open: bool,
+    /// A LOAD is under way (from [`Family::begin`] to [`Family::settle`]).
+    loading: bool,
+    /// Heirs whose rows were dropped at the row limit: their counts, and
+    /// how many they were.
+    spilled: Tally,
+    spilled_threads: usize,
+}
+
+impl Members {
+    /// No rows, no template: a family never loaded.
+    fn empty() -> Self {
+        Self {
+            heirs: KVec::new(),
+            template: None,
+            base: [0; PFM_MAX_PMDS],
+            used_pmds: 0,
+            loader: None,
+            ns: None,
+            root_tid: 0,
+            root_pid: 0,
+            started: false,
+            open: false,
+            loading: false,
+            spilled: Tally::ZERO,
+            spilled_threads: 0,
+        }
+    }
+}
+
+/// The last LOAD's rows and heirs, which a LOAD under way puts aside until
+/// it is known to succeed: a refused LOAD leaves them as they were (the
+/// total, the rows and `PFM_IOC_GET_STATE`'s counts read the same).
+pub(super) struct Replaced {
+    members: KBox<Members>,
+    lost: u32,
+}
+
+impl Replaced {
+    /// Room for what a LOAD will put aside (allocated before any lock).
+    pub(super) fn new() -> Result<Self> {
+        Ok(Self {
+            members: KBox::new(Members::empty(), GFP_KERNEL)?,
+            lost: 0,
+        })
+    }
+}
+
+/// A context's family.
+#[pin_data]
+pub(crate) struct Family {
+    #[pin]
+    members: Mutex<Members>,
+    /// New threads of the monitored ones join (from LOAD until UNLOAD or
+    /// close); read by the fork probe without the mutex.
+    inheriting: AtomicBool,
+    /// Threads that should have joined and could not, since LOAD.
+    lost: AtomicU32,
+    /// In the list of processes monitored whole (`PFM_LOAD_PROCESS`).
+    whole_process: AtomicBool,
+}
+
+/// The processes monitored whole: a thread created in one joins its
+/// family even if its creator is not monitored yet (LOAD's walk of the
+/// threads has not reached it). Each entry holds a thread of the process,
+/// referenced, so that its thread group cannot be freed and its address
+/// taken by another process while listed.
+///
+/// # Invariants
+///
+/// `entries.len() <= MAX_ATTACHED <= entries.capacity()` (nothing
+/// allocates under the lock).
+pub(crate) struct Processes {
+    entries: KVec<(ARef<Task>, Arc<Family>)>,
+}
+
+impl Processes {
+    /// An empty list, with room for one process per attachment.
+    pub(crate) fn new() -> Result<Self> {
+        // INVARIANT: empty, with the capacity of the limit.
+        Ok(Self {
+            entries: KVec::with_capacity(MAX_ATTACHED, GFP_KERNEL)?,
+        })
+    }
+}
+
+/// Rows a family keeps, the root's included.
+const MAX_ROWS: usize = abi::PFM_MAX_THREAD_ROWS;
+
+impl Family {
+    /// An empty family, not inheriting.
+    pub(super) fn new() -> Result<Arc<Self>> {
+        Arc::pin_init(
+            pin_init!(Self {
+                members <- kernel::new_mutex!(Members::empty(), "perfmon_family"),
+                inheriting: AtomicBool::new(false),
+                lost: AtomicU32::new(0),
+                whole_process: AtomicBool::new(false),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    /// Whether new threads join now.
+    pub(super) fn inheriting(&self) -> bool {
+        self.inheriting.load(Ordering::Acquire)
+    }
+
+    /// Turns inheritance on or off, keeping the probes' count.
+    fn set_inheriting(&self, on: bool) {
+        if self.inheriting.swap(on, Ordering::AcqRel) != on {
+            if on {
+                globals().inheriting.fetch_add(1, Ordering::Relaxed);
+            } else {
+                globals().inheriting.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// A LOAD with inheritance, before the root is attached (its thread
+    /// may create threads as soon as it is): puts the last LOAD's heirs
+    /// and rows aside in `room` (their monitoring ended, as UNLOAD ends
+    /// it, if the root's thread exited and they still ran) and opens the
+    /// family with the root's registers as the template. `root`: the
+    /// loaded thread's ids. `EBUSY` while another LOAD of the context is
+    /// under way. [`Family::settle`] ends what this begins.
+    pub(super) fn begin(
+        &self,
+        mut room: Replaced,
+        template: Counters,
+        used_pmds: u32,
+        loader: Loader,
+        ns: PidNs,
+        root: (u32, u32),
+    ) -> Result<Replaced> {
+        {
+            let mut m = self.members.lock();
+            if m.loading {
+                return Err(EBUSY);
+            }
+            m.loading = true;
+        }
+        self.end(true);
+        let mut m = self.members.lock();
+        core::mem::swap(&mut *m, &mut *room.members);
+        room.members.loading = false;
+        room.lost = self.lost.swap(0, Ordering::Relaxed);
+        m.loading = true;
+        for (b, p) in m.base.iter_mut().zip(template.pmds().iter()) {
+            *b = p.value;
+        }
+        m.template = Some(template);
+        m.used_pmds = used_pmds;
+        m.loader = Some(loader);
+        m.ns = Some(ns);
+        (m.root_tid, m.root_pid) = root;
+        m.open = true;
+        self.set_inheriting(true);
+        Ok(room)
+    }
+
+    /// The LOAD that [`Family::begin`] began is over: if it `loaded`, the
+    /// last LOAD's heirs are let go (closed: zombies where their threads
+    /// still run); if it was refused, the family ends (its new heirs let
+    /// go) and the last LOAD's rows are back.
+    pub(super) fn settle(&self, mut replaced: Replaced, loaded: bool) {
+        if loaded {
+            self.members.lock().loading = false;
+        } else {
+            self.end(false);
+            let mut m = self.members.lock();
+            core::mem::swap(&mut *m, &mut *replaced.members);
+            self.lost.store(replaced.lost, Ordering::Relaxed);
+        }
+        // The other generation: outside the lock, as any close.
+        close_heirs(&mut replaced.members);
+    }
+
+    /// The monitoring of the family ends (UNLOAD, `close`: the tool is
+    /// gone, or a LOAD without inheritance): no thread joins any more,
+    /// every heir's monitoring ends. On UNLOAD the heirs keep their counts
+    /// for reading; otherwise they are let go (closed: zombies where their
+    /// threads still run). Whether the family was open.
+    pub(super) fn end(&self, keep: bool) -> bool {
+        self.set_inheriting(false);
+        self.unwatch_process();
+        let mut m = self.members.lock();
+        let was_open = core::mem::replace(&mut m.open, false);
+        if keep {
+            for h in m.heirs.iter() {
+                // An heir whose thread exited or was revoked is unloaded already.
+                let _ = h.ctx.unload();
+            }
+        } else {
+            close_heirs(&mut m);
+        }
+        was_open
+    }
+
+    /// START (`on`) or STOP of the root, then of every heir: one step as
+    /// seen by threads joining (they start as the family is). If the
+    /// root's thread exited, its own START or STOP fails (`EBADFD`) but
+    /// the heirs' still apply while the family is open.
+    pub(super) fn switch_all(&self, root: &Context, on: bool) -> Result {
+        let mut m = self.members.lock();
+        let r = if on {
+            root.start_one()
+        } else {
+            root.stop_one()
+        };
+        if r.is_err() && !m.open {
+            return r;
+        }
+        m.started = on;
+        for h in m.heirs.iter() {
+            // An heir whose thread exited refuses: nothing to switch.
+            let _ = if on {
+                h.ctx.start_one()
+            } else {
+                h.ctx.stop_one()
+            };
+        }
+        if m.open {
+            Ok(())
+        } else {
+            r
+        }
+    }
+
+    /// What every heir counted, live ones read live, plus the heirs past
+    /// the row limit.
+    pub(super) fn heirs_tally(&self) -> Tally {
+        let m = self.members.lock();
+        let mut total = m.spilled;
+        for h in m.heirs.iter() {
+            if let Ok(t) = tally_of(&h.ctx, &m.base) {
+                total.add(&t);
+            }
+        }
+        total
+    }
+
+    /// Threads monitored since LOAD (the root's included) and threads lost.
+    pub(super) fn counts(&self) -> (u32, u32) {
+        let m = self.members.lock();
+        let threads = 1 + m.heirs.len() + m.spilled_threads;
+        (
+            u32::try_from(threads).unwrap_or(u32::MAX),
+            self.lost.load(Ordering::Relaxed),
+        )
+    }
+
+    /// `PFM_IOC_READ_THREADS`'s rows after the root's: each heir's, in the
+    /// order they joined, through `row` (its values are its counts).
+    pub(super) fn heir_rows(&self, mut row: impl FnMut(u32, u32, &Snapshot, &[u64; PFM_MAX_PMDS])) {
+        let m = self.members.lock();
+        for h in m.heirs.iter() {
+            if let Ok(s) = h.ctx.snapshot() {
+                row(h.tid, h.pid, &s, &m.base);
+            }
+        }
+    }
+
+    /// The loaded thread's ids, as the rows show them, if the family was
+    /// loaded last (see [`Family::forget`]).
+    pub(super) fn root_ids(&self) -> Option<(u32, u32)> {
+        let m = self.members.lock();
+        (m.root_tid != 0).then_some((m.root_tid, m.root_pid))
+    }
+
+    /// A LOAD without inheritance: the family ends and its rows go (the
+    /// context reads as one thread again).
+    pub(super) fn forget(&self) {
+        self.end(false);
+        let mut m = self.members.lock();
+        (m.root_tid, m.root_pid) = (0, 0);
+        m.spilled = Tally::ZERO;
+        m.spilled_threads = 0;
+    }
+
+    /// The family of a process monitored whole (`PFM_LOAD_PROCESS`) that
+    /// the calling thread belongs to, if any.
+    pub(crate) fn of_current_process() -> Option<Arc<Self>> {
+        let list = globals().processes.lock();
+        list.entries
+            .iter()
+            // SAFETY: The listed thread is referenced.
+            .find(|(t, _)| unsafe { glue::same_thread_group_as_current(glue::task_ptr(t)) })
+            .map(|(_, f)| f.clone())
+    }
+
+    /// Lists the process of `task` as monitored whole by this family, from
+    /// now until the family ends.
+    pub(super) fn watch_process(self: &Arc<Self>, task: ARef<Task>) -> Result {
+        let mut list = globals().processes.lock();
+        if list.entries.len() >= MAX_ATTACHED {
+            return Err(ENOSPC);
+        }
+        // Within the capacity (type invariant): no allocation.
+        list.entries.push((task, self.clone()), GFP_ATOMIC)?;
+        self.whole_process.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Takes this family's process off the list, if it is on it.
+    fn unwatch_process(&self) {
+        if !self.whole_process.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let removed = {
+            let mut list = globals().processes.lock();
+            let Some(i) = list
+                .entries
+                .iter()
+                .position(|(_, f)| core::ptr::eq(&**f, self))
+            else {
+                return;
+            };
+            let last = list.entries.len() - 1;
+            list.entries.as_mut_slice().swap(i, last);
+            // SAFETY: `last` is within the initialised length; reading the
+            // element out and then shortening the length by one moves it
+            // out exactly once.
+            let e = unsafe { core::ptr::read(list.entries.as_ptr().add(last)) };
+            // SAFETY: `last < len`; the element at `last` was moved out.
+            unsafe { list.entries.set_len(last) };
+            e
+        };
+        // The task and family references go outside the lock.
+        drop(removed);
+    }
+
+    /// `PFM_LOAD_PROCESS`'s walk: every thread of `threads` that no
+    /// context of this family monitors yet joins it (a thread created
+    /// during the walk may have joined already, at its birth). Threads
+    /// that exit meanwhile are skipped; those that cannot join are lost.
+    pub(super) fn adopt_walked(this: &Arc<Self>, threads: KVec<ARef<Task>>) {
+        let mut m = this.members.lock();
+        for task in threads {
+            if !m.open {
+                return;
+            }
+            if pfm_ctxsw::monitored_by::<Context>(&task, |c| c.in_family(this)) {
+                continue;
+            }
+            match Self::adopt_one(this, &mut m, task) {
+                Ok(()) | Err(ESRCH) => {}
+                Err(_) => this.lost_one(),
+            }
+        }
+    }
+
+    /// One walked thread joins (`adopt_walked`).
+    fn adopt_one(this: &Arc<Self>, m: &mut Members, task: ARef<Task>) -> Result {
+        let (Some(template), Some(loader), Some(ns)) = (&m.template, m.loader, &m.ns) else {
+            return Err(EINVAL);
+        };
+        let heir = Context::new_heir(this, template, m.used_pmds)?;
+        let (tid, pid) = ns.ids_of(&task);
+        make_room(m)?;
+        pfm_ctxsw::attach_heir_remote(&heir, task, tid, loader)?;
+        if m.started {
+            // Counting from its install, which the thread does at once.
+            let _ = heir.start_one();
+        }
+        // Within the capacity `make_room` reserved: no allocation.
+        m.heirs.push(
+            Heir {
+                ctx: heir,
+                tid,
+                pid,
+            },
+            GFP_ATOMIC,
+        )?;
+        Ok(())
+    }
+
+    /// A new thread could not join.
+    pub(crate) fn lost_one(&self) {
+        self.lost.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// In a new thread (current) of a monitored one, before its first
+    /// instruction in user mode: it joins the family, counted from its
+    /// creation if the family is started. A thread that cannot join (the
+    /// per-user limit, the registry, memory, or the loader may not see it)
+    /// runs unmonitored and is counted lost.
+    pub(crate) fn adopt_current(this: &Arc<Self>) {
+        let mut m = this.members.lock();
+        if !m.open {
+            // UNLOADed or closed since the fork.
+            return;
+        }
+        // Born during a `PFM_LOAD_PROCESS` walk that found it already.
+        if pfm_ctxsw::monitored_by::<Context>(kernel::current!(), |c| c.in_family(this)) {
+            return;
+        }
+        if Self::adopt(this, &mut m).is_err() {
+            this.lost_one();
+        }
+    }
+
+    fn adopt(this: &Arc<Self>, m: &mut Members) -> Result {
+        let (Some(template), Some(loader), Some(ns)) = (&m.template, m.loader, &m.ns) else {
+            return Err(EINVAL);
+        };
+        let heir = Context::new_heir(this, template, m.used_pmds)?;
+        let (tid, pid) = ns.ids_of(kernel::current!());
+        make_room(m)?;
+        pfm_ctxsw::attach_heir(&heir, loader)?;
+        heir.begin_as_heir(m.started, tid);
+        // Within the capacity reserved above: no allocation, no failure.
+        m.heirs.push(
+            Heir {
+                ctx: heir,
+                tid,
+                pid,
+            },
+            GFP_ATOMIC,
+        )?;
+        Ok(())
+    }
+}
+
+/// Room in the list for one more heir, reserved: once attached, an heir
+/// must be listed (START, STOP and UNLOAD reach it only through the list).
+fn make_room(m: &mut Members) -> Result {
+    if m.heirs.len() + 1 >= MAX_ROWS {
+        spill_ended(m);
+    }
+    if m.heirs.len() + 1 >= MAX_ROWS {
+        return Err(ENOSPC);
+    }
+    m.heirs.reserve(1, GFP_KERNEL)?;
+    Ok(())
+}
+
+/// Lets every heir go (closed: a zombie where its thread still runs) and
+/// empties the list.
+fn close_heirs(m: &mut Members) {
+    for h in m.heirs.iter() {
+        h.ctx.close();
+    }
+    m.heirs = KVec::new();
+}
+
+/// Makes room at the row limit: heirs whose monitoring ended leave the
+/// list, their counts summed in `spilled`.
+fn spill_ended(m: &mut Members) {
+    let Ok(mut kept) = KVec::with_capacity(m.heirs.len(), GFP_KERNEL) else {
+        return;
+    };
+    for h in core::mem::replace(&mut m.heirs, KVec::new()) {
+        match h.ctx.snapshot() {
+            Ok(s) if s.exited || s.revoked => {
+                m.spilled.add(&tally_from(&s, &m.base));
+                m.spilled_threads += 1;
+            }
+            // Within the capacity: no allocation, no failure.
+            _ => {
+                let _ = kept.push(h, GFP_ATOMIC);
+            }
+        }
+    }
+    m.heirs = kept;
+}
+
+/// What `s` counted from `base`.
+fn tally_from(s: &Snapshot, base: &[u64; PFM_MAX_PMDS]) -> Tally {
+    let mut t = Tally::ZERO;
+    for ((c, v), b) in t.counts.iter_mut().zip(s.values.iter()).zip(base.iter()) {
+        *c = v.wrapping_sub(*b);
+    }
+    t.enabled = s.enabled;
+    t.running = s.running;
+    t
+}
+
+/// What heir `ctx` counted from `base`.
+fn tally_of(ctx: &Context, base: &[u64; PFM_MAX_PMDS]) -> Result<Tally> {
+    Ok(tally_from(&ctx.snapshot()?, base))
+}

@@ -1,0 +1,284 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Whole programs, the context's calls: LOAD's family (`PFM_CTXFL_INHERIT`,
+//! `PFM_LOAD_PROCESS`), `PFM_IOC_READ_THREADS`, start-on-exec, and what the
+//! thread side asks of a context about its family.
+
+use core::sync::atomic::Ordering;
+
+use kernel::prelude::*;
+use kernel::sync::Arc;
+use kernel::uaccess::UserSlice;
+
+use super::{Family, Replaced, Snapshot};
+use crate::abi::{self, PFM_MAX_PMDS};
+use crate::globals;
+use crate::pfm_ctx::{Context, CtxInner, Extra};
+use crate::pfm_ctxsw;
+use crate::pfm_msgq::FINAL_REVOKED;
+use crate::pfm_state::{Op, State};
+use crate::pfm_x86::counters::Counters;
+use crate::rust::{self as glue, PidNs, SlabArc};
+
+impl CtxInner {
+    /// Arms or disarms start-on-exec, keeping the exec probe's count.
+    pub(in crate::pfm_ctx) fn arm_exec(&mut self, on: bool) {
+        if self.exec_armed != on {
+            self.exec_armed = on;
+            if on {
+                globals().exec_armed.fetch_add(1, Ordering::Relaxed);
+            } else {
+                globals().exec_armed.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+impl Context {
+    /// The family this context is the root of, if it has one.
+    pub(in crate::pfm_ctx) fn family(&self) -> Option<Arc<Family>> {
+        match self.inner.lock().extra.as_deref() {
+            Some(Extra::Family(f)) => Some(f.clone()),
+            _ => None,
+        }
+    }
+
+    /// The family a new thread of this context's thread joins: its own
+    /// (root or heir) while it inherits and the thread is monitored.
+    pub(crate) fn joinable_family(&self) -> Option<Arc<Family>> {
+        let inner = self.inner.lock();
+        if !matches!(inner.state(), State::Loaded | State::Masked) {
+            return None;
+        }
+        match inner.extra.as_deref() {
+            Some(Extra::Family(f)) | Some(Extra::Heir(f)) if f.inheriting() => Some(f.clone()),
+            _ => None,
+        }
+    }
+
+    /// LOAD's family, for a `whole` LOAD (inheritance or a process): the
+    /// family opened with the registers as they are now, and the last
+    /// LOAD's rows it put aside, for [`Family::settle`] once the LOAD's
+    /// outcome is known. `EBUSY` if the context has event sets or a mapped
+    /// page (a family's reads add threads that one image cannot describe).
+    pub(in crate::pfm_ctx) fn prepare_family(
+        this: &SlabArc<Self>,
+        tid: u32,
+        process: bool,
+    ) -> Result<(Arc<Family>, Replaced)> {
+        // Everything that may sleep, before the lock.
+        let mut template = Counters::new(&globals().pmu)?;
+        let loader = pfm_ctxsw::loader()?;
+        let ns = PidNs::of_current().ok_or(ESRCH)?;
+        let target = if tid == 0 {
+            kernel::types::ARef::from(&*kernel::current!())
+        } else {
+            glue::find_task(tid)?
+        };
+        let root = ns.ids_of(&target);
+        let room = Replaced::new()?;
+        let mut fresh = match this.family() {
+            Some(_) => None,
+            None => {
+                let f = Family::new()?;
+                let e = KBox::new(Extra::Family(f.clone()), GFP_KERNEL_ACCOUNT)?;
+                Some((f, e))
+            }
+        };
+        let (family, used_pmds) = {
+            let mut inner = this.inner.lock();
+            // The family installed, ours or a concurrent LOAD's (whose
+            // `begin` then refuses ours): a context has one.
+            let family = match inner.extra.as_deref() {
+                Some(Extra::Family(f)) => f.clone(),
+                Some(_) => return Err(EBUSY),
+                None => {
+                    let (f, e) = fresh.take().ok_or(EBUSY)?;
+                    inner.extra = Some(e);
+                    f
+                }
+            };
+            template.copy_registers(&inner.counters);
+            (family, inner.used_pmds)
+        };
+        // Heirs send no messages: their overflows only reset.
+        for pmd in template.pmds_mut() {
+            pmd.flags &= !abi::PFM_REGFL_OVFL_NOTIFY;
+        }
+        let replaced = family.begin(room, template, used_pmds, loader, ns, root)?;
+        if process {
+            // Before the root is attached and the threads walked: a thread
+            // created from now on joins at its birth. Not before the loader
+            // is known to be allowed (LOAD checks again, as for any thread).
+            if let Err(e) = pfm_ctxsw::may_load(&target).and_then(|()| family.watch_process(target))
+            {
+                family.settle(replaced, false);
+                return Err(e);
+            }
+        }
+        Ok((family, replaced))
+    }
+
+    /// This context's thread as one row: its values and times, and whether
+    /// its monitoring ended.
+    pub(in crate::pfm_ctx) fn snapshot(&self) -> Result<Snapshot> {
+        self.with_live(|inner, now| -> Result<Snapshot> {
+            inner.transition(Op::Read)?;
+            let mut values = [0u64; PFM_MAX_PMDS];
+            for (v, p) in values.iter_mut().zip(inner.counters.pmds().iter()) {
+                *v = p.value;
+            }
+            Ok(Snapshot {
+                values,
+                enabled: inner.time_enabled(now),
+                running: inner.time_running,
+                exited: inner.exited,
+                revoked: inner.msgs.final_type() == FINAL_REVOKED,
+            })
+        })
+    }
+
+    /// Whether the context waits for its thread's exec to start.
+    pub(crate) fn waits_for_exec(&self) -> bool {
+        self.inner.lock().exec_armed
+    }
+
+    /// The thread completed its exec (in the thread, before the new
+    /// image's first instruction): START, as the tool would, if the
+    /// context still waits for it.
+    pub(crate) fn exec_done(&self) {
+        let armed = {
+            let mut inner = self.inner.lock();
+            let armed = inner.exec_armed;
+            inner.arm_exec(false);
+            armed
+        };
+        if armed {
+            // Unloaded or closed meanwhile: nothing to start.
+            let _ = self.start();
+        }
+    }
+
+    /// `PFM_IOC_READ_THREADS` into `arg` (its `needed` and `lost_threads`
+    /// are set whatever the outcome).
+    pub(crate) fn read_threads(&self, arg: &mut abi::PfmThreadsArg) -> Result {
+        let implemented = globals().pmu.impl_mask();
+        if arg.flags != 0
+            || arg.reserved != [0; 3]
+            || arg.pmd_mask == 0
+            || arg.pmd_mask & !implemented != 0
+            || arg.pmd_mask.count_ones() as usize > abi::PFM_THREAD_VALUES
+        {
+            return Err(EINVAL);
+        }
+        let mask = arg.pmd_mask;
+        let family = self.family();
+        let mut rows = KVec::new();
+        // The loaded thread's row, if there ever was one.
+        let root_ids = match family.as_ref().and_then(|f| f.root_ids()) {
+            Some(ids) => Some(ids),
+            None => self.plain_ids(),
+        };
+        if let Some((tid, pid)) = root_ids {
+            let s = self.snapshot()?;
+            let mut flags = abi::PFM_THRFL_LOADED;
+            flags |= thread_flags(&s);
+            rows.push(
+                row(tid, pid, flags, &s, &[0; PFM_MAX_PMDS], mask),
+                GFP_KERNEL,
+            )?;
+        }
+        let mut failed = Ok(());
+        if let Some(f) = &family {
+            f.heir_rows(|tid, pid, s, base| {
+                let r = row(tid, pid, thread_flags(s), s, base, mask);
+                if failed.is_ok() {
+                    failed = rows.push(r, GFP_KERNEL).map_err(Error::from);
+                }
+            });
+            arg.lost_threads = f.counts().1;
+        }
+        failed?;
+        arg.needed = u32::try_from(rows.len()).unwrap_or(u32::MAX);
+        if (arg.count as usize) < rows.len() {
+            return Err(E2BIG);
+        }
+        let size = rows.len() * core::mem::size_of::<abi::PfmThread>();
+        let mut out = UserSlice::new(arg.threads as usize, size).writer();
+        for r in rows.iter() {
+            out.write(r)?;
+        }
+        Ok(())
+    }
+
+    /// The ids of a context without a family, if it is loaded (its tid as
+    /// LOAD named it; its process id while the thread is attached).
+    fn plain_ids(&self) -> Option<(u32, u32)> {
+        let inner = self.inner.lock();
+        if inner.tid == 0 {
+            return None;
+        }
+        let pid = match (&inner.attach, PidNs::of_current()) {
+            (Some(att), Some(ns)) => ns.ids_of(att.task()).1,
+            _ => 0,
+        };
+        Some((inner.tid, pid))
+    }
+
+    /// `PFM_LOAD_PROCESS`'s walk: every other thread of process `tid` (the
+    /// root is attached to the thread `tid` names) joins `family`.
+    pub(in crate::pfm_ctx) fn attach_process(
+        this: &SlabArc<Self>,
+        family: &Arc<Family>,
+        tid: u32,
+    ) -> Result {
+        let target = if tid == 0 {
+            kernel::types::ARef::from(&*kernel::current!())
+        } else {
+            glue::find_task(tid)?
+        };
+        let threads = match glue::process_threads(&target) {
+            Ok(t) => t,
+            Err(e) => {
+                // All or nothing: the root leaves with the family.
+                let _ = this.unload();
+                return Err(e);
+            }
+        };
+        Family::adopt_walked(family, threads);
+        Ok(())
+    }
+}
+
+/// `PFM_THRFL_*` of a thread's snapshot.
+fn thread_flags(s: &Snapshot) -> u32 {
+    let mut flags = 0;
+    if s.exited {
+        flags |= abi::PFM_THRFL_EXITED;
+    }
+    if s.revoked {
+        flags |= abi::PFM_THRFL_REVOKED;
+    }
+    flags
+}
+
+/// A row: the values of the PMDs of `mask` less `base`, in PMD order.
+fn row(
+    tid: u32,
+    pid: u32,
+    flags: u32,
+    s: &Snapshot,
+    base: &[u64; PFM_MAX_PMDS],
+    mask: u64,
+) -> abi::PfmThread {
+    let mut r = abi::PfmThread {
+        tid,
+        pid,
+        flags,
+        time_enabled: s.enabled,
+        time_running: s.running,
+        ..Default::default()
+    };
+    crate::pfm_counter::pack_counts(&s.values, base, mask, &mut r.values);
+    r
+}

@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Whole programs, an heir: the context of a thread the family gained
+//! (by inheritance or `PFM_LOAD_PROCESS`'s walk), made from the template.
+
+use kernel::prelude::*;
+use kernel::sync::Arc;
+
+use super::Family;
+use crate::abi;
+use crate::globals;
+use crate::pfm_ctx::{Context, Extra};
+use crate::pfm_x86::counters::Counters;
+use crate::rust::{self as glue, SlabArc};
+
+impl Context {
+    /// Whether this context is `family`'s root or one of its heirs.
+    pub(super) fn in_family(&self, family: &Family) -> bool {
+        match self.inner.lock().extra.as_deref() {
+            Some(Extra::Family(f)) | Some(Extra::Heir(f)) => core::ptr::eq(&**f, family),
+            _ => false,
+        }
+    }
+
+    /// An heir of `family` for a new thread: the template's registers, no
+    /// messages (the loaded thread's tool reads the root's), not attached.
+    pub(super) fn new_heir(
+        family: &Arc<Family>,
+        template: &Counters,
+        used_pmds: u32,
+    ) -> Result<SlabArc<Self>> {
+        let mut counters = Counters::new(&globals().pmu)?;
+        counters.copy_registers(template);
+        let extra = KBox::new(Extra::Heir(family.clone()), GFP_KERNEL_ACCOUNT)?;
+        let ctx = Context::new()?;
+        {
+            let mut inner = ctx.inner.lock();
+            inner.counters = counters;
+            inner.used_pmds = used_pmds;
+            inner.flags = abi::PFM_CTXFL_NO_MSG;
+            inner.extra = Some(extra);
+        }
+        Ok(ctx)
+    }
+
+    /// The heir (attached to the current thread) starts as its family is,
+    /// from its thread's creation: what the thread ran, switched and
+    /// migrated before this install is counted as a thread counts itself
+    /// (`CLOCK_THREAD_CPUTIME_ID`, `getrusage(RUSAGE_THREAD)`).
+    pub(super) fn begin_as_heir(&self, started: bool, tid: u32) {
+        let mut inner = self.inner.lock();
+        inner.tid = tid;
+        if !started || inner.transition(crate::pfm_state::Op::Start).is_err() {
+            return;
+        }
+        let now = glue::now_ns();
+        inner.started = true;
+        inner.enabled_start = now;
+        if inner.on_cpu == Some(glue::this_cpu()) {
+            // Its whole runtime since it was created, at the next fold.
+            inner.run_base = 0;
+        }
+        let (switches, migrations) = glue::current_switches_and_migrations();
+        inner.advance(&crate::pfm_x86::ThreadDeltas {
+            switches,
+            migrations,
+            ..Default::default()
+        });
+    }
+}
