@@ -331,6 +331,12 @@ const LIVE_TRIES: usize = 4;
 /// A monitoring context.
 #[pin_data(PinnedDrop)]
 pub(crate) struct Context {
+    /// A raw spinlock: the scheduler's callbacks take it under the runqueue
+    /// lock. Nothing is allocated or freed under it, not even a `GFP_ATOMIC`
+    /// allocation or a `kfree`: either may take the page allocator's
+    /// `zone->lock` (a KASAN kernel's `kfree` grows its stack depot), a
+    /// sleeping lock on PREEMPT_RT, which lockdep refuses under a raw one.
+    /// What a change replaces is moved out and dropped after the guard.
     #[pin]
     inner: IrqRawSpinLock<CtxInner>,
     #[pin]

@@ -252,9 +252,9 @@ impl CtxInner {
     /// time, and the next switch-out counts it.
     #[inline]
     fn sched_in(&mut self, cpu: i32) {
-        // An exiting thread's migrations are not counted: perf_events
-        // stops at `perf_event_exit_task` (see `sched_out`).
-        if self.counting() && cpu != self.last_cpu && !glue::current_is_exiting() {
+        // An exiting thread's migrations stop with its switches (see
+        // `sched_out`).
+        if self.counting() && cpu != self.last_cpu && !glue::current_is_tearing_down() {
             self.advance(&ThreadDeltas {
                 migrations: 1,
                 ..ThreadDeltas::default()
@@ -297,13 +297,14 @@ impl CtxInner {
         if self.counting() {
             self.time_running += d.task_clock;
             // perf_events stops counting a thread's switches in
-            // `perf_event_exit_task`, just after `exit_signals` set
-            // `PF_EXITING` and before `exit_mm` (whose mmap lock and
-            // unmapping may sleep): the switches of the exit path, its final
-            // one among them, are not counted, so the two agree. task-clock
-            // keeps counting to the final switch: it is the thread's CPU
-            // time, all of it (Documentation, "Accuracy").
-            d.switches = u64::from(!glue::current_is_exiting());
+            // `perf_event_exit_task`, right before `exit_mm` (whose futex
+            // release, mmap lock and unmapping may sleep); the exit path's
+            // switches before it (itimers, accounting, taskstats) count.
+            // This one stops where `exit_mm` begins, so the two agree; the
+            // final switch is never counted. task-clock keeps counting to
+            // the final switch: it is the thread's CPU time, all of it
+            // (Documentation, "Accuracy").
+            d.switches = u64::from(!glue::current_is_tearing_down());
             self.advance(&d);
         }
         self.on_cpu = None;

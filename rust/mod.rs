@@ -378,6 +378,12 @@ pub(crate) fn wait_for_module_text_users() {
 pub(crate) const TWA_RESUME: c_int = 1;
 /// `TWA_SIGNAL`: like `TWA_RESUME`, and kick the task out of an interruptible sleep.
 pub(crate) const TWA_SIGNAL: c_int = 2;
+/// `TWAF_NO_ALLOC`: `task_work_add` records its KASAN stack without
+/// allocating. Without it a KASAN kernel may take the page allocator's
+/// `zone->lock` (a sleeping lock on PREEMPT_RT) to grow its stack depot,
+/// which lockdep rightly refuses under a raw spinlock; perf_events queues
+/// its task_works with it for the same reason.
+pub(crate) const TWAF_NO_ALLOC: c_int = 0x0100;
 
 /// The `pmu=` module parameter.
 pub(crate) fn param_pmu() -> &'static CStr {

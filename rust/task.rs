@@ -63,17 +63,35 @@ pub(crate) fn is_exiting(task: &Task) -> bool {
     task_flags(task) & bindings::PF_EXITING != 0
 }
 
-/// Whether the current thread is exiting (`PF_EXITING`, set by
-/// `exit_signals` at the top of `do_exit`). For its own scheduler
-/// callbacks: perf_events stops counting a thread in
-/// `perf_event_exit_task`, right after that point and before `exit_mm`.
-pub(crate) fn current_is_exiting() -> bool {
+/// Whether the current thread, exiting, has begun to tear down its user
+/// state: `exit_mm` has started releasing its futexes (`futex_state` left
+/// `FUTEX_STATE_OK`) or its address space (`mm` cleared). For its own
+/// scheduler callbacks: perf_events stops counting a thread in
+/// `perf_event_exit_task`, just before `exit_mm` in `do_exit`, so the
+/// switches of the exit path up to there count for both and none after.
+/// `PF_EXITING` alone would stop earlier, at `exit_signals`, before the
+/// exit's itimer, accounting and taskstats steps, which can sleep.
+pub(crate) fn current_is_tearing_down() -> bool {
+    let me = super::current_ptr();
     // SAFETY: `current` is a valid task; only the task itself sets
-    // `PF_EXITING` in its own flags.
-    let flags =
-        unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*super::current_ptr()).flags)) };
-    flags & bindings::PF_EXITING != 0
+    // `PF_EXITING` in its own flags, clears its `mm` (`exit_mm`) and moves
+    // its `futex_state` on from OK (`futex_cleanup_begin`), so each field
+    // read is one the thread itself last wrote.
+    unsafe {
+        let flags = core::ptr::read_volatile(core::ptr::addr_of!((*me).flags));
+        if flags & bindings::PF_EXITING == 0 {
+            // An exec moves `futex_state` on and back too.
+            return false;
+        }
+        let mm = core::ptr::read_volatile(core::ptr::addr_of!((*me).mm));
+        let futex = core::ptr::read_volatile(core::ptr::addr_of!((*me).futex_state));
+        mm.is_null() || futex != FUTEX_STATE_OK
+    }
 }
+
+/// `FUTEX_STATE_OK` of include/linux/futex.h: the thread's futexes are
+/// not being released.
+const FUTEX_STATE_OK: core::ffi::c_uint = 0;
 
 /// Whether `task` is being switched out for the last time (`TASK_DEAD`).
 ///
@@ -236,10 +254,12 @@ impl<T: HasTaskWork<ID> + TaskWorkItem<ID>, const ID: u64> TaskWork<T, ID> {
         {
             return Err(Refused::AlreadyQueued);
         }
-        let mode: c_int = match notify {
-            Notify::Resume => super::TWA_RESUME,
-            Notify::Signal => super::TWA_SIGNAL,
-        };
+        // Queued from any context, some under raw locks: never allocate.
+        let mode: c_int = super::TWAF_NO_ALLOC
+            | match notify {
+                Notify::Resume => super::TWA_RESUME,
+                Notify::Signal => super::TWA_SIGNAL,
+            };
         // INVARIANT: the reference the list holds.
         let leaked = Arc::into_raw(this.clone());
         // SAFETY: The leaked reference keeps `head` alive until the callback

@@ -14,7 +14,9 @@
 # plan, per-test timeout, never finished) add one failure to it; each kernel
 # splat, kmemleak report, bad taint, failed rmmod or guest crash adds one more.
 # Kernel splats are only looked for in kernel lines ("[  12.345678] ..."), so
-# a test that merely prints the word WARNING does not trip them. Leaks are
+# a test that merely prints the word WARNING does not trip them. A splat is
+# quoted with up to 80 of the kernel lines that follow it: a lockdep report's
+# held locks and call trace, which CI keeps only in this summary. Leaks are
 # judged from the kmemleak report the guest prints after its last test (the
 # console's "N new suspected memory leaks" of an earlier scan is in it too).
 # One kernel leak is known and not the module's: 6.12's sysfs_slab_add
@@ -92,7 +94,7 @@ BEGIN {
 # ---- kernel splats: one per run of consecutive kernel lines ----
 iskernel($0) && $0 ~ splat {
 	if (!insplat) {
-		insplat = 1; ctx = 8; nsplat++
+		insplat = 1; ctx = 80; nsplat++
 		where = (cur != "") ? " during test " cur : (mode != "" && mode != "check" ? " during the " mode " job" : "")
 		problem("kernel splat" where " (console line " NR "):"); sidx = nprob
 	}

@@ -31,6 +31,14 @@ mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts 2>/dev/null
 mount -t tmpfs -o mode=1777 tmpfs /dev/shm 2>/dev/null
 hostname pfm-guest
+# The debug kernel has memory cgroups: everything from here on runs in a
+# child cgroup with the memory controller, so the module's accounted
+# allocations are charged and freeing one takes memcg's per-CPU stock lock,
+# which lockdep refuses under a raw spinlock every time (kernel/debug.config).
+if mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null &&
+	echo +memory >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null; then
+	mkdir -p /sys/fs/cgroup/pfm && echo $$ >/sys/fs/cgroup/pfm/cgroup.procs
+fi
 chown 1000:1000 /home/pfmuser
 
 mode=shell timeout=600

@@ -13,7 +13,10 @@
 //! overflow periods on a general-purpose and a fixed counter give exact
 //! overflow counts through PMIs; event sets (two and three register images
 //! switched every 2 ms of the thread's running time) keep their times exact
-//! and their counts to their own turns; no MSR access ever faulted (the
+//! and their counts to their own turns; inherited threads and processes
+//! (`PFM_CTXFL_INHERIT`) count their own cycles, each row its running time
+//! and at least the CPU time the thread read itself; no MSR access ever
+//! faulted (the
 //! simulator raises #GP on anything the SDM forbids); rmmod leaves nothing
 //! behind.
 
@@ -26,7 +29,7 @@ use perfmon::Context;
 use pfm_guest::tap::diag;
 use pfm_guest::{ensure, module, work, ResultExt, Tap, TestResult};
 
-const PLAN: usize = 13;
+const PLAN: usize = 14;
 
 /// IA32_PERFEVTSEL: core cycles (0x3c) in user mode.
 const CYCLES_USR: u64 = 0x3c | 1 << 16;
@@ -231,6 +234,96 @@ fn self_cycles_are_running_time() -> TestResult {
     // Between the sleeps no other monitored thread used the CPU: most
     // switch-ins find the registers in place and only restart counting.
     ensure!(lazy >= 5, "only {lazy} lazy restores ({full} full)");
+    Ok(())
+}
+
+/// The calling thread's id.
+fn gettid() -> u32 {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::gettid() as u32 }
+}
+
+/// What an inherited thread or process measured itself before it ended:
+/// its tid and its CPU time (`CLOCK_THREAD_CPUTIME_ID`).
+fn spin_and_sleep_measured() -> (u32, u64) {
+    for _ in 0..3 {
+        work::spin(Duration::from_millis(15));
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    (gettid(), pfm_guest::edges::thread_cpu_ns())
+}
+
+/// Inheritance on the hardware model: the loaded thread creates two threads
+/// and forks a process after START; each gets an heir context with the
+/// model's own registers (made under the family's lock, installed in the
+/// new thread before its first instruction). Each row of `READ_THREADS`
+/// holds that thread's cycles, which match its running time by
+/// [`cycles_match_running`]; its running time is at least the CPU time the
+/// thread read itself (the row also has its exit path).
+fn inherited_threads_count_their_own_cycles() -> TestResult {
+    let ctx = programmed(&[(0, CYCLES_USR)], &[(0, 0, false)])?;
+    ctx.set_flags(PFM_CTXFL_INHERIT).ctx("SET_FLAGS INHERIT")?;
+    ctx.load(0).ctx("LOAD")?;
+    ctx.start().ctx("START")?;
+    let mut own: Vec<(u32, u64)> = (0..2)
+        .map(|_| std::thread::spawn(spin_and_sleep_measured))
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|h| h.join().map_err(|_| "a thread panicked".to_string()))
+        .collect::<Result<_, _>>()?;
+    // The child reports through a pipe what it measured, then exits.
+    let mut fds = [0i32; 2];
+    // SAFETY: `fds` has room for the two descriptors.
+    ensure!(unsafe { libc::pipe(fds.as_mut_ptr()) } == 0, "pipe");
+    // SAFETY: The child only spins, sleeps, writes and `_exit`s.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let (tid, cpu) = spin_and_sleep_measured();
+        let msg = [u64::from(tid).to_ne_bytes(), cpu.to_ne_bytes()].concat();
+        // SAFETY: `msg` is 16 readable bytes; `_exit` ends the child.
+        unsafe {
+            libc::write(fds[1], msg.as_ptr().cast(), msg.len());
+            libc::_exit(0);
+        }
+    }
+    ensure!(pid > 0, "fork");
+    let mut msg = [0u8; 16];
+    // SAFETY: `msg` is 16 writable bytes; the descriptors are ours.
+    let got = unsafe {
+        libc::close(fds[1]);
+        let n = libc::read(fds[0], msg.as_mut_ptr().cast(), msg.len());
+        libc::close(fds[0]);
+        libc::waitpid(pid, core::ptr::null_mut(), 0);
+        n
+    };
+    ensure!(got == 16, "the child's report: {got} bytes");
+    let word = |i: usize| u64::from_ne_bytes(msg[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+    own.push((word(0) as u32, word(1)));
+    ctx.stop().ctx("STOP")?;
+    let report = ctx.read_threads(1).ctx("READ_THREADS")?;
+    ensure!(
+        report.lost_threads == 0 && report.rows.len() == 4,
+        "{} rows, {} lost (want 4, 0)",
+        report.rows.len(),
+        report.lost_threads
+    );
+    for (tid, cpu) in own {
+        let Some(row) = report.rows.iter().find(|r| r.tid == tid) else {
+            return Err(format!("no row for tid {tid}"));
+        };
+        let cycles = row.values.first().copied().unwrap_or(0);
+        diag(format!(
+            "tid {tid}: cycles {cycles}, running {} ns, own CPU time {cpu} ns",
+            row.time_running
+        ));
+        ensure!(row.has_exited(), "tid {tid} not marked exited");
+        ensure!(
+            row.time_running >= cpu && cycles_match_running(cycles, row.time_running),
+            "tid {tid}: cycles {cycles} vs running {} (own {cpu})",
+            row.time_running
+        );
+    }
+    ctx.unload().ctx("UNLOAD")?;
     Ok(())
 }
 
@@ -806,6 +899,10 @@ fn main() {
     t.run(
         "event sets on intel_arch_sim: 3 sets switched every 2 ms (GP and fixed cycles), the same",
         three_sets_take_turns,
+    );
+    t.run(
+        "inheritance on intel_arch_sim: 2 threads and a forked process, each row its own cycles",
+        inherited_threads_count_their_own_cycles,
     );
     t.run("no MSR access faulted", || {
         let f = sysfs_u64("msr_faults")?;

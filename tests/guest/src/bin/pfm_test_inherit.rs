@@ -22,10 +22,10 @@
 //!   Both windows open at the root's exec (perf in `begin_new_exec`, perfmon
 //!   before the new image's first instruction: the test kernels are
 //!   `PREEMPT_NONE`, nothing between those two points switches) and both
-//!   close as the thread starts exiting (perf in `perf_event_exit_task`,
-//!   perfmon's switches when `PF_EXITING` is set, just before it, both
-//!   before `exit_mm`, whose mmap lock and unmapping switch: Documentation,
-//!   "Accuracy"). task-clock is held to perf's only from below, by the
+//!   close where the exit starts tearing down the thread's user state
+//!   (perf in `perf_event_exit_task`, perfmon's switches as `exit_mm`
+//!   begins right after it, whose futex release, mmap lock and unmapping
+//!   switch: Documentation, "Accuracy"). task-clock is held to perf's only from below, by the
 //!   documented rule (1% + 200 us + 100 us per switch).
 //! - **The scheduler's own trace** (tracefs `sched_switch` and
 //!   `sched_stat_runtime`), for what no thread can read itself: a thread's
@@ -35,7 +35,7 @@
 //!   its final switch-out leaves, which an exited row must hold exactly; its
 //!   `sched_switch` lines with `prev_pid` the task before its
 //!   `sched_process_exit` (which comes after `exit_mm`) bound the
-//!   switch-outs the row holds from above (no event marks `PF_EXITING`;
+//!   switch-outs the row holds from above (no event marks `exit_mm`;
 //!   perf's total pins the sum exactly). The
 //!   tolerance this replaces — the time after a thread's last self-reading —
 //!   is printed as measured (`exit tails`). A trace that lost events (per-CPU
@@ -1508,9 +1508,9 @@ fn check_rows(w: &Whole) -> TestResult {
         if let Some(l) = life_of(&w.lives, tid) {
             traced += 1;
             // task-clock: the whole traced life. Switches stop where
-            // perf's do, at PF_EXITING (before exit_mm), which no trace
-            // event marks: at most the switch-outs before its
-            // sched_process_exit (after exit_mm); perf's total pins the sum.
+            // perf's do, as exit_mm begins, which no trace event marks: at
+            // most the switch-outs before its sched_process_exit (after
+            // exit_mm); perf's total pins the sum.
             ensure!(
                 tc == l.runtime && cs <= l.switches - l.exit_switches,
                 "final: tid {tid} (slot {slot}) tc {tc} cs {cs}, its traced life: runtime {} switch-outs {} before sched_process_exit (exit tail {} ns after its last own reading)",
@@ -1894,7 +1894,7 @@ fn churn_case() -> TestResult {
                 s[W_U_SW]
             );
             if let Some(l) = life {
-                // Switches stop at PF_EXITING, before exit_mm (see case 1).
+                // Switches stop as exit_mm begins (see case 1).
                 ensure!(
                     tc == l.runtime && cs <= l.switches - l.exit_switches,
                     "tid {tid} created after START: tc {tc} cs {cs}, its traced life ({}, {} switch-outs before exit)",
