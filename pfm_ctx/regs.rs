@@ -232,8 +232,11 @@ impl Context {
                     .any(|p| p.reg_flags & abi::PFM_REGFL_OVFL_NOTIFY != 0)
                 {
                     if let Some(r) = ring.take() {
-                        // One that another WRITE_PMDS installed first wins.
-                        drop(inner.msgs.set_ring(r));
+                        // One that another WRITE_PMDS installed first wins;
+                        // ours goes back to the caller, freed after the lock
+                        // (a raw spinlock: no kfree under it, see
+                        // `CtxInner`).
+                        *ring = inner.msgs.set_ring(r);
                     }
                     if !inner.msgs.has_ring() {
                         // Installed and lost in between: cannot happen (the

@@ -33,13 +33,16 @@ impl Context {
         counters.copy_registers(template);
         let extra = KBox::new(Extra::Heir(family.clone()), GFP_KERNEL_ACCOUNT)?;
         let ctx = Context::new()?;
-        {
+        let blank = {
             let mut inner = ctx.inner.lock();
-            inner.counters = counters;
             inner.used_pmds = used_pmds;
             inner.flags = abi::PFM_CTXFL_NO_MSG;
             inner.extra = Some(extra);
-        }
+            core::mem::replace(&mut inner.counters, counters)
+        };
+        // The new context's own counters (a hardware model's are boxed),
+        // freed after the raw lock: no kfree under it (see `CtxInner`).
+        drop(blank);
         Ok(ctx)
     }
 
@@ -66,5 +69,10 @@ impl Context {
             migrations,
             ..Default::default()
         });
+        // A hardware model's counters go on this CPU's PMU now, as START's
+        // do: not at the thread's next switch-in, which a thread that runs
+        // alone on its CPU may not have for a long time.
+        inner.sync_hw();
+        inner.page_update();
     }
 }
