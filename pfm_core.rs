@@ -364,6 +364,7 @@ impl kernel::Module for PerfmonModule {
         let task_probes = rust::TaskProbes::register(
             pfm_ctxsw::fork_probe::<Context>,
             pfm_ctxsw::exec_probe::<Context>,
+            pfm_ctxsw::rename_probe::<Context>,
         )
         .inspect_err(|_| {
             pr_err!(

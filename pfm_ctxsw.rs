@@ -43,7 +43,7 @@ mod works;
 
 pub(crate) use access::{loader, may_load, may_open, Loader};
 pub(crate) use attach::{attach, attach_heir, attach_heir_remote, let_go, monitored_by};
-pub(crate) use inherit::{exec_probe, fork_probe};
+pub(crate) use inherit::{exec_probe, fork_probe, rename_probe};
 pub(crate) use monitor::Monitor;
 pub(crate) use registry::Registry;
 pub(crate) use works::exec_hook;
@@ -53,6 +53,10 @@ pub(crate) use works::exec_hook;
 pub(crate) enum Verdict {
     /// Monitor it.
     Proceed,
+    /// Monitor it from where it sleeps: a remote LOAD holds it off every
+    /// CPU (`rust::with_blocked`); it last ran on `cpu`, and has run
+    /// `runtime` ns (its scheduler runtime).
+    Blocked { cpu: i32, runtime: u64 },
     /// It lost the loader's access (an exec committed after LOAD's check).
     Lost,
     /// It is exiting and will not return to user mode.
@@ -299,17 +303,31 @@ impl<M: Monitor> Attachment<M> {
     ///
     /// Must run in `task` itself, in process context.
     unsafe fn accept_current_cred(&self) {
-        let Some(watch) = self.watch() else {
-            return;
-        };
-        let task = glue::task_ptr(&self.task);
-        // SAFETY: We are the task: its real credentials are live.
-        let cred = unsafe { glue::get_cred(glue::task_real_cred_ptr(task)) };
-        let old = watch.cred_seen.swap(cred as *mut _, Ordering::Relaxed);
+        // SAFETY: The caller's guarantee.
+        let old = unsafe { self.swap_cred_seen() };
         if !old.is_null() {
-            // SAFETY: The reference this field held; process context.
+            // SAFETY: The reference the field held; process context.
             unsafe { glue::put_cred(old) };
         }
+    }
+
+    /// Remembers the thread's present real credentials as checked (a
+    /// reference taken) and returns the ones remembered before (null, or a
+    /// reference for the caller to put, in process context and without
+    /// raw locks held: it may be the last).
+    ///
+    /// # Safety
+    ///
+    /// Must run in `task` itself, or with it held off every CPU
+    /// (`rust::with_blocked`): its real credentials cannot change.
+    unsafe fn swap_cred_seen(&self) -> *const bindings::cred {
+        let Some(watch) = self.watch() else {
+            return core::ptr::null();
+        };
+        let task = glue::task_ptr(&self.task);
+        // SAFETY: The caller's guarantee: its real credentials are live.
+        let cred = unsafe { glue::get_cred(glue::task_real_cred_ptr(task)) };
+        watch.cred_seen.swap(cred as *mut _, Ordering::Relaxed)
     }
 
     /// Ends monitoring in a scheduler callback when the thread gained
@@ -352,13 +370,30 @@ impl<M: Monitor> Attachment<M> {
         unsafe { self.notifier.register() };
     }
 
-    /// Unregisters the notifier if it is registered and drops the list's
-    /// reference through [`release`].
+    /// Registers the notifier on `pinned`, the attachment's thread, held off
+    /// every CPU.
     ///
     /// # Safety
     ///
-    /// Must run in `task`'s own context, or after `task` has done its final
-    /// switch (nothing walks its notifier list any more).
+    /// `pinned` is `task`, and the context lock is held.
+    unsafe fn register_on(self: &Arc<Self>, pinned: &glue::Blocked<'_>) {
+        // INVARIANT: one reference for the notifier list.
+        let _ = Arc::into_raw(self.clone());
+        self.life.set(Life::REGISTERED);
+        // SAFETY: The notifier is pinned inside `self`, which the leaked
+        // reference keeps alive; nothing walks the list while it is held.
+        unsafe { self.notifier.register_on(pinned) };
+    }
+
+    /// Unregisters the notifier if it is registered and drops the list's
+    /// reference through [`release`] (never the last: the caller holds
+    /// one).
+    ///
+    /// # Safety
+    ///
+    /// Must run in `task`'s own context, with `task` held off every CPU
+    /// (`rust::with_blocked`), or after `task` has done its final switch
+    /// (nothing walks its notifier list any more).
     unsafe fn unregister(&self) {
         if !self.life.on_list() {
             return;

@@ -24,7 +24,9 @@ impl Context {
         if inner.exited {
             status |= abi::PFM_CTXST_EXITED;
         }
-        if inner.exec_armed {
+        // Started by the exec already: armed only until the exec completes
+        // and starts the rest of the family (`exec_committed`).
+        if inner.exec_armed && !inner.started {
             status |= abi::PFM_CTXST_EXEC_ARMED;
         }
         let mut info = abi::PfmCtxInfo {

@@ -123,6 +123,11 @@ impl Monitor for Context {
                 register();
                 Installed::Yes
             }
+            Verdict::Blocked { cpu, runtime } => {
+                inner.install_blocked(cpu, runtime);
+                register();
+                Installed::Yes
+            }
         }
     }
 
@@ -229,6 +234,26 @@ impl Monitor for Context {
         self.exec_done();
     }
 
+    fn exec_committed(&self) {
+        let mut inner = self.inner.lock();
+        if !inner.exec_armed || inner.started {
+            return;
+        }
+        // The thread is current, on this CPU, interrupts off: START's
+        // live operation, here. `exec_armed` stays, for `start_on_exec`
+        // to start the family.
+        let cpu = glue::this_cpu();
+        inner.live_op(cpu, |inner, now| {
+            if inner.transition(Op::Start).is_ok() {
+                inner.started = true;
+                inner.enabled_start = now;
+                if inner.on_cpu == Some(cpu) {
+                    inner.run_base = glue::current_runtime_ns();
+                }
+            }
+        });
+    }
+
     fn load_failed(&self, att: &Attachment<Self>) {
         let mut inner = self.inner.lock();
         if inner.owns(att) && inner.transition(Op::LoadFailed).is_ok() {
@@ -272,6 +297,18 @@ impl CtxInner {
         self.active = true;
         self.run_base = glue::current_runtime_ns();
         self.sched_in(cpu);
+    }
+
+    /// The context starts following the thread while it sleeps (a remote
+    /// LOAD holds it off every CPU): as if it had been switched out of
+    /// `cpu`, its last, having run `runtime` ns. Its next switch-in counts
+    /// a migration if it wakes elsewhere, as perf counts one then.
+    fn install_blocked(&mut self, cpu: i32, runtime: u64) {
+        self.active = true;
+        self.run_base = runtime;
+        self.last_cpu = cpu;
+        self.on_cpu = None;
+        self.page_update();
     }
 
     /// The thread is switched out of `cpu`.

@@ -11,7 +11,9 @@ use kernel::task::Task;
 use kernel::types::ARef;
 
 use super::access::{may_monitor, Access, Loader};
-use super::{release, release_in_fop, Attachment, Life, Monitor, Watch, INSTALL};
+use super::{
+    release, release_in_fop, Attachment, Installed, Life, Monitor, Verdict, Watch, INSTALL,
+};
 use crate::pfm_x86::HwClaim;
 use crate::rust::{
     self as glue, IrqWork, ModuleRef, Notify, PreemptNotifier, SlabArc, TaskWork, WorkLink,
@@ -19,17 +21,19 @@ use crate::rust::{
 use crate::{edquot, globals};
 
 /// Attachments a thread may hold awaiting its own cleanup (it runs them at
-/// its next return to user mode); a LOAD beyond it waits for the thread to
-/// run them (see [`PENDING_WAIT_JIFFIES`]), or fails with `EAGAIN`.
+/// its next return to user mode). A LOAD beyond it removes them itself if
+/// the thread is blocked (asleep or stopped: `reclaim_if_blocked`), else
+/// waits for the thread to run them (see [`PENDING_WAIT_JIFFIES`]), or
+/// fails with `EAGAIN`.
 const MAX_PENDING_PER_THREAD: usize = 4;
 
-/// How long (jiffies) a LOAD waits, at most, for a thread that is not
-/// stopped to run the cleanups UNLOAD kicked it for (a sleeping thread runs
-/// them within moments), before refusing with `EAGAIN`: so a tool that
-/// attaches to and detaches from a sleeping thread in a loop is not
-/// refused. Woken as each cleanup retires an attachment (`retired`), not
-/// napping a jiffy: a nap made every other cycle of such a loop last 4 ms
-/// at HZ=250 (`make bench --only attach`: mean 1.95 ms, median 31 us).
+/// How long (jiffies) a LOAD waits, at most, for a running thread to run
+/// the cleanups it was kicked for (it does within moments), before
+/// refusing with `EAGAIN`: so a tool that attaches to and detaches from a
+/// busy thread in a loop is not refused. Woken as each cleanup retires an
+/// attachment (`retired`), not napping a jiffy: a nap made every other
+/// cycle of such a loop last 4 ms at HZ=250 (`make bench --only attach`:
+/// mean 1.95 ms, median 31 us).
 const PENDING_WAIT_JIFFIES: u32 = 20;
 
 impl<M: Monitor> Attachment<M> {
@@ -159,7 +163,7 @@ pub(crate) fn attach<M: Monitor>(ctx: &SlabArc<M>, tid: u32, load_set: u16) -> R
         release(att);
         return Err(e);
     }
-    if is_self {
+    if is_self || att.install_if_blocked() {
         release(att);
         return Ok(());
     }
@@ -187,8 +191,19 @@ fn publish_waiting<M: Monitor>(
     is_self: bool,
 ) -> Result {
     let mut left = PENDING_WAIT_JIFFIES;
+    let mut reclaimed = false;
     loop {
-        match publish(ctx, att, tid, load_set, is_self) {
+        let r = publish(ctx, att, tid, load_set, is_self);
+        // A blocked (asleep or stopped) thread's cleanups are done here,
+        // once, instead of waiting for it to wake and do them: for the
+        // thread's own bound (EAGAIN) or a full registry (ENOSPC).
+        if matches!(&r, Err(e) if *e == EAGAIN || *e == ENOSPC) && !is_self && !reclaimed {
+            reclaimed = true;
+            if reclaim_if_blocked::<M>(&att.task) {
+                continue;
+            }
+        }
+        match r {
             Err(e) if e == EAGAIN && !is_self && left > 0 && !glue::is_stopped(&att.task) => {
                 // Queued before the count is taken again: a cleanup that
                 // retires one between the two wakes us.
@@ -206,6 +221,88 @@ fn publish_waiting<M: Monitor>(
             }
             r => return r,
         }
+    }
+}
+
+/// Removes, here and now, the attachments `task` holds awaiting its own
+/// cleanup (unloaded, or zombies), if it is blocked: held off every CPU,
+/// its notifier list can be changed from outside, as its cleanup would.
+/// Their queued cleanups find nothing left to do. Whether any was removed.
+fn reclaim_if_blocked<M: Monitor>(task: &Task) -> bool {
+    let mut pending: [Option<Arc<Attachment<M>>>; MAX_PENDING_PER_THREAD] =
+        core::array::from_fn(|_| None);
+    {
+        let reg = M::registry().lock();
+        let unwanted = reg.of_task(task).filter(|a| !a.life.wanted());
+        for (slot, a) in pending.iter_mut().zip(unwanted) {
+            *slot = Some(a.clone());
+        }
+    }
+    if pending[0].is_none() {
+        return false;
+    }
+    let done = glue::with_blocked(task, |_| {
+        for a in pending.iter().flatten() {
+            // SAFETY: The thread is held off every CPU.
+            unsafe { a.unregister() };
+        }
+    })
+    .is_some();
+    let mut removed = false;
+    for a in pending.into_iter().flatten() {
+        if done {
+            a.ctx.reap_zombie();
+            a.retire();
+            removed = true;
+        }
+        release(a);
+    }
+    removed
+}
+
+impl<M: Monitor> Attachment<M> {
+    /// A remote LOAD's install, done at once if the thread is blocked
+    /// (asleep or stopped): held off every CPU, it needs no waking to
+    /// install itself, as perf installs events in a sleeping task without
+    /// an IPI. A thread inside an exec (it may commit credentials and run
+    /// the new image without a switch) or exiting installs itself, with
+    /// its checks; so does one whose credentials no longer pass (its
+    /// install revokes). Whether it was installed here.
+    fn install_if_blocked(self: &Arc<Self>) -> bool {
+        let mut old_cred = core::ptr::null();
+        let installed = glue::with_blocked(&self.task, |pinned| {
+            // SAFETY: Held off every CPU, its credentials and mm stay.
+            if glue::is_exiting(&self.task) || pinned.in_execve() || unsafe { self.lost_access() } {
+                return false;
+            }
+            let verdict = Verdict::Blocked {
+                cpu: pinned.cpu(),
+                runtime: pinned.runtime(),
+            };
+            // SAFETY: The thread is held off every CPU; `install` runs the
+            // closure under the context lock.
+            let done = self
+                .ctx
+                .install(self, verdict, || unsafe { self.register_on(pinned) });
+            if done == Installed::Yes {
+                // SAFETY: As above.
+                old_cred = unsafe { self.swap_cred_seen() };
+            }
+            done == Installed::Yes
+        }) == Some(true);
+        if !old_cred.is_null() {
+            // SAFETY: The reference the field held; process context, no
+            // lock held.
+            unsafe { glue::put_cred(old_cred) };
+        }
+        installed
+    }
+
+    /// UNLOAD's cleanup, done at once if the thread is blocked. Whether it
+    /// was.
+    fn unregister_if_blocked(&self) -> bool {
+        // SAFETY: The thread is held off every CPU.
+        glue::with_blocked(&self.task, |_| unsafe { self.unregister() }).is_some()
     }
 }
 
@@ -264,6 +361,13 @@ pub(crate) fn let_go<M: Monitor>(att: Arc<Attachment<M>>, prompt: bool) {
     }
     if att.life.has(Life::DEAD) {
         // The reaper handles the dead.
+        release(att);
+        return;
+    }
+    // An UNLOAD of a sleeping thread does not wake it. A zombie's cleanup
+    // stays lazy: the thread does it when it next returns to user mode.
+    if prompt && att.unregister_if_blocked() {
+        att.retire();
         release(att);
         return;
     }
@@ -342,6 +446,10 @@ pub(crate) fn attach_heir_remote<M: Monitor>(
     if let Err(e) = publish(&**ctx, &att, tid, 0, false) {
         release(att);
         return Err(e);
+    }
+    if att.install_if_blocked() {
+        release(att);
+        return Ok(());
     }
     if TaskWork::<Attachment<M>, INSTALL>::queue(&att, &att.task, Notify::Signal).is_err() {
         att.life.clear(Life::WANTED);

@@ -12,7 +12,7 @@
 use core::sync::atomic::Ordering;
 
 use kernel::bindings;
-use kernel::ffi::{c_int, c_void};
+use kernel::ffi::{c_char, c_int, c_void};
 use kernel::prelude::*;
 use kernel::sync::Arc;
 
@@ -144,6 +144,21 @@ pub(crate) fn on_exec<M: Monitor>() {
     }
 }
 
+/// `task_rename` in an exec: the calling thread's exec has just passed
+/// `perf_event_exec`, where perf's `enable_on_exec` starts counting, and
+/// nothing between the two switches. A context waiting for the exec starts
+/// counting the thread here (the rest, its family, when the exec is
+/// complete: `on_exec`). Renames outside an exec (`PR_SET_NAME`, a write
+/// to `/proc/PID/comm`) are ignored.
+fn on_exec_commit<M: Monitor>() {
+    if globals().exec_armed.load(Ordering::Relaxed) == 0 || !glue::current_in_execve() {
+        return;
+    }
+    if let Some(ctx) = current_context::<M>() {
+        ctx.exec_committed();
+    }
+}
+
 /// The fork probe's C signature.
 ///
 /// # Safety
@@ -170,4 +185,20 @@ pub(crate) unsafe extern "C" fn exec_probe<M: Monitor>(
     _bprm: *mut bindings::linux_binprm,
 ) {
     on_exec::<M>();
+}
+
+/// The rename probe's C signature.
+///
+/// # Safety
+///
+/// Called by the `task_rename` tracepoint only.
+pub(crate) unsafe extern "C" fn rename_probe<M: Monitor>(
+    _data: *mut c_void,
+    task: *mut bindings::task_struct,
+    _comm: *const c_char,
+) {
+    // An exec renames the execing thread itself.
+    if task == glue::current_ptr() {
+        on_exec_commit::<M>();
+    }
 }

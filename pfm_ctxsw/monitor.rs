@@ -89,4 +89,9 @@ pub(crate) trait Monitor: InSlab + Send + Sync + Sized + 'static {
     /// Its thread completed an exec (in the thread, before the new
     /// image's first instruction): start if it waits for it.
     fn start_on_exec(&self);
+    /// Its thread's exec passed the point where perf enables
+    /// `enable_on_exec` events (in the thread, preemption disabled, under
+    /// its `alloc_lock`): start counting it there if the context waits for
+    /// the exec; [`Monitor::start_on_exec`] follows.
+    fn exec_committed(&self);
 }

@@ -97,6 +97,15 @@ mod ffi {
         ) -> *mut bindings::task_struct;
         pub(crate) fn pfm_task_pid(task: *mut bindings::task_struct) -> c_int;
         pub(crate) fn pfm_task_on_cpu(task: *mut bindings::task_struct) -> bool;
+        pub(crate) fn pfm_task_pi_lock(task: *mut bindings::task_struct) -> c_ulong;
+        pub(crate) fn pfm_task_pi_unlock(task: *mut bindings::task_struct, flags: c_ulong);
+        pub(crate) fn pfm_smp_rmb();
+        pub(crate) fn pfm_task_cpu(task: *mut bindings::task_struct) -> c_uint;
+        pub(crate) fn pfm_task_in_execve(task: *mut bindings::task_struct) -> bool;
+        pub(crate) fn pfm_preempt_notifier_add(
+            task: *mut bindings::task_struct,
+            notifier: *mut bindings::preempt_notifier,
+        );
         pub(crate) fn pfm_cpu_relax();
         pub(crate) fn pfm_exec_watch_register();
         pub(crate) fn pfm_exec_watch_unregister();

@@ -82,12 +82,25 @@ impl<T: PreemptNotify + HasPreemptNotifier> PreemptNotifier<T> {
         unsafe { bindings::preempt_notifier_register(self.raw.get()) };
     }
 
+    /// Puts the notifier on the list of `pinned`'s thread, which is held off
+    /// every CPU: nothing walks its list until it is woken, after this.
+    ///
+    /// # Safety
+    ///
+    /// As for [`PreemptNotifier::register`], for `pinned`'s thread.
+    pub(crate) unsafe fn register_on(&self, pinned: &Blocked<'_>) {
+        // SAFETY: The caller's guarantees; the list is not walked while the
+        // thread is pinned (`with_blocked`).
+        unsafe { ffi::pfm_preempt_notifier_add(pinned.task, self.raw.get()) };
+    }
+
     /// Takes the notifier off its thread's list.
     ///
     /// # Safety
     ///
-    /// Registered; called in that thread, or once the thread has done its
-    /// final switch (nothing walks its list any more).
+    /// Registered; called in that thread, with the thread held off every
+    /// CPU ([`with_blocked`]), or once the thread has done its final switch
+    /// (nothing walks its list any more).
     pub(crate) unsafe fn unregister(&self) {
         // SAFETY: The caller's guarantees.
         unsafe { bindings::preempt_notifier_unregister(self.raw.get()) };
@@ -210,4 +223,79 @@ pub(crate) fn current_switches_and_migrations() -> (u64, u64) {
             (*current).se.nr_migrations,
         )
     }
+}
+
+/// A thread [`with_blocked`] holds off every CPU.
+pub(crate) struct Blocked<'a> {
+    task: *mut bindings::task_struct,
+    _task: PhantomData<&'a kernel::task::Task>,
+}
+
+impl Blocked<'_> {
+    /// The CPU it last ran on.
+    pub(crate) fn cpu(&self) -> i32 {
+        // SAFETY: A live task (borrowed for `'a`).
+        unsafe { ffi::pfm_task_cpu(self.task) as i32 }
+    }
+
+    /// Whether it is inside an `execve()` (`in_execve`): it may commit
+    /// new credentials and return to user mode without a switch.
+    pub(crate) fn in_execve(&self) -> bool {
+        // SAFETY: A live task; only the task itself writes the bit.
+        unsafe { ffi::pfm_task_in_execve(self.task) }
+    }
+
+    /// Its scheduler runtime (`se.sum_exec_runtime`), which does not move
+    /// while it is held.
+    pub(crate) fn runtime(&self) -> u64 {
+        // SAFETY: A live task; only its own switches and ticks update the
+        // field, and it is not on any CPU.
+        unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*self.task).se.sum_exec_runtime)) }
+    }
+}
+
+/// Runs `f` with `task` held off every CPU, if it is blocked (asleep, or
+/// stopped): its `pi_lock` held, so no wake-up can begin (`try_to_wake_up`
+/// takes it first), and its last switch-out complete (`on_cpu` clear), so
+/// nothing walks its preempt notifiers and its runtime, credentials and mm
+/// stay as they are. `None`, without calling `f`, if it is running,
+/// runnable, being woken or dead. This is the blocked case of the
+/// scheduler's own `task_call_func`, which modules cannot call: it lets a
+/// LOAD or UNLOAD of a sleeping thread act at once instead of waking the
+/// thread to act itself. `f` runs with interrupts off under a raw lock.
+pub(crate) fn with_blocked<R>(
+    task: &kernel::task::Task,
+    f: impl FnOnce(&Blocked<'_>) -> R,
+) -> Option<R> {
+    let p = super::task_ptr(task);
+    // SAFETY: A live task; released below.
+    let flags = unsafe { ffi::pfm_task_pi_lock(p) };
+    // SAFETY: A live task: the fields are read as `task_call_func` reads
+    // them, the state before `on_rq` (a wake-up sets them in the other
+    // order).
+    let blocked = unsafe {
+        let state = core::ptr::read_volatile(core::ptr::addr_of!((*p).__state));
+        ffi::pfm_smp_rmb();
+        let on_rq = core::ptr::read_volatile(core::ptr::addr_of!((*p).on_rq));
+        state != bindings::TASK_RUNNING
+            && state != bindings::TASK_WAKING
+            && state != bindings::TASK_DEAD
+            && on_rq == 0
+    };
+    let r = blocked.then(|| {
+        // Dequeued, but perhaps still finishing its switch-out, whose
+        // notifier walk must be over (`try_to_wake_up` waits the same way).
+        // SAFETY: A live task.
+        while unsafe { ffi::pfm_task_on_cpu(p) } {
+            // SAFETY: No preconditions.
+            unsafe { ffi::pfm_cpu_relax() };
+        }
+        f(&Blocked {
+            task: p,
+            _task: PhantomData,
+        })
+    });
+    // SAFETY: Taken above.
+    unsafe { ffi::pfm_task_pi_unlock(p, flags) };
+    r
 }

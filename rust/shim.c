@@ -215,6 +215,12 @@ struct task_struct *pfm_task_group_leader(struct task_struct *t) { return READ_O
 struct task_struct *pfm_task_real_parent(struct task_struct *t) { return rcu_dereference(t->real_parent); }
 int pfm_task_pid(struct task_struct *t) { return t->pid; }
 bool pfm_task_on_cpu(struct task_struct *t) { return smp_load_acquire(&t->on_cpu); }
+unsigned long pfm_task_pi_lock(struct task_struct *t) { unsigned long f; raw_spin_lock_irqsave(&t->pi_lock, f); return f; }
+void pfm_task_pi_unlock(struct task_struct *t, unsigned long f) { raw_spin_unlock_irqrestore(&t->pi_lock, f); }
+void pfm_smp_rmb(void) { smp_rmb(); }
+unsigned int pfm_task_cpu(struct task_struct *t) { return task_cpu(t); }
+bool pfm_task_in_execve(struct task_struct *t) { return t->in_execve; }
+void pfm_preempt_notifier_add(struct task_struct *t, struct preempt_notifier *n) { hlist_add_head(&n->link, &t->preempt_notifiers); }
 void pfm_cpu_relax(void) { cpu_relax(); }
 int pfm_current_tid(void) { return task_pid_vnr(current); }
 bool pfm_same_thread_group_as_current(struct task_struct *t) { return same_thread_group(t, current); }

@@ -51,6 +51,12 @@ struct task_struct *pfm_task_group_leader(struct task_struct *t);
 struct task_struct *pfm_task_real_parent(struct task_struct *t);
 int pfm_task_pid(struct task_struct *t);
 bool pfm_task_on_cpu(struct task_struct *t);
+unsigned long pfm_task_pi_lock(struct task_struct *t);
+void pfm_task_pi_unlock(struct task_struct *t, unsigned long f);
+void pfm_smp_rmb(void);
+unsigned int pfm_task_cpu(struct task_struct *t);
+bool pfm_task_in_execve(struct task_struct *t);
+void pfm_preempt_notifier_add(struct task_struct *t, struct preempt_notifier *n);
 void pfm_cpu_relax(void);
 void pfm_exec_hook(void);	/* Rust */
 void pfm_exec_watch_register(void);

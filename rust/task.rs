@@ -89,6 +89,13 @@ pub(crate) fn current_is_tearing_down() -> bool {
     }
 }
 
+/// Whether the current thread is inside an `execve()` (`in_execve`, set
+/// from the binary's lookup to the end of the exec).
+pub(crate) fn current_in_execve() -> bool {
+    // SAFETY: `current` is a valid task; only it writes the bit.
+    unsafe { super::ffi::pfm_task_in_execve(super::current_ptr()) }
+}
+
 /// `FUTEX_STATE_OK` of include/linux/futex.h: the thread's futexes are
 /// not being released.
 const FUTEX_STATE_OK: core::ffi::c_uint = 0;

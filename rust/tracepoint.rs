@@ -5,13 +5,14 @@
 //! not the `__tracepoint_sched_process_*` symbols themselves. Inheritance
 //! learns of new tasks from `sched_process_fork` (in the parent, after the
 //! child is complete and before it first runs), and start-on-exec of a
-//! successful exec from `sched_process_exec` (in the execing task, once the
-//! new image is loaded).
+//! successful exec from `task_rename` (in the execing task, right after
+//! `perf_event_exec`, where perf's `enable_on_exec` starts counting) and
+//! `sched_process_exec` (once the new image is loaded).
 
 use core::ffi::CStr;
 
 use kernel::bindings;
-use kernel::ffi::{c_int, c_void};
+use kernel::ffi::{c_char, c_int, c_void};
 use kernel::prelude::*;
 
 use super::ffi;
@@ -30,81 +31,91 @@ pub(crate) type ExecProbe = unsafe extern "C" fn(
     *mut bindings::linux_binprm,
 );
 
-/// The two tracepoints, as found in the kernel's table.
-struct Found {
-    fork: *mut bindings::tracepoint,
-    exec: *mut bindings::tracepoint,
-}
+/// `task_rename`'s probe: `(data, task, comm)`. Runs with preemption
+/// disabled and the task's `alloc_lock` held.
+pub(crate) type RenameProbe =
+    unsafe extern "C" fn(*mut c_void, *mut bindings::task_struct, *const c_char);
 
-/// `for_each_kernel_tracepoint`'s callback: remembers the two we want.
+/// The tracepoints we probe, by name, in the order of [`TaskProbes`]'s.
+const NAMES: [&[u8]; 3] = [b"sched_process_fork", b"sched_process_exec", b"task_rename"];
+
+/// `for_each_kernel_tracepoint`'s callback: remembers the ones we want.
 ///
 /// # Safety
 ///
-/// `tp` is a kernel tracepoint and `data` a `Found`, as `find` passes it.
+/// `tp` is a kernel tracepoint and `data` the `[*mut tracepoint; 3]` that
+/// `register` passes.
 unsafe extern "C" fn match_tracepoint(tp: *mut bindings::tracepoint, data: *mut c_void) {
-    // SAFETY: The caller's guarantee: `data` is `find`'s `Found`.
-    let found = unsafe { &mut *data.cast::<Found>() };
+    // SAFETY: The caller's guarantee: `data` is `register`'s array.
+    let found = unsafe { &mut *data.cast::<[*mut bindings::tracepoint; 3]>() };
     // SAFETY: A kernel tracepoint's name is a static NUL-terminated string.
     let name = unsafe { CStr::from_ptr((*tp).name.cast()) }.to_bytes();
-    match name {
-        b"sched_process_fork" => found.fork = tp,
-        b"sched_process_exec" => found.exec = tp,
-        _ => {}
+    if let Some(i) = NAMES.iter().position(|n| *n == name) {
+        found[i] = tp;
     }
 }
 
-/// Our probes on `sched_process_fork` and `sched_process_exec` while this
-/// lives; dropping it unregisters them and waits until no probe runs.
+/// Our probes on `sched_process_fork`, `sched_process_exec` and
+/// `task_rename` while this lives; dropping it unregisters them and waits
+/// until no probe runs.
 ///
 /// # Invariants
 ///
-/// Both probes are registered, on the kernel's (static) tracepoints.
+/// Each probe is registered on its (static) kernel tracepoint.
 pub(crate) struct TaskProbes {
-    found: Found,
-    fork: ForkProbe,
-    exec: ExecProbe,
+    probes: [(*mut bindings::tracepoint, *mut c_void); 3],
 }
 
-// SAFETY: The tracepoints are static kernel objects; the pointers are only
-// passed back to the kernel.
+// SAFETY: The tracepoints are static kernel objects and the probes module
+// functions; the pointers are only passed back to the kernel.
 unsafe impl Send for TaskProbes {}
 // SAFETY: See `Send`.
 unsafe impl Sync for TaskProbes {}
 
 impl TaskProbes {
-    /// Registers `fork` and `exec`. `ENOENT` if the kernel has neither
-    /// tracepoint (it is built without `CONFIG_TRACEPOINTS`, or they were
-    /// renamed).
-    pub(crate) fn register(fork: ForkProbe, exec: ExecProbe) -> Result<Self> {
-        let mut found = Found {
-            fork: core::ptr::null_mut(),
-            exec: core::ptr::null_mut(),
-        };
+    /// Registers `fork`, `exec` and `rename`. `ENOENT` if the kernel lacks
+    /// one of the tracepoints (it is built without `CONFIG_TRACEPOINTS`, or
+    /// they were renamed).
+    pub(crate) fn register(fork: ForkProbe, exec: ExecProbe, rename: RenameProbe) -> Result<Self> {
+        let mut found: [*mut bindings::tracepoint; 3] = [core::ptr::null_mut(); 3];
         // SAFETY: The callback only reads each tracepoint's name and
         // writes `found`, which outlives the call.
         unsafe {
-            ffi::for_each_kernel_tracepoint(match_tracepoint, (&mut found as *mut Found).cast())
+            ffi::for_each_kernel_tracepoint(match_tracepoint, (&mut found as *mut [_; 3]).cast())
         };
-        if found.fork.is_null() || found.exec.is_null() {
+        if found.iter().any(|tp| tp.is_null()) {
             return Err(ENOENT);
         }
-        // SAFETY: A kernel tracepoint, and a probe of its prototype
-        // (`ForkProbe`) that lives as long as the module.
-        let r = unsafe { ffi::tracepoint_probe_register(found.fork, fork as *mut c_void, null()) };
-        if r != 0 {
-            return Err(Error::from_errno(r));
+        let probes = [
+            (found[0], fork as *mut c_void),
+            (found[1], exec as *mut c_void),
+            (found[2], rename as *mut c_void),
+        ];
+        for (i, &(tp, probe)) in probes.iter().enumerate() {
+            // SAFETY: A kernel tracepoint, and a probe of its prototype
+            // (`NAMES[i]`'s) that lives as long as the module.
+            let r = unsafe { ffi::tracepoint_probe_register(tp, probe, null()) };
+            if r != 0 {
+                // The ones before `i` are registered.
+                Self::unregister(&probes[..i]);
+                return Err(Error::from_errno(r));
+            }
         }
-        // SAFETY: As above, with `ExecProbe`.
-        let r = unsafe { ffi::tracepoint_probe_register(found.exec, exec as *mut c_void, null()) };
-        if r != 0 {
-            // SAFETY: Registered just above, with the same arguments.
-            unsafe { ffi::tracepoint_probe_unregister(found.fork, fork as *mut c_void, null()) };
-            // SAFETY: No preconditions; waits out a probe already running.
-            unsafe { ffi::pfm_tracepoint_synchronize_unregister() };
-            return Err(Error::from_errno(r));
+        // INVARIANT: all registered.
+        Ok(Self { probes })
+    }
+
+    /// Unregisters `probes` and waits out any that still runs.
+    fn unregister(probes: &[(*mut bindings::tracepoint, *mut c_void)]) {
+        for &(tp, probe) in probes.iter().rev() {
+            // SAFETY: Registered (the callers' invariant), with these
+            // arguments.
+            unsafe { ffi::tracepoint_probe_unregister(tp, probe, null()) };
         }
-        // INVARIANT: both registered.
-        Ok(Self { found, fork, exec })
+        // A probe that started before the unregistering has returned when
+        // this does (it runs under the tracepoint's RCU).
+        // SAFETY: No preconditions.
+        unsafe { ffi::pfm_tracepoint_synchronize_unregister() };
     }
 }
 
@@ -115,14 +126,6 @@ fn null() -> *mut c_void {
 
 impl Drop for TaskProbes {
     fn drop(&mut self) {
-        // SAFETY: Registered (type invariant), with these arguments.
-        unsafe {
-            ffi::tracepoint_probe_unregister(self.found.exec, self.exec as *mut c_void, null());
-            ffi::tracepoint_probe_unregister(self.found.fork, self.fork as *mut c_void, null());
-        }
-        // A probe that started before the unregistering has returned when
-        // this does (it runs under the tracepoint's RCU).
-        // SAFETY: No preconditions.
-        unsafe { ffi::pfm_tracepoint_synchronize_unregister() };
+        Self::unregister(&self.probes);
     }
 }

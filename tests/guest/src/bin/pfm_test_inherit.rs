@@ -19,9 +19,10 @@
 //!   read first thing in the new image.
 //! - **perf_event** with `inherit=1` and `enable_on_exec=1` on the same root
 //!   (perf stat's way): the context-switch total must equal perf's exactly.
-//!   Both windows open at the root's exec (perf in `begin_new_exec`, perfmon
-//!   before the new image's first instruction: the test kernels are
-//!   `PREEMPT_NONE`, nothing between those two points switches) and both
+//!   Both windows open at the root's exec (perf in `perf_event_exec`,
+//!   perfmon at the `task_rename` tracepoint right after it: nothing between
+//!   those two points switches; the rest of the exec, which can, counts for
+//!   both) and both
 //!   close where the exit starts tearing down the thread's user state
 //!   (perf in `perf_event_exit_task`, perfmon's switches as `exit_mm`
 //!   begins right after it, whose futex release, mmap lock and unmapping
