@@ -276,14 +276,16 @@ impl<M: Monitor> Attachment<M> {
     ///
     /// # Safety
     ///
-    /// Must run in `task` itself or in a scheduler callback of it (its
-    /// credentials and mm cannot change under us).
+    /// Must run in `task` itself, in a scheduler callback of it, or with
+    /// it held off every CPU (`rust::with_blocked`): its credentials and mm
+    /// cannot change under us.
     unsafe fn lost_access(&self) -> bool {
         let Some(watch) = self.watch() else {
             return false;
         };
         let task = glue::task_ptr(&self.task);
-        // SAFETY: The caller's guarantee: `task` is current or being switched.
+        // SAFETY: The caller's guarantee: `task` is current, being switched
+        // or held off every CPU.
         let cred = unsafe { glue::task_real_cred_ptr(task) };
         if cred == watch.cred_seen.load(Ordering::Relaxed) as *const _ {
             return false;

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The scheduler: preempt notifiers (a task's switch-in and switch-out
-//! callbacks) and the thread's CPU time as the scheduler accounts it.
+//! callbacks), the thread's CPU time as the scheduler accounts it, and
+//! holding a blocked thread off every CPU to act on it from outside.
 
 use core::marker::PhantomData;
 
@@ -226,6 +227,11 @@ pub(crate) fn current_switches_and_migrations() -> (u64, u64) {
 }
 
 /// A thread [`with_blocked`] holds off every CPU.
+///
+/// # Invariants
+///
+/// `task` is a live task, blocked, its last switch-out complete and its
+/// `pi_lock` held for as long as this exists (only inside `with_blocked`).
 pub(crate) struct Blocked<'a> {
     task: *mut bindings::task_struct,
     _task: PhantomData<&'a kernel::task::Task>,
@@ -234,22 +240,23 @@ pub(crate) struct Blocked<'a> {
 impl Blocked<'_> {
     /// The CPU it last ran on.
     pub(crate) fn cpu(&self) -> i32 {
-        // SAFETY: A live task (borrowed for `'a`).
+        // SAFETY: A live task (type invariant).
         unsafe { ffi::pfm_task_cpu(self.task) as i32 }
     }
 
     /// Whether it is inside an `execve()` (`in_execve`): it may commit
     /// new credentials and return to user mode without a switch.
     pub(crate) fn in_execve(&self) -> bool {
-        // SAFETY: A live task; only the task itself writes the bit.
+        // SAFETY: A live task (type invariant); only the task itself
+        // writes the bit.
         unsafe { ffi::pfm_task_in_execve(self.task) }
     }
 
     /// Its scheduler runtime (`se.sum_exec_runtime`), which does not move
     /// while it is held.
     pub(crate) fn runtime(&self) -> u64 {
-        // SAFETY: A live task; only its own switches and ticks update the
-        // field, and it is not on any CPU.
+        // SAFETY: A live task (type invariant); only its own switches and
+        // ticks update the field, and it is not on any CPU.
         unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*self.task).se.sum_exec_runtime)) }
     }
 }
@@ -290,6 +297,8 @@ pub(crate) fn with_blocked<R>(
             // SAFETY: No preconditions.
             unsafe { ffi::pfm_cpu_relax() };
         }
+        // INVARIANT: blocked, off every CPU, `pi_lock` held until `f`
+        // returns.
         f(&Blocked {
             task: p,
             _task: PhantomData,
