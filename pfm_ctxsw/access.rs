@@ -103,6 +103,13 @@ pub(crate) fn may_load(task: &Task) -> Result {
 /// Unreadable (no /proc in the root of `insmod`, then none in the
 /// caller's): treated as 3.
 pub(crate) fn may_open() -> Result {
+    // A privileged caller may at every level: the setting is not read
+    // (a sysctl read formats and parses the number, about 1,000 of the
+    // 12,100 instructions of a remote attach cycle, `make bench-profile`).
+    // Unaudited: a refusal here is not the verdict.
+    if glue::sys_admin_capable_noaudit() {
+        return Ok(());
+    }
     let paranoid = read_paranoid().ok().flatten().unwrap_or(3);
     if paranoid > 2 && !glue::sys_admin_capable() {
         return Err(EACCES);

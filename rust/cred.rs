@@ -208,6 +208,19 @@ pub(crate) fn sys_admin_capable() -> bool {
     unsafe { bindings::capable(bindings::CAP_SYS_ADMIN as i32) }
 }
 
+/// `ns_capable_noaudit(&init_user_ns, CAP_SYS_ADMIN)`: as
+/// [`sys_admin_capable`], without an audit record when it is refused (for
+/// a check that a refusal does not end).
+pub(crate) fn sys_admin_capable_noaudit() -> bool {
+    // SAFETY: `init_user_ns` is a static kernel object.
+    unsafe {
+        bindings::ns_capable_noaudit(
+            core::ptr::addr_of_mut!(bindings::init_user_ns),
+            bindings::CAP_SYS_ADMIN as i32,
+        )
+    }
+}
+
 /// `get_dumpable(task->mm)`, or `None` without an mm.
 ///
 /// # Safety
