@@ -2574,8 +2574,8 @@ impl Drop for KillChild {
     }
 }
 
-/// The tasks of process `pid` and of its children: tid, state, wchan.
-fn tasks_of(pid: u32) -> String {
+/// The tasks of process `pid` and of its children, as (pid, tid).
+fn tree_tasks(pid: u32) -> Vec<(u32, u32)> {
     let mut pids = vec![pid];
     if let Ok(d) = std::fs::read_dir("/proc") {
         for e in d.flatten() {
@@ -2592,22 +2592,28 @@ fn tasks_of(pid: u32) -> String {
             }
         }
     }
-    let mut out = String::from("tasks:");
+    let mut out = Vec::new();
     for p in pids {
         let Ok(d) = std::fs::read_dir(format!("/proc/{p}/task")) else {
             continue;
         };
         for e in d.flatten() {
-            let t = e.file_name().to_string_lossy().to_string();
-            let wchan =
-                std::fs::read_to_string(format!("/proc/{p}/task/{t}/wchan")).unwrap_or_default();
-            let state = t
-                .parse()
-                .ok()
-                .and_then(pfm_guest::child::proc_state)
-                .unwrap_or('?');
-            out.push_str(&format!(" {p}/{t} {state} {wchan};"));
+            if let Ok(t) = e.file_name().to_string_lossy().parse() {
+                out.push((p, t));
+            }
         }
+    }
+    out
+}
+
+/// The tasks of process `pid` and of its children: tid, state, wchan.
+fn tasks_of(pid: u32) -> String {
+    let mut out = String::from("tasks:");
+    for (p, t) in tree_tasks(pid) {
+        let wchan =
+            std::fs::read_to_string(format!("/proc/{p}/task/{t}/wchan")).unwrap_or_default();
+        let state = pfm_guest::child::proc_state(t).unwrap_or('?');
+        out.push_str(&format!(" {p}/{t} {state} {wchan};"));
     }
     out
 }
@@ -2671,6 +2677,21 @@ fn zombie_case() -> TestResult {
             attached(7),
             "attached_threads {:?}, 7 expected (the program and its 6 tasks); {}",
             module::sysfs_num("attached_threads"),
+            tasks_of(pid)
+        );
+        // Each task attached itself on its way to user mode, before its
+        // read: only once all 7 sleep in it does none still run to user
+        // mode, which would free its zombie at once.
+        let asleep = module::wait_for(Duration::from_secs(5), || {
+            let tasks = tree_tasks(pid);
+            tasks.len() == 7
+                && tasks
+                    .iter()
+                    .all(|&(_, t)| pfm_guest::child::proc_state(t) == Some('S'))
+        });
+        ensure!(
+            asleep,
+            "the program's 7 tasks not all asleep: {}",
             tasks_of(pid)
         );
         tool.kill();
