@@ -89,8 +89,8 @@ pub(crate) fn current_is_tearing_down() -> bool {
     }
 }
 
-/// Whether the current thread is inside an `execve()` (`in_execve`, set
-/// from the binary's lookup to the end of the exec).
+/// Whether the current thread is inside an `execve()` (`in_execve`, set by
+/// `bprm_execve` from the new credentials' preparation to the exec's end).
 pub(crate) fn current_in_execve() -> bool {
     // SAFETY: `current` is a valid task; only it writes the bit.
     unsafe { super::ffi::pfm_task_in_execve(super::current_ptr()) }
@@ -261,7 +261,7 @@ impl<T: HasTaskWork<ID> + TaskWorkItem<ID>, const ID: u64> TaskWork<T, ID> {
         {
             return Err(Refused::AlreadyQueued);
         }
-        // Queued from any context, some under raw locks: never allocate.
+        // Queued from any context, hard IRQ included: never allocate.
         let mode: c_int = super::TWAF_NO_ALLOC
             | match notify {
                 Notify::Resume => super::TWA_RESUME,
