@@ -163,12 +163,22 @@ pub(crate) fn attach<M: Monitor>(ctx: &SlabArc<M>, tid: u32, load_set: u16) -> R
         release(att);
         return Err(e);
     }
-    if is_self || att.install_if_blocked() {
+    if is_self {
         release(att);
         return Ok(());
     }
-    // The target registers the notifier itself, promptly (TWA_SIGNAL kicks
-    // it out of an interruptible sleep like a signal would).
+    install_remote(ctx, att)
+}
+
+/// A published remote LOAD's install: here if the thread is blocked, else
+/// by the thread itself, promptly (TWA_SIGNAL kicks it out of an
+/// interruptible sleep like a signal would). `ESRCH`, the LOAD undone, if
+/// the thread is past running task_works.
+fn install_remote<M: Monitor>(ctx: &SlabArc<M>, att: Arc<Attachment<M>>) -> Result {
+    if att.install_if_blocked() {
+        release(att);
+        return Ok(());
+    }
     if TaskWork::<Attachment<M>, INSTALL>::queue(&att, &att.task, Notify::Signal).is_err() {
         att.life.clear(Life::WANTED);
         ctx.load_failed(&att);
@@ -447,19 +457,7 @@ pub(crate) fn attach_heir_remote<M: Monitor>(
         release(att);
         return Err(e);
     }
-    if att.install_if_blocked() {
-        release(att);
-        return Ok(());
-    }
-    if TaskWork::<Attachment<M>, INSTALL>::queue(&att, &att.task, Notify::Signal).is_err() {
-        att.life.clear(Life::WANTED);
-        ctx.load_failed(&att);
-        att.retire();
-        release(att);
-        return Err(ESRCH);
-    }
-    release(att);
-    Ok(())
+    install_remote(ctx, att)
 }
 
 /// Whether `task` is monitored by a context that `is_ours` recognises.
