@@ -237,12 +237,6 @@ fn self_cycles_are_running_time() -> TestResult {
     Ok(())
 }
 
-/// The calling thread's id.
-fn gettid() -> u32 {
-    // SAFETY: gettid has no arguments and cannot fail.
-    unsafe { libc::gettid() as u32 }
-}
-
 /// What an inherited thread or process measured itself: its tid, and its
 /// CPU time (`CLOCK_THREAD_CPUTIME_ID`) as it began its work and before it
 /// ended.
@@ -252,7 +246,11 @@ fn spin_and_sleep_measured() -> (u32, u64, u64) {
         work::spin(Duration::from_millis(15));
         std::thread::sleep(Duration::from_millis(2));
     }
-    (gettid(), first, pfm_guest::edges::thread_cpu_ns())
+    (
+        perfmon::process::gettid(),
+        first,
+        pfm_guest::edges::thread_cpu_ns(),
+    )
 }
 
 /// Inheritance on the hardware model: the loaded thread creates two threads
