@@ -32,6 +32,7 @@ use crate::pfm_x86::ThreadDeltas;
 use crate::rust::{self as glue, new_irq_raw_spinlock, InSlab, IrqRawSpinLock, SlabArc, SlabCache};
 use crate::{ebadfd, globals};
 
+mod clone;
 mod control;
 mod family;
 mod mailbox;
@@ -117,6 +118,28 @@ enum Extra {
     /// The family this context is an heir of (it monitors one of the
     /// program's other threads).
     Heir(Arc<Family>),
+}
+
+/// What a new context starts with: nothing for `open`, another context's
+/// registers for `PFM_IOC_CLONE` (`clone.rs`).
+struct Programming {
+    flags: u32,
+    used_pmds: u32,
+    counters: Counters,
+    /// An [`Extra::Sets`], or nothing.
+    sets: Option<KBox<Extra>>,
+}
+
+impl Programming {
+    /// A context never written to.
+    fn blank() -> Result<Self> {
+        Ok(Self {
+            flags: 0,
+            used_pmds: 0,
+            counters: Counters::new(&globals().pmu)?,
+            sets: None,
+        })
+    }
 }
 
 /// Maps a state-table refusal to its errno.
@@ -354,19 +377,29 @@ unsafe impl InSlab for Context {
 impl Context {
     /// A new, UNLOADED context.
     pub(crate) fn new() -> Result<SlabArc<Self>> {
-        let counters = Counters::new(&globals().pmu)?;
+        Self::new_programmed(Programming::blank()?)
+    }
+
+    /// A new, UNLOADED context with `p`'s flags and registers.
+    fn new_programmed(p: Programming) -> Result<SlabArc<Self>> {
+        let Programming {
+            flags,
+            used_pmds,
+            counters,
+            sets,
+        } = p;
         let ctx = SlabArc::pin_init(pin_init!(Self {
             inner <- new_irq_raw_spinlock!(
                 CtxInner {
                     life: Lifecycle::new(),
-                    flags: 0,
+                    flags,
                     started: false,
                     active: false,
                     exited: false,
                     exec_check: false,
                     exec_armed: false,
                     counters,
-                    used_pmds: 0,
+                    used_pmds,
                     attach: None,
                     tid: 0,
                     on_cpu: None,
@@ -379,7 +412,7 @@ impl Context {
                     reader: Reader::Idle,
                     pending_ovfl: 0,
                     pending_ip: 0,
-                    extra: None,
+                    extra: sets,
                 },
                 "perfmon_ctx"
             ),
@@ -479,7 +512,7 @@ impl Context {
         })
     }
 
-    /// `PFM_IOC_LOAD` on context `this`.
+    /// `PFM_IOC_LOAD` on context `this` (then START, if asked).
     pub(crate) fn load(this: &SlabArc<Self>, arg: &abi::PfmLoad) -> Result {
         if arg.flags & !abi::PFM_LOAD_MASK != 0
             || arg.pad0 != 0
@@ -521,7 +554,13 @@ impl Context {
             }
             None => {}
         }
-        r
+        r?;
+        if arg.flags & abi::PFM_LOAD_START != 0 {
+            // As a START right after: it fails only if another call
+            // unloaded or closed the context in between.
+            this.start()?;
+        }
+        Ok(())
     }
 
     /// `PFM_IOC_UNLOAD`: the context's thread, and its family's (whose

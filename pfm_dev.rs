@@ -35,6 +35,8 @@ unsafe impl AsBytes for abi::PfmRegsArg {}
 // SAFETY: See above.
 unsafe impl FromBytes for abi::PfmLoad {}
 // SAFETY: See above.
+unsafe impl FromBytes for abi::PfmClone {}
+// SAFETY: See above.
 unsafe impl FromBytes for abi::PfmCtxFlags {}
 // SAFETY: See above.
 unsafe impl AsBytes for abi::PfmCtxInfo {}
@@ -219,12 +221,12 @@ unsafe extern "C" fn fop_ioctl(file: *mut bindings::file, cmd: c_uint, arg: c_ul
     // The cheap read first, one comparison on its way, its path inline
     // here (the others' decode and stack stay in `ioctl`).
     let r = if cmd == abi::PFM_IOC_READ_VALUES {
-        read_values(&ctx, arg as usize)
+        read_values(&ctx, arg as usize).map(|()| 0)
     } else {
-        ioctl(ctx, cmd, arg as usize)
+        ioctl(file, ctx, cmd, arg as usize)
     };
     match r {
-        Ok(()) => 0,
+        Ok(v) => v,
         Err(e) => e.to_errno() as c_long,
     }
 }
@@ -258,8 +260,14 @@ const fn compat_ptr(arg: c_ulong) -> c_ulong {
 ///
 /// The file's reference to the context is borrowed, not cloned: only LOAD,
 /// which hands the context to the thread, takes a reference of its own.
+/// Returns the ioctl's value: 0, or `PFM_IOC_CLONE`'s file descriptor.
 #[inline(never)]
-fn ioctl(ctx: SlabArcBorrow<'_, Context>, cmd: u32, arg: usize) -> Result {
+fn ioctl(
+    file: *mut bindings::file,
+    ctx: SlabArcBorrow<'_, Context>,
+    cmd: u32,
+    arg: usize,
+) -> Result<c_long> {
     if _IOC_TYPE(cmd) != abi::PFM_IOC_MAGIC {
         return Err(ENOTTY);
     }
@@ -280,13 +288,19 @@ fn ioctl(ctx: SlabArcBorrow<'_, Context>, cmd: u32, arg: usize) -> Result {
         0x0d => abi::PFM_IOC_DELETE_SETS,
         0x0e => abi::PFM_IOC_GETINFO_SETS,
         0x0f => abi::PFM_IOC_READ_THREADS,
+        0x10 => abi::PFM_IOC_CLONE,
         _ => return Err(ENOTTY),
     };
     if cmd != expected {
         return Err(EINVAL);
     }
     let user = UserSlice::new(arg, _IOC_SIZE(cmd));
-    match cmd {
+    if cmd == abi::PFM_IOC_CLONE {
+        let c: abi::PfmClone = user.reader().read()?;
+        // SAFETY: `file` is the open /dev/perfmon file of this call.
+        return unsafe { clone_file(file, &ctx, &c) };
+    }
+    let r = match cmd {
         abi::PFM_IOC_GET_INFO => {
             let mut info = abi::PfmInfo::default();
             info.abi_version = abi::PFM_ABI_VERSION;
@@ -318,7 +332,55 @@ fn ioctl(ctx: SlabArcBorrow<'_, Context>, cmd: u32, arg: usize) -> Result {
         }
         abi::PFM_IOC_READ_THREADS => read_threads(&ctx, arg),
         _ => Err(ENOTTY),
+    };
+    r.map(|()| 0)
+}
+
+/// `PFM_IOC_CLONE` of `ctx`, the context of `file`: the new context's file
+/// descriptor. Its file is an anonymous inode's with `file`'s operations
+/// (so the same calls work on it, `mmap` included); it holds a module
+/// reference as a `/dev/perfmon` file does. Open's permission check
+/// applies again: the descriptor cloned from may have been passed to
+/// another process.
+///
+/// # Safety
+///
+/// `file` must be an open `/dev/perfmon` file (or a clone's) and `ctx` its context.
+unsafe fn clone_file(
+    file: *mut bindings::file,
+    ctx: &Context,
+    arg: &abi::PfmClone,
+) -> Result<c_long> {
+    if arg.flags & !abi::PFM_CLONE_MASK != 0 || arg.pad != 0 || arg.reserved != [0; 3] {
+        return Err(EINVAL);
     }
+    pfm_ctxsw::may_open()?;
+    let new = ctx.clone_unloaded()?;
+    let mut flags = bindings::O_RDWR;
+    if arg.flags & abi::PFM_CLONE_CLOEXEC != 0 {
+        flags |= bindings::O_CLOEXEC;
+    }
+    if arg.flags & abi::PFM_CLONE_NONBLOCK != 0 {
+        flags |= bindings::O_NONBLOCK;
+    }
+    let raw = new.into_raw();
+    // SAFETY: `file` is open, so its `f_op` is this module's table, pinned
+    // until the module is gone, which the new file's module reference
+    // prevents. On success the new file's `private_data` owns `raw`'s
+    // reference, taken back by `fop_release`.
+    let fd = unsafe {
+        crate::rust::anon_inode_fd(
+            c_str!("[perfmon]"),
+            (*file).f_op,
+            raw.cast_mut().cast(),
+            flags,
+        )
+    };
+    let fd = fd.inspect_err(|_| {
+        // SAFETY: No file took `raw`: the reference is still ours.
+        drop(unsafe { SlabArc::<Context>::from_raw(raw) });
+    })?;
+    Ok(fd as c_long)
 }
 
 /// `PFM_IOC_READ_VALUES`: a [`abi::PfmValues`] at `arg`.

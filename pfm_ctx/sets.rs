@@ -142,7 +142,7 @@ impl Segments {
 
 impl CtxSets {
     /// The table of a context whose registers so far are all set 0's.
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         Self {
             table: SetTable::new(globals().pmu.impl_mask()),
             images: [const { None }; PFM_MAX_SETS],
@@ -459,6 +459,49 @@ impl CtxInner {
             for image in s.images.iter_mut().flatten() {
                 f(image);
             }
+        }
+    }
+}
+
+impl CtxSets {
+    /// The sets whose images are kept here (every set but the resident
+    /// one), as a bit mask by set id: what a copy must allocate.
+    pub(super) fn image_mask(&self) -> u16 {
+        self.images
+            .iter()
+            .enumerate()
+            .filter(|(_, image)| image.is_some())
+            .fold(0, |mask, (id, _)| mask | 1 << id)
+    }
+
+    /// Makes `to` (a new table) a copy of this one, for a context that is
+    /// not loaded: the same sets, bookkeeping and resident set, each image
+    /// copied into the box `fresh` holds for its set (one for each bit of
+    /// [`CtxSets::image_mask`]). Nothing is pending on either.
+    pub(super) fn copy_into(
+        &self,
+        to: &mut CtxSets,
+        fresh: &mut [Option<KBox<Counters>>; PFM_MAX_SETS],
+    ) {
+        to.table = self.table.clone();
+        to.resident = self.resident;
+        to.pending = [0; PFM_MAX_SETS];
+        to.hw_overflows = [0; abi::PFM_MAX_PMDS];
+        for ((slot, image), new) in to
+            .images
+            .iter_mut()
+            .zip(self.images.iter())
+            .zip(fresh.iter_mut())
+        {
+            // INVARIANT: `to` gets an image exactly where this table has
+            // one (the caller allocated one per set of `image_mask`).
+            *slot = match (image, new.take()) {
+                (Some(from), Some(mut copy)) => {
+                    copy.copy_registers(from);
+                    Some(copy)
+                }
+                _ => None,
+            };
         }
     }
 }

@@ -61,6 +61,13 @@ mod ffi {
         pub(crate) fn pfm_param_sim_no_vector_cpu() -> c_int;
         pub(crate) fn pfm_misc_register(fops: *const bindings::file_operations) -> c_int;
         pub(crate) fn pfm_misc_deregister();
+        // <linux/anon_inodes.h>, which the kernel's bindings leave out.
+        pub(crate) fn anon_inode_getfd(
+            name: *const c_char,
+            fops: *const bindings::file_operations,
+            private_data: *mut c_void,
+            flags: c_int,
+        ) -> c_int;
         pub(crate) fn pfm_sysfs_register() -> c_int;
         pub(crate) fn pfm_sysfs_unregister();
         pub(crate) fn pfm_spin_lock_irqsave(lock: *mut bindings::spinlock_t) -> c_ulong;
@@ -213,6 +220,32 @@ impl Drop for MiscRegistration {
         // file of the device is open (each holds a module reference).
         unsafe { ffi::pfm_misc_deregister() };
     }
+}
+
+/// A new file descriptor, of a new file on the anonymous inode with the
+/// operations `fops` and the `private_data` `data` (`anon_inode_getfd`,
+/// as `perf_event_open` makes its files). `flags`: `O_RDWR`, and
+/// `O_CLOEXEC` and `O_NONBLOCK` as wanted. The file holds a reference to
+/// `fops`' module.
+///
+/// # Safety
+///
+/// `fops` must stay valid while a file using it is open. On success the
+/// file owns what `data` stands for, until `fops`' `release`; on failure
+/// the caller still does.
+pub(crate) unsafe fn anon_inode_fd(
+    name: &CStr,
+    fops: *const bindings::file_operations,
+    data: *mut c_void,
+    flags: u32,
+) -> Result<i32> {
+    // SAFETY: `name` is a C string, `fops` valid (the caller's promise);
+    // `data` is only stored in the new file.
+    let fd = unsafe { ffi::anon_inode_getfd(name.as_char_ptr(), fops, data, flags as c_int) };
+    if fd < 0 {
+        return Err(Error::from_errno(fd));
+    }
+    Ok(fd)
 }
 
 /// `/sys/kernel/perfmon`, registered until dropped.

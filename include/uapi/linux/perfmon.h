@@ -126,7 +126,28 @@ struct pfm_load {
 #define PFM_LOAD_PROCESS	(1u << 0)	/* every thread of process `tid`, and (as with
 						 * PFM_CTXFL_INHERIT) every thread and process
 						 * they create from then on */
-#define PFM_LOAD_MASK		0x1u
+#define PFM_LOAD_START		(1u << 1)	/* then START, as PFM_IOC_START would (one call
+						 * instead of two; UNLOAD stops) */
+#define PFM_LOAD_MASK		0x3u
+
+/*
+ * Argument of PFM_IOC_CLONE: a new context, UNLOADED, with this one's
+ * flags, registers and event sets as they are now (as if the same calls had
+ * been made to it), and nothing else (no messages, mapping or threads). The
+ * context cloned must be UNLOADED. The ioctl returns the new context's file
+ * descriptor: a tool keeps one programmed context as a template and clones
+ * it per thread, with no open() of /dev/perfmon and no register writes.
+ */
+struct pfm_clone {
+	__u32 flags;		/* PFM_CLONE_* */
+	__u32 pad;		/* must be 0 */
+	__u64 reserved[3];	/* must be 0 */
+};
+
+/* struct pfm_clone.flags */
+#define PFM_CLONE_CLOEXEC	(1u << 0)	/* the new descriptor is close-on-exec */
+#define PFM_CLONE_NONBLOCK	(1u << 1)	/* and O_NONBLOCK (its reads) */
+#define PFM_CLONE_MASK		0x3u
 
 /*
  * Event sets (Documentation/perfmon.rst, "Event sets and multiplexing").
@@ -371,6 +392,7 @@ struct pfm_page {
 #define PFM_IOC_DELETE_SETS	_IOWR(PFM_IOC_MAGIC, 0x0d, struct pfm_sets_arg)
 #define PFM_IOC_GETINFO_SETS	_IOWR(PFM_IOC_MAGIC, 0x0e, struct pfm_sets_arg)
 #define PFM_IOC_READ_THREADS	_IOWR(PFM_IOC_MAGIC, 0x0f, struct pfm_threads_arg)
+#define PFM_IOC_CLONE		_IOW(PFM_IOC_MAGIC, 0x10, struct pfm_clone)	/* returns an fd */
 
 /* Soft PMU model: event codes written into PMC n select what PMD n counts. */
 #define PFM_SOFT_EV_NONE		0

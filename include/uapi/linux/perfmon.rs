@@ -202,8 +202,34 @@ pub struct PfmLoad {
 /// [`PfmLoad::flags`]: every thread of process `tid`, and (as with
 /// `PFM_CTXFL_INHERIT`) every thread and process they create from then on.
 pub const PFM_LOAD_PROCESS: u32 = 1 << 0;
+/// [`PfmLoad::flags`]: then START, as `PFM_IOC_START` would (one call
+/// instead of two; UNLOAD stops).
+pub const PFM_LOAD_START: u32 = 1 << 1;
 /// Every defined LOAD flag.
-pub const PFM_LOAD_MASK: u32 = 0x1;
+pub const PFM_LOAD_MASK: u32 = 0x3;
+
+/// Argument of `PFM_IOC_CLONE`: a new context, UNLOADED, with this one's
+/// flags, registers and event sets as they are now (as if the same calls
+/// had been made to it), and nothing else (no messages, mapping or
+/// threads). The context cloned must be UNLOADED. The ioctl returns the new
+/// context's file descriptor.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct PfmClone {
+    /// `PFM_CLONE_*`.
+    pub flags: u32,
+    /// Must be 0.
+    pub pad: u32,
+    /// Must be 0.
+    pub reserved: [u64; 3],
+}
+
+/// [`PfmClone::flags`]: the new descriptor is close-on-exec.
+pub const PFM_CLONE_CLOEXEC: u32 = 1 << 0;
+/// [`PfmClone::flags`]: and `O_NONBLOCK` (its reads).
+pub const PFM_CLONE_NONBLOCK: u32 = 1 << 1;
+/// Every defined CLONE flag.
+pub const PFM_CLONE_MASK: u32 = 0x3;
 
 /// Event set ids are `0..PFM_MAX_SETS`; set 0 always exists.
 pub const PFM_MAX_SETS: usize = 16;
@@ -653,6 +679,8 @@ pub const PFM_IOC_READ_THREADS: u32 = ioc(
     0x0f,
     core::mem::size_of::<PfmThreadsArg>(),
 );
+/// `_IOW(PFM_IOC_MAGIC, 0x10, struct pfm_clone)`: returns a file descriptor.
+pub const PFM_IOC_CLONE: u32 = ioc(IOC_WRITE, 0x10, core::mem::size_of::<PfmClone>());
 
 // The sizes are part of the ABI: any change here is an ABI break.
 const _: () = assert!(core::mem::size_of::<PfmSetdesc>() == 32);
@@ -666,6 +694,7 @@ const _: () = assert!(core::mem::size_of::<PfmPmc>() == 32);
 const _: () = assert!(core::mem::size_of::<PfmPmd>() == 64);
 const _: () = assert!(core::mem::size_of::<PfmRegsArg>() == 48);
 const _: () = assert!(core::mem::size_of::<PfmLoad>() == 32);
+const _: () = assert!(core::mem::size_of::<PfmClone>() == 32);
 const _: () = assert!(core::mem::size_of::<PfmCtxFlags>() == 32);
 const _: () = assert!(core::mem::size_of::<PfmCtxInfo>() == 48);
 const _: () = assert!(core::mem::size_of::<PfmEventInfo>() == 32);

@@ -318,6 +318,16 @@ impl Verdict {
     }
 }
 
+/// How the tool attaches at the target's edge 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attach {
+    /// A context opened and programmed: LOAD, ACTIVE, then START.
+    LoadThenStart,
+    /// A clone of a programmed template (closed before the LOAD), attached
+    /// and started by one LOAD with `PFM_LOAD_START`.
+    CloneLoadStart,
+}
+
 /// The tool's side: LOAD on `tid`, then at each edge read the target's `t`,
 /// wait until it blocks, read both counters, let it go, read its `u`.
 /// The tool's side of [`run_target`]'s protocol; returns `rounds` edges
@@ -325,6 +335,7 @@ impl Verdict {
 pub fn remote_edges(
     tid: u32,
     rounds: usize,
+    attach: Attach,
     report: &mut impl Read,
     go: &mut impl Write,
 ) -> Result<Vec<Edge>, String> {
@@ -334,17 +345,29 @@ pub fn remote_edges(
             .map_err(|e| format!("target report: {e}"))?;
         Ok(u64::from_ne_bytes(b))
     };
-    let (ctx, _) = soft_context()?;
+    let ctx = match attach {
+        Attach::LoadThenStart => soft_context()?.0,
+        Attach::CloneLoadStart => soft_context()?.0.clone_programmed().ctx("CLONE")?,
+    };
     let mut edges = Vec::with_capacity(rounds + 1);
     let mut group = None;
     for i in 0..=rounds {
         let t = read_ns(report)?;
         if i == 0 {
-            ctx.load(tid).ctx("LOAD")?;
-            ctx.wait_active(Duration::from_secs(5)).ctx("ACTIVE")?;
             let g = perf_group(tid)?;
-            g.enable().ctx("perf enable")?;
-            ctx.start().ctx("START")?;
+            match attach {
+                Attach::LoadThenStart => {
+                    ctx.load(tid).ctx("LOAD")?;
+                    ctx.wait_active(Duration::from_secs(5)).ctx("ACTIVE")?;
+                    g.enable().ctx("perf enable")?;
+                    ctx.start().ctx("START")?;
+                }
+                Attach::CloneLoadStart => {
+                    g.enable().ctx("perf enable")?;
+                    ctx.load_and_start(tid).ctx("LOAD|START")?;
+                    ctx.wait_active(Duration::from_secs(5)).ctx("ACTIVE")?;
+                }
+            }
             group = Some(g);
         }
         // Blocked on the go byte: nothing it does after `t` can block
@@ -384,6 +407,15 @@ pub fn remote_edges(
 
 /// `rounds` windows of `workload` on a new thread of this process.
 pub fn thread_edges(workload: Workload, rounds: usize) -> Result<Vec<Edge>, String> {
+    thread_edges_by(workload, rounds, Attach::LoadThenStart)
+}
+
+/// [`thread_edges`], the tool attaching as `attach` says.
+pub fn thread_edges_by(
+    workload: Workload,
+    rounds: usize,
+    attach: Attach,
+) -> Result<Vec<Edge>, String> {
     let (mut report_r, report_w) = raw::pipe().map_err(|e| format!("pipe: {e}"))?;
     let (go_r, mut go_w) = raw::pipe().map_err(|e| format!("pipe: {e}"))?;
     let (tx, rx) = std::sync::mpsc::channel();
@@ -392,7 +424,7 @@ pub fn thread_edges(workload: Workload, rounds: usize) -> Result<Vec<Edge>, Stri
         run_target(report_w, go_r, workload, rounds)
     });
     let tid = rx.recv_timeout(Duration::from_secs(2)).ctx("thread id")?;
-    let res = remote_edges(tid, rounds, &mut report_r, &mut go_w);
+    let res = remote_edges(tid, rounds, attach, &mut report_r, &mut go_w);
     // A failed measurement: closing the go pipe ends the target.
     drop(go_w);
     let code = h.join().map_err(|_| "target thread panicked".to_string())?;
@@ -420,7 +452,13 @@ pub fn process_edges(workload: Workload, rounds: usize) -> Result<Vec<Edge>, Str
         let _ = child.wait();
         return Err("child pipes".into());
     };
-    let res = remote_edges(child.id(), rounds, &mut report, &mut go);
+    let res = remote_edges(
+        child.id(),
+        rounds,
+        Attach::LoadThenStart,
+        &mut report,
+        &mut go,
+    );
     drop(go);
     if res.is_err() {
         let _ = child.kill();

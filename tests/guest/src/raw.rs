@@ -336,6 +336,12 @@ pub fn poll_one(fd: RawFd, events: i16, timeout_ms: i32) -> Result<i16, i32> {
     }
 }
 
+/// Closes a descriptor a raw call returned (a `PFM_IOC_CLONE`'s).
+pub fn close(fd: RawFd) {
+    // SAFETY: the caller owns `fd` and uses it no more.
+    unsafe { libc::close(fd) };
+}
+
 /// The raw fd of anything that has one.
 pub fn fd_of(f: &impl AsRawFd) -> RawFd {
     f.as_raw_fd()

@@ -54,6 +54,8 @@ unsafe impl Plain for abi::PfmRegsArg {}
 // SAFETY: as above.
 unsafe impl Plain for abi::PfmLoad {}
 // SAFETY: as above.
+unsafe impl Plain for abi::PfmClone {}
+// SAFETY: as above.
 unsafe impl Plain for abi::PfmCtxFlags {}
 // SAFETY: as above.
 unsafe impl Plain for abi::PfmCtxInfo {}

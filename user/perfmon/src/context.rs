@@ -488,11 +488,44 @@ impl Context {
     }
 
     /// Attaches the context to thread `tid` (`PFM_IOC_LOAD`; 0 = the calling
-    /// thread). For another thread this returns at once: the thread
-    /// installs the context when it next returns to user mode (see
-    /// [`Context::wait_active`]).
+    /// thread). Another thread that is blocked (asleep, stopped) is
+    /// attached in place; one that runs installs the context when it next
+    /// returns to user mode (see [`Context::wait_active`]).
     pub fn load(&self, tid: u32) -> Result<()> {
         self.load_in_set(tid, 0)
+    }
+
+    /// [`Context::load`], then [`Context::start`], in one call
+    /// (`PFM_LOAD_START`). [`Context::unload`] stops.
+    pub fn load_and_start(&self, tid: u32) -> Result<()> {
+        self.load_raw(tid, PFM_LOAD_START, 0)
+    }
+
+    /// A new context programmed as this one is: its flags, registers and
+    /// event sets, as they are now, and nothing else (`PFM_IOC_CLONE`;
+    /// this context must be UNLOADED: `EBADFD`). A tool that attaches to
+    /// thread after thread keeps one programmed context and clones it, with
+    /// no `open` of the device and no register writes.
+    pub fn clone_programmed(&self) -> Result<Self> {
+        let mut arg = PfmClone {
+            flags: PFM_CLONE_CLOEXEC,
+            ..Default::default()
+        };
+        let fd = sys::ioctl_arg(self.fd(), PFM_IOC_CLONE, &mut arg)
+            .map_err(|e| Error::os(Op::Clone, e))?;
+        // SAFETY: PFM_IOC_CLONE returned a new descriptor, owned by no one else.
+        let file = unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        let info = OnceLock::new();
+        if let Some(i) = self.info.get() {
+            let _ = info.set(i.clone());
+        }
+        Ok(Context {
+            file,
+            info,
+            pmds: self.pmds.clone(),
+            page: OnceLock::new(),
+            rows_hint: AtomicUsize::new(THREAD_ROWS_GUESS),
+        })
     }
 
     /// [`Context::load`], monitoring starting in event set `set` (which

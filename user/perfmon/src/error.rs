@@ -44,6 +44,8 @@ pub enum Op {
     GetinfoSets,
     /// `PFM_IOC_READ_THREADS`.
     ReadThreads,
+    /// `PFM_IOC_CLONE`.
+    Clone,
     /// `read()` of a message from the context.
     ReadMessage,
     /// `poll()` on the context.
@@ -93,6 +95,7 @@ impl Op {
             Op::DeleteSets => "PFM_IOC_DELETE_SETS",
             Op::GetinfoSets => "PFM_IOC_GETINFO_SETS",
             Op::ReadThreads => "PFM_IOC_READ_THREADS",
+            Op::Clone => "PFM_IOC_CLONE",
             Op::ReadMessage => "read",
             Op::Poll => "poll",
             Op::Fcntl => "fcntl",

@@ -12,8 +12,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::abi::{
-    PfmCtxFlags, PfmCtxInfo, PfmInfo, PfmLoad, PfmPmc, PfmPmd, PfmRegsArg, PfmSetdesc, PfmSetinfo,
-    PfmSetsArg, PfmThread, PfmThreadsArg, PfmValues, PFM_IOC_READ_THREADS, PFM_IOC_READ_VALUES,
+    PfmClone, PfmCtxFlags, PfmCtxInfo, PfmInfo, PfmLoad, PfmPmc, PfmPmd, PfmRegsArg, PfmSetdesc,
+    PfmSetinfo, PfmSetsArg, PfmThread, PfmThreadsArg, PfmValues, PFM_IOC_READ_THREADS,
+    PFM_IOC_READ_VALUES,
 };
 
 /// The calling thread's errno.
@@ -47,7 +48,7 @@ macro_rules! ioctl_arg {
         impl IoctlArg for $t {}
     )*};
 }
-ioctl_arg!(PfmInfo, PfmLoad, PfmCtxFlags, PfmCtxInfo);
+ioctl_arg!(PfmInfo, PfmLoad, PfmCtxFlags, PfmCtxInfo, PfmClone);
 
 /// An ioctl without argument (`_IO`).
 pub(crate) fn ioctl_none(fd: BorrowedFd<'_>, request: u32) -> Result<i32, i32> {

@@ -448,6 +448,10 @@ fn cases() -> Vec<Case> {
         "SET_FLAGS with size 64: EINVAL",
         || wrong_size::<PfmCtxFlags>(PFM_IOC_SET_FLAGS, 64)
     );
+    case!("CLONE with size 16: EINVAL", || wrong_size::<PfmClone>(
+        PFM_IOC_CLONE,
+        16
+    ));
     case!("READ_THREADS with size 48: EINVAL", || wrong_size::<
         PfmThreadsArg,
     >(
@@ -654,7 +658,7 @@ fn cases() -> Vec<Case> {
         })?;
         expect(r, libc::EINVAL)
     });
-    case!("LOAD unknown flag (bit 1): EINVAL", || {
+    case!("LOAD unknown flag (bit 2): EINVAL", || {
         let ctx = open()?;
         let mut l = PfmLoad {
             flags: PFM_LOAD_MASK + 1,
@@ -664,6 +668,42 @@ fn cases() -> Vec<Case> {
         ensure!(state(&ctx)? == CtxState::Unloaded, "loaded anyway");
         Ok(())
     });
+    case!(
+        "CLONE unknown flag (bit 2), pad, reserved[2]: EINVAL, no new fd",
+        || {
+            let ctx = open()?;
+            let before = module::sysfs_num("live_contexts");
+            for (what, mut c) in [
+                (
+                    "flag",
+                    PfmClone {
+                        flags: PFM_CLONE_MASK + 1,
+                        ..Default::default()
+                    },
+                ),
+                (
+                    "pad",
+                    PfmClone {
+                        pad: 1,
+                        ..Default::default()
+                    },
+                ),
+                (
+                    "reserved",
+                    PfmClone {
+                        reserved: [0, 0, 1],
+                        ..Default::default()
+                    },
+                ),
+            ] {
+                expect(ioctl_in(fd(&ctx), PFM_IOC_CLONE, &mut c), libc::EINVAL)
+                    .map_err(|e| format!("{what}: {e}"))?;
+            }
+            let after = module::sysfs_num("live_contexts");
+            ensure!(before == after, "live_contexts {before:?} -> {after:?}");
+            Ok(())
+        }
+    );
     case!("LOAD reserved[1] != 0: EINVAL", || {
         let ctx = open()?;
         let mut l = PfmLoad {
@@ -868,6 +908,17 @@ fn cases() -> Vec<Case> {
         ensure!(state(&ctx)? == CtxState::Unloaded, "state changed");
         Ok(())
     });
+    case!("CLONE from NULL: EFAULT, no new context", || {
+        let ctx = open()?;
+        let before = module::sysfs_num("live_contexts");
+        expect(
+            ioctl_bad(fd(&ctx), PFM_IOC_CLONE, &BadAddr::Null),
+            libc::EFAULT,
+        )?;
+        let after = module::sysfs_num("live_contexts");
+        ensure!(before == after, "live_contexts {before:?} -> {after:?}");
+        Ok(())
+    });
     case!("SET_FLAGS from a PROT_NONE page: EFAULT", || {
         let ctx = open()?;
         let m = Mapping::new(1, libc::PROT_NONE).map_err(errno_name)?;
@@ -1011,6 +1062,35 @@ fn cases() -> Vec<Case> {
             let r = ioctl_in(fd(&ctx), PFM_IOC_LOAD, &mut l);
             ctx.unload().ctx("UNLOAD")?;
             expect(r, libc::EBUSY)
+        }
+    );
+    case!("CLONE while LOADED: EBADFD", || {
+        let ctx = open()?;
+        ctx.load(0).ctx("LOAD")?;
+        let mut c = PfmClone::default();
+        let r = ioctl_in(fd(&ctx), PFM_IOC_CLONE, &mut c);
+        ctx.unload().ctx("UNLOAD")?;
+        if let Ok(new) = r {
+            raw::close(new);
+        }
+        expect(r, libc::EBADFD)
+    });
+    case!(
+        "LOAD|START of a thread that does not exist: ESRCH, not started",
+        || {
+            let ctx = open()?;
+            let mut l = PfmLoad {
+                tid: 4_194_305,
+                flags: PFM_LOAD_START,
+                ..Default::default()
+            };
+            expect(ioctl_in(fd(&ctx), PFM_IOC_LOAD, &mut l), libc::ESRCH)?;
+            let st = ctx.state().ctx("GET_STATE")?;
+            ensure!(
+                st.state == CtxState::Unloaded && !st.is_started(),
+                "after a refused LOAD|START: {st:?}"
+            );
+            Ok(())
         }
     );
     case!("SET_FLAGS while LOADED: EBADFD", || {

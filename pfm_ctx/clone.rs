@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! `PFM_IOC_CLONE`: a new context programmed as an UNLOADED one is. A
+//! tool keeps one context as a template and clones it for each thread it
+//! attaches to, with no `open` of `/dev/perfmon` (a path walk) and no
+//! register writes: the clone, LOAD with `PFM_LOAD_START`, UNLOAD and
+//! `close` are the four calls of perf's `perf_event_open`, `ENABLE`,
+//! `DISABLE` and `close`.
+
+use kernel::prelude::*;
+
+use super::sets::{sets_of, CtxSets};
+use super::{Context, CtxInner, Extra, Programming};
+use crate::globals;
+use crate::pfm_sets::PFM_MAX_SETS;
+use crate::pfm_state::State;
+use crate::pfm_x86::counters::Counters;
+use crate::rust::SlabArc;
+
+/// How many times the template may change between the look at it and the
+/// copy (another thread of the tool creating or deleting its sets) before
+/// the clone gives up with `EBUSY`.
+const CLONE_TRIES: usize = 4;
+
+/// What a copy of a context needs allocated: whether it has a set table,
+/// and which sets' images the table keeps aside.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Shape {
+    table: bool,
+    images: u16,
+}
+
+impl Context {
+    /// `PFM_IOC_CLONE`'s new context: UNLOADED, with this context's flags,
+    /// registers and event sets as they are now, and nothing else (no
+    /// messages, mapped page or threads). This context must be UNLOADED
+    /// (`EBADFD`), as for every call that changes its programming.
+    pub(crate) fn clone_unloaded(&self) -> Result<SlabArc<Self>> {
+        for _ in 0..CLONE_TRIES {
+            let shape = shape_of(&self.inner.lock())?;
+            // Everything that may sleep, before the lock.
+            let mut p = Programming::blank()?;
+            let mut images: [Option<KBox<Counters>>; PFM_MAX_SETS] = [const { None }; PFM_MAX_SETS];
+            for (id, slot) in images.iter_mut().enumerate() {
+                if shape.images & (1 << id) != 0 {
+                    *slot = Some(KBox::new(
+                        Counters::new(&globals().pmu)?,
+                        GFP_KERNEL_ACCOUNT,
+                    )?);
+                }
+            }
+            if shape.table {
+                p.sets = Some(KBox::new(Extra::Sets(CtxSets::new()), GFP_KERNEL_ACCOUNT)?);
+            }
+            let copied = {
+                let inner = self.inner.lock();
+                let now = shape_of(&inner)?;
+                if now == shape {
+                    p.flags = inner.flags;
+                    p.used_pmds = inner.used_pmds;
+                    p.counters.copy_registers(&inner.counters);
+                    if let (Some(from), Some(Extra::Sets(to))) =
+                        (sets_of(&inner.extra), p.sets.as_deref_mut())
+                    {
+                        from.copy_into(to, &mut images);
+                    }
+                }
+                now == shape
+            };
+            // Images not used (the template changed) are freed here, after
+            // the raw lock (see `Context::inner`); so are `p`'s on an error
+            // under it, the guard being dropped first.
+            drop(images);
+            if copied {
+                return Self::new_programmed(p);
+            }
+        }
+        Err(EBUSY)
+    }
+}
+
+/// What [`Context::clone_unloaded`] must allocate to copy a context, if
+/// it may be copied (UNLOADED).
+fn shape_of(inner: &CtxInner) -> Result<Shape> {
+    if inner.state() != State::Unloaded {
+        return Err(crate::ebadfd());
+    }
+    let sets = sets_of(&inner.extra);
+    Ok(Shape {
+        table: sets.is_some(),
+        images: sets.map_or(0, |s| s.image_mask()),
+    })
+}
