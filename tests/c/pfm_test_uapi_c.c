@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <linux/perf_event.h>
 #include <linux/perfmon.h>
@@ -161,6 +162,7 @@ _Static_assert(sizeof(struct pfm_threads_arg) == 56, "pfm_threads_arg");
 _Static_assert(offsetof(struct pfm_ctx_info, lost_threads) == 28, "lost_threads");
 _Static_assert(sizeof(struct pfm_values) == 48, "pfm_values");
 _Static_assert(sizeof(struct pfm_load) == 32, "pfm_load");
+_Static_assert(sizeof(struct pfm_clone) == 32, "pfm_clone");
 _Static_assert(offsetof(struct pfm_setinfo, set_last_cause) == 64, "set_last_cause");
 
 /* The mapped page's layout, as include/uapi/linux/perfmon.rs pins it. */
@@ -213,12 +215,57 @@ static void mapped_page(void)
 		close(fd);
 }
 
+/*
+ * The four-call attach from C: a programmed template cloned
+ * (PFM_IOC_CLONE returns the descriptor), loaded and started in one call
+ * (PFM_LOAD_START), unloaded (which stops), closed. The clone counts the
+ * thread's 50 naps between LOAD and UNLOAD, within what the thread's own
+ * getrusage saw around the two calls.
+ */
+static void clone_load_start(void)
+{
+	struct pfm_pmc pmc = { .reg_num = 1, .reg_value = PFM_SOFT_EV_CONTEXT_SWITCHES };
+	struct pfm_regs_arg ra = { .regs = (uintptr_t)&pmc, .count = 1 };
+	struct pfm_clone cl = { .flags = PFM_CLONE_CLOEXEC };
+	struct pfm_load load = { .tid = 0, .flags = PFM_LOAD_START };
+	struct pfm_ctx_info info = { 0 };
+	uint64_t val = 0;
+	struct pfm_values v = { .pmd_mask = 0x2, .values = (uintptr_t)&val };
+	struct rusage before, after;
+	struct timespec nap = { 0, 1000000 };
+	int tmpl = open("/dev/perfmon", O_RDWR), fd = -1, ok, started = 0;
+	long own;
+
+	ok = tmpl >= 0 && ioctl(tmpl, PFM_IOC_WRITE_PMCS, &ra) == 0;
+	if (ok)
+		fd = ioctl(tmpl, PFM_IOC_CLONE, &cl);
+	if (tmpl >= 0)
+		close(tmpl);
+	ok = ok && fd >= 0 && (fcntl(fd, F_GETFD) & FD_CLOEXEC);
+	getrusage(RUSAGE_THREAD, &before);
+	ok = ok && ioctl(fd, PFM_IOC_LOAD, &load) == 0;
+	started = ok && ioctl(fd, PFM_IOC_GET_STATE, &info) == 0 &&
+		  (info.status & PFM_CTXST_STARTED) && info.state == PFM_STATE_LOADED;
+	for (int i = 0; i < 50; i++)
+		nanosleep(&nap, NULL);
+	ok = ok && ioctl(fd, PFM_IOC_UNLOAD, 0) == 0;
+	getrusage(RUSAGE_THREAD, &after);
+	ok = ok && ioctl(fd, PFM_IOC_READ_VALUES, &v) == 0;
+	own = (after.ru_nvcsw + after.ru_nivcsw) - (before.ru_nvcsw + before.ru_nivcsw);
+	printf("# clone: started %d, switches %llu, the thread's own %ld\n", started,
+	       (unsigned long long)val, own);
+	tap(ok && started && val >= 50 && (long)val <= own,
+	    "CLONE + LOAD|START + UNLOAD: started at LOAD, the naps counted");
+	if (fd >= 0)
+		close(fd);
+}
+
 int main(void)
 {
 	static const char *const widths[] = { "", "soft_width=16" };
 	struct sample s;
 
-	printf("TAP version 13\n1..%d\n", 2 * 5 + 2 + 1 + 1);
+	printf("TAP version 13\n1..%d\n", 2 * 5 + 2 + 1 + 1 + 1);
 	for (int w = 0; w < 2; w++) {
 		const char *name = w ? "soft_width=16" : "default width";
 		int ok = 0;
@@ -253,6 +300,7 @@ int main(void)
 	}
 	read_values();
 	mapped_page();
+	clone_load_start();
 	tap(pfm_unload_module() == 0, "rmmod perfmon");
 	return pfm_failed;
 }

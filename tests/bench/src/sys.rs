@@ -310,6 +310,25 @@ impl Pfm {
         self.load_flags(tid, 0)
     }
 
+    /// PFM_IOC_CLONE: a new context programmed as this one (close-on-exec).
+    #[inline(always)]
+    pub fn clone_programmed(&self) -> io::Result<Self> {
+        let mut c = abi::PfmClone {
+            flags: abi::PFM_CLONE_CLOEXEC,
+            ..Default::default()
+        };
+        // SAFETY: `c` is a PfmClone, the size the request encodes.
+        let fd = unsafe {
+            libc::ioctl(
+                self.fd.0,
+                abi::PFM_IOC_CLONE as _,
+                &mut c as *mut abi::PfmClone,
+            )
+        };
+        check(fd as libc::c_long, "PFM_IOC_CLONE")?;
+        Ok(Pfm { fd: Fd(fd) })
+    }
+
     /// PFM_IOC_SET_FLAGS (`PFM_CTXFL_*`).
     pub fn set_flags(&self, flags: u32) -> io::Result<()> {
         let mut f = abi::PfmCtxFlags {
