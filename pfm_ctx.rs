@@ -39,6 +39,7 @@ mod mailbox;
 mod page;
 mod regs;
 mod sets;
+mod smpl;
 mod thread;
 
 use family::Family;
@@ -46,6 +47,7 @@ pub(crate) use family::Processes;
 use mailbox::{Mailbox, Reader};
 use page::CtxPage;
 use sets::CtxSets;
+use smpl::CtxSmpl;
 
 /// The part of a context protected by its lock.
 pub(crate) struct CtxInner {
@@ -118,6 +120,8 @@ enum Extra {
     /// The family this context is an heir of (it monitors one of the
     /// program's other threads).
     Heir(Arc<Family>),
+    /// The sampling buffer.
+    Smpl(CtxSmpl),
 }
 
 /// What a new context starts with: nothing for `open`, another context's
@@ -289,6 +293,7 @@ impl CtxInner {
         self.pending_ovfl |= ovfl;
         if self.extra.is_some() {
             self.sets_overflowed(ovfl);
+            self.smpl_overflowed(ovfl);
         }
         if let Some(att) = &self.attach {
             if !crate::pfm_intr::raise(att) {
@@ -523,11 +528,14 @@ impl Context {
         }
         // Refused early, before the thread is looked up; `publish` asks
         // the table again under the lock.
-        let whole = {
+        let (whole, sampling) = {
             let inner = this.inner.lock();
             inner.life.check(Op::Load).map_err(state_err)?;
             inner.check_load_sets(arg.load_set)?;
-            arg.flags & abi::PFM_LOAD_PROCESS != 0 || inner.flags & abi::PFM_CTXFL_INHERIT != 0
+            (
+                arg.flags & abi::PFM_LOAD_PROCESS != 0 || inner.flags & abi::PFM_CTXFL_INHERIT != 0,
+                inner.smpl().is_some(),
+            )
         };
         // A family is open before its root is attached: the thread may
         // create threads as soon as it is.
@@ -555,10 +563,19 @@ impl Context {
             None => {}
         }
         r?;
+        if sampling {
+            this.smpl_note_pid();
+        }
         if arg.flags & abi::PFM_LOAD_START != 0 {
-            // As a START right after: it fails only if another call
-            // unloaded or closed the context in between.
-            this.start()?;
+            // As a START right after, all or nothing: a START refused
+            // (the context unloaded in between, by another call or its
+            // thread's exit; EAGAIN from a hardware model's thread that
+            // kept migrating) undoes the LOAD, so the caller never has to
+            // tell a loaded context from one that is not.
+            if let Err(e) = this.start() {
+                let _ = this.unload();
+                return Err(e);
+            }
         }
         Ok(())
     }

@@ -37,6 +37,8 @@ unsafe impl FromBytes for abi::PfmLoad {}
 // SAFETY: See above.
 unsafe impl FromBytes for abi::PfmClone {}
 // SAFETY: See above.
+unsafe impl FromBytes for abi::PfmSmplSetup {}
+// SAFETY: See above.
 unsafe impl FromBytes for abi::PfmCtxFlags {}
 // SAFETY: See above.
 unsafe impl AsBytes for abi::PfmCtxInfo {}
@@ -289,6 +291,7 @@ fn ioctl(
         0x0e => abi::PFM_IOC_GETINFO_SETS,
         0x0f => abi::PFM_IOC_READ_THREADS,
         0x10 => abi::PFM_IOC_CLONE,
+        0x11 => abi::PFM_IOC_SMPL_SETUP,
         _ => return Err(ENOTTY),
     };
     if cmd != expected {
@@ -331,6 +334,10 @@ fn ioctl(
             sets_ioctl(&ctx, cmd, arg)
         }
         abi::PFM_IOC_READ_THREADS => read_threads(&ctx, arg),
+        abi::PFM_IOC_SMPL_SETUP => {
+            let s: abi::PfmSmplSetup = user.reader().read()?;
+            ctx.smpl_setup(&s)
+        }
         _ => Err(ENOTTY),
     };
     r.map(|()| 0)
@@ -338,7 +345,7 @@ fn ioctl(
 
 /// `PFM_IOC_CLONE` of `ctx`, the context of `file`: the new context's file
 /// descriptor. Its file is an anonymous inode's with `file`'s operations
-/// (so the same calls work on it, `mmap` included); it holds a module
+/// (so the same calls work on it, `mmap` included) and access mode; it holds a module
 /// reference as a `/dev/perfmon` file does. Open's permission check
 /// applies again: the descriptor cloned from may have been passed to
 /// another process.
@@ -356,7 +363,8 @@ unsafe fn clone_file(
     }
     pfm_ctxsw::may_open()?;
     let new = ctx.clone_unloaded()?;
-    let mut flags = bindings::O_RDWR;
+    // SAFETY: `file` is open: its flags are readable.
+    let mut flags = unsafe { (*file).f_flags } & bindings::O_ACCMODE;
     if arg.flags & abi::PFM_CLONE_CLOEXEC != 0 {
         flags |= bindings::O_CLOEXEC;
     }

@@ -134,7 +134,31 @@ impl Context {
                     let _ = inner.transition(Op::QueueFull);
                 }
             }
+            let smpl = inner.take_smpl_events();
+            if smpl.full_pmds != 0 {
+                // perfmon2's policy: a full buffer masks the context until
+                // RESTART, with a message (whatever NO_MSG says: without
+                // it the tool would not know to drain).
+                let msg = abi::PfmMsg {
+                    msg_type: abi::PFM_MSG_SMPL_FULL,
+                    tid: inner.tid,
+                    cpu: inner.on_cpu.unwrap_or(inner.last_cpu) as u16,
+                    ip: inner.pending_ip,
+                    ovfl_pmds: smpl.full_pmds,
+                    tstamp: glue::now_ns(),
+                    ..abi::PfmMsg::default()
+                };
+                if !inner.msgs.push(msg) {
+                    inner.msgs.lost += 1;
+                }
+                let _ = inner.transition(Op::QueueFull);
+                notified = true;
+            }
             if !notified {
+                drop(inner);
+                if smpl.wake {
+                    self.wake();
+                }
                 return false;
             }
             block = inner.flags & abi::PFM_CTXFL_NOTIFY_BLOCK != 0
@@ -179,7 +203,7 @@ impl Context {
         // SAFETY: The caller's guarantees; the queue lives as long as the file.
         unsafe { glue::poll_wait(file, self.mailbox.waitq.as_ptr(), table) };
         let inner = self.inner.lock();
-        if !inner.msgs.is_empty() {
+        if !inner.msgs.is_empty() || inner.smpl_readable() {
             glue::POLLIN | glue::POLLRDNORM
         } else if inner.exited {
             glue::POLLHUP

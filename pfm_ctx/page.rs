@@ -259,9 +259,13 @@ impl CtxInner {
 }
 
 impl Context {
-    /// `mmap`: maps the context's page read-only (made at the first call).
-    /// One page at offset 0, not writable nor executable.
+    /// `mmap`: maps the context's page read-only (made at the first call),
+    /// one page at offset 0, not writable nor executable; or at
+    /// `PFM_SMPL_OFFSET`, its sampling buffer (`smpl.rs`).
     pub(crate) fn mmap(&self, vma: &mm::Vma<'_>) -> Result {
+        if vma.pgoff() == abi::PFM_SMPL_OFFSET as usize / abi::PFM_PAGE_SIZE {
+            return self.mmap_smpl(vma);
+        }
         if vma.len() != abi::PFM_PAGE_SIZE || vma.pgoff() != 0 {
             return Err(EINVAL);
         }

@@ -6,6 +6,7 @@
 
 use core::marker::PhantomData;
 use core::ptr::NonNull;
+use core::sync::atomic::{AtomicBool, Ordering};
 
 use kernel::bindings;
 use kernel::ffi::{c_int, c_ulong, c_void};
@@ -27,6 +28,17 @@ mod ffi {
             v: *mut bindings::vm_area_struct,
             p: *mut c_void,
         ) -> c_int;
+        pub(crate) fn pfm_vma_insert_shared_page(
+            v: *mut bindings::vm_area_struct,
+            offset: c_ulong,
+            p: *mut c_void,
+        ) -> c_int;
+        pub(crate) fn pfm_vma_set_ops(
+            v: *mut bindings::vm_area_struct,
+            ops: *const bindings::vm_operations_struct,
+            data: *mut c_void,
+        );
+        pub(crate) fn pfm_vma_private(v: *mut bindings::vm_area_struct) -> *mut c_void;
     }
 }
 
@@ -123,9 +135,68 @@ impl<'a> Vma<'a> {
 
     /// Whether it is mapped writable or executable.
     pub(crate) fn writable_or_exec(&self) -> bool {
+        self.flags() & (bindings::VM_WRITE | bindings::VM_EXEC) as c_ulong != 0
+    }
+
+    /// Whether it is executable.
+    pub(crate) fn exec(&self) -> bool {
+        self.flags() & bindings::VM_EXEC as c_ulong != 0
+    }
+
+    /// Whether it is `MAP_SHARED` and writable (`PROT_WRITE`).
+    pub(crate) fn shared_writable(&self) -> bool {
+        let want = (bindings::VM_SHARED | bindings::VM_WRITE) as c_ulong;
+        self.flags() & want == want
+    }
+
+    fn flags(&self) -> c_ulong {
         // SAFETY: As for `len`.
-        let f = unsafe { ffi::pfm_vma_flags(self.raw.as_ptr()) };
-        f & (bindings::VM_WRITE | bindings::VM_EXEC) as c_ulong != 0
+        unsafe { ffi::pfm_vma_flags(self.raw.as_ptr()) }
+    }
+
+    /// Maps `first` and then each of `rest` from the VMA's start, shared
+    /// and writable (both sides write the pages), and makes the mapping
+    /// one that cannot be split, grown, made executable, copied at fork or
+    /// dumped. Once every page is in, `mapped` is set, and it is cleared
+    /// when the VMA goes (munmap, exit). The VMA must be exactly as long
+    /// as the pages. May sleep (page tables).
+    ///
+    /// # Safety
+    ///
+    /// `mapped` must outlive the VMA: its owner must be kept alive by the
+    /// file the VMA maps (the VMA holds a reference to the file).
+    pub(crate) unsafe fn insert_shared_pages<H: PageContents, D: PageContents>(
+        &self,
+        first: &SharedPage<H>,
+        rest: &[SharedPage<D>],
+        mapped: &AtomicBool,
+    ) -> Result {
+        let pages = Iterator::chain(core::iter::once(first.addr), rest.iter().map(|p| p.addr));
+        for (i, addr) in pages.enumerate() {
+            let offset = (i * bindings::PAGE_SIZE as usize) as c_ulong;
+            // SAFETY: A valid VMA under the mmap lock (`from_raw`); each page
+            // is a whole page we own, which `vm_insert_page` references; the
+            // caller sized the VMA for them all.
+            let r = unsafe {
+                ffi::pfm_vma_insert_shared_page(self.raw.as_ptr(), offset, addr.as_ptr())
+            };
+            if r < 0 {
+                // The failed mmap's VMA is torn down with what is in it.
+                return Err(Error::from_errno(r));
+            }
+        }
+        mapped.store(true, Ordering::Release);
+        // SAFETY: The VMA is valid; `TRACKED_OPS` is static; `mapped`
+        // outlives the VMA (the caller's promise), and `tracked_close`
+        // reads it back only as an `AtomicBool`.
+        unsafe {
+            ffi::pfm_vma_set_ops(
+                self.raw.as_ptr(),
+                &TRACKED_OPS.0,
+                (mapped as *const AtomicBool).cast_mut().cast(),
+            )
+        };
+        Ok(())
     }
 
     /// Maps `page` at the VMA's start, read-only for good: the VMA loses
@@ -140,4 +211,45 @@ impl<'a> Vma<'a> {
         }
         Ok(())
     }
+}
+
+/// The operations of a [`Vma::insert_shared_pages`] mapping: its end
+/// clears its flag; it may not be split (a partial `munmap` or `mprotect`
+/// would end part of it, and `close` would then clear the flag of a
+/// mapping that still exists). `mremap` cannot grow it (`VM_DONTEXPAND`).
+struct VmOps(bindings::vm_operations_struct);
+
+// SAFETY: Function pointers, never written.
+unsafe impl Sync for VmOps {}
+
+static TRACKED_OPS: VmOps = VmOps(bindings::vm_operations_struct {
+    close: Some(tracked_close),
+    may_split: Some(tracked_no_split),
+    // SAFETY: All-zero is a valid `vm_operations_struct`: every other
+    // entry absent.
+    ..unsafe { core::mem::zeroed() }
+});
+
+/// `close` of a tracked mapping.
+///
+/// # Safety
+///
+/// Called by the mm with a VMA set up by [`Vma::insert_shared_pages`].
+unsafe extern "C" fn tracked_close(vma: *mut bindings::vm_area_struct) {
+    // SAFETY: `vm_private_data` is the `AtomicBool` the mapping was made
+    // with, alive while the VMA is (`insert_shared_pages`' contract).
+    let mapped = unsafe { &*ffi::pfm_vma_private(vma).cast::<AtomicBool>() };
+    mapped.store(false, Ordering::Release);
+}
+
+/// `may_split` of a tracked mapping: never.
+///
+/// # Safety
+///
+/// Called by the mm with a VMA set up by [`Vma::insert_shared_pages`].
+unsafe extern "C" fn tracked_no_split(
+    _vma: *mut bindings::vm_area_struct,
+    _addr: c_ulong,
+) -> c_int {
+    EINVAL.to_errno()
 }

@@ -22,6 +22,18 @@ int pfm_vma_insert_ro_page(struct vm_area_struct *v, void *p)
 	vm_flags_mod(v, VM_DONTEXPAND | VM_DONTDUMP, VM_MAYWRITE | VM_MAYEXEC);
 	return vm_insert_page(v, v->vm_start, virt_to_page(p));
 }
+/* Writable, shared; not grown by mremap, copied at fork, dumped, or made executable. */
+int pfm_vma_insert_shared_page(struct vm_area_struct *v, unsigned long offset, void *p)
+{
+	vm_flags_mod(v, VM_DONTEXPAND | VM_DONTDUMP | VM_DONTCOPY, VM_MAYEXEC);
+	return vm_insert_page(v, v->vm_start + offset, virt_to_page(p));
+}
+void pfm_vma_set_ops(struct vm_area_struct *v, const struct vm_operations_struct *ops, void *data)
+{
+	v->vm_ops = ops;
+	v->vm_private_data = data;
+}
+void *pfm_vma_private(struct vm_area_struct *v) { return v->vm_private_data; }
 /*
  * A TSC user space may extend times with: not marked unstable (then
  * sched_clock is the TSC scaled by cyc2ns, as perf's cap_user_time asks),

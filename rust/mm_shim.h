@@ -15,6 +15,9 @@ unsigned long pfm_vma_len(struct vm_area_struct *v);
 unsigned long pfm_vma_pgoff(struct vm_area_struct *v);
 unsigned long pfm_vma_flags(struct vm_area_struct *v);
 int pfm_vma_insert_ro_page(struct vm_area_struct *v, void *p);
+int pfm_vma_insert_shared_page(struct vm_area_struct *v, unsigned long offset, void *p);
+void pfm_vma_set_ops(struct vm_area_struct *v, const struct vm_operations_struct *ops, void *data);
+void *pfm_vma_private(struct vm_area_struct *v);
 bool pfm_tsc_user_time_ok(void);
 
 #endif /* PFM_MM_SHIM_H */

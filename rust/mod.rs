@@ -461,6 +461,13 @@ pub(crate) fn param_sim_no_vector_cpu() -> i32 {
     unsafe { ffi::pfm_param_sim_no_vector_cpu() }
 }
 
+/// `CLOCK_MONOTONIC` in nanoseconds, safe in any context (the
+/// timekeeper's fast accessor, as `bpf_ktime_get_ns`).
+pub(crate) fn monotonic_ns() -> u64 {
+    // SAFETY: No preconditions; lockless.
+    unsafe { bindings::ktime_get_mono_fast_ns() }
+}
+
 /// `local_clock()`: nanoseconds, monotonic on this CPU.
 pub(crate) fn now_ns() -> u64 {
     // SAFETY: `local_clock` has no preconditions.

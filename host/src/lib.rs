@@ -23,6 +23,9 @@ pub mod pfm_counter;
 #[path = "../../pfm_msgq.rs"]
 pub mod pfm_msgq;
 
+#[path = "../../pfm_smpl.rs"]
+pub mod pfm_smpl;
+
 /// The PMU models: the soft model and the x86 hardware models (the
 /// kernel-free part of `pfm_x86.rs`).
 #[path = "../../pfm_x86"]

@@ -84,10 +84,12 @@ impl Context {
             inner.life.check(Op::SetFlags).map_err(state_err)?;
             let created = match inner.extra.as_deref() {
                 // A page describes one image (see `mmap`); a whole
-                // program's threads are counted in one image each.
-                Some(Extra::Page(_)) | Some(Extra::Family(_)) | Some(Extra::Heir(_)) => {
-                    return Err(EBUSY)
-                }
+                // program's threads are counted in one image each; a
+                // sampling buffer is the one extra its context has.
+                Some(Extra::Page(_))
+                | Some(Extra::Family(_))
+                | Some(Extra::Heir(_))
+                | Some(Extra::Smpl(_)) => return Err(EBUSY),
                 Some(Extra::Sets(_)) => match sets_of_mut(&mut inner.extra) {
                     Some(s) => s.create(&mut table_descs, &mut fresh),
                     None => return Err(ENOMEM),

@@ -307,6 +307,8 @@ struct pfm_info {
 #define PFM_MSG_OVFL		1	/* a PMD with OVFL_NOTIFY overflowed */
 #define PFM_MSG_END		2	/* the monitored thread exited */
 #define PFM_MSG_REVOKED		3	/* the thread gained privileges the tool lacks (setuid exec): unloaded */
+#define PFM_MSG_SMPL_FULL	4	/* the sampling buffer is full: MASKED until RESTART
+					 * (ovfl_pmds: the PMDs whose entry filled it) */
 
 struct pfm_msg {
 	__u32 type;		/* PFM_MSG_* */
@@ -374,6 +376,69 @@ struct pfm_page {
 	struct pfm_page_pmd pmds[PFM_MAX_PMDS];	/* indexed by PMD number */
 };
 
+/*
+ * The sampling buffer (Documentation/perfmon.rst, "Sampling"): set up once
+ * with PFM_IOC_SMPL_SETUP while UNLOADED, then mmap(NULL, (1 + data_pages)
+ * * PFM_PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, PFM_SMPL_OFFSET)
+ * maps a header page followed by the entries, a ring. Every overflow of a
+ * PMD writes one entry. The kernel writes an entry, then `head` (a release
+ * store); the tool reads `head` (acquire), reads the entries before it, then
+ * writes `tail` (release). The kernel reads `tail` before it writes over an
+ * entry, so the tool drains while the thread runs.
+ */
+#define PFM_SMPL_VERSION	1
+#define PFM_SMPL_OFFSET		(1u << 20)	/* mmap offset of the buffer (the counter page is at 0) */
+#define PFM_SMPL_MAX_PAGES	1024		/* data pages, at most (4 MiB of entries) */
+#define PFM_SMPL_MAX_VALUES	8		/* PMD values an entry records */
+
+/* Argument of PFM_IOC_SMPL_SETUP. */
+struct pfm_smpl_setup {
+	__u32 data_pages;	/* entry pages: a power of two, 1..PFM_SMPL_MAX_PAGES */
+	__u32 flags;		/* PFM_SMPL_* */
+	__u32 watermark;	/* bytes of unread entries that make poll() readable (POLLIN);
+				 * 0: half the data */
+	__u32 pad;		/* must be 0 */
+	__u64 smpl_pmds[PFM_MAX_PMDS];	/* per PMD: the PMDs whose values its entries record
+					 * (implemented ones, at most PFM_SMPL_MAX_VALUES) */
+	__u64 reserved[4];	/* must be 0 */
+};
+
+/* struct pfm_smpl_setup.flags */
+#define PFM_SMPL_DROP		(1u << 0)	/* full: drop the entry and count it (`lost`);
+						 * else (perfmon2's) mask the context, queue
+						 * PFM_MSG_SMPL_FULL, and resume at RESTART */
+#define PFM_SMPL_MASK		0x1u
+
+/* The buffer's first page. */
+struct pfm_smpl_hdr {
+	__u32 version;		/* PFM_SMPL_VERSION */
+	__u32 entry_size;	/* bytes per entry (a power of two) */
+	__u64 data_size;	/* bytes of entries: data_pages * PFM_PAGE_SIZE */
+	__u64 head;		/* kernel: bytes written since setup; the entry at byte
+				 * offset x is at data + (x % data_size) */
+	__u64 tail;		/* tool: bytes consumed (the kernel never passes it) */
+	__u64 written;		/* entries written */
+	__u64 lost;		/* entries dropped (PFM_SMPL_DROP) */
+	__u64 reserved[10];
+};
+
+/* One sample. */
+struct pfm_smpl_entry {
+	__u32 tid;		/* the thread (the loader's pid namespace) */
+	__u32 pid;		/* its process */
+	__u16 cpu;		/* where it overflowed */
+	__u16 ovfl_pmd;		/* the PMD that overflowed */
+	__u16 set;		/* its event set */
+	__u16 nvalues;		/* values[] used: popcount of smpl_pmds */
+	__u64 seq;		/* `written` before this entry: 0, 1, 2, ... */
+	__u64 last_reset_val;	/* the value the PMD was reset to */
+	__u64 ip;		/* user instruction pointer (0 if not visible) */
+	__u64 tstamp;		/* CLOCK_MONOTONIC, ns */
+	__u64 smpl_pmds;	/* the PMDs values[] holds, in PMD order */
+	__u64 reserved;
+	__u64 values[PFM_SMPL_MAX_VALUES];
+};
+
 #define PFM_IOC_MAGIC		0xB6
 
 #define PFM_IOC_GET_INFO	_IOR(PFM_IOC_MAGIC, 0x00, struct pfm_info)
@@ -393,6 +458,7 @@ struct pfm_page {
 #define PFM_IOC_GETINFO_SETS	_IOWR(PFM_IOC_MAGIC, 0x0e, struct pfm_sets_arg)
 #define PFM_IOC_READ_THREADS	_IOWR(PFM_IOC_MAGIC, 0x0f, struct pfm_threads_arg)
 #define PFM_IOC_CLONE		_IOW(PFM_IOC_MAGIC, 0x10, struct pfm_clone)	/* returns an fd */
+#define PFM_IOC_SMPL_SETUP	_IOW(PFM_IOC_MAGIC, 0x11, struct pfm_smpl_setup)
 
 /* Soft PMU model: event codes written into PMC n select what PMD n counts. */
 #define PFM_SOFT_EV_NONE		0

@@ -84,6 +84,9 @@ pub const PFM_MSG_END: u32 = 2;
 /// Message: the thread gained privileges the tool lacks (a setuid exec):
 /// monitoring ended and the context is UNLOADED.
 pub const PFM_MSG_REVOKED: u32 = 3;
+/// The sampling buffer is full: MASKED until RESTART (`ovfl_pmds`: the
+/// PMDs whose entry filled it).
+pub const PFM_MSG_SMPL_FULL: u32 = 4;
 
 /// Soft PMU event: none (the counter is off).
 pub const PFM_SOFT_EV_NONE: u64 = 0;
@@ -679,8 +682,113 @@ pub const PFM_IOC_READ_THREADS: u32 = ioc(
     0x0f,
     core::mem::size_of::<PfmThreadsArg>(),
 );
+/// Version of the sampling buffer's layout.
+pub const PFM_SMPL_VERSION: u32 = 1;
+/// `mmap` offset of the sampling buffer (the counter page is at 0).
+pub const PFM_SMPL_OFFSET: u32 = 1 << 20;
+/// Data pages of a sampling buffer, at most.
+pub const PFM_SMPL_MAX_PAGES: u32 = 1024;
+/// PMD values a sample records.
+pub const PFM_SMPL_MAX_VALUES: usize = 8;
+
+/// Argument of `PFM_IOC_SMPL_SETUP`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PfmSmplSetup {
+    /// Entry pages: a power of two, `1..=PFM_SMPL_MAX_PAGES`.
+    pub data_pages: u32,
+    /// `PFM_SMPL_*`.
+    pub flags: u32,
+    /// Bytes of unread entries that make `poll` readable; 0: half the data.
+    pub watermark: u32,
+    /// Must be 0.
+    pub pad: u32,
+    /// Per PMD: the PMDs whose values its entries record (implemented
+    /// ones, at most `PFM_SMPL_MAX_VALUES`).
+    pub smpl_pmds: [u64; PFM_MAX_PMDS],
+    /// Must be 0.
+    pub reserved: [u64; 4],
+}
+
+impl Default for PfmSmplSetup {
+    fn default() -> Self {
+        Self {
+            data_pages: 0,
+            flags: 0,
+            watermark: 0,
+            pad: 0,
+            smpl_pmds: [0; PFM_MAX_PMDS],
+            reserved: [0; 4],
+        }
+    }
+}
+
+/// [`PfmSmplSetup::flags`]: a full buffer drops the entry and counts it
+/// (`lost`); without it (perfmon2's policy) the context is masked, a
+/// `PFM_MSG_SMPL_FULL` is queued, and RESTART resumes.
+pub const PFM_SMPL_DROP: u32 = 1 << 0;
+/// Every defined sampling flag.
+pub const PFM_SMPL_MASK: u32 = 0x1;
+
+/// The sampling buffer's first page.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct PfmSmplHdr {
+    /// `PFM_SMPL_VERSION`.
+    pub version: u32,
+    /// Bytes per entry (a power of two).
+    pub entry_size: u32,
+    /// Bytes of entries.
+    pub data_size: u64,
+    /// Kernel: bytes written since setup; the entry at byte offset `x` is
+    /// at `data + x % data_size`.
+    pub head: u64,
+    /// Tool: bytes consumed.
+    pub tail: u64,
+    /// Entries written.
+    pub written: u64,
+    /// Entries dropped (`PFM_SMPL_DROP`).
+    pub lost: u64,
+    /// Reserved.
+    pub reserved: [u64; 10],
+}
+
+/// One sample.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct PfmSmplEntry {
+    /// The thread (the loader's pid namespace).
+    pub tid: u32,
+    /// Its process.
+    pub pid: u32,
+    /// Where it overflowed.
+    pub cpu: u16,
+    /// The PMD that overflowed.
+    pub ovfl_pmd: u16,
+    /// Its event set.
+    pub set: u16,
+    /// `values` used.
+    pub nvalues: u16,
+    /// `written` before this entry: 0, 1, 2, ...
+    pub seq: u64,
+    /// The value the PMD was reset to.
+    pub last_reset_val: u64,
+    /// User instruction pointer (0 if not visible).
+    pub ip: u64,
+    /// `CLOCK_MONOTONIC`, ns.
+    pub tstamp: u64,
+    /// The PMDs `values` holds, in PMD order.
+    pub smpl_pmds: u64,
+    /// Reserved.
+    pub reserved: u64,
+    /// The values.
+    pub values: [u64; PFM_SMPL_MAX_VALUES],
+}
+
 /// `_IOW(PFM_IOC_MAGIC, 0x10, struct pfm_clone)`: returns a file descriptor.
 pub const PFM_IOC_CLONE: u32 = ioc(IOC_WRITE, 0x10, core::mem::size_of::<PfmClone>());
+/// `_IOW(PFM_IOC_MAGIC, 0x11, struct pfm_smpl_setup)`.
+pub const PFM_IOC_SMPL_SETUP: u32 = ioc(IOC_WRITE, 0x11, core::mem::size_of::<PfmSmplSetup>());
 
 // The sizes are part of the ABI: any change here is an ABI break.
 const _: () = assert!(core::mem::size_of::<PfmSetdesc>() == 32);
@@ -695,6 +803,9 @@ const _: () = assert!(core::mem::size_of::<PfmPmd>() == 64);
 const _: () = assert!(core::mem::size_of::<PfmRegsArg>() == 48);
 const _: () = assert!(core::mem::size_of::<PfmLoad>() == 32);
 const _: () = assert!(core::mem::size_of::<PfmClone>() == 32);
+const _: () = assert!(core::mem::size_of::<PfmSmplSetup>() == 304);
+const _: () = assert!(core::mem::size_of::<PfmSmplHdr>() == 128);
+const _: () = assert!(core::mem::size_of::<PfmSmplEntry>() == 128);
 const _: () = assert!(core::mem::size_of::<PfmCtxFlags>() == 32);
 const _: () = assert!(core::mem::size_of::<PfmCtxInfo>() == 48);
 const _: () = assert!(core::mem::size_of::<PfmEventInfo>() == 32);

@@ -188,6 +188,7 @@ pub fn msg_name(t: u32) -> &'static str {
         abi::PFM_MSG_OVFL => "OVFL",
         abi::PFM_MSG_END => "END",
         abi::PFM_MSG_REVOKED => "REVOKED",
+        abi::PFM_MSG_SMPL_FULL => "SMPL_FULL",
         _ => "?",
     }
 }

@@ -192,6 +192,28 @@ pub fn fstat_rdev(fd: i32) -> Option<u64> {
     Some(st.st_rdev)
 }
 
+/// What `/proc/thread-self/fd/FD` links to (`anon_inode:[perfmon]` for a
+/// `PFM_IOC_CLONE`'s descriptor, whose file is no character device). A
+/// readlink: no descriptor is taken (see [`online_cpus`] for why that
+/// matters).
+pub fn fd_link(fd: i32) -> Option<String> {
+    let path = std::ffi::CString::new(format!("/proc/thread-self/fd/{fd}")).ok()?;
+    let mut buf = [0u8; 256];
+    // SAFETY: `path` is NUL-terminated; `buf` is valid for writes of its
+    // length, which is passed.
+    let n = unsafe {
+        libc::readlink(
+            path.as_ptr(),
+            buf.as_mut_ptr() as *mut libc::c_char,
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        return None;
+    }
+    Some(String::from_utf8_lossy(&buf[..n as usize]).into_owned())
+}
+
 /// The device number of the character device at `path`.
 pub fn stat_rdev(path: &std::ffi::CStr) -> Option<u64> {
     // SAFETY: `st` is a valid out-parameter; `path` is NUL-terminated.
@@ -644,4 +666,22 @@ pub fn write_once(fd: i32, data: &[u8]) -> Result<usize, i32> {
     // SAFETY: `data` is valid for reads of its length.
     check(unsafe { libc::write(fd, data.as_ptr() as *const libc::c_void, data.len()) } as i64)
         .map(|n| n as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file of the anonymous inode links to `anon_inode:[name]` (a
+    /// perfmon clone's to `anon_inode:[perfmon]`) and is no character
+    /// device.
+    #[test]
+    fn fd_link_names_anonymous_files() {
+        // SAFETY: no memory is involved.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        assert!(fd >= 0, "epoll_create1: {}", errno());
+        assert_eq!(fd_link(fd).as_deref(), Some("anon_inode:[eventpoll]"));
+        assert!(fstat_rdev(fd).is_none());
+        close(fd).unwrap();
+    }
 }

@@ -472,6 +472,11 @@ impl Actor {
         }
     }
 
+    /// A flag bit outside `mask` (see [`unknown_bit`]).
+    pub(super) fn unknown_bit(&mut self, mask: u32) -> u32 {
+        unknown_bit(&mut self.rng, mask)
+    }
+
     /// A PMD value: tiny periods (-1, -2), small ones, boundaries, garbage.
     pub(super) fn pmd_value(&mut self) -> u64 {
         match self.rng.below(8) {
@@ -640,7 +645,51 @@ fn element_verdict(fields_ok: bool, set: u16) -> Verdict {
     }
 }
 
-/// Whether `fd` refers to /dev/perfmon now.
+/// A flag bit outside `mask`, whose defined bits are the low ones
+/// (`PFM_*_MASK`): drawn above the mask's highest bit, so that a flag the
+/// ABI gains is never sent as garbage.
+pub(super) fn unknown_bit(rng: &mut Rng, mask: u32) -> u32 {
+    1 << rng.range(u64::from(32 - mask.leading_zeros()), 31)
+}
+
+/// What `/proc/thread-self/fd/N` links to for a `PFM_IOC_CLONE`'s
+/// descriptor: its file is the anonymous inode's (as perf's are), not
+/// /dev/perfmon's.
+pub(super) const CLONE_LINK: &str = "anon_inode:[perfmon]";
+
+/// Whether `fd` refers to a perfmon context now: /dev/perfmon, or a
+/// clone's file (which fstat cannot tell from an eventfd's or an
+/// epoll's: the link's name can).
 pub(super) fn is_perfmon_fd(fd: i32) -> bool {
-    sys::fstat_rdev(fd).is_some_and(|d| d == shared().rdev.load(Ordering::Relaxed))
+    match sys::fstat_rdev(fd) {
+        Some(d) => d == shared().rdev.load(Ordering::Relaxed),
+        None => sys::fd_link(fd).is_some_and(|l| l == CLONE_LINK),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_bits_are_outside_the_masks() {
+        let mut rng = Rng::new(8);
+        for mask in [
+            abi::PFM_LOAD_MASK,
+            abi::PFM_CLONE_MASK,
+            abi::PFM_CTXFL_MASK,
+            0,
+            1,
+        ] {
+            let mut seen = 0u32;
+            for _ in 0..4000 {
+                let b = unknown_bit(&mut rng, mask);
+                assert_eq!(b.count_ones(), 1);
+                assert_eq!(b & mask, 0, "bit {b:#x} of mask {mask:#x}");
+                seen |= b;
+            }
+            // Every bit above the mask is drawn.
+            assert_eq!(seen, !mask, "mask {mask:#x}");
+        }
+    }
 }

@@ -46,6 +46,7 @@ use crate::sys::{self, PAGE};
 
 mod actor;
 mod churn;
+mod clone;
 mod model;
 mod ops;
 mod probe;
@@ -135,6 +136,12 @@ pub struct Report {
     pub process_checked: u64,
     pub exec_checked: u64,
     pub heirs_seen: u64,
+    /// PFM_IOC_CLONE: descriptors returned, and clones compared exactly
+    /// with their private template (`arm`); LOADs with PFM_LOAD_START that
+    /// succeeded.
+    pub clones: u64,
+    pub clones_exact: u64,
+    pub load_starts: u64,
     /// Suspected kernel bugs per kind (`shared::FINDINGS`), non-zero ones.
     pub findings: Vec<(&'static str, u64)>,
     /// Anomalies dismissed: the fd was no longer a perfmon file.
@@ -182,6 +189,11 @@ impl Report {
             s,
             "whole programs: {} inheritance scenarios, {} LOAD_PROCESS scenarios, {} start-on-exec scenarios checked; {} heir rows seen",
             self.whole_checked, self.process_checked, self.exec_checked, self.heirs_seen
+        );
+        let _ = writeln!(
+            s,
+            "clones: {} descriptors, {} compared exactly with their template; LOAD|START: {} succeeded",
+            self.clones, self.clones_exact, self.load_starts
         );
         for (what, n) in &self.findings {
             let _ = writeln!(s, "suspected kernel bug, {n} times: {what}");
@@ -369,6 +381,11 @@ pub fn run(cfg: &Config) -> Report {
         .store(sys::stat_rdev(sys::DEV).unwrap_or(0), Ordering::Relaxed);
     // Asked once, before any thread exists (see sys::online_cpus).
     let _ = sys::online_cpus();
+    // Whether unprivileged workers may clone (the workers inherit it).
+    let paranoid = sys::read_text("/proc/sys/kernel/perf_event_paranoid")
+        .and_then(|t| t.trim().parse::<i32>().ok())
+        .unwrap_or(-1);
+    PARANOID.store(paranoid, Ordering::Relaxed);
     // The oracle's model of the PMU, before any worker is forked.
     let _ = model::load();
     sys::set_child_subreaper();
@@ -544,6 +561,9 @@ pub fn run(cfg: &Config) -> Report {
         process_checked: s.process_checked.load(Ordering::Relaxed),
         exec_checked: s.exec_checked.load(Ordering::Relaxed),
         heirs_seen: s.heirs_seen.load(Ordering::Relaxed),
+        clones: s.clones.load(Ordering::Relaxed),
+        clones_exact: s.clones_exact.load(Ordering::Relaxed),
+        load_starts: s.load_starts.load(Ordering::Relaxed),
         findings: FINDINGS
             .iter()
             .zip(s.findings.iter())

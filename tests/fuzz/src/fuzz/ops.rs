@@ -60,6 +60,7 @@ impl Actor {
             Op::Whole => self.op_whole(),
             Op::Process => self.op_process(),
             Op::ExecStart => self.op_exec_start(),
+            Op::Clone => self.op_clone(),
         }
         self.end();
         self.rng = main;
@@ -331,13 +332,20 @@ impl Actor {
         if self.rng.chance(1, 5) {
             l.flags = abi::PFM_LOAD_PROCESS;
         }
+        // LOAD and START in one call (PFM_LOAD_START) a quarter of the
+        // time. The pool keeps no state, so what its START may answer
+        // (EBADFD: the thread gone or another actor's UNLOAD in between;
+        // EAGAIN: live counters out of reach) is allowed whatever the flags.
+        if self.rng.chance(1, 4) {
+            l.flags |= abi::PFM_LOAD_START;
+        }
         let garbage = self.rng.chance(1, 25);
         if garbage {
             if self.rng.chance(1, 2) {
                 // At least one bit outside PFM_LOAD_MASK, with or without
-                // PFM_LOAD_PROCESS.
-                l.flags |=
-                    (self.rng.interesting_u32() & !abi::PFM_LOAD_MASK) | 1 << self.rng.range(1, 31);
+                // the defined ones.
+                l.flags |= (self.rng.interesting_u32() & !abi::PFM_LOAD_MASK)
+                    | self.unknown_bit(abi::PFM_LOAD_MASK);
             } else {
                 match self.rng.below(3) {
                     0 => l.pad0 = 1,
@@ -425,6 +433,9 @@ impl Actor {
         // OVFL_SWITCH set none of whose switch PMDs is written in it.
         allowed.push(libc::EINVAL);
         self.allow(Op::Load, r, &allowed);
+        if r.is_ok() && l.flags & abi::PFM_LOAD_START != 0 {
+            shared().load_starts.fetch_add(1, Ordering::Relaxed);
+        }
         if r.is_ok() && self.uid != 0 && tid != 0 && tid != sys::gettid() {
             // An unprivileged tool may only monitor threads of its own user.
             // /proc/TID belongs to root when the task is not dumpable or has
@@ -479,7 +490,7 @@ impl Actor {
         let garbage = self.rng.chance(1, 6);
         if garbage {
             match self.rng.below(3) {
-                0 => f.flags |= 1 << self.rng.range(4, 31),
+                0 => f.flags |= self.unknown_bit(abi::PFM_CTXFL_MASK),
                 1 => f.pad = self.rng.interesting_u32() | 1,
                 _ => f.reserved[self.rng.below(3) as usize] = self.rng.interesting_u64() | 1,
             }
@@ -596,6 +607,13 @@ impl Actor {
         ));
         let r = sys::ioctl(fd, cmd, addr);
         let r = self.res(Op::BadIoctl, r);
+        if cmd == abi::PFM_IOC_CLONE {
+            // A random number that is PFM_IOC_CLONE, on an argument that
+            // happens to be valid, returns a descriptor: not to be leaked.
+            if let Ok(nfd) = r {
+                self.store_fd(nfd as i32);
+            }
+        }
         if not_pool_fd(fd) {
             return;
         }
@@ -678,6 +696,11 @@ impl Actor {
                                 && set_verdict(m.set) != Verdict::Bad
                         }
                         abi::PFM_MSG_END | abi::PFM_MSG_REVOKED => m.set == 0,
+                        // A sampling buffer filled: names the PMDs whose
+                        // entry filled it.
+                        abi::PFM_MSG_SMPL_FULL => {
+                            m.ovfl_pmds != 0 && m.ovfl_pmds & !model().impl_pmds == 0 && m.set == 0
+                        }
                         _ => false,
                     };
                     if !ok || m.reserved0 != 0 || m.reserved != [0; 3] {
@@ -967,6 +990,15 @@ impl Actor {
         let r = sys::ioctl(fd, abi::PFM_IOC_WRITE_PMDS, hdr);
         let r = self.res(Op::Arm, r);
         self.allow(Op::Arm, r, &[]);
+        // A quarter of the contexts loaded are clones of the one just
+        // programmed (`clone.rs`): so clones meet their thread's exit,
+        // zombies, UNLOADs and RESTARTs as other contexts do.
+        let cloned = self.rng.chance(1, 4);
+        let fd = if cloned {
+            self.arm_clone(fd, &pmds, sets)
+        } else {
+            fd
+        };
         let tid = match target {
             Some(t) => t,
             None => match self.rng.weighted(&[40, 20, 15, 25]) {
@@ -982,8 +1014,13 @@ impl Actor {
             let _ = sys::fcntl(fd, libc::F_SETFL, (libc::O_ASYNC | libc::O_NONBLOCK) as i64);
             self.calls += 2;
         }
+        // LOAD and START in one call a quarter of the time (PFM_LOAD_START).
+        let load_start = self.rng.chance(1, 4);
+        if load_start {
+            load_flags |= abi::PFM_LOAD_START;
+        }
         self.note(format_args!(
-            " fd={fd} flags={flags} counters={ncnt} sets={sets:#x} load_set={load_set} tid={tid} load_flags={load_flags}"
+            " fd={fd} flags={flags} counters={ncnt} sets={sets:#x} load_set={load_set} tid={tid} load_flags={load_flags:#x} cloned={cloned}"
         ));
         self.arena.put(
             hdr,
@@ -996,21 +1033,26 @@ impl Actor {
         );
         let r = sys::ioctl(fd, abi::PFM_IOC_LOAD, hdr);
         let r = self.res(Op::Arm, r);
-        self.allow(
-            Op::Arm,
-            r,
-            &[
-                libc::ESRCH,
-                libc::EBUSY,
-                libc::EACCES,
-                libc::EPERM,
-                libc::ENOSPC,
-                libc::EAGAIN,
-                libc::EDQUOT,
-                libc::EINTR,
-            ],
-        );
-        if r.is_ok() {
+        let mut allowed = vec![
+            libc::ESRCH,
+            libc::EBUSY,
+            libc::EACCES,
+            libc::EPERM,
+            libc::ENOSPC,
+            libc::EAGAIN,
+            libc::EDQUOT,
+            libc::EINTR,
+        ];
+        if load_start {
+            // Its START: the target may have exited between the two
+            // (loaded, then UNLOADED again).
+            allowed.push(libc::EBADFD);
+        }
+        self.allow(Op::Arm, r, &allowed);
+        if r.is_ok() && load_start {
+            shared().load_starts.fetch_add(1, Ordering::Relaxed);
+        }
+        if r.is_ok() && !load_start {
             let r = sys::ioctl(fd, abi::PFM_IOC_START, 0);
             let r = self.res(Op::Arm, r);
             // The target may have exited already (context UNLOADED again).

@@ -132,12 +132,26 @@ impl Actor {
         {
             return;
         }
+        // LOAD and START in one call half the time (PFM_LOAD_START): the
+        // windows below are exact either way.
+        let load_start = self.rng.chance(1, 2);
         let load = self.arena.at(HDR_OFF);
-        self.arena.put(load, abi::PfmLoad::default());
+        self.arena.put(
+            load,
+            abi::PfmLoad {
+                flags: if load_start { abi::PFM_LOAD_START } else { 0 },
+                ..Default::default()
+            },
+        );
         let r = sys::ioctl(fd, abi::PFM_IOC_LOAD, load);
         // EBUSY: this thread is monitored by a pool context already.
-        if self.res(Op::Probe, r).is_err() || !self.probe_plain(fd, abi::PFM_IOC_START) {
+        if self.res(Op::Probe, r).is_err()
+            || (!load_start && !self.probe_plain(fd, abi::PFM_IOC_START))
+        {
             return;
+        }
+        if load_start {
+            shared().load_starts.fetch_add(1, Ordering::Relaxed);
         }
         self.note(format_args!(" fd={fd} (private)"));
 

@@ -49,10 +49,11 @@ pub(super) enum Op {
     Whole,
     Process,
     ExecStart,
+    Clone,
 }
 
 /// Every ioctl of the ABI, in number order (nr 0, 1, ...).
-pub(super) const KNOWN_IOCTLS: [u32; 16] = [
+pub(super) const KNOWN_IOCTLS: [u32; 18] = [
     abi::PFM_IOC_GET_INFO,
     abi::PFM_IOC_WRITE_PMCS,
     abi::PFM_IOC_WRITE_PMDS,
@@ -69,9 +70,11 @@ pub(super) const KNOWN_IOCTLS: [u32; 16] = [
     abi::PFM_IOC_DELETE_SETS,
     abi::PFM_IOC_GETINFO_SETS,
     abi::PFM_IOC_READ_THREADS,
+    abi::PFM_IOC_CLONE,
+    abi::PFM_IOC_SMPL_SETUP,
 ];
 
-pub(super) const NOPS: usize = 37;
+pub(super) const NOPS: usize = 38;
 pub(super) const OPS: [Op; NOPS] = [
     Op::Open,
     Op::Close,
@@ -110,6 +113,7 @@ pub(super) const OPS: [Op; NOPS] = [
     Op::Whole,
     Op::Process,
     Op::ExecStart,
+    Op::Clone,
 ];
 
 /// Weights (per ~10,000) of the worker threads' operations. Process and
@@ -153,6 +157,7 @@ pub(super) const WEIGHTS: [u32; NOPS] = [
     20,   // Whole (inheritance on the actor with fork/thread/exec churn)
     10,   // Process (PFM_LOAD_PROCESS on a child creating threads)
     10,   // ExecStart (PFM_CTXFL_START_ON_EXEC on a child)
+    250,  // Clone (PFM_IOC_CLONE of a pool context; its fd joins the pool)
 ];
 
 impl Op {
@@ -195,6 +200,7 @@ impl Op {
             Op::Whole => "whole",
             Op::Process => "process",
             Op::ExecStart => "exec_start",
+            Op::Clone => "clone",
         }
     }
 }
@@ -241,6 +247,13 @@ pub(super) struct Shared {
     pub(super) process_checked: AtomicU64,
     pub(super) exec_checked: AtomicU64,
     pub(super) heirs_seen: AtomicU64,
+    /// PFM_IOC_CLONE: descriptors returned (each checked, then adopted by
+    /// the pool or closed), and clones of `arm`'s private templates
+    /// compared with their template exactly.
+    pub(super) clones: AtomicU64,
+    pub(super) clones_exact: AtomicU64,
+    /// LOADs with PFM_LOAD_START that succeeded (LOAD and START done).
+    pub(super) load_starts: AtomicU64,
     /// Suspected kernel bugs of whole programs, per kind (`FINDINGS`): each
     /// kind is an anomaly once, then only counted.
     pub(super) findings: [AtomicU64; FINDINGS.len()],
@@ -266,6 +279,11 @@ pub(super) struct Shared {
 pub(super) static SHARED: AtomicUsize = AtomicUsize::new(0);
 pub(super) static LOG_FD: AtomicI32 = AtomicI32::new(-1);
 pub(super) static TIMER_US: AtomicU64 = AtomicU64::new(20_000);
+/// `kernel.perf_event_paranoid` when the run started (-1: unknown), read
+/// by the master before the first fork: above 2, a caller without
+/// CAP_SYS_ADMIN may neither open /dev/perfmon nor clone a context
+/// (EACCES).
+pub(super) static PARANOID: AtomicI32 = AtomicI32::new(-1);
 
 pub(super) fn shared() -> &'static Shared {
     let p = SHARED.load(Ordering::Relaxed);
@@ -409,4 +427,24 @@ pub(super) fn restricted_weights() -> [u32; NOPS] {
     w[Op::Process as usize] = 0;
     w[Op::ExecStart as usize] = 0;
     w
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `bad_ioctl` takes the numbers from `KNOWN_IOCTLS.len()` up as
+    /// unknown ones: the table must hold every command, in number order.
+    #[test]
+    fn known_ioctls_in_number_order() {
+        for (nr, cmd) in KNOWN_IOCTLS.iter().enumerate() {
+            assert_eq!((cmd & 0xff) as usize, nr, "{cmd:#x}");
+            assert_eq!((cmd >> 8) & 0xff, abi::PFM_IOC_MAGIC, "{cmd:#x}");
+        }
+        assert!(KNOWN_IOCTLS.contains(&abi::PFM_IOC_CLONE));
+        assert_eq!(OPS.len(), WEIGHTS.len());
+        for (i, op) in OPS.iter().enumerate() {
+            assert_eq!(*op as usize, i, "{}", op.name());
+        }
+    }
 }

@@ -448,7 +448,13 @@ impl Actor {
         let evs = events();
         let mask = mask_of(&evs);
         let n = evs.len();
-        self.note(format_args!(" fd={fd} flags={flags:#x} mask={mask:#x}"));
+        // LOAD and START in one call a quarter of the time
+        // (PFM_LOAD_START): started, and so disarmed, as LOAD returns.
+        let load_start = self.rng.chance(1, 4);
+        let load_flags = if load_start { abi::PFM_LOAD_START } else { 0 };
+        self.note(format_args!(
+            " fd={fd} flags={flags:#x} mask={mask:#x} load_start={load_start}"
+        ));
         let ok =
             self.step_ok(op, set_flags(fd, flags), &[]) && self.step_ok(op, program(fd, &evs), &[]);
         if !ok {
@@ -482,7 +488,7 @@ impl Actor {
         } else {
             None
         };
-        let r = self.res(op, load(fd, 0, 0));
+        let r = self.res(op, load(fd, 0, load_flags));
         let raced = helper.map(|h| {
             go.wait();
             h.join().unwrap_or(Err(0))
@@ -513,22 +519,26 @@ impl Actor {
             let _ = sys::close(fd);
             return;
         }
+        if load_start {
+            shared().load_starts.fetch_add(1, Ordering::Relaxed);
+        }
         let me = sys::gettid();
         let pid = sys::getpid();
         match state(fd) {
             Ok(st) => {
-                let armed = flags & abi::PFM_CTXFL_START_ON_EXEC != 0;
+                // LOAD arms START_ON_EXEC; START (PFM_LOAD_START's) disarms.
+                let armed = flags & abi::PFM_CTXFL_START_ON_EXEC != 0 && !load_start;
                 if st.state != abi::PFM_STATE_LOADED
                     || st.tid != me
                     || st.threads != 1
                     || st.lost_threads != 0
                     || (st.status & abi::PFM_CTXST_EXEC_ARMED != 0) != armed
-                    || st.status & abi::PFM_CTXST_STARTED != 0
+                    || (st.status & abi::PFM_CTXST_STARTED != 0) != load_start
                 {
                     self.anomaly(
                         op,
                         format!(
-                            "after LOAD on itself with flags {flags:#x}: state {} tid {} (me {me}) threads {} lost {} status {:#x}",
+                            "after LOAD on itself with flags {flags:#x}, load flags {load_flags:#x}: state {} tid {} (me {me}) threads {} lost {} status {:#x}",
                             st.state, st.tid, st.threads, st.lost_threads, st.status
                         ),
                     );
@@ -536,7 +546,7 @@ impl Actor {
             }
             Err(e) => self.anomaly(op, format!("GET_STATE: {}", perfmon::errno_name(e))),
         }
-        if !self.step_ok(op, plain(fd, abi::PFM_IOC_START), &[]) {
+        if !load_start && !self.step_ok(op, plain(fd, abi::PFM_IOC_START), &[]) {
             let _ = sys::close(fd);
             return;
         }
@@ -656,7 +666,7 @@ impl Actor {
             .heirs_seen
             .fetch_add(rows.len().saturating_sub(1) as u64, Ordering::Relaxed);
         let ctx = format!(
-            "{} #{} whole: flags {flags:#x} created {created} (kids {kids:?}) toggled {toggled} racing LOAD {}",
+            "{} #{} whole: flags {flags:#x} load flags {load_flags:#x} created {created} (kids {kids:?}) toggled {toggled} racing LOAD {}",
             self.name,
             self.n,
             raced.map_or("none", |hr| crate::pfm::outcome(&hr))
@@ -816,36 +826,54 @@ impl Actor {
         let mask = mask_of(&evs);
         let n = evs.len();
         let mode = self.rng.below(4);
+        // LOAD and START in one call a quarter of the time
+        // (PFM_LOAD_START): the whole family started as LOAD returns.
+        let load_start = self.rng.chance(1, 4);
+        let load_flags = abi::PFM_LOAD_PROCESS | if load_start { abi::PFM_LOAD_START } else { 0 };
         self.note(format_args!(
-            " child={child} keep={keep} life={life_us}us sleepers={sleepers} flags={flags:#x} mode={mode}"
+            " child={child} keep={keep} life={life_us}us sleepers={sleepers} flags={flags:#x} mode={mode} load_flags={load_flags:#x}"
         ));
         if !(self.step_ok(op, set_flags(fd, flags), &[])
             && self.step_ok(op, program(fd, &evs), &[]))
         {
             return cleanup(Some(fd));
         }
-        let r = self.res(op, load(fd, child as u32, abi::PFM_LOAD_PROCESS));
+        let r = self.res(op, load(fd, child as u32, load_flags));
         if r.is_err() {
-            // ESRCH: the child died (a SIGKILL of the worker's children).
-            self.allow(
-                op,
-                r,
-                &[
-                    libc::ESRCH,
-                    libc::EBUSY,
-                    libc::EAGAIN,
-                    libc::EDQUOT,
-                    libc::ENOSPC,
-                    libc::EINTR,
-                ],
-            );
+            // ESRCH: the child died (a SIGKILL of the worker's children);
+            // with PFM_LOAD_START, EBADFD: it died between LOAD and START.
+            let mut allowed = vec![
+                libc::ESRCH,
+                libc::EBUSY,
+                libc::EAGAIN,
+                libc::EDQUOT,
+                libc::ENOSPC,
+                libc::EINTR,
+            ];
+            if load_start {
+                allowed.push(libc::EBADFD);
+            }
+            self.allow(op, r, &allowed);
             return cleanup(Some(fd));
         }
-        self.step_ok(op, plain(fd, abi::PFM_IOC_START), &[libc::EBADFD]);
         let ctx = format!(
-            "{} #{} process: child {child} keep {keep} life {life_us} us sleepers {sleepers} flags {flags:#x}",
+            "{} #{} process: child {child} keep {keep} life {life_us} us sleepers {sleepers} flags {flags:#x} load flags {load_flags:#x}",
             self.name, self.n
         );
+        if load_start {
+            shared().load_starts.fetch_add(1, Ordering::Relaxed);
+            // STARTED until STOP or UNLOAD, the thread's exit included.
+            match state(fd) {
+                Ok(st) if st.status & abi::PFM_CTXST_STARTED != 0 => {}
+                other => self.anomaly(
+                    op,
+                    format!("{ctx}: after LOAD|START: {other:?} (started expected)"),
+                ),
+            }
+            self.calls += 1;
+        } else {
+            self.step_ok(op, plain(fd, abi::PFM_IOC_START), &[libc::EBADFD]);
+        }
         let samples = self.rng.range(1, 4);
         for _ in 0..samples {
             sys::usleep(self.rng.below(3000));
@@ -1028,44 +1056,60 @@ impl Actor {
         let mask = mask_of(&evs);
         let failed_first = self.rng.chance(1, 3);
         let mode = self.rng.below(4);
+        // Mode 2 (START before the exec) LOADs and STARTs in one call half
+        // the time (PFM_LOAD_START): started and disarmed as LOAD returns,
+        // and a failed exec changes nothing.
+        let load_start = mode == 2 && self.rng.chance(1, 2);
         self.note(format_args!(
-            " child={child} flags={flags:#x} failed_first={failed_first} mode={mode}"
+            " child={child} flags={flags:#x} failed_first={failed_first} mode={mode} load_start={load_start}"
         ));
         if !(self.step_ok(op, set_flags(fd, flags), &[])
             && self.step_ok(op, program(fd, &evs), &[]))
         {
             return cleanup(fd);
         }
-        let r = self.res(op, load(fd, child as u32, 0));
+        let load_flags = if load_start { abi::PFM_LOAD_START } else { 0 };
+        let r = self.res(op, load(fd, child as u32, load_flags));
         if r.is_err() {
-            self.allow(
-                op,
-                r,
-                &[
-                    libc::ESRCH,
-                    libc::EBUSY,
-                    libc::EAGAIN,
-                    libc::EDQUOT,
-                    libc::ENOSPC,
-                    libc::EINTR,
-                ],
-            );
+            // With PFM_LOAD_START, EBADFD: the child gone between LOAD and
+            // START, as ESRCH before LOAD.
+            let mut allowed = vec![
+                libc::ESRCH,
+                libc::EBUSY,
+                libc::EAGAIN,
+                libc::EDQUOT,
+                libc::ENOSPC,
+                libc::EINTR,
+            ];
+            if load_start {
+                allowed.push(libc::EBADFD);
+            }
+            self.allow(op, r, &allowed);
             return cleanup(fd);
         }
+        if load_start {
+            shared().load_starts.fetch_add(1, Ordering::Relaxed);
+        }
         let ctx = format!(
-            "{} #{} exec_start: child {child} flags {flags:#x} failed_first {failed_first} mode {mode}",
+            "{} #{} exec_start: child {child} flags {flags:#x} failed_first {failed_first} mode {mode} load flags {load_flags:#x}",
             self.name, self.n
         );
-        let armed_only = |s: &abi::PfmCtxInfo| {
-            s.status & (abi::PFM_CTXST_EXEC_ARMED | abi::PFM_CTXST_STARTED)
-                == abi::PFM_CTXST_EXEC_ARMED
+        // Armed and not started after LOAD; started and disarmed after
+        // LOAD|START; a failed exec changes neither.
+        let (want, want_text) = if load_start {
+            (abi::PFM_CTXST_STARTED, "started, disarmed")
+        } else {
+            (abi::PFM_CTXST_EXEC_ARMED, "armed, not started")
+        };
+        let as_loaded = |s: &abi::PfmCtxInfo| {
+            s.status & (abi::PFM_CTXST_EXEC_ARMED | abi::PFM_CTXST_STARTED) == want
         };
         match state(fd) {
-            Ok(s) if armed_only(&s) => {}
+            Ok(s) if as_loaded(&s) => {}
             other => {
                 self.anomaly(
                     op,
-                    format!("{ctx}: after LOAD: {other:?} (armed, not started expected)"),
+                    format!("{ctx}: after LOAD: {other:?} ({want_text} expected)"),
                 );
                 return cleanup(fd);
             }
@@ -1076,16 +1120,14 @@ impl Actor {
                 return cleanup(fd);
             }
             match state(fd) {
-                Ok(s) if armed_only(&s) => {}
+                Ok(s) if as_loaded(&s) => {}
                 other => self.anomaly(
                     op,
-                    format!(
-                        "{ctx}: after a failed exec: {other:?} (still armed, not started expected)"
-                    ),
+                    format!("{ctx}: after a failed exec: {other:?} (still {want_text} expected)"),
                 ),
             }
         }
-        if mode == 2 {
+        if mode == 2 && !load_start {
             self.step_ok(op, plain(fd, abi::PFM_IOC_START), &[]);
             match state(fd) {
                 Ok(s)
@@ -1137,8 +1179,8 @@ impl Actor {
             }
         }
         if mode != 3 && self.uid == 0 {
-            // The exec started it (START did in mode 2): the program ran
-            // counted.
+            // The exec started it (START or LOAD|START did in mode 2): the
+            // program ran counted.
             let v = read_values(fd, mask);
             let started = st.status & abi::PFM_CTXST_STARTED != 0;
             if !started || v.as_ref().map_or(true, |v| v.2 == 0) {

@@ -1,0 +1,266 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! A context's sampling buffer (Documentation/perfmon.rst, "Sampling"):
+//! `PFM_IOC_SMPL_SETUP`, its `mmap`, and the entry every overflow writes.
+//! The ring's protocol is `pfm_smpl` (host-tested, shared with the
+//! library); this file keeps the pages and calls it.
+//!
+//! An entry is written where the overflow is found, under the context's
+//! lock, in the monitored thread (its IP, its CPU, the PMD values of that
+//! moment): at a switch for the soft model's switch and migration counts
+//! and its task-clock folds, in the PMI for the hardware models. What
+//! needs more than memory writes (masking a full buffer, its message,
+//! waking a reader past the watermark) is left to the overflow interrupt
+//! that the overflow raises anyway ([`Context::take_smpl_events`]).
+
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+use kernel::prelude::*;
+
+use super::{Context, CtxInner, Extra};
+use crate::abi;
+use crate::globals;
+use crate::pfm_msgq::Ring;
+use crate::pfm_smpl::{DataCells, Geometry, HeaderCells, SmplRing, PAGE};
+use crate::pfm_state::State;
+use crate::rust::{self as glue, mm, PidNs};
+
+// SAFETY: Atomics only (all-zero is a valid value of each), 128 bytes.
+unsafe impl mm::PageContents for HeaderCells {}
+// SAFETY: Atomics only, one page.
+unsafe impl mm::PageContents for DataCells {}
+
+/// A context's sampling buffer.
+///
+/// Never borrowed mutably once installed (`mmap` maps its pages outside
+/// the lock while overflows write entries): what changes is atomic.
+pub(crate) struct CtxSmpl {
+    hdr: mm::SharedPage<HeaderCells>,
+    data: KVec<mm::SharedPage<DataCells>>,
+    geo: Geometry,
+    /// Per PMD, the PMDs whose values its entries record.
+    smpl_pmds: [u64; abi::PFM_MAX_PMDS],
+    /// A mapping exists (there is one at a time).
+    mapped: AtomicBool,
+    /// The loaded thread's process id in the loader's pid namespace (set
+    /// at LOAD).
+    pid: AtomicU32,
+    /// PMDs whose entry filled the buffer (mask policy), since the
+    /// overflow interrupt last looked.
+    full_pmds: AtomicU64,
+    /// The unread entries reached the watermark since then.
+    crossed: AtomicBool,
+}
+
+/// What the overflow interrupt must do for the buffer.
+pub(super) struct SmplEvents {
+    /// The buffer filled: mask, with a message naming these PMDs.
+    pub(super) full_pmds: u64,
+    /// Wake `poll`ers: the watermark was reached.
+    pub(super) wake: bool,
+}
+
+impl CtxSmpl {
+    /// The buffer as the ring protocol sees it, for `f`.
+    fn with_ring<R>(&self, f: impl FnOnce(&SmplRing<'_>) -> R) -> R {
+        let page = |i: usize| self.data.get(i).map(|p| p.get());
+        let ring = SmplRing {
+            hdr: self.hdr.get(),
+            page: &page,
+            data_size: self.geo.data_size,
+        };
+        f(&ring)
+    }
+}
+
+impl CtxInner {
+    /// The sampling buffer, if there is one.
+    #[inline(always)]
+    pub(super) fn smpl(&self) -> Option<&CtxSmpl> {
+        match self.extra.as_deref() {
+            Some(Extra::Smpl(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Writes one entry per PMD of `ovfl` (overflowed now, in the monitored
+    /// thread, lock held). Entries are written while the context counts.
+    pub(super) fn smpl_overflowed(&self, ovfl: u64) {
+        let Some(smpl) = self.smpl() else {
+            return;
+        };
+        // During an exec not yet checked, the user registers may be the
+        // new image's, which its loader may not be allowed to see.
+        let ip = if self.exec_check {
+            0
+        } else {
+            glue::current_user_ip()
+        };
+        let pmds = self.counters.pmds();
+        let mut bits = ovfl;
+        while bits != 0 {
+            let i = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            let (Some(pmd), Some(&mask)) = (pmds.get(i), smpl.smpl_pmds.get(i)) else {
+                continue;
+            };
+            let mut e = abi::PfmSmplEntry {
+                tid: self.tid,
+                pid: smpl.pid.load(Ordering::Relaxed),
+                cpu: glue::this_cpu() as u16,
+                ovfl_pmd: i as u16,
+                set: 0,
+                nvalues: mask.count_ones() as u16,
+                last_reset_val: pmd.last_reset,
+                ip,
+                tstamp: glue::monotonic_ns(),
+                smpl_pmds: mask,
+                ..Default::default()
+            };
+            let mut m = mask;
+            for v in e.values.iter_mut() {
+                if m == 0 {
+                    break;
+                }
+                let j = m.trailing_zeros() as usize;
+                m &= m - 1;
+                *v = pmds.get(j).map_or(0, |p| p.value);
+            }
+            let pushed = smpl.with_ring(|r| r.push(&e, smpl.geo.watermark, smpl.geo.drop));
+            if pushed.full && !smpl.geo.drop {
+                smpl.full_pmds.fetch_or(1 << i, Ordering::Relaxed);
+            }
+            if pushed.crossed_watermark {
+                smpl.crossed.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// What the buffer asks of the overflow interrupt, taken (lock held).
+    pub(super) fn take_smpl_events(&self) -> SmplEvents {
+        match self.smpl() {
+            Some(s) => SmplEvents {
+                full_pmds: s.full_pmds.swap(0, Ordering::Relaxed),
+                wake: s.crossed.swap(false, Ordering::Relaxed),
+            },
+            None => SmplEvents {
+                full_pmds: 0,
+                wake: false,
+            },
+        }
+    }
+
+    /// Whether `poll` reports the buffer readable: its unread entries are
+    /// at the watermark.
+    pub(super) fn smpl_readable(&self) -> bool {
+        self.smpl()
+            .is_some_and(|s| s.with_ring(|r| r.above_watermark(s.geo.watermark)))
+    }
+}
+
+impl Context {
+    /// After a LOAD of a context with a buffer: records the loaded
+    /// thread's process id, in the loader's pid namespace, for the entries.
+    pub(super) fn smpl_note_pid(&self) {
+        let ns = PidNs::of_current();
+        {
+            let inner = self.inner.lock();
+            if let (Some(s), Some(att), Some(ns)) = (inner.smpl(), &inner.attach, &ns) {
+                s.pid.store(ns.ids_of(att.task()).1, Ordering::Relaxed);
+            }
+        }
+        // The namespace reference goes after the raw lock.
+        drop(ns);
+    }
+}
+
+impl Context {
+    /// `PFM_IOC_SMPL_SETUP`: the context's buffer, once, while UNLOADED.
+    /// `EINVAL` for a bad setup, `EBADFD` if loaded, `EBUSY` if the context
+    /// has a buffer already, or a mapped counter page, event sets or a
+    /// whole program's family (one of them per context).
+    pub(crate) fn smpl_setup(&self, s: &abi::PfmSmplSetup) -> Result {
+        let geo = Geometry::of(s, globals().pmu.impl_mask()).map_err(|_| EINVAL)?;
+        // Everything that may sleep, before the lock.
+        let hdr = mm::SharedPage::<HeaderCells>::new()?;
+        SmplRing::init(hdr.get(), geo.data_size);
+        let mut data = KVec::with_capacity(geo.data_pages, GFP_KERNEL)?;
+        for _ in 0..geo.data_pages {
+            data.push(mm::SharedPage::<DataCells>::new()?, GFP_KERNEL)?;
+        }
+        let mut ring = match self.inner.lock().msgs.has_ring() {
+            true => None,
+            false => Some(KBox::new(Ring::new(), GFP_KERNEL_ACCOUNT)?),
+        };
+        let mut fresh = Some(KBox::new(
+            Extra::Smpl(CtxSmpl {
+                hdr,
+                data,
+                geo,
+                smpl_pmds: s.smpl_pmds,
+                mapped: AtomicBool::new(false),
+                pid: AtomicU32::new(0),
+                full_pmds: AtomicU64::new(0),
+                crossed: AtomicBool::new(false),
+            }),
+            GFP_KERNEL_ACCOUNT,
+        )?);
+        let r = {
+            let mut inner = self.inner.lock();
+            if inner.state() != State::Unloaded {
+                Err(crate::ebadfd())
+            } else if inner.extra.is_some() {
+                Err(EBUSY)
+            } else {
+                inner.extra = fresh.take();
+                // The ring PFM_MSG_SMPL_FULL goes through; one another
+                // call installed first wins, ours is freed below.
+                if let Some(r) = ring.take() {
+                    ring = inner.msgs.set_ring(r);
+                }
+                Ok(())
+            }
+        };
+        // Whatever was not installed is freed after the raw lock.
+        drop((fresh, ring));
+        r
+    }
+
+    /// `mmap` of the buffer: the header page and the data pages, shared
+    /// and writable (the tool writes `tail`), one mapping at a time.
+    /// `ENODEV` without a buffer; `EINVAL` for another length, or a
+    /// mapping that is private or not writable; `EPERM` if executable;
+    /// `EBUSY` if a mapping exists.
+    pub(super) fn mmap_smpl(&self, vma: &mm::Vma<'_>) -> Result {
+        let smpl: *const CtxSmpl = match self.inner.lock().smpl() {
+            Some(s) => s as *const CtxSmpl,
+            None => return Err(ENODEV),
+        };
+        // SAFETY: `extra` is never replaced once set (nor borrowed mutably,
+        // `CtxSmpl`): the buffer lives as long as the context, which the
+        // caller's file (and then the VMA's) holds.
+        let smpl = unsafe { &*smpl };
+        if vma.len() != (1 + smpl.geo.data_pages) * PAGE {
+            return Err(EINVAL);
+        }
+        if vma.exec() {
+            return Err(EPERM);
+        }
+        if !vma.shared_writable() {
+            return Err(EINVAL);
+        }
+        if smpl
+            .mapped
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return Err(EBUSY);
+        }
+        // SAFETY: `mapped` is in the buffer, which outlives the VMA (above).
+        let r = unsafe { vma.insert_shared_pages(&smpl.hdr, &smpl.data, &smpl.mapped) };
+        if r.is_err() {
+            smpl.mapped.store(false, Ordering::Release);
+        }
+        r
+    }
+}

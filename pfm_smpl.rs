@@ -1,0 +1,469 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The sampling buffer's protocol, one copy for both sides: the kernel
+//! writes entries and `head` ([`SmplRing::push`]); the tool reads `head`,
+//! the entries before it, and writes `tail` ([`SmplRing::drain`]).
+//!
+//! The buffer is shared memory that both sides write (the kernel its
+//! entries and `head`, the tool `tail`), so both see it only as atomics, as
+//! the counter page (`pfm_page`): every data access `Relaxed`, ordered by
+//! perf's ring-buffer barriers (`kernel/events/ring_buffer.c`): the writer
+//! loads `tail` with `Acquire` before it writes over consumed entries, and
+//! publishes `head` with `Release` after the entry; the reader loads `head`
+//! with `Acquire`, reads the entries, and stores `tail` with `Release`. On
+//! x86 each is a plain `mov`.
+//!
+//! `head` and `tail` count bytes since setup and never wrap (2^64 bytes of
+//! 128-byte entries is 2^57 samples); the entry at byte `x` is at data
+//! offset `x % data_size`. Entries are a power of two in size, so none
+//! straddles a page. The kernel does not trust `tail`: one that is behind
+//! `head - data_size` or ahead of `head` reads as "nothing consumed" (the
+//! buffer full), so a tool that writes garbage loses its own samples and
+//! nothing else.
+
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use crate::abi;
+
+/// Bytes per page of the buffer.
+pub const PAGE: usize = abi::PFM_PAGE_SIZE;
+/// 64-bit words per page.
+const WORDS: usize = PAGE / 8;
+/// Bytes per entry.
+pub const ENTRY: usize = core::mem::size_of::<abi::PfmSmplEntry>();
+/// 64-bit words per entry.
+const ENTRY_WORDS: usize = ENTRY / 8;
+const _: () = assert!(ENTRY.is_power_of_two() && PAGE % ENTRY == 0);
+
+/// The header page, as atomics (the layout of [`abi::PfmSmplHdr`]).
+#[repr(C)]
+pub struct HeaderCells {
+    /// `PFM_SMPL_VERSION`.
+    pub version: AtomicU32,
+    /// Bytes per entry.
+    pub entry_size: AtomicU32,
+    /// Bytes of entries.
+    pub data_size: AtomicU64,
+    /// Bytes written (kernel).
+    pub head: AtomicU64,
+    /// Bytes consumed (tool).
+    pub tail: AtomicU64,
+    /// Entries written.
+    pub written: AtomicU64,
+    /// Entries dropped.
+    pub lost: AtomicU64,
+    reserved: [AtomicU64; 10],
+}
+const _: () = assert!(
+    core::mem::size_of::<HeaderCells>() == core::mem::size_of::<abi::PfmSmplHdr>()
+        && core::mem::offset_of!(HeaderCells, tail) == core::mem::offset_of!(abi::PfmSmplHdr, tail)
+        && core::mem::offset_of!(HeaderCells, lost) == core::mem::offset_of!(abi::PfmSmplHdr, lost)
+);
+
+/// One data page, as atomics.
+#[repr(C)]
+pub struct DataCells(
+    /// The page's words.
+    pub [AtomicU64; WORDS],
+);
+
+/// Why a setup is refused (`EINVAL`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetupError {
+    /// `data_pages` is not a power of two in `1..=PFM_SMPL_MAX_PAGES`.
+    Pages,
+    /// Undefined flags, non-zero padding or reserved fields.
+    Reserved,
+    /// A PMD's `smpl_pmds` names a PMD the model lacks, or more than
+    /// `PFM_SMPL_MAX_VALUES`; or a PMD the model lacks has one.
+    SmplPmds,
+    /// The watermark is beyond the data.
+    Watermark,
+}
+
+/// A setup, checked: the buffer's geometry and what each entry records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// Data pages.
+    pub data_pages: usize,
+    /// Bytes of entries.
+    pub data_size: u64,
+    /// Unread bytes that make the buffer readable for `poll`.
+    pub watermark: u64,
+    /// Drop (and count) when full, instead of masking.
+    pub drop: bool,
+}
+
+impl Geometry {
+    /// Checks `s` against the PMDs the model implements.
+    pub fn of(s: &abi::PfmSmplSetup, impl_pmds: u64) -> Result<Self, SetupError> {
+        if s.flags & !abi::PFM_SMPL_MASK != 0 || s.pad != 0 || s.reserved != [0; 4] {
+            return Err(SetupError::Reserved);
+        }
+        let pages = s.data_pages;
+        if !pages.is_power_of_two() || pages > abi::PFM_SMPL_MAX_PAGES {
+            return Err(SetupError::Pages);
+        }
+        for (pmd, &mask) in s.smpl_pmds.iter().enumerate() {
+            let implemented = impl_pmds & (1 << pmd) != 0;
+            if mask & !impl_pmds != 0
+                || mask.count_ones() as usize > abi::PFM_SMPL_MAX_VALUES
+                || (mask != 0 && !implemented)
+            {
+                return Err(SetupError::SmplPmds);
+            }
+        }
+        let data_size = u64::from(pages) * PAGE as u64;
+        let watermark = match u64::from(s.watermark) {
+            0 => data_size / 2,
+            w if w <= data_size => w,
+            _ => return Err(SetupError::Watermark),
+        };
+        Ok(Self {
+            data_pages: pages as usize,
+            data_size,
+            watermark,
+            drop: s.flags & abi::PFM_SMPL_DROP != 0,
+        })
+    }
+}
+
+/// What [`SmplRing::push`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pushed {
+    /// The entry is in the buffer (else it was dropped and counted, or
+    /// there was no room under the mask policy).
+    pub written: bool,
+    /// The unread bytes reached the watermark with this entry.
+    pub crossed_watermark: bool,
+    /// No room is left for another entry: under the mask policy, the
+    /// context must stop until RESTART.
+    pub full: bool,
+}
+
+/// The buffer as one side sees it: its header and data pages.
+pub struct SmplRing<'a> {
+    /// The header page.
+    pub hdr: &'a HeaderCells,
+    /// Data page `i` of the buffer (`None` past its end, which the
+    /// offsets, below `data_size`, never reach).
+    pub page: &'a dyn Fn(usize) -> Option<&'a DataCells>,
+    /// Bytes of entries.
+    pub data_size: u64,
+}
+
+impl SmplRing<'_> {
+    /// Writes the constant fields of a new buffer.
+    pub fn init(hdr: &HeaderCells, data_size: u64) {
+        hdr.version.store(abi::PFM_SMPL_VERSION, Ordering::Relaxed);
+        hdr.entry_size.store(ENTRY as u32, Ordering::Relaxed);
+        hdr.data_size.store(data_size, Ordering::Relaxed);
+    }
+
+    /// The bytes not yet consumed, with `head` as the writer knows it:
+    /// a `tail` out of range counts as nothing consumed.
+    fn unread(&self, head: u64) -> u64 {
+        let tail = self.hdr.tail.load(Ordering::Acquire);
+        match head.checked_sub(tail) {
+            Some(n) if n <= self.data_size => n,
+            _ => self.data_size,
+        }
+    }
+
+    /// Kernel side: appends `e` (its `seq` set here), or, full, drops it
+    /// (counted in `lost` under `drop`). The writer is one context under
+    /// its lock: `head`, `written` and `lost` are its own.
+    pub fn push(&self, e: &abi::PfmSmplEntry, watermark: u64, drop: bool) -> Pushed {
+        let head = self.hdr.head.load(Ordering::Relaxed);
+        let unread = self.unread(head);
+        if unread + ENTRY as u64 > self.data_size {
+            if drop {
+                let lost = self.hdr.lost.load(Ordering::Relaxed);
+                self.hdr.lost.store(lost + 1, Ordering::Relaxed);
+            }
+            return Pushed {
+                written: false,
+                crossed_watermark: false,
+                full: true,
+            };
+        }
+        let written = self.hdr.written.load(Ordering::Relaxed);
+        let mut e = *e;
+        e.seq = written;
+        let off = (head % self.data_size) as usize;
+        let Some(page) = (self.page)(off / PAGE) else {
+            return Pushed {
+                written: false,
+                crossed_watermark: false,
+                full: true,
+            };
+        };
+        let first = (off % PAGE) / 8;
+        for (cell, word) in page.0[first..first + ENTRY_WORDS]
+            .iter()
+            .zip(entry_words(&e).iter())
+        {
+            cell.store(*word, Ordering::Relaxed);
+        }
+        self.hdr.written.store(written + 1, Ordering::Relaxed);
+        // After the entry: a reader that sees the new head sees it whole.
+        self.hdr.head.store(head + ENTRY as u64, Ordering::Release);
+        let now = unread + ENTRY as u64;
+        Pushed {
+            written: true,
+            crossed_watermark: unread < watermark && now >= watermark,
+            full: now + ENTRY as u64 > self.data_size,
+        }
+    }
+
+    /// Whether the unread bytes are at least `watermark` (for `poll`).
+    pub fn above_watermark(&self, watermark: u64) -> bool {
+        self.unread(self.hdr.head.load(Ordering::Acquire)) >= watermark
+    }
+
+    /// Whether another entry fits (RESTART of a context the buffer masked
+    /// is allowed either way; it masks again at the next overflow).
+    pub fn has_room(&self) -> bool {
+        self.unread(self.hdr.head.load(Ordering::Relaxed)) + (ENTRY as u64) <= self.data_size
+    }
+
+    /// Tool side: calls `f` with each entry between `tail` and `head`,
+    /// oldest first, then consumes them (stores `tail`). Returns how many.
+    pub fn drain(&self, mut f: impl FnMut(&abi::PfmSmplEntry)) -> usize {
+        let head = self.hdr.head.load(Ordering::Acquire);
+        let mut tail = self.hdr.tail.load(Ordering::Relaxed);
+        let mut n = 0;
+        while tail < head {
+            let off = (tail % self.data_size) as usize;
+            let Some(page) = (self.page)(off / PAGE) else {
+                break;
+            };
+            let first = (off % PAGE) / 8;
+            let mut words = [0u64; ENTRY_WORDS];
+            for (w, cell) in words.iter_mut().zip(&page.0[first..first + ENTRY_WORDS]) {
+                *w = cell.load(Ordering::Relaxed);
+            }
+            f(&entry_of(&words));
+            tail += ENTRY as u64;
+            n += 1;
+        }
+        // After the reads: the writer may reuse the space.
+        self.hdr.tail.store(tail, Ordering::Release);
+        n
+    }
+}
+
+/// An entry as 64-bit words, in its ABI layout.
+fn entry_words(e: &abi::PfmSmplEntry) -> [u64; ENTRY_WORDS] {
+    let mut w = [0u64; ENTRY_WORDS];
+    w[0] = u64::from(e.tid) | u64::from(e.pid) << 32;
+    w[1] = u64::from(e.cpu)
+        | u64::from(e.ovfl_pmd) << 16
+        | u64::from(e.set) << 32
+        | u64::from(e.nvalues) << 48;
+    w[2] = e.seq;
+    w[3] = e.last_reset_val;
+    w[4] = e.ip;
+    w[5] = e.tstamp;
+    w[6] = e.smpl_pmds;
+    w[7] = e.reserved;
+    w[8..].copy_from_slice(&e.values);
+    w
+}
+
+/// [`entry_words`]' inverse.
+fn entry_of(w: &[u64; ENTRY_WORDS]) -> abi::PfmSmplEntry {
+    let mut values = [0u64; abi::PFM_SMPL_MAX_VALUES];
+    values.copy_from_slice(&w[8..]);
+    abi::PfmSmplEntry {
+        tid: w[0] as u32,
+        pid: (w[0] >> 32) as u32,
+        cpu: w[1] as u16,
+        ovfl_pmd: (w[1] >> 16) as u16,
+        set: (w[1] >> 32) as u16,
+        nvalues: (w[1] >> 48) as u16,
+        seq: w[2],
+        last_reset_val: w[3],
+        ip: w[4],
+        tstamp: w[5],
+        smpl_pmds: w[6],
+        reserved: w[7],
+        values,
+    }
+}
+
+// The word layout above is the ABI's on a little-endian machine.
+const _: () = assert!(
+    core::mem::offset_of!(abi::PfmSmplEntry, seq) == 16
+        && core::mem::offset_of!(abi::PfmSmplEntry, values) == 64
+        && cfg!(target_endian = "little")
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn buffer(pages: usize) -> (HeaderCells, Vec<DataCells>) {
+        // SAFETY: atomics of integers: all-zero is valid.
+        let hdr: HeaderCells = unsafe { core::mem::zeroed() };
+        let data = (0..pages)
+            // SAFETY: as above.
+            .map(|_| unsafe { core::mem::zeroed::<DataCells>() })
+            .collect();
+        SmplRing::init(&hdr, (pages * PAGE) as u64);
+        (hdr, data)
+    }
+
+    fn entry(i: u64) -> abi::PfmSmplEntry {
+        abi::PfmSmplEntry {
+            tid: 7,
+            pid: 5,
+            cpu: 1,
+            ovfl_pmd: 2,
+            set: 3,
+            nvalues: 1,
+            ip: 0x4000 + i,
+            tstamp: 1000 + i,
+            smpl_pmds: 1,
+            values: [i, 0, 0, 0, 0, 0, 0, 0x55],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn entries_round_trip_in_order_across_wraps() {
+        let (hdr, data) = buffer(1);
+        let page = |i: usize| data.get(i);
+        let ring = SmplRing {
+            hdr: &hdr,
+            page: &page,
+            data_size: PAGE as u64,
+        };
+        let per_page = (PAGE / ENTRY) as u64;
+        let mut seen = Vec::new();
+        for i in 0..10 * per_page {
+            let p = ring.push(&entry(i), u64::MAX, true);
+            assert!(p.written, "entry {i}");
+            // Drain every 5 entries: the ring wraps many times.
+            if i % 5 == 4 {
+                ring.drain(|e| seen.push(*e));
+            }
+        }
+        ring.drain(|e| seen.push(*e));
+        assert_eq!(seen.len() as u64, 10 * per_page);
+        for (i, e) in seen.iter().enumerate() {
+            let mut want = entry(i as u64);
+            want.seq = i as u64;
+            assert_eq!(*e, want);
+        }
+        assert_eq!(hdr.lost.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn full_buffer_drops_and_counts_or_reports_full() {
+        for drop in [true, false] {
+            let (hdr, data) = buffer(1);
+            let page = |i: usize| data.get(i);
+            let ring = SmplRing {
+                hdr: &hdr,
+                page: &page,
+                data_size: PAGE as u64,
+            };
+            let m = PAGE / ENTRY;
+            for i in 0..m {
+                let p = ring.push(&entry(i as u64), u64::MAX, drop);
+                assert!(p.written);
+                // The m-th entry leaves no room: the mask policy stops there.
+                assert_eq!(p.full, i == m - 1, "entry {i}");
+            }
+            let p = ring.push(&entry(99), u64::MAX, drop);
+            assert!(!p.written && p.full);
+            assert_eq!(hdr.lost.load(Ordering::Relaxed), u64::from(drop));
+            assert_eq!(hdr.written.load(Ordering::Relaxed), m as u64);
+            assert!(!ring.has_room());
+            assert_eq!(ring.drain(|_| {}), m);
+            assert!(ring.has_room());
+        }
+    }
+
+    #[test]
+    fn watermark_is_crossed_once_per_fill() {
+        let (hdr, data) = buffer(2);
+        let page = |i: usize| data.get(i);
+        let ring = SmplRing {
+            hdr: &hdr,
+            page: &page,
+            data_size: 2 * PAGE as u64,
+        };
+        let wm = 4 * ENTRY as u64;
+        let crossed: Vec<bool> = (0..8)
+            .map(|i| ring.push(&entry(i), wm, false).crossed_watermark)
+            .collect();
+        assert_eq!(
+            crossed,
+            [false, false, false, true, false, false, false, false]
+        );
+        assert!(ring.above_watermark(wm));
+        ring.drain(|_| {});
+        assert!(!ring.above_watermark(wm));
+        let again: Vec<bool> = (0..4)
+            .map(|i| ring.push(&entry(i), wm, false).crossed_watermark)
+            .collect();
+        assert_eq!(again, [false, false, false, true]);
+    }
+
+    #[test]
+    fn a_garbage_tail_reads_as_nothing_consumed() {
+        let (hdr, data) = buffer(1);
+        let page = |i: usize| data.get(i);
+        let ring = SmplRing {
+            hdr: &hdr,
+            page: &page,
+            data_size: PAGE as u64,
+        };
+        ring.push(&entry(0), u64::MAX, true);
+        for bad in [u64::MAX, 2 * ENTRY as u64, 1 << 40] {
+            hdr.tail.store(bad, Ordering::Relaxed);
+            assert!(!ring.has_room(), "tail {bad}");
+            let p = ring.push(&entry(1), u64::MAX, true);
+            assert!(!p.written, "tail {bad}: wrote over unconsumed entries");
+        }
+    }
+
+    #[test]
+    fn setup_is_checked() {
+        let ok = abi::PfmSmplSetup {
+            data_pages: 4,
+            smpl_pmds: {
+                let mut m = [0; abi::PFM_MAX_PMDS];
+                m[1] = 0b111;
+                m
+            },
+            ..Default::default()
+        };
+        let g = Geometry::of(&ok, 0b1111).unwrap();
+        assert_eq!(g.data_size, 4 * PAGE as u64);
+        assert_eq!(g.watermark, 2 * PAGE as u64);
+        assert!(!g.drop);
+        let bad = |f: &dyn Fn(&mut abi::PfmSmplSetup)| {
+            let mut s = ok;
+            f(&mut s);
+            Geometry::of(&s, 0b1111).unwrap_err()
+        };
+        assert_eq!(bad(&|s| s.data_pages = 0), SetupError::Pages);
+        assert_eq!(bad(&|s| s.data_pages = 3), SetupError::Pages);
+        assert_eq!(bad(&|s| s.data_pages = 2048), SetupError::Pages);
+        assert_eq!(bad(&|s| s.flags = 2), SetupError::Reserved);
+        assert_eq!(bad(&|s| s.pad = 1), SetupError::Reserved);
+        assert_eq!(bad(&|s| s.reserved[3] = 1), SetupError::Reserved);
+        assert_eq!(bad(&|s| s.smpl_pmds[1] = 0b10000), SetupError::SmplPmds);
+        assert_eq!(bad(&|s| s.smpl_pmds[5] = 1), SetupError::SmplPmds);
+        assert_eq!(
+            bad(&|s| s.watermark = 4 * PAGE as u32 + 1),
+            SetupError::Watermark
+        );
+        let mut many = ok;
+        many.smpl_pmds[0] = 0x1ff;
+        assert_eq!(Geometry::of(&many, 0xfff), Err(SetupError::SmplPmds));
+    }
+}
