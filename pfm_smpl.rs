@@ -171,16 +171,17 @@ impl SmplRing<'_> {
     }
 
     /// Kernel side: appends `e` (its `seq` set here), or, full, drops it
-    /// (counted in `lost` under `drop`). The writer is one context under
-    /// its lock: `head`, `written` and `lost` are its own.
-    pub fn push(&self, e: &abi::PfmSmplEntry, watermark: u64, drop: bool) -> Pushed {
+    /// and counts it in `lost` (under the mask policy, only an overflow
+    /// of a context RESTARTed before the tool drained meets a full
+    /// buffer). The writer is one context under its lock: `head`,
+    /// `written` and `lost` are its own. `drop` does not change what is
+    /// written; the caller masks on `full` without it.
+    pub fn push(&self, e: &abi::PfmSmplEntry, watermark: u64) -> Pushed {
         let head = self.hdr.head.load(Ordering::Relaxed);
         let unread = self.unread(head);
         if unread + ENTRY as u64 > self.data_size {
-            if drop {
-                let lost = self.hdr.lost.load(Ordering::Relaxed);
-                self.hdr.lost.store(lost + 1, Ordering::Relaxed);
-            }
+            let lost = self.hdr.lost.load(Ordering::Relaxed);
+            self.hdr.lost.store(lost + 1, Ordering::Relaxed);
             return Pushed {
                 written: false,
                 crossed_watermark: false,
@@ -342,7 +343,7 @@ mod tests {
         let per_page = (PAGE / ENTRY) as u64;
         let mut seen = Vec::new();
         for i in 0..10 * per_page {
-            let p = ring.push(&entry(i), u64::MAX, true);
+            let p = ring.push(&entry(i), u64::MAX);
             assert!(p.written, "entry {i}");
             // Drain every 5 entries: the ring wraps many times.
             if i % 5 == 4 {
@@ -361,7 +362,7 @@ mod tests {
 
     #[test]
     fn full_buffer_drops_and_counts_or_reports_full() {
-        for drop in [true, false] {
+        {
             let (hdr, data) = buffer(1);
             let page = |i: usize| data.get(i);
             let ring = SmplRing {
@@ -371,14 +372,14 @@ mod tests {
             };
             let m = PAGE / ENTRY;
             for i in 0..m {
-                let p = ring.push(&entry(i as u64), u64::MAX, drop);
+                let p = ring.push(&entry(i as u64), u64::MAX);
                 assert!(p.written);
                 // The m-th entry leaves no room: the mask policy stops there.
                 assert_eq!(p.full, i == m - 1, "entry {i}");
             }
-            let p = ring.push(&entry(99), u64::MAX, drop);
+            let p = ring.push(&entry(99), u64::MAX);
             assert!(!p.written && p.full);
-            assert_eq!(hdr.lost.load(Ordering::Relaxed), u64::from(drop));
+            assert_eq!(hdr.lost.load(Ordering::Relaxed), 1);
             assert_eq!(hdr.written.load(Ordering::Relaxed), m as u64);
             assert!(!ring.has_room());
             assert_eq!(ring.drain(|_| {}), m);
@@ -397,7 +398,7 @@ mod tests {
         };
         let wm = 4 * ENTRY as u64;
         let crossed: Vec<bool> = (0..8)
-            .map(|i| ring.push(&entry(i), wm, false).crossed_watermark)
+            .map(|i| ring.push(&entry(i), wm).crossed_watermark)
             .collect();
         assert_eq!(
             crossed,
@@ -407,7 +408,7 @@ mod tests {
         ring.drain(|_| {});
         assert!(!ring.above_watermark(wm));
         let again: Vec<bool> = (0..4)
-            .map(|i| ring.push(&entry(i), wm, false).crossed_watermark)
+            .map(|i| ring.push(&entry(i), wm).crossed_watermark)
             .collect();
         assert_eq!(again, [false, false, false, true]);
     }
@@ -421,11 +422,11 @@ mod tests {
             page: &page,
             data_size: PAGE as u64,
         };
-        ring.push(&entry(0), u64::MAX, true);
+        ring.push(&entry(0), u64::MAX);
         for bad in [u64::MAX, 2 * ENTRY as u64, 1 << 40] {
             hdr.tail.store(bad, Ordering::Relaxed);
             assert!(!ring.has_room(), "tail {bad}");
-            let p = ring.push(&entry(1), u64::MAX, true);
+            let p = ring.push(&entry(1), u64::MAX);
             assert!(!p.written, "tail {bad}: wrote over unconsumed entries");
         }
     }

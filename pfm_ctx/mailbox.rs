@@ -91,6 +91,8 @@ impl Context {
                 State::Loaded | State::Masked => {}
                 State::Unloaded | State::Freed => {
                     inner.drop_pending_sets();
+                    // A full buffer of a monitoring now ended masks nothing.
+                    let _ = inner.take_smpl_events();
                     return false;
                 }
             }

@@ -126,7 +126,7 @@ impl CtxInner {
                 m &= m - 1;
                 *v = pmds.get(j).map_or(0, |p| p.value);
             }
-            let pushed = smpl.with_ring(|r| r.push(&e, smpl.geo.watermark, smpl.geo.drop));
+            let pushed = smpl.with_ring(|r| r.push(&e, smpl.geo.watermark));
             if pushed.full && !smpl.geo.drop {
                 smpl.full_pmds.fetch_or(1 << i, Ordering::Relaxed);
             }

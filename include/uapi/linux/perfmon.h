@@ -418,7 +418,8 @@ struct pfm_smpl_hdr {
 				 * offset x is at data + (x % data_size) */
 	__u64 tail;		/* tool: bytes consumed (the kernel never passes it) */
 	__u64 written;		/* entries written */
-	__u64 lost;		/* entries dropped (PFM_SMPL_DROP) */
+	__u64 lost;		/* entries dropped: the buffer full (PFM_SMPL_DROP; or,
+				 * masking, RESTART before the tool drained) */
 	__u64 reserved[10];
 };
 

@@ -747,7 +747,8 @@ pub struct PfmSmplHdr {
     pub tail: u64,
     /// Entries written.
     pub written: u64,
-    /// Entries dropped (`PFM_SMPL_DROP`).
+    /// Entries dropped: the buffer full (`PFM_SMPL_DROP`; or, masking,
+    /// RESTART before the tool drained).
     pub lost: u64,
     /// Reserved.
     pub reserved: [u64; 10],

@@ -11,6 +11,7 @@ use crate::abi::*;
 use crate::error::{Error, Op, Result};
 use crate::mapped::CounterPage;
 use crate::pmu::{Event, PmuInfo};
+use crate::sampling::SampleBuffer;
 use crate::sys;
 
 /// The default device path.
@@ -245,6 +246,9 @@ pub enum MessageKind {
     /// Monitoring ended because the thread gained credentials the loader
     /// may not monitor (a setuid exec); the counts are frozen.
     Revoked,
+    /// The sampling buffer is full: the context is MASKED until
+    /// [`Context::restart`] (drain it first).
+    SmplFull,
     /// A type this library does not know.
     Unknown(u32),
 }
@@ -282,6 +286,7 @@ impl Message {
             PFM_MSG_OVFL => MessageKind::Overflow,
             PFM_MSG_END => MessageKind::End,
             PFM_MSG_REVOKED => MessageKind::Revoked,
+            PFM_MSG_SMPL_FULL => MessageKind::SmplFull,
             other => MessageKind::Unknown(other),
         };
         Message {
@@ -714,6 +719,44 @@ impl Context {
     /// system call ([`CounterPage::read`]).
     pub fn map_counter_page(&self) -> Result<CounterPage> {
         CounterPage::map(self.fd()).map_err(|e| Error::os(Op::Mmap, e))
+    }
+
+    /// Gives the context a sampling buffer of `data_pages` pages (a power
+    /// of two) in which every PMD overflow writes an entry
+    /// (`PFM_IOC_SMPL_SETUP`, while UNLOADED, once): `smpl_pmds[n]`, the
+    /// PMDs whose values PMD n's entries record; `drop`, count the entries
+    /// that do not fit instead of masking the context until RESTART;
+    /// `watermark`, the unread bytes that make [`Context::poll`] readable
+    /// (0: half the buffer). Map it with [`Context::map_samples`].
+    pub fn setup_sampling(
+        &self,
+        data_pages: u32,
+        smpl_pmds: &[(u16, u64)],
+        drop: bool,
+        watermark: u32,
+    ) -> Result<()> {
+        let mut s = PfmSmplSetup {
+            data_pages,
+            flags: if drop { PFM_SMPL_DROP } else { 0 },
+            watermark,
+            ..Default::default()
+        };
+        for &(pmd, mask) in smpl_pmds {
+            let slot = s
+                .smpl_pmds
+                .get_mut(pmd as usize)
+                .ok_or(Error::os(Op::SmplSetup, libc::EINVAL))?;
+            *slot = mask;
+        }
+        sys::ioctl_arg(self.fd(), PFM_IOC_SMPL_SETUP, &mut s)
+            .map_err(|e| Error::os(Op::SmplSetup, e))?;
+        Ok(())
+    }
+
+    /// Maps the sampling buffer set up with `data_pages` pages (one
+    /// mapping at a time: `EBUSY`).
+    pub fn map_samples(&self, data_pages: u32) -> Result<SampleBuffer> {
+        SampleBuffer::map(self.fd(), data_pages as usize).map_err(|e| Error::os(Op::Mmap, e))
     }
 
     /// Reads the PMDs of `pmd_mask` as [`Context::read_values`] does, from

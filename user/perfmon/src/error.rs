@@ -46,6 +46,8 @@ pub enum Op {
     ReadThreads,
     /// `PFM_IOC_CLONE`.
     Clone,
+    /// `PFM_IOC_SMPL_SETUP`.
+    SmplSetup,
     /// `read()` of a message from the context.
     ReadMessage,
     /// `poll()` on the context.
@@ -96,6 +98,7 @@ impl Op {
             Op::GetinfoSets => "PFM_IOC_GETINFO_SETS",
             Op::ReadThreads => "PFM_IOC_READ_THREADS",
             Op::Clone => "PFM_IOC_CLONE",
+            Op::SmplSetup => "PFM_IOC_SMPL_SETUP",
             Op::ReadMessage => "read",
             Op::Poll => "poll",
             Op::Fcntl => "fcntl",

@@ -46,8 +46,13 @@ mod pfm_page;
 #[path = "../../../pfm_sets.rs"]
 #[allow(dead_code)]
 mod pfm_sets;
+// The sampling buffer's ring protocol, the module's own (host-tested).
+#[path = "../../../pfm_smpl.rs"]
+#[allow(dead_code)]
+mod pfm_smpl;
 mod pmu;
 pub mod process;
+mod sampling;
 mod sys;
 pub mod sysfs;
 
@@ -59,6 +64,7 @@ pub use error::{errno_name, errno_text, Error, ErrorKind, Op, Result};
 pub use mapped::{CounterPage, MappedReading, MappedStatus};
 pub use pfm_sets::{running_share, scale, scale_u64};
 pub use pmu::{aliases_of, describe, edit_distance, suggest, Event, Generic, PmuInfo};
+pub use sampling::{SampleBuffer, SampleStats};
 
 #[cfg(test)]
 mod abi_tests {
@@ -197,8 +203,28 @@ mod abi_tests {
             (4, 8, 0xf)
         );
         assert_eq!(
-            (PFM_CTXST_EXEC_ARMED, PFM_LOAD_PROCESS, PFM_LOAD_MASK),
-            (8, 1, 1)
+            (
+                PFM_CTXST_EXEC_ARMED,
+                PFM_LOAD_PROCESS,
+                PFM_LOAD_START,
+                PFM_LOAD_MASK
+            ),
+            (8, 1, 2, 3)
+        );
+        assert_eq!(
+            (PFM_CLONE_CLOEXEC, PFM_CLONE_NONBLOCK, PFM_CLONE_MASK),
+            (1, 2, 3)
+        );
+        assert_eq!(
+            (
+                PFM_MSG_SMPL_FULL,
+                PFM_SMPL_DROP,
+                PFM_SMPL_MASK,
+                PFM_SMPL_OFFSET,
+                PFM_SMPL_MAX_PAGES,
+                PFM_SMPL_MAX_VALUES
+            ),
+            (4, 1, 1, 1 << 20, 1024, 8)
         );
         assert_eq!(
             (PFM_THRFL_EXITED, PFM_THRFL_REVOKED, PFM_THRFL_LOADED),

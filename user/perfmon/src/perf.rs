@@ -333,3 +333,163 @@ mod tests {
         assert!(v[0].value > 1_000_000, "{v:?}");
     }
 }
+
+/// `PERF_SAMPLE_IP | PERF_SAMPLE_TID`.
+const SAMPLE_IP_TID: u64 = 1 | 1 << 1;
+/// `PERF_RECORD_LOST` and `PERF_RECORD_SAMPLE`.
+const RECORD_LOST: u32 = 2;
+const RECORD_SAMPLE: u32 = 9;
+/// Offsets of `data_head` and `data_tail` in `struct perf_event_mmap_page`.
+const DATA_HEAD: usize = 1024;
+const DATA_TAIL: usize = 1032;
+const PAGE: usize = 4096;
+
+/// A sampling software counter of one thread: every `period` events perf
+/// writes a `PERF_RECORD_SAMPLE` (IP, TID) into its ring buffer, mapped
+/// here and drained by [`PerfSampler::drain`]. The oracle of perfmon's
+/// sample counts.
+///
+/// # Invariants
+///
+/// `ring` is a live shared mapping of `(1 + data_pages) * 4096` bytes of
+/// the perf ring buffer of `file`, owned by this value.
+#[derive(Debug)]
+pub struct PerfSampler {
+    file: File,
+    ring: std::ptr::NonNull<u8>,
+    data_pages: usize,
+}
+
+// SAFETY: The mapping is shared memory read and written through atomics.
+unsafe impl Send for PerfSampler {}
+
+/// What [`PerfSampler::drain`] found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PerfSamples {
+    /// `PERF_RECORD_SAMPLE` records.
+    pub samples: u64,
+    /// Samples perf reports it dropped (`PERF_RECORD_LOST`'s counts).
+    pub lost: u64,
+}
+
+impl PerfSampler {
+    /// Opens a disabled sampling counter of `event` for thread `tid` (0 =
+    /// the caller), a sample every `period` events, with a ring of
+    /// `data_pages` pages (a power of two).
+    pub fn open(event: SoftwareEvent, tid: u32, period: u64, data_pages: usize) -> Result<Self> {
+        let pid =
+            i32::try_from(tid).map_err(|_| Error::os_tid(Op::PerfEventOpen, libc::ESRCH, tid))?;
+        let a = PerfEventAttr {
+            type_: PERF_TYPE_SOFTWARE,
+            size: std::mem::size_of::<PerfEventAttr>() as u32,
+            config: event.config(),
+            sample_period: period,
+            sample_type: SAMPLE_IP_TID,
+            flags: ATTR_DISABLED,
+            ..Default::default()
+        };
+        let fd = sys::perf_event_open(&a, pid, None)
+            .map_err(|e| Error::os_tid(Op::PerfEventOpen, e, tid))?;
+        let len = (1 + data_pages) * PAGE;
+        // SAFETY: A new shared mapping of the event's ring, address chosen
+        // by the kernel: no existing memory is affected.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                std::os::fd::AsRawFd::as_raw_fd(&fd),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            let e = std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO);
+            return Err(Error::os(Op::Mmap, e));
+        }
+        let ring = std::ptr::NonNull::new(p.cast::<u8>()).ok_or(Error::os(Op::Mmap, libc::EIO))?;
+        // INVARIANT: the mapping just made, of that length.
+        Ok(PerfSampler {
+            file: File::from(fd),
+            ring,
+            data_pages,
+        })
+    }
+
+    /// Starts counting.
+    pub fn enable(&self) -> Result<()> {
+        sys::perf_ioctl(self.file.as_fd(), PERF_EVENT_IOC_ENABLE, 0)
+            .map_err(|e| Error::os(Op::PerfIoctl, e))
+    }
+
+    /// Stops counting.
+    pub fn disable(&self) -> Result<()> {
+        sys::perf_ioctl(self.file.as_fd(), PERF_EVENT_IOC_DISABLE, 0)
+            .map_err(|e| Error::os(Op::PerfIoctl, e))
+    }
+
+    fn word(&self, off: usize) -> &std::sync::atomic::AtomicU64 {
+        // SAFETY: `off` is within the mapping and 8-byte aligned (callers:
+        // the control page's fields, record headers at 8-byte offsets of
+        // the data); the mapping is only accessed through atomics.
+        unsafe {
+            &*self
+                .ring
+                .as_ptr()
+                .add(off)
+                .cast::<std::sync::atomic::AtomicU64>()
+        }
+    }
+
+    /// The count since the open (`read(2)`: the value alone).
+    pub fn count(&self) -> Result<u64> {
+        let mut buf = [0u8; 8];
+        match (&self.file).read(&mut buf) {
+            Ok(8) => Ok(u64::from_ne_bytes(buf)),
+            Ok(_) => Err(Error::os(Op::PerfRead, libc::EIO)),
+            Err(e) => Err(Error::os(
+                Op::PerfRead,
+                e.raw_os_error().unwrap_or(libc::EIO),
+            )),
+        }
+    }
+
+    /// Consumes the records written since the last call and counts them.
+    pub fn drain(&mut self) -> PerfSamples {
+        use std::sync::atomic::Ordering;
+        let size = (self.data_pages * PAGE) as u64;
+        let head = self.word(DATA_HEAD).load(Ordering::Acquire);
+        let mut tail = self.word(DATA_TAIL).load(Ordering::Relaxed);
+        let mut out = PerfSamples::default();
+        while tail < head {
+            let off = PAGE + (tail % size) as usize;
+            let h = self.word(off).load(Ordering::Relaxed);
+            let (ty, len) = (h as u32, (h >> 48) as u64);
+            if len == 0 {
+                break;
+            }
+            match ty {
+                RECORD_SAMPLE => out.samples += 1,
+                // { header; u64 id; u64 lost; }
+                RECORD_LOST => {
+                    let off = PAGE + ((tail + 16) % size) as usize;
+                    out.lost += self.word(off).load(Ordering::Relaxed);
+                }
+                _ => {}
+            }
+            tail += len;
+        }
+        self.word(DATA_TAIL).store(tail, Ordering::Release);
+        out
+    }
+}
+
+impl Drop for PerfSampler {
+    fn drop(&mut self) {
+        // SAFETY: Our own mapping, of that length (type invariant), unmapped
+        // once.
+        unsafe { libc::munmap(self.ring.as_ptr().cast(), (1 + self.data_pages) * PAGE) };
+    }
+}

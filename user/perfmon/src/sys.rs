@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use crate::abi::{
     PfmClone, PfmCtxFlags, PfmCtxInfo, PfmInfo, PfmLoad, PfmPmc, PfmPmd, PfmRegsArg, PfmSetdesc,
-    PfmSetinfo, PfmSetsArg, PfmThread, PfmThreadsArg, PfmValues, PFM_IOC_READ_THREADS,
-    PFM_IOC_READ_VALUES,
+    PfmSetinfo, PfmSetsArg, PfmSmplSetup, PfmThread, PfmThreadsArg, PfmValues,
+    PFM_IOC_READ_THREADS, PFM_IOC_READ_VALUES,
 };
 
 /// The calling thread's errno.
@@ -48,7 +48,14 @@ macro_rules! ioctl_arg {
         impl IoctlArg for $t {}
     )*};
 }
-ioctl_arg!(PfmInfo, PfmLoad, PfmCtxFlags, PfmCtxInfo, PfmClone);
+ioctl_arg!(
+    PfmInfo,
+    PfmLoad,
+    PfmCtxFlags,
+    PfmCtxInfo,
+    PfmClone,
+    PfmSmplSetup
+);
 
 /// An ioctl without argument (`_IO`).
 pub(crate) fn ioctl_none(fd: BorrowedFd<'_>, request: u32) -> Result<i32, i32> {

@@ -2862,8 +2862,8 @@ fn exclusions_case() -> TestResult {
     let (ctx, _) = counting_context()?;
     expect(
         &mut errs,
-        "LOAD with an undefined flag (bit 1)",
-        load_flags(&ctx, tid, 1 << 1).err(),
+        "LOAD with an undefined flag (bit 2)",
+        load_flags(&ctx, tid, PFM_LOAD_MASK + 1).err(),
         libc::EINVAL,
     );
     ensure!(errs.is_empty(), "{}", errs.join("\n"));

@@ -95,6 +95,7 @@ fn messages_until_final(ctx: &Context, timeout: Duration) -> Vec<u32> {
                     MessageKind::Overflow => PFM_MSG_OVFL,
                     MessageKind::End => PFM_MSG_END,
                     MessageKind::Revoked => PFM_MSG_REVOKED,
+                    MessageKind::SmplFull => PFM_MSG_SMPL_FULL,
                     MessageKind::Unknown(t) => t,
                 };
                 seen.push(t);

@@ -1,0 +1,570 @@
+//! pfm_test_smpl: the sampling buffer (Documentation/perfmon.rst,
+//! "Sampling").
+//!
+//! The sampled thread is the test's own, exchanging bytes through pipes
+//! with a partner on the same CPU: every exchange blocks it once, so its
+//! context switches are the event sampled (PMD 1, period P), counted too
+//! by PMD 3 (no period: the total), with task-clock on PMD 0. Each entry
+//! records PMDs 0 and 3.
+//!
+//! - Exact counts: the entries are ⌊S/P⌋ for the S switches PMD 3 counted,
+//!   and as many as the `PERF_RECORD_SAMPLE`s perf_event writes with
+//!   `sample_period = P` on the same thread over the same exchanges, when
+//!   perf counted the same S (the two windows are a few instructions
+//!   apart: up to three tries). The k-th entry's PMD 3 value is exactly
+//!   k × P; its tid and pid are the thread's, its timestamps increase and
+//!   lie in the window (`CLOCK_MONOTONIC` read before and after), its IP is
+//!   in the program's executable mappings, and its task-clock increases.
+//! - A full buffer under the mask policy: exactly its M entries, `lost` 0,
+//!   the context MASKED, one `PFM_MSG_SMPL_FULL`; drained and RESTARTed,
+//!   it samples again.
+//! - The drop policy: `written + lost` equals the overflows, ⌊S/P⌋.
+//! - Draining while the thread exchanges flat out, from another thread:
+//!   every entry read once, in order (consecutive `seq`), none torn (each
+//!   one's fields agree with each other).
+//! - Refusals: a second setup (EBUSY), setup while LOADED (EBADFD), bad
+//!   sizes and masks (EINVAL); mmap without a buffer (ENODEV), of another
+//!   length, private or read-only (EINVAL), executable (EPERM), a second
+//!   mapping (EBUSY; allowed again after munmap); event sets or a counter
+//!   page on a sampling context (EBUSY), and the reverse.
+
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use perfmon::abi::*;
+use perfmon::perf::{PerfSampler, SoftwareEvent};
+use perfmon::{Context, CtxState, MessageKind, SampleBuffer};
+use pfm_guest::tap::diag;
+use pfm_guest::{ensure, module, raw, work, ResultExt, Tap, TestResult};
+
+const PLAN: usize = 8;
+
+/// PMD 0: task-clock; 1: context switches, sampled; 3: context switches.
+const CLOCK: u16 = 0;
+const SAMPLED: u16 = 1;
+const TOTAL: u16 = 3;
+
+/// A context on the calling thread's switches with period `period`, not
+/// loaded, and its buffer of `pages` pages.
+fn sampling_context(
+    period: u64,
+    pages: u32,
+    drop: bool,
+) -> Result<(Context, SampleBuffer), String> {
+    let ctx = Context::open().ctx("open")?;
+    let width = ctx.info().ctx("GET_INFO")?.counter_width;
+    let mut pmcs = [
+        PfmPmc {
+            reg_num: CLOCK,
+            reg_value: PFM_SOFT_EV_TASK_CLOCK as u64,
+            ..Default::default()
+        },
+        PfmPmc {
+            reg_num: SAMPLED,
+            reg_value: PFM_SOFT_EV_CONTEXT_SWITCHES as u64,
+            ..Default::default()
+        },
+        PfmPmc {
+            reg_num: TOTAL,
+            reg_value: PFM_SOFT_EV_CONTEXT_SWITCHES as u64,
+            ..Default::default()
+        },
+    ];
+    ctx.write_pmcs(&mut pmcs).ctx("WRITE_PMCS")?;
+    // -P in the counter's width: it overflows at the P-th switch, and
+    // every short reset starts the next P.
+    let minus_p = if width >= 64 {
+        period.wrapping_neg()
+    } else {
+        (1u64 << width) - period
+    };
+    let mut pmds = [PfmPmd {
+        reg_num: SAMPLED,
+        reg_value: minus_p,
+        reg_short_reset: minus_p,
+        reg_long_reset: minus_p,
+        ..Default::default()
+    }];
+    ctx.write_pmds(&mut pmds).ctx("WRITE_PMDS")?;
+    ctx.setup_sampling(pages, &[(SAMPLED, 1 << CLOCK | 1 << TOTAL)], drop, 0)
+        .ctx("SMPL_SETUP")?;
+    let buf = ctx.map_samples(pages).ctx("mmap of the buffer")?;
+    Ok((ctx, buf))
+}
+
+/// A thread on CPU 0 that answers every byte written to it; the caller
+/// (also pinned to CPU 0) blocks once per exchange.
+struct Partner {
+    /// Closed first at drop: the partner's read sees EOF and it ends.
+    to: Option<std::fs::File>,
+    from: std::fs::File,
+    join: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Partner {
+    fn start() -> Result<Self, String> {
+        work::pin_to(0)?;
+        let (a_r, a_w) = raw::pipe().map_err(|e| format!("pipe: {e}"))?;
+        let (b_r, b_w) = raw::pipe().map_err(|e| format!("pipe: {e}"))?;
+        let join = std::thread::spawn(move || {
+            let _ = work::pin_to(0);
+            let (r, w) = (a_r.as_raw_fd(), b_w.as_raw_fd());
+            while let Ok(b) = raw::read_fd(r, 1) {
+                if b.is_empty() || raw::write_fd(w, &b).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Partner {
+            to: Some(a_w),
+            from: b_r,
+            join: Some(join),
+        })
+    }
+
+    /// `n` exchanges.
+    fn exchange(&self, n: usize) -> TestResult {
+        let to = self.to.as_ref().map_or(-1, |f| f.as_raw_fd());
+        for _ in 0..n {
+            raw::write_fd(to, b"x").map_err(|e| format!("write: {e}"))?;
+            raw::read_fd(self.from.as_raw_fd(), 1).map_err(|e| format!("read: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Partner {
+    fn drop(&mut self) {
+        drop(self.to.take());
+        if let Some(j) = self.join.take() {
+            let _ = j.join();
+        }
+    }
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The program's executable mappings (`/proc/self/maps`, `r-xp`).
+fn text_ranges() -> Result<Vec<(u64, u64)>, String> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ctx("/proc/self/maps")?;
+    Ok(maps
+        .lines()
+        .filter(|l| l.split_whitespace().nth(1) == Some("r-xp"))
+        .filter_map(|l| {
+            let (a, b) = l.split_whitespace().next()?.split_once('-')?;
+            Some((
+                u64::from_str_radix(a, 16).ok()?,
+                u64::from_str_radix(b, 16).ok()?,
+            ))
+        })
+        .collect())
+}
+
+/// Checks every entry against the thread and the window `[t0, t1]`, and
+/// against each other: PMD 3's value is exactly (k + 1) × P in the k-th.
+fn check_entries(entries: &[PfmSmplEntry], period: u64, t0: u64, t1: u64) -> TestResult {
+    let (tid, pid) = (perfmon::process::gettid(), std::process::id());
+    let text = text_ranges()?;
+    let mut last_clock = 0;
+    let mut last_ts = t0;
+    for (k, e) in entries.iter().enumerate() {
+        let k = k as u64;
+        let what = format!("entry {k}: {e:?}");
+        ensure!(e.seq == k, "{what}: seq");
+        ensure!(
+            e.tid == tid && e.pid == pid,
+            "{what}: tid/pid, expected {tid}/{pid}"
+        );
+        ensure!(
+            e.ovfl_pmd == SAMPLED && e.nvalues == 2 && e.smpl_pmds == (1 << CLOCK | 1 << TOTAL),
+            "{what}: PMD, values"
+        );
+        ensure!(
+            e.values[1] == (k + 1) * period,
+            "{what}: PMD 3 {} at the {}-th overflow (period {period})",
+            e.values[1],
+            k + 1
+        );
+        ensure!(
+            e.values[0] > last_clock,
+            "{what}: task-clock did not increase"
+        );
+        ensure!(
+            e.tstamp >= last_ts && e.tstamp <= t1,
+            "{what}: timestamp outside [{last_ts}, {t1}]"
+        );
+        ensure!(
+            text.iter().any(|&(a, b)| (a..b).contains(&e.ip)),
+            "{what}: IP {:#x} outside the executable mappings {text:x?}",
+            e.ip
+        );
+        last_clock = e.values[0];
+        last_ts = e.tstamp;
+    }
+    Ok(())
+}
+
+fn exact_counts() -> TestResult {
+    const PERIOD: u64 = 3;
+    const EXCHANGES: usize = 200;
+    let partner = Partner::start()?;
+    let mut last = String::new();
+    for attempt in 0..3 {
+        let (ctx, mut buf) = sampling_context(PERIOD, 16, false)?;
+        let mut perf = PerfSampler::open(SoftwareEvent::ContextSwitches, 0, PERIOD, 16)
+            .ctx("perf_event_open")?;
+        let t0 = monotonic_ns();
+        perf.enable().ctx("perf enable")?;
+        ctx.load_and_start(0).ctx("LOAD|START")?;
+        partner.exchange(EXCHANGES)?;
+        ctx.unload().ctx("UNLOAD")?;
+        perf.disable().ctx("perf disable")?;
+        let t1 = monotonic_ns();
+        let total = ctx.read().ctx("READ")?;
+        let s = total.values[TOTAL as usize];
+        let perf_s = perf.count().ctx("perf read")?;
+        let perf_n = perf.drain();
+        let entries = buf.take();
+        let stats = buf.stats();
+        last = format!(
+            "attempt {attempt}: {} entries (written {}, lost {}), S {s}, perf S {perf_s}, perf samples {} (lost {})",
+            entries.len(),
+            stats.written,
+            stats.lost,
+            perf_n.samples,
+            perf_n.lost
+        );
+        diag(&last);
+        ensure!(
+            s >= EXCHANGES as u64,
+            "{last}: fewer switches than exchanges"
+        );
+        ensure!(
+            entries.len() as u64 == s / PERIOD && stats.written == s / PERIOD && stats.lost == 0,
+            "{last}: not floor(S/P) = {}",
+            s / PERIOD
+        );
+        check_entries(&entries, PERIOD, t0, t1)?;
+        if s == perf_s {
+            ensure!(
+                perf_n.lost == 0 && perf_n.samples == entries.len() as u64,
+                "{last}: perf's samples differ for the same count"
+            );
+            return Ok(());
+        }
+    }
+    Err(format!("perf never counted the same switches: {last}"))
+}
+
+fn mask_policy() -> TestResult {
+    let partner = Partner::start()?;
+    // One page: 32 entries of 128 bytes.
+    let (ctx, mut buf) = sampling_context(1, 1, false)?;
+    let m = (PFM_PAGE_SIZE / std::mem::size_of::<PfmSmplEntry>()) as u64;
+    ctx.set_nonblocking(true).ctx("O_NONBLOCK")?;
+    ctx.load_and_start(0).ctx("LOAD|START")?;
+    partner.exchange(3 * m as usize)?;
+    let st = ctx.state().ctx("GET_STATE")?;
+    let stats = buf.stats();
+    let mut fulls = 0;
+    while let Some(msg) = ctx.read_message().ctx("read")? {
+        ensure!(
+            msg.kind == MessageKind::SmplFull,
+            "unexpected message {msg:?}"
+        );
+        fulls += 1;
+    }
+    diag(format!(
+        "state {:?}, {stats:?}, {fulls} SMPL_FULL",
+        st.state
+    ));
+    ensure!(
+        stats.written == m && stats.lost == 0 && stats.unread == m * 128,
+        "{stats:?}: expected {m} entries, none lost"
+    );
+    ensure!(st.state == CtxState::Masked, "not MASKED: {st:?}");
+    ensure!(fulls == 1, "{fulls} SMPL_FULL messages, expected 1");
+    // Drained and restarted, it samples again.
+    ensure!(buf.take().len() as u64 == m, "drain");
+    ctx.restart().ctx("RESTART")?;
+    partner.exchange(5)?;
+    let again = buf.take().len();
+    ctx.unload().ctx("UNLOAD")?;
+    ensure!(again >= 5, "{again} entries after RESTART and 5 exchanges");
+    Ok(())
+}
+
+fn drop_policy() -> TestResult {
+    const PERIOD: u64 = 2;
+    let partner = Partner::start()?;
+    let (ctx, buf) = sampling_context(PERIOD, 1, true)?;
+    ctx.load_and_start(0).ctx("LOAD|START")?;
+    partner.exchange(300)?;
+    ctx.unload().ctx("UNLOAD")?;
+    let s = ctx.read().ctx("READ")?.values[TOTAL as usize];
+    let stats = buf.stats();
+    diag(format!("S {s}, {stats:?}"));
+    ensure!(
+        stats.written == 32 && stats.written + stats.lost == s / PERIOD,
+        "{stats:?}: written + lost != floor({s}/{PERIOD})"
+    );
+    ensure!(
+        ctx.state().ctx("GET_STATE")?.state == CtxState::Unloaded,
+        "state"
+    );
+    Ok(())
+}
+
+fn concurrent_drain() -> TestResult {
+    let partner = Partner::start()?;
+    let (ctx, buf) = sampling_context(1, 2, true)?;
+    let done = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let done = done.clone();
+        let mut buf = buf;
+        std::thread::spawn(move || -> Result<(u64, SampleBuffer), String> {
+            // On CPU 1: it drains while the sampled thread runs on CPU 0.
+            let _ = work::pin_to(1);
+            let mut next = 0u64;
+            let mut check = |e: &PfmSmplEntry| -> TestResult {
+                ensure!(e.seq == next, "entry {e:?}: seq, expected {next}");
+                ensure!(
+                    e.ovfl_pmd == SAMPLED && e.nvalues == 2 && e.values[1] >= next + 1,
+                    "entry {e:?}: torn (PMD 3 below its rank {})",
+                    next + 1
+                );
+                next += 1;
+                Ok(())
+            };
+            loop {
+                let finished = done.load(Ordering::Acquire);
+                let mut r = Ok(());
+                buf.drain(|e| {
+                    if r.is_ok() {
+                        r = check(e);
+                    }
+                });
+                r?;
+                if finished {
+                    return Ok((next, buf));
+                }
+                std::thread::yield_now();
+            }
+        })
+    };
+    ctx.load_and_start(0).ctx("LOAD|START")?;
+    let r = partner.exchange(2000);
+    let unloaded = ctx.unload();
+    done.store(true, Ordering::Release);
+    let (read, buf) = reader
+        .join()
+        .map_err(|_| "the reader panicked".to_string())??;
+    r?;
+    unloaded.ctx("UNLOAD")?;
+    let stats = buf.stats();
+    diag(format!("read {read} entries while sampling, {stats:?}"));
+    ensure!(
+        read == stats.written,
+        "read {read}, written {}",
+        stats.written
+    );
+    ensure!(read >= 1000, "only {read} entries for 2000 exchanges");
+    Ok(())
+}
+
+/// mmap of `len` bytes of the buffer with `prot` and `flags`: the errno.
+fn map_errno(ctx: &Context, len: usize, prot: i32, flags: i32) -> i32 {
+    // SAFETY: a new mapping chosen by the kernel; unmapped at once.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            prot,
+            flags,
+            ctx.as_raw_fd(),
+            PFM_SMPL_OFFSET as libc::off_t,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return raw::errno();
+    }
+    // SAFETY: the mapping just made.
+    unsafe { libc::munmap(p, len) };
+    0
+}
+
+fn refusals() -> TestResult {
+    let rw = libc::PROT_READ | libc::PROT_WRITE;
+    let name = |e: i32| {
+        if e == 0 {
+            "success"
+        } else {
+            perfmon::errno_name(e)
+        }
+    };
+    let check = |what: &str, got: i32, want: i32| -> TestResult {
+        ensure!(
+            got == want,
+            "{what}: {} (expected {})",
+            name(got),
+            name(want)
+        );
+        Ok(())
+    };
+    let errno = |r: perfmon::Result<()>| r.err().and_then(|e| e.errno()).unwrap_or(0);
+    let ctx = Context::open().ctx("open")?;
+    check(
+        "mmap without a buffer",
+        map_errno(&ctx, 2 * PFM_PAGE_SIZE, rw, libc::MAP_SHARED),
+        libc::ENODEV,
+    )?;
+    for (pages, what) in [(0, "0 pages"), (3, "3 pages"), (2048, "2048 pages")] {
+        check(
+            what,
+            errno(ctx.setup_sampling(pages, &[], false, 0)),
+            libc::EINVAL,
+        )?;
+    }
+    check(
+        "9 values",
+        errno(ctx.setup_sampling(1, &[(1, 0x1ff)], false, 0)),
+        libc::EINVAL,
+    )?;
+    check(
+        "watermark beyond the data",
+        errno(ctx.setup_sampling(1, &[], false, 4097)),
+        libc::EINVAL,
+    )?;
+    ctx.setup_sampling(2, &[], false, 0).ctx("SMPL_SETUP")?;
+    check(
+        "second setup",
+        errno(ctx.setup_sampling(2, &[], false, 0)),
+        libc::EBUSY,
+    )?;
+    let len = 3 * PFM_PAGE_SIZE;
+    check(
+        "another length",
+        map_errno(&ctx, 2 * PFM_PAGE_SIZE, rw, libc::MAP_SHARED),
+        libc::EINVAL,
+    )?;
+    check(
+        "MAP_PRIVATE",
+        map_errno(&ctx, len, rw, libc::MAP_PRIVATE),
+        libc::EINVAL,
+    )?;
+    check(
+        "read-only",
+        map_errno(&ctx, len, libc::PROT_READ, libc::MAP_SHARED),
+        libc::EINVAL,
+    )?;
+    check(
+        "executable",
+        map_errno(&ctx, len, rw | libc::PROT_EXEC, libc::MAP_SHARED),
+        libc::EPERM,
+    )?;
+    let first = ctx.map_samples(2).ctx("mmap")?;
+    check(
+        "second mapping",
+        map_errno(&ctx, len, rw, libc::MAP_SHARED),
+        libc::EBUSY,
+    )?;
+    drop(first);
+    let again = ctx.map_samples(2).ctx("mmap after munmap")?;
+    drop(again);
+    // One extra per context: no sets, no counter page on a sampling one.
+    let mut sets = [PfmSetdesc {
+        set_id: 1,
+        ..Default::default()
+    }];
+    check(
+        "CREATE_SETS",
+        errno(ctx.create_sets(&mut sets)),
+        libc::EBUSY,
+    )?;
+    check(
+        "counter page",
+        errno(ctx.map_counter_page().map(|_| ())),
+        libc::EBUSY,
+    )?;
+    let other = Context::open().ctx("open")?;
+    let page = other.map_counter_page().ctx("counter page")?;
+    check(
+        "setup with a counter page",
+        errno(other.setup_sampling(1, &[], false, 0)),
+        libc::EBUSY,
+    )?;
+    drop(page);
+    let loaded = Context::open().ctx("open")?;
+    loaded.load(0).ctx("LOAD")?;
+    let r = errno(loaded.setup_sampling(1, &[], false, 0));
+    loaded.unload().ctx("UNLOAD")?;
+    check("setup while LOADED", r, libc::EBADFD)
+}
+
+/// The buffer outlives the file's close while mapped, and its last
+/// reference goes with the mapping: no context is left.
+fn close_while_mapped() -> TestResult {
+    let base = module::sysfs_num("live_contexts");
+    {
+        let partner = Partner::start()?;
+        let (ctx, mut buf) = sampling_context(1, 1, true)?;
+        ctx.load_and_start(0).ctx("LOAD|START")?;
+        partner.exchange(10)?;
+        drop(ctx);
+        // The mapping holds the file: the context lives on, loaded and
+        // sampling, until the munmap (the end of this block).
+        let n = buf.take().len();
+        ensure!(n >= 10, "{n} entries after the close");
+        let deadline = Instant::now() + Duration::from_millis(100);
+        while Instant::now() < deadline {
+            partner.exchange(1)?;
+        }
+    }
+    let ok = module::wait_for(Duration::from_secs(2), || {
+        module::sysfs_num("live_contexts") == base
+    });
+    ensure!(
+        ok,
+        "live_contexts {:?} -> {:?}",
+        base,
+        module::sysfs_num("live_contexts")
+    );
+    Ok(())
+}
+
+fn main() {
+    pfm_guest::child::dispatch();
+    let mut t = Tap::new(PLAN);
+    pfm_guest::watchdog(Duration::from_secs(240));
+    t.require("insmod perfmon.ko", module::insmod(&[]));
+    t.run(
+        "exact: floor(S/P) entries, as many as perf's PERF_RECORD_SAMPLEs; each entry's fields right",
+        exact_counts,
+    );
+    t.run(
+        "mask policy: exactly M entries, lost 0, MASKED, one SMPL_FULL; RESTART resumes",
+        mask_policy,
+    );
+    t.run("drop policy: written + lost = the overflows", drop_policy);
+    t.run(
+        "drained from another CPU while sampling: every entry once, in order, none torn",
+        concurrent_drain,
+    );
+    t.run("refusals: setup, mmap, one extra per context", refusals);
+    t.run(
+        "a closed context's buffer stays mapped; all freed with the mapping",
+        close_while_mapped,
+    );
+    t.run("rmmod perfmon", module::rmmod);
+    t.finish();
+}
