@@ -188,7 +188,10 @@ impl Context {
         for _ in 0..geo.data_pages {
             data.push(mm::SharedPage::<DataCells>::new()?, GFP_KERNEL)?;
         }
-        let mut ring = match self.inner.lock().msgs.has_ring() {
+        // The lock only for the look (a match on it would hold it through
+        // the allocation).
+        let has_ring = self.inner.lock().msgs.has_ring();
+        let mut ring = match has_ring {
             true => None,
             false => Some(KBox::new(Ring::new(), GFP_KERNEL_ACCOUNT)?),
         };

@@ -230,8 +230,7 @@ fn exact_counts() -> TestResult {
         ctx.unload().ctx("UNLOAD")?;
         perf.disable().ctx("perf disable")?;
         let t1 = monotonic_ns();
-        let total = ctx.read().ctx("READ")?;
-        let s = total.values[TOTAL as usize];
+        let s = ctx.read_values(1 << TOTAL).ctx("READ_VALUES")?.values[0];
         let perf_s = perf.count().ctx("perf read")?;
         let perf_n = perf.drain();
         let entries = buf.take();
@@ -311,7 +310,7 @@ fn drop_policy() -> TestResult {
     ctx.load_and_start(0).ctx("LOAD|START")?;
     partner.exchange(300)?;
     ctx.unload().ctx("UNLOAD")?;
-    let s = ctx.read().ctx("READ")?.values[TOTAL as usize];
+    let s = ctx.read_values(1 << TOTAL).ctx("READ_VALUES")?.values[0];
     let stats = buf.stats();
     diag(format!("S {s}, {stats:?}"));
     ensure!(
