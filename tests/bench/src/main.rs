@@ -66,7 +66,19 @@ enum Mon {
     PfmSets(&'static SetsSpec),
     /// perf_event, one group, event i = config i.
     Perf(&'static [u64]),
+    /// perfmon sampling context switches every `.0` into a buffer.
+    PfmSample(u64),
+    /// perf_event sampling context switches every `.0` into its ring.
+    PerfSample(u64),
 }
+
+/// Pages of a sampling variant's buffer: room for every sample of a run
+/// of [`SAMPLE_TRIPS`] (1 per switch) without a drain (perfmon's 128-byte
+/// entries; perf's 48-byte records fit in half).
+const SAMPLE_PAGES: usize = 1024;
+/// Round trips of a sampling run, at most: 24,000 entries of 128 bytes
+/// fill 750 of [`SAMPLE_PAGES`].
+const SAMPLE_TRIPS: u64 = 24_000;
 
 /// A context with event sets `0..sets`, PMC i of each selecting `evs[i]`,
 /// each set switching after `timeout_ns` of running (0: no switch flag),
@@ -158,6 +170,8 @@ fn describe(mon: Mon) -> String {
                 format!("TIME_SWITCH every {} us of running", s.timeout_ns / 1000)
             }
         ),
+        Mon::PfmSample(p) => format!("perfmon: a sample every {p} context switches"),
+        Mon::PerfSample(p) => format!("perf_event: a sample every {p} context switches"),
         // perf's config numbers differ, the names are the same.
         Mon::Perf(evs) => format!(
             "perf_event group: {}",
@@ -180,6 +194,8 @@ enum Guard {
     Pfm(Pfm, usize),
     PfmSets(Pfm, &'static SetsSpec),
     Perf(PerfGroup),
+    PfmSample(sys::PfmSampler),
+    PerfSample(sys::PerfSampler),
 }
 
 impl Guard {
@@ -222,6 +238,12 @@ impl Guard {
                 g.enable()?;
                 Guard::Perf(g)
             }
+            Mon::PfmSample(period) => {
+                Guard::PfmSample(sys::PfmSampler::new(tid, period, SAMPLE_PAGES / 2)?)
+            }
+            Mon::PerfSample(period) => {
+                Guard::PerfSample(sys::PerfSampler::new(tid, period, SAMPLE_PAGES / 4)?)
+            }
         })
     }
 
@@ -260,6 +282,15 @@ impl Guard {
                 Ok(all)
             }
             Guard::Perf(g) => g.values(),
+            // Samples read and consumed, and lost.
+            Guard::PfmSample(p) => {
+                let d = p.drain();
+                Ok(vec![d.samples, d.lost, d.ip_sum])
+            }
+            Guard::PerfSample(p) => {
+                let d = p.drain();
+                Ok(vec![d.samples, d.lost, d.ip_sum])
+            }
         }
     }
 
@@ -276,6 +307,11 @@ impl Guard {
                 g.disable()?;
                 g.close()
             }
+            Guard::PfmSample(p) => {
+                p.pfm.unload()?;
+                p.pfm.fd.close()
+            }
+            Guard::PerfSample(p) => p.disable(),
         }
     }
 }
@@ -335,6 +371,7 @@ fn parse_opts() -> Opts {
             "many".into(),
             "sets".into(),
             "setmem".into(),
+            "sampling".into(),
             "inherit".into(),
             "process-attach".into(),
         ],
@@ -409,6 +446,8 @@ struct PingPong {
     ns: u64,
     /// Thread A's counts after the loop.
     counts: Vec<u64>,
+    /// Thread B's.
+    counts_b: Vec<u64>,
     /// Event set switches of both threads' contexts (0 without sets).
     set_switches: u64,
 }
@@ -460,10 +499,11 @@ fn pingpong_marked(mon: Mon, trips: u64, cpu: usize, mark: bool) -> io::Result<P
         Ok(PingPong {
             ns: t1 - t0,
             counts,
+            counts_b: Vec::new(),
             set_switches,
         })
     });
-    let b = std::thread::spawn(move || -> io::Result<u64> {
+    let b = std::thread::spawn(move || -> io::Result<(u64, Vec<u64>)> {
         let prepared = sys::pin(cpu).and_then(|_| Guard::new(mon, 0));
         go_b.wait();
         let guard = prepared?;
@@ -471,8 +511,9 @@ fn pingpong_marked(mon: Mon, trips: u64, cpu: usize, mark: bool) -> io::Result<P
             sys::write1(&ba_w)?;
         }
         let set_switches = guard.set_switches()?;
+        let counts = guard.counts()?;
         guard.finish()?;
-        Ok(set_switches)
+        Ok((set_switches, counts))
     });
     let ra = a
         .join()
@@ -481,7 +522,9 @@ fn pingpong_marked(mon: Mon, trips: u64, cpu: usize, mark: bool) -> io::Result<P
         .join()
         .map_err(|_| io::Error::other("ping-pong thread B panicked"))?;
     let mut r = ra?;
-    r.set_switches += rb?;
+    let (set_switches, counts_b) = rb?;
+    r.set_switches += set_switches;
+    r.counts_b = counts_b;
     Ok(r)
 }
 
@@ -760,7 +803,9 @@ fn read_latency(mon: Mon, n: usize, how: How) -> io::Result<ReadRun> {
     let mut samples = vec![0u64; n];
     let batch_mean;
     match &guard {
-        Guard::None | Guard::PfmSets(..) => return Err(io::Error::other("nothing to read")),
+        Guard::None | Guard::PfmSets(..) | Guard::PfmSample(_) | Guard::PerfSample(_) => {
+            return Err(io::Error::other("nothing to read"))
+        }
         Guard::Pfm(p, k) if how == How::Mapped => {
             batch_mean = mapped_latency(p, *k, n, &mut samples)?;
         }
@@ -822,6 +867,107 @@ fn read_latency(mon: Mon, n: usize, how: How) -> io::Result<ReadRun> {
     let values = guard.counts()?;
     guard.finish()?;
     Ok(summarize(samples, batch_mean, values))
+}
+
+/// The cost of a sample: both threads of the ping-pong sample their own
+/// context switches with period 1 (a sample per switch), perfmon into its
+/// buffer, perf into its ring, each big enough for the run, drained after
+/// the timed loop (reading every sample's IP, as a tool would). The cost
+/// per sample is the time added over the unmonitored run of the same
+/// round, divided by the samples written (target: perfmon at most 0.5×
+/// perf's).
+fn bench_sampling(o: &Opts, out: &mut J) -> io::Result<()> {
+    let trips = o.trips.min(SAMPLE_TRIPS);
+    println!(
+        "== 9. cost per sample: pipe ping-pong on CPU {}, both threads sampling their switches, period 1 ==",
+        o.cpu
+    );
+    println!(
+        "   {trips} round trips per run, {} rounds interleaved; perfmon: 128-byte entries; perf: IP, TID, TIME, CPU, PERIOD (48 bytes)",
+        o.rounds
+    );
+    let variants: [(&str, Mon); 3] = [
+        ("none", Mon::None),
+        ("perfmon", Mon::PfmSample(1)),
+        ("perf", Mon::PerfSample(1)),
+    ];
+    let mut ns: Vec<Vec<f64>> = variants.iter().map(|_| Vec::new()).collect();
+    let mut samples: Vec<Vec<f64>> = variants.iter().map(|_| Vec::new()).collect();
+    let mut lost = [0u64; 3];
+    for r in 0..o.rounds {
+        for k in 0..variants.len() {
+            let idx = (k + r) % variants.len();
+            settle(o);
+            let pp = pingpong(variants[idx].1, trips, o.cpu).map_err(|e| {
+                io::Error::new(e.kind(), format!("sampling {}: {e}", variants[idx].0))
+            })?;
+            let n =
+                pp.counts.first().copied().unwrap_or(0) + pp.counts_b.first().copied().unwrap_or(0);
+            lost[idx] +=
+                pp.counts.get(1).copied().unwrap_or(0) + pp.counts_b.get(1).copied().unwrap_or(0);
+            eprintln!(
+                "# sampling round {}: {:<8} {} ns, {n} samples",
+                r + 1,
+                variants[idx].0,
+                pp.ns
+            );
+            ns[idx].push(pp.ns as f64);
+            samples[idx].push(n as f64);
+        }
+    }
+    // Per round: (time - the same round's unmonitored time) / samples.
+    let per_sample = |i: usize| -> f64 {
+        let v: Vec<f64> = (0..o.rounds)
+            .map(|r| (ns[i][r] - ns[0][r]) / samples[i][r].max(1.0))
+            .collect();
+        median_f(&v)
+    };
+    let mut t = Table::new(&[
+        "variant",
+        "median ns/run",
+        "samples/run",
+        "added ns/sample",
+        "lost",
+    ]);
+    let mut arr = J::Arr(Vec::new());
+    for (i, (name, _)) in variants.iter().enumerate() {
+        let cost = if i == 0 { f64::NAN } else { per_sample(i) };
+        t.row(vec![
+            name.to_string(),
+            f(median_f(&ns[i]), 0),
+            f(median_f(&samples[i]), 0),
+            if i == 0 { "-".into() } else { f(cost, 1) },
+            lost[i].to_string(),
+        ]);
+        arr.push(
+            J::obj()
+                .with("name", *name)
+                .with("median_ns", median_f(&ns[i]))
+                .with("median_samples", median_f(&samples[i]))
+                .with("added_ns_per_sample", cost)
+                .with("lost", lost[i])
+                .with("ns_rounds", ns[i].clone())
+                .with("samples_rounds", samples[i].clone()),
+        );
+    }
+    t.print();
+    let ratio = per_sample(1) / per_sample(2);
+    println!(
+        "   cost per sample perfmon/perf: {} (target <= 0.50: {})",
+        f(ratio, 3),
+        if ratio <= 0.5 { "met" } else { "NOT met" }
+    );
+    println!();
+    out.set(
+        "sampling",
+        J::obj()
+            .with("method", "pipe ping-pong of two threads pinned to one CPU, each sampling its own context switches with period 1 (perfmon: PFM_IOC_SMPL_SETUP drop policy, LOAD|START; perf: sample_period 1, IP|TID|TIME|CPU|PERIOD), buffers sized for the run and drained after the timed loop; cost per sample = (time - unmonitored time of the same round) / samples, median over rounds")
+            .with("trips", trips)
+            .with("rounds", o.rounds)
+            .with("variants", arr)
+            .with("ratio_perfmon_perf", ratio),
+    );
+    Ok(())
 }
 
 fn bench_read(o: &Opts, out: &mut J) -> io::Result<()> {
@@ -1999,7 +2145,10 @@ fn profile(o: &Opts, items: &str) -> io::Result<()> {
                 let guard = Guard::new(mon, 0)?;
                 let n = o.reads as u64;
                 match &guard {
-                    Guard::None | Guard::PfmSets(..) => return Err(bad()),
+                    Guard::None
+                    | Guard::PfmSets(..)
+                    | Guard::PfmSample(_)
+                    | Guard::PerfSample(_) => return Err(bad()),
                     Guard::Pfm(p, k) if values => {
                         let mask = (1u64 << *k) - 1;
                         let mut vals = vec![0u64; *k];
@@ -2166,6 +2315,9 @@ fn main() {
         }
         if want("setmem") && o.threads > 0 {
             bench_setmem(&o, &mut out)?;
+        }
+        if want("sampling") {
+            bench_sampling(&o, &mut out)?;
         }
         if want("inherit") {
             bench_inherit(&o, &mut out)?;

@@ -216,6 +216,25 @@ impl Pfm {
         check(ret as libc::c_long, "PFM_IOC_WRITE_PMCS").map(|_| ())
     }
 
+    /// PFM_IOC_WRITE_PMDS of `pmds`.
+    pub fn write_pmds(&self, pmds: &mut [PfmPmd]) -> io::Result<()> {
+        let mut arg = PfmRegsArg {
+            regs: pmds.as_mut_ptr() as u64,
+            count: pmds.len() as u32,
+            ..Default::default()
+        };
+        // SAFETY: `arg` is a PfmRegsArg pointing at `pmds`, writable PfmPmd
+        // elements that outlive the call.
+        let ret = unsafe {
+            libc::ioctl(
+                self.fd.0,
+                abi::PFM_IOC_WRITE_PMDS as _,
+                &mut arg as *mut PfmRegsArg,
+            )
+        };
+        check(ret as libc::c_long, "PFM_IOC_WRITE_PMDS").map(|_| ())
+    }
+
     /// PFM_IOC_WRITE_PMCS in event set `set`: PMC i selects `events[i]`.
     pub fn program_set(&self, set: u16, events: &[u64]) -> io::Result<()> {
         let mut pmcs = [PfmPmc::default(); 8];
@@ -696,5 +715,235 @@ impl crate::pfm_page::UserCpu for Rdtscp {
     }
     fn rdpmc(&self, _: u32) -> u64 {
         0
+    }
+}
+
+// ---- sampling -------------------------------------------------------------
+
+/// A shared mapping of `len` bytes at `offset` of `fd`, unmapped on drop.
+pub struct Mapping {
+    base: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: Shared memory, read and written only through atomics.
+unsafe impl Send for Mapping {}
+
+impl Mapping {
+    /// Maps `len` bytes at `offset` of `fd`, shared, readable and writable.
+    pub fn new(fd: &Fd, len: usize, offset: libc::off_t, what: &str) -> io::Result<Self> {
+        // SAFETY: A new mapping chosen by the kernel: no existing memory
+        // is affected.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.0,
+                offset,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::new(
+                io::Error::last_os_error().kind(),
+                format!("mmap {what}: {}", io::Error::last_os_error()),
+            ));
+        }
+        let base = std::ptr::NonNull::new(p.cast::<u8>())
+            .ok_or_else(|| io::Error::other(format!("mmap {what}: NULL")))?;
+        Ok(Mapping { base, len })
+    }
+
+    /// The 64-bit word at byte `off` (8-byte aligned, inside).
+    fn word(&self, off: usize) -> &std::sync::atomic::AtomicU64 {
+        assert!(off % 8 == 0 && off + 8 <= self.len);
+        // SAFETY: Inside the mapping and aligned (checked); the memory is
+        // only accessed through atomics.
+        unsafe {
+            &*self
+                .base
+                .as_ptr()
+                .add(off)
+                .cast::<std::sync::atomic::AtomicU64>()
+        }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: Our own mapping, of that length, unmapped once.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
+
+/// What a drain of a sampling buffer found: samples, the sum of their IPs
+/// (read, as a tool would), and what the buffer says it lost.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Drained {
+    pub samples: u64,
+    pub ip_sum: u64,
+    pub lost: u64,
+}
+
+/// A perfmon context sampling its thread's context switches every
+/// `period`, into a buffer of `pages` pages.
+pub struct PfmSampler {
+    pub pfm: Pfm,
+    map: Mapping,
+    pages: usize,
+}
+
+impl PfmSampler {
+    /// PMD 0 counts context switches from -`period`, resets to it, and
+    /// writes an entry at each overflow (no values); LOADed on `tid`
+    /// (0: the caller) and started.
+    pub fn new(tid: u32, period: u64, pages: usize) -> io::Result<Self> {
+        let pfm = Pfm::open()?;
+        pfm.program(&[crate::CS])?;
+        let minus = period.wrapping_neg();
+        let mut pmd = [PfmPmd {
+            reg_num: 0,
+            reg_value: minus,
+            reg_short_reset: minus,
+            reg_long_reset: minus,
+            ..Default::default()
+        }];
+        pfm.write_pmds(&mut pmd)?;
+        let mut s = abi::PfmSmplSetup {
+            data_pages: pages as u32,
+            flags: abi::PFM_SMPL_DROP,
+            ..Default::default()
+        };
+        // SAFETY: `s` is a PfmSmplSetup, the size the request encodes.
+        let ret = unsafe {
+            libc::ioctl(
+                pfm.fd.0,
+                abi::PFM_IOC_SMPL_SETUP as _,
+                &mut s as *mut abi::PfmSmplSetup,
+            )
+        };
+        check(ret as libc::c_long, "PFM_IOC_SMPL_SETUP")?;
+        let map = Mapping::new(
+            &pfm.fd,
+            (1 + pages) * abi::PFM_PAGE_SIZE,
+            abi::PFM_SMPL_OFFSET as libc::off_t,
+            "the sampling buffer",
+        )?;
+        pfm.load_flags(tid, abi::PFM_LOAD_START)?;
+        Ok(PfmSampler { pfm, map, pages })
+    }
+
+    /// Reads every entry (its IP) and consumes them (perf's protocol:
+    /// `head` acquired, `tail` released).
+    pub fn drain(&self) -> Drained {
+        use std::sync::atomic::Ordering;
+        const HEAD: usize = 16;
+        const TAIL: usize = 24;
+        const LOST: usize = 40;
+        const ENTRY: u64 = std::mem::size_of::<abi::PfmSmplEntry>() as u64;
+        let size = (self.pages * abi::PFM_PAGE_SIZE) as u64;
+        let head = self.map.word(HEAD).load(Ordering::Acquire);
+        let mut tail = self.map.word(TAIL).load(Ordering::Relaxed);
+        let mut d = Drained::default();
+        while tail < head {
+            let ip_off = abi::PFM_PAGE_SIZE
+                + (tail % size) as usize
+                + std::mem::offset_of!(abi::PfmSmplEntry, ip);
+            d.ip_sum = d
+                .ip_sum
+                .wrapping_add(self.map.word(ip_off).load(Ordering::Relaxed));
+            d.samples += 1;
+            tail += ENTRY;
+        }
+        self.map.word(TAIL).store(tail, Ordering::Release);
+        d.lost = self.map.word(LOST).load(Ordering::Relaxed);
+        d
+    }
+}
+
+/// perf_event sampling its thread's context switches every `period`:
+/// IP, TID, TIME, CPU and PERIOD per sample (what a perfmon entry holds
+/// besides PMD values), into a ring of `pages` pages.
+pub struct PerfSampler {
+    pub fd: Fd,
+    map: Mapping,
+    pages: usize,
+}
+
+impl PerfSampler {
+    /// Opened on `tid` (0: the caller) and enabled.
+    pub fn new(tid: u32, period: u64, pages: usize) -> io::Result<Self> {
+        /// PERF_SAMPLE_IP | TID | TIME | CPU | PERIOD.
+        const SAMPLE_TYPE: u64 = 1 | 1 << 1 | 1 << 2 | 1 << 7 | 1 << 8;
+        let attr = PerfEventAttr {
+            type_: PERF_TYPE_SOFTWARE,
+            size: std::mem::size_of::<PerfEventAttr>() as u32,
+            config: PERF_COUNT_SW_CONTEXT_SWITCHES,
+            sample_period: period,
+            sample_type: SAMPLE_TYPE,
+            read_format: 0,
+            flags: ATTR_DISABLED,
+            rest: [0; 11],
+        };
+        // SAFETY: `attr` is a valid perf_event_attr of the size it states.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_perf_event_open,
+                &attr as *const PerfEventAttr,
+                tid as libc::pid_t,
+                -1 as libc::c_int,
+                -1 as libc::c_int,
+                PERF_FLAG_FD_CLOEXEC,
+            )
+        };
+        check(fd, "perf_event_open (sampling)")?;
+        let fd = Fd(fd as libc::c_int);
+        let map = Mapping::new(&fd, (1 + pages) * 4096, 0, "perf's ring")?;
+        // SAFETY: an _IO request on our perf fd.
+        let ret = unsafe { libc::ioctl(fd.0, PERF_EVENT_IOC_ENABLE as _, 0) };
+        check(ret as libc::c_long, "PERF_EVENT_IOC_ENABLE")?;
+        Ok(PerfSampler { fd, map, pages })
+    }
+
+    /// Reads every record (a sample's IP) and consumes them.
+    pub fn drain(&self) -> Drained {
+        use std::sync::atomic::Ordering;
+        const DATA_HEAD: usize = 1024;
+        const DATA_TAIL: usize = 1032;
+        const RECORD_LOST: u64 = 2;
+        const RECORD_SAMPLE: u64 = 9;
+        let size = (self.pages * 4096) as u64;
+        let head = self.map.word(DATA_HEAD).load(Ordering::Acquire);
+        let mut tail = self.map.word(DATA_TAIL).load(Ordering::Relaxed);
+        let mut d = Drained::default();
+        while tail < head {
+            let at = |x: u64| 4096 + ((tail + x) % size) as usize;
+            let h = self.map.word(at(0)).load(Ordering::Relaxed);
+            let (ty, len) = (h & 0xffff_ffff, h >> 48);
+            if len == 0 {
+                break;
+            }
+            match ty {
+                RECORD_SAMPLE => {
+                    d.samples += 1;
+                    d.ip_sum = d
+                        .ip_sum
+                        .wrapping_add(self.map.word(at(8)).load(Ordering::Relaxed));
+                }
+                RECORD_LOST => d.lost += self.map.word(at(16)).load(Ordering::Relaxed),
+                _ => {}
+            }
+            tail += len;
+        }
+        self.map.word(DATA_TAIL).store(tail, Ordering::Release);
+        d
+    }
+
+    /// Disables it.
+    pub fn disable(&self) -> io::Result<()> {
+        // SAFETY: an _IO request on our perf fd.
+        let ret = unsafe { libc::ioctl(self.fd.0, PERF_EVENT_IOC_DISABLE as _, 0) };
+        check(ret as libc::c_long, "PERF_EVENT_IOC_DISABLE").map(|_| ())
     }
 }
