@@ -280,6 +280,16 @@ impl CtxInner {
     /// [`CtxInner::overflowed`]'s work, when there is some.
     #[cold]
     fn raise_overflow(&mut self, ovfl: u64) {
+        // A sampling buffer takes each overflow as an entry; only what
+        // needs more (a message, a full buffer, a reader to wake) goes on
+        // to the interrupt.
+        let ovfl = match self.smpl() {
+            Some(_) => self.smpl_overflowed(ovfl),
+            None => ovfl,
+        };
+        if ovfl == 0 {
+            return;
+        }
         if self.pending_ovfl == 0 {
             // During an exec not yet checked, the user registers may be the
             // new image's, which its loader may not be allowed to see.
@@ -293,7 +303,6 @@ impl CtxInner {
         self.pending_ovfl |= ovfl;
         if self.extra.is_some() {
             self.sets_overflowed(ovfl);
-            self.smpl_overflowed(ovfl);
         }
         if let Some(att) = &self.attach {
             if !crate::pfm_intr::raise(att) {

@@ -84,11 +84,19 @@ impl CtxInner {
     }
 
     /// Writes one entry per PMD of `ovfl` (overflowed now, in the monitored
-    /// thread, lock held). Entries are written while the context counts.
-    pub(super) fn smpl_overflowed(&self, ovfl: u64) {
+    /// thread, lock held). Returns the overflows the overflow interrupt
+    /// must still see: those of PMDs that ask for a message, or all of
+    /// them when the buffer filled or reached its watermark (the
+    /// interrupt masks or wakes); a sample alone raises no interrupt
+    /// (perfmon2's `OVFL_NO_MSG`). Outside LOADED (a zombie's lazy stop),
+    /// no entry, and every overflow goes on.
+    pub(super) fn smpl_overflowed(&self, ovfl: u64) -> u64 {
         let Some(smpl) = self.smpl() else {
-            return;
+            return ovfl;
         };
+        if self.state() != State::Loaded {
+            return ovfl;
+        }
         // During an exec not yet checked, the user registers may be the
         // new image's, which its loader may not be allowed to see.
         let ip = if self.exec_check {
@@ -97,6 +105,7 @@ impl CtxInner {
             glue::current_user_ip()
         };
         let pmds = self.counters.pmds();
+        let mut notify = 0;
         let mut bits = ovfl;
         while bits != 0 {
             let i = bits.trailing_zeros() as usize;
@@ -104,6 +113,9 @@ impl CtxInner {
             let (Some(pmd), Some(&mask)) = (pmds.get(i), smpl.smpl_pmds.get(i)) else {
                 continue;
             };
+            if pmd.flags & abi::PFM_REGFL_OVFL_NOTIFY != 0 {
+                notify |= 1 << i;
+            }
             let mut e = abi::PfmSmplEntry {
                 tid: self.tid,
                 pid: smpl.pid.load(Ordering::Relaxed),
@@ -133,6 +145,11 @@ impl CtxInner {
             if pushed.crossed_watermark {
                 smpl.crossed.store(true, Ordering::Relaxed);
             }
+        }
+        if smpl.full_pmds.load(Ordering::Relaxed) != 0 || smpl.crossed.load(Ordering::Relaxed) {
+            ovfl
+        } else {
+            notify
         }
     }
 

@@ -74,7 +74,7 @@ enum Mon {
 
 /// Pages of a sampling variant's buffer: room for every sample of a run
 /// of [`SAMPLE_TRIPS`] (1 per switch) without a drain (perfmon's 128-byte
-/// entries; perf's 48-byte records fit in half).
+/// entries; perf's 48-byte records, with its header, fit in half).
 const SAMPLE_PAGES: usize = 1024;
 /// Round trips of a sampling run, at most: 24,000 entries of 128 bytes
 /// fill 750 of [`SAMPLE_PAGES`].
@@ -239,10 +239,10 @@ impl Guard {
                 Guard::Perf(g)
             }
             Mon::PfmSample(period) => {
-                Guard::PfmSample(sys::PfmSampler::new(tid, period, SAMPLE_PAGES / 2)?)
+                Guard::PfmSample(sys::PfmSampler::new(tid, period, SAMPLE_PAGES)?)
             }
             Mon::PerfSample(period) => {
-                Guard::PerfSample(sys::PerfSampler::new(tid, period, SAMPLE_PAGES / 4)?)
+                Guard::PerfSample(sys::PerfSampler::new(tid, period, SAMPLE_PAGES / 2)?)
             }
         })
     }
