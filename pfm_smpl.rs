@@ -128,6 +128,32 @@ impl Geometry {
     }
 }
 
+/// The writer's own record of what it publishes in the header: kernel
+/// memory, never read back from the page, which the tool can write
+/// (only `tail` is read from there, and bounded).
+pub struct Writer {
+    head: AtomicU64,
+    written: AtomicU64,
+    lost: AtomicU64,
+}
+
+impl Writer {
+    /// Nothing written yet.
+    pub const fn new() -> Self {
+        Self {
+            head: AtomicU64::new(0),
+            written: AtomicU64::new(0),
+            lost: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Default for Writer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// What [`SmplRing::push`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Pushed {
@@ -173,42 +199,45 @@ impl SmplRing<'_> {
     /// Kernel side: appends `e` (its `seq` set here), or, full, drops it
     /// and counts it in `lost` (under the mask policy, only an overflow
     /// of a context RESTARTed before the tool drained meets a full
-    /// buffer). The writer is one context under its lock: `head`,
-    /// `written` and `lost` are its own. `drop` does not change what is
-    /// written; the caller masks on `full` without it.
-    pub fn push(&self, e: &abi::PfmSmplEntry, watermark: u64) -> Pushed {
-        let head = self.hdr.head.load(Ordering::Relaxed);
+    /// buffer). The writer is one context under its lock; its positions
+    /// and counts are `w`'s, published to the header after the entry.
+    /// The caller masks on `full` under the mask policy.
+    pub fn push(&self, w: &Writer, e: &abi::PfmSmplEntry, watermark: u64) -> Pushed {
+        let head = w.head.load(Ordering::Relaxed);
         let unread = self.unread(head);
+        let dropped = Pushed {
+            written: false,
+            crossed_watermark: false,
+            full: true,
+        };
         if unread + ENTRY as u64 > self.data_size {
-            let lost = self.hdr.lost.load(Ordering::Relaxed);
-            self.hdr.lost.store(lost + 1, Ordering::Relaxed);
-            return Pushed {
-                written: false,
-                crossed_watermark: false,
-                full: true,
-            };
+            let lost = w.lost.load(Ordering::Relaxed).wrapping_add(1);
+            w.lost.store(lost, Ordering::Relaxed);
+            self.hdr.lost.store(lost, Ordering::Relaxed);
+            return dropped;
         }
-        let written = self.hdr.written.load(Ordering::Relaxed);
+        let written = w.written.load(Ordering::Relaxed);
         let mut e = *e;
         e.seq = written;
+        // `head` is the writer's own, a multiple of ENTRY: the slot is
+        // inside one page.
         let off = (head % self.data_size) as usize;
-        let Some(page) = (self.page)(off / PAGE) else {
-            return Pushed {
-                written: false,
-                crossed_watermark: false,
-                full: true,
-            };
-        };
         let first = (off % PAGE) / 8;
-        for (cell, word) in page.0[first..first + ENTRY_WORDS]
-            .iter()
-            .zip(entry_words(&e).iter())
-        {
+        let Some(cells) = (self.page)(off / PAGE).and_then(|p| p.0.get(first..first + ENTRY_WORDS))
+        else {
+            return dropped;
+        };
+        for (cell, word) in cells.iter().zip(entry_words(&e).iter()) {
             cell.store(*word, Ordering::Relaxed);
         }
-        self.hdr.written.store(written + 1, Ordering::Relaxed);
+        let head = head.wrapping_add(ENTRY as u64);
+        w.head.store(head, Ordering::Relaxed);
+        w.written.store(written.wrapping_add(1), Ordering::Relaxed);
+        self.hdr
+            .written
+            .store(written.wrapping_add(1), Ordering::Relaxed);
         // After the entry: a reader that sees the new head sees it whole.
-        self.hdr.head.store(head + ENTRY as u64, Ordering::Release);
+        self.hdr.head.store(head, Ordering::Release);
         let now = unread + ENTRY as u64;
         Pushed {
             written: true,
@@ -218,34 +247,44 @@ impl SmplRing<'_> {
     }
 
     /// Whether the unread bytes are at least `watermark` (for `poll`).
-    pub fn above_watermark(&self, watermark: u64) -> bool {
-        self.unread(self.hdr.head.load(Ordering::Acquire)) >= watermark
+    pub fn above_watermark(&self, w: &Writer, watermark: u64) -> bool {
+        self.unread(w.head.load(Ordering::Relaxed)) >= watermark
     }
 
-    /// Whether another entry fits (RESTART of a context the buffer masked
-    /// is allowed either way; it masks again at the next overflow).
-    pub fn has_room(&self) -> bool {
-        self.unread(self.hdr.head.load(Ordering::Relaxed)) + (ENTRY as u64) <= self.data_size
+    /// Whether another entry fits.
+    pub fn has_room(&self, w: &Writer) -> bool {
+        self.unread(w.head.load(Ordering::Relaxed)) + (ENTRY as u64) <= self.data_size
     }
 
     /// Tool side: calls `f` with each entry between `tail` and `head`,
     /// oldest first, then consumes them (stores `tail`). Returns how many.
+    /// The header is the tool's own memory too: a `tail` out of step with
+    /// `head` (not a whole number of entries behind it, or more than the
+    /// buffer) is resynchronised to the oldest entry still there, and a
+    /// bad `head` ends the drain; neither can make it panic or loop.
     pub fn drain(&self, mut f: impl FnMut(&abi::PfmSmplEntry)) -> usize {
         let head = self.hdr.head.load(Ordering::Acquire);
         let mut tail = self.hdr.tail.load(Ordering::Relaxed);
+        let e = ENTRY as u64;
+        match head.checked_sub(tail) {
+            Some(n) if n <= self.data_size && n % e == 0 => {}
+            _ => tail = head.saturating_sub(self.data_size),
+        }
         let mut n = 0;
-        while tail < head {
+        while tail < head && n < self.data_size as usize / ENTRY {
             let off = (tail % self.data_size) as usize;
-            let Some(page) = (self.page)(off / PAGE) else {
+            let first = (off % PAGE) / 8;
+            let Some(cells) =
+                (self.page)(off / PAGE).and_then(|p| p.0.get(first..first + ENTRY_WORDS))
+            else {
                 break;
             };
-            let first = (off % PAGE) / 8;
             let mut words = [0u64; ENTRY_WORDS];
-            for (w, cell) in words.iter_mut().zip(&page.0[first..first + ENTRY_WORDS]) {
+            for (w, cell) in words.iter_mut().zip(cells) {
                 *w = cell.load(Ordering::Relaxed);
             }
             f(&entry_of(&words));
-            tail += ENTRY as u64;
+            tail += e;
             n += 1;
         }
         // After the reads: the writer may reuse the space.
@@ -335,6 +374,7 @@ mod tests {
     fn entries_round_trip_in_order_across_wraps() {
         let (hdr, data) = buffer(1);
         let page = |i: usize| data.get(i);
+        let w = Writer::new();
         let ring = SmplRing {
             hdr: &hdr,
             page: &page,
@@ -343,7 +383,7 @@ mod tests {
         let per_page = (PAGE / ENTRY) as u64;
         let mut seen = Vec::new();
         for i in 0..10 * per_page {
-            let p = ring.push(&entry(i), u64::MAX);
+            let p = ring.push(&w, &entry(i), u64::MAX);
             assert!(p.written, "entry {i}");
             // Drain every 5 entries: the ring wraps many times.
             if i % 5 == 4 {
@@ -365,6 +405,7 @@ mod tests {
         {
             let (hdr, data) = buffer(1);
             let page = |i: usize| data.get(i);
+            let w = Writer::new();
             let ring = SmplRing {
                 hdr: &hdr,
                 page: &page,
@@ -372,18 +413,18 @@ mod tests {
             };
             let m = PAGE / ENTRY;
             for i in 0..m {
-                let p = ring.push(&entry(i as u64), u64::MAX);
+                let p = ring.push(&w, &entry(i as u64), u64::MAX);
                 assert!(p.written);
                 // The m-th entry leaves no room: the mask policy stops there.
                 assert_eq!(p.full, i == m - 1, "entry {i}");
             }
-            let p = ring.push(&entry(99), u64::MAX);
+            let p = ring.push(&w, &entry(99), u64::MAX);
             assert!(!p.written && p.full);
             assert_eq!(hdr.lost.load(Ordering::Relaxed), 1);
             assert_eq!(hdr.written.load(Ordering::Relaxed), m as u64);
-            assert!(!ring.has_room());
+            assert!(!ring.has_room(&w));
             assert_eq!(ring.drain(|_| {}), m);
-            assert!(ring.has_room());
+            assert!(ring.has_room(&w));
         }
     }
 
@@ -391,6 +432,7 @@ mod tests {
     fn watermark_is_crossed_once_per_fill() {
         let (hdr, data) = buffer(2);
         let page = |i: usize| data.get(i);
+        let w = Writer::new();
         let ring = SmplRing {
             hdr: &hdr,
             page: &page,
@@ -398,17 +440,17 @@ mod tests {
         };
         let wm = 4 * ENTRY as u64;
         let crossed: Vec<bool> = (0..8)
-            .map(|i| ring.push(&entry(i), wm).crossed_watermark)
+            .map(|i| ring.push(&w, &entry(i), wm).crossed_watermark)
             .collect();
         assert_eq!(
             crossed,
             [false, false, false, true, false, false, false, false]
         );
-        assert!(ring.above_watermark(wm));
+        assert!(ring.above_watermark(&w, wm));
         ring.drain(|_| {});
-        assert!(!ring.above_watermark(wm));
+        assert!(!ring.above_watermark(&w, wm));
         let again: Vec<bool> = (0..4)
-            .map(|i| ring.push(&entry(i), wm).crossed_watermark)
+            .map(|i| ring.push(&w, &entry(i), wm).crossed_watermark)
             .collect();
         assert_eq!(again, [false, false, false, true]);
     }
@@ -417,18 +459,52 @@ mod tests {
     fn a_garbage_tail_reads_as_nothing_consumed() {
         let (hdr, data) = buffer(1);
         let page = |i: usize| data.get(i);
+        let w = Writer::new();
         let ring = SmplRing {
             hdr: &hdr,
             page: &page,
             data_size: PAGE as u64,
         };
-        ring.push(&entry(0), u64::MAX);
+        ring.push(&w, &entry(0), u64::MAX);
         for bad in [u64::MAX, 2 * ENTRY as u64, 1 << 40] {
             hdr.tail.store(bad, Ordering::Relaxed);
-            assert!(!ring.has_room(), "tail {bad}");
-            let p = ring.push(&entry(1), u64::MAX);
+            assert!(!ring.has_room(&w), "tail {bad}");
+            let p = ring.push(&w, &entry(1), u64::MAX);
             assert!(!p.written, "tail {bad}: wrote over unconsumed entries");
         }
+    }
+
+    #[test]
+    fn a_hostile_header_changes_nothing_the_kernel_writes() {
+        let (hdr, data) = buffer(1);
+        let page = |i: usize| data.get(i);
+        let w = Writer::new();
+        let ring = SmplRing {
+            hdr: &hdr,
+            page: &page,
+            data_size: PAGE as u64,
+        };
+        ring.push(&w, &entry(0), u64::MAX);
+        // The tool writes its header's kernel fields: misaligned, huge.
+        hdr.head.store(PAGE as u64 - 8, Ordering::Relaxed);
+        hdr.written.store(u64::MAX, Ordering::Relaxed);
+        hdr.lost.store(u64::MAX, Ordering::Relaxed);
+        hdr.tail.store(ENTRY as u64, Ordering::Relaxed);
+        let p = ring.push(&w, &entry(1), u64::MAX);
+        assert!(p.written);
+        assert_eq!(hdr.head.load(Ordering::Relaxed), 2 * ENTRY as u64);
+        assert_eq!(hdr.written.load(Ordering::Relaxed), 2);
+        let mut seen = Vec::new();
+        ring.drain(|e| seen.push(e.seq));
+        assert_eq!(seen, [1]);
+        // A reader whose tail is garbage resynchronises, and never loops.
+        for bad in [3, u64::MAX, 1 << 50] {
+            hdr.tail.store(bad, Ordering::Relaxed);
+            assert!(ring.drain(|_| {}) <= PAGE / ENTRY);
+        }
+        hdr.head.store(7, Ordering::Relaxed);
+        hdr.tail.store(0, Ordering::Relaxed);
+        assert!(ring.drain(|_| {}) <= PAGE / ENTRY);
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //! waking a reader past the watermark) is left to the overflow interrupt
 //! that the overflow raises anyway ([`Context::take_smpl_events`]).
 
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use kernel::prelude::*;
 
@@ -21,7 +21,7 @@ use super::{Context, CtxInner, Extra};
 use crate::abi;
 use crate::globals;
 use crate::pfm_msgq::Ring;
-use crate::pfm_smpl::{DataCells, Geometry, HeaderCells, SmplRing, PAGE};
+use crate::pfm_smpl::{DataCells, Geometry, HeaderCells, SmplRing, Writer, PAGE};
 use crate::pfm_state::State;
 use crate::rust::{self as glue, mm, PidNs};
 
@@ -40,8 +40,12 @@ pub(crate) struct CtxSmpl {
     geo: Geometry,
     /// Per PMD, the PMDs whose values its entries record.
     smpl_pmds: [u64; abi::PFM_MAX_PMDS],
-    /// A mapping exists (there is one at a time).
-    mapped: AtomicBool,
+    /// Where the next entry goes and the counts, the kernel's own (the
+    /// header page, which the tool can write, only gets copies).
+    writer: Writer,
+    /// The VMAs that map the buffer: one `mmap` at a time, but an
+    /// `mremap` move or a fork (`MADV_DOFORK`) adds one for a while.
+    mappings: AtomicUsize,
     /// The loaded thread's process id in the loader's pid namespace (set
     /// at LOAD).
     pid: AtomicU32,
@@ -138,7 +142,7 @@ impl CtxInner {
                 m &= m - 1;
                 *v = pmds.get(j).map_or(0, |p| p.value);
             }
-            let pushed = smpl.with_ring(|r| r.push(&e, smpl.geo.watermark));
+            let pushed = smpl.with_ring(|r| r.push(&smpl.writer, &e, smpl.geo.watermark));
             if pushed.full && !smpl.geo.drop {
                 smpl.full_pmds.fetch_or(1 << i, Ordering::Relaxed);
             }
@@ -171,7 +175,7 @@ impl CtxInner {
     /// at the watermark.
     pub(super) fn smpl_readable(&self) -> bool {
         self.smpl()
-            .is_some_and(|s| s.with_ring(|r| r.above_watermark(s.geo.watermark)))
+            .is_some_and(|s| s.with_ring(|r| r.above_watermark(&s.writer, s.geo.watermark)))
     }
 }
 
@@ -198,6 +202,17 @@ impl Context {
     /// whole program's family (one of them per context).
     pub(crate) fn smpl_setup(&self, s: &abi::PfmSmplSetup) -> Result {
         let geo = Geometry::of(s, globals().pmu.impl_mask()).map_err(|_| EINVAL)?;
+        // Refused early, before up to 4 MiB are allocated; asked again
+        // under the lock below.
+        {
+            let inner = self.inner.lock();
+            if inner.state() != State::Unloaded {
+                return Err(crate::ebadfd());
+            }
+            if inner.extra.is_some() {
+                return Err(EBUSY);
+            }
+        }
         // Everything that may sleep, before the lock.
         let hdr = mm::SharedPage::<HeaderCells>::new()?;
         SmplRing::init(hdr.get(), geo.data_size);
@@ -218,7 +233,8 @@ impl Context {
                 data,
                 geo,
                 smpl_pmds: s.smpl_pmds,
-                mapped: AtomicBool::new(false),
+                writer: Writer::new(),
+                mappings: AtomicUsize::new(0),
                 pid: AtomicU32::new(0),
                 full_pmds: AtomicU64::new(0),
                 crossed: AtomicBool::new(false),
@@ -269,18 +285,8 @@ impl Context {
         if !vma.shared_writable() {
             return Err(EINVAL);
         }
-        if smpl
-            .mapped
-            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
-            return Err(EBUSY);
-        }
-        // SAFETY: `mapped` is in the buffer, which outlives the VMA (above).
-        let r = unsafe { vma.insert_shared_pages(&smpl.hdr, &smpl.data, &smpl.mapped) };
-        if r.is_err() {
-            smpl.mapped.store(false, Ordering::Release);
-        }
-        r
+        // SAFETY: `mappings` is in the buffer, which outlives the VMA
+        // (above).
+        unsafe { vma.insert_shared_pages(&smpl.hdr, &smpl.data, &smpl.mappings) }
     }
 }

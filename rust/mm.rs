@@ -6,7 +6,7 @@
 
 use core::marker::PhantomData;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicUsize, Ordering};
 
 use kernel::bindings;
 use kernel::ffi::{c_int, c_ulong, c_void};
@@ -156,21 +156,29 @@ impl<'a> Vma<'a> {
 
     /// Maps `first` and then each of `rest` from the VMA's start, shared
     /// and writable (both sides write the pages), and makes the mapping
-    /// one that cannot be split, grown, made executable, copied at fork or
-    /// dumped. Once every page is in, `mapped` is set, and it is cleared
-    /// when the VMA goes (munmap, exit). The VMA must be exactly as long
-    /// as the pages. May sleep (page tables).
+    /// one that cannot be split, grown, made executable, copied at fork
+    /// (unless `MADV_DOFORK`) or dumped. `mappings` counts the VMAs that
+    /// map the pages: this call is refused with `EBUSY` unless it is 0,
+    /// and the VMA's operations keep it (an `mremap` move or a fork adds
+    /// one, each `munmap` or exit removes one). The VMA must be exactly as
+    /// long as the pages. May sleep (page tables).
     ///
     /// # Safety
     ///
-    /// `mapped` must outlive the VMA: its owner must be kept alive by the
-    /// file the VMA maps (the VMA holds a reference to the file).
+    /// `mappings` must outlive the VMAs: its owner must be kept alive by
+    /// the file the VMA maps (each VMA holds a reference to the file).
     pub(crate) unsafe fn insert_shared_pages<H: PageContents, D: PageContents>(
         &self,
         first: &SharedPage<H>,
         rest: &[SharedPage<D>],
-        mapped: &AtomicBool,
+        mappings: &AtomicUsize,
     ) -> Result {
+        if mappings
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return Err(EBUSY);
+        }
         let pages = Iterator::chain(core::iter::once(first.addr), rest.iter().map(|p| p.addr));
         for (i, addr) in pages.enumerate() {
             let offset = (i * bindings::PAGE_SIZE as usize) as c_ulong;
@@ -181,19 +189,20 @@ impl<'a> Vma<'a> {
                 ffi::pfm_vma_insert_shared_page(self.raw.as_ptr(), offset, addr.as_ptr())
             };
             if r < 0 {
-                // The failed mmap's VMA is torn down with what is in it.
+                // The failed mmap's VMA is torn down with what is in it,
+                // without its operations (not set yet).
+                mappings.store(0, Ordering::Release);
                 return Err(Error::from_errno(r));
             }
         }
-        mapped.store(true, Ordering::Release);
-        // SAFETY: The VMA is valid; `TRACKED_OPS` is static; `mapped`
-        // outlives the VMA (the caller's promise), and `tracked_close`
-        // reads it back only as an `AtomicBool`.
+        // SAFETY: The VMA is valid; `TRACKED_OPS` is static; `mappings`
+        // outlives the VMA (the caller's promise), and the operations read
+        // it back only as an `AtomicUsize`.
         unsafe {
             ffi::pfm_vma_set_ops(
                 self.raw.as_ptr(),
                 &TRACKED_OPS.0,
-                (mapped as *const AtomicBool).cast_mut().cast(),
+                (mappings as *const AtomicUsize).cast_mut().cast(),
             )
         };
         Ok(())
@@ -213,16 +222,17 @@ impl<'a> Vma<'a> {
     }
 }
 
-/// The operations of a [`Vma::insert_shared_pages`] mapping: its end
-/// clears its flag; it may not be split (a partial `munmap` or `mprotect`
-/// would end part of it, and `close` would then clear the flag of a
-/// mapping that still exists). `mremap` cannot grow it (`VM_DONTEXPAND`).
+/// The operations of a [`Vma::insert_shared_pages`] mapping: each VMA
+/// that maps the pages is counted (`open` for a copy made by `mremap` or
+/// fork, `close` at its end); none may be split (a partial `munmap` or
+/// `mprotect` would leave two). `mremap` cannot grow it (`VM_DONTEXPAND`).
 struct VmOps(bindings::vm_operations_struct);
 
 // SAFETY: Function pointers, never written.
 unsafe impl Sync for VmOps {}
 
 static TRACKED_OPS: VmOps = VmOps(bindings::vm_operations_struct {
+    open: Some(tracked_open),
     close: Some(tracked_close),
     may_split: Some(tracked_no_split),
     // SAFETY: All-zero is a valid `vm_operations_struct`: every other
@@ -230,16 +240,36 @@ static TRACKED_OPS: VmOps = VmOps(bindings::vm_operations_struct {
     ..unsafe { core::mem::zeroed() }
 });
 
+/// The count of a tracked VMA.
+///
+/// # Safety
+///
+/// `vma` was set up by [`Vma::insert_shared_pages`] (or copied from one).
+unsafe fn tracked_count<'a>(vma: *mut bindings::vm_area_struct) -> &'a AtomicUsize {
+    // SAFETY: `vm_private_data` is the `AtomicUsize` the mapping was made
+    // with (copies keep it), alive while the VMA is (`insert_shared_pages`'
+    // contract).
+    unsafe { &*ffi::pfm_vma_private(vma).cast::<AtomicUsize>() }
+}
+
+/// `open` of a tracked mapping: a copy of it (`mremap` move, fork).
+///
+/// # Safety
+///
+/// Called by the mm with a VMA copied from a tracked one.
+unsafe extern "C" fn tracked_open(vma: *mut bindings::vm_area_struct) {
+    // SAFETY: The caller's guarantee.
+    unsafe { tracked_count(vma) }.fetch_add(1, Ordering::AcqRel);
+}
+
 /// `close` of a tracked mapping.
 ///
 /// # Safety
 ///
-/// Called by the mm with a VMA set up by [`Vma::insert_shared_pages`].
+/// Called by the mm with a tracked VMA.
 unsafe extern "C" fn tracked_close(vma: *mut bindings::vm_area_struct) {
-    // SAFETY: `vm_private_data` is the `AtomicBool` the mapping was made
-    // with, alive while the VMA is (`insert_shared_pages`' contract).
-    let mapped = unsafe { &*ffi::pfm_vma_private(vma).cast::<AtomicBool>() };
-    mapped.store(false, Ordering::Release);
+    // SAFETY: The caller's guarantee.
+    unsafe { tracked_count(vma) }.fetch_sub(1, Ordering::AcqRel);
 }
 
 /// `may_split` of a tracked mapping: never.

@@ -10,3 +10,8 @@ pub mod proc;
 pub mod rng;
 pub mod sys;
 pub mod tap;
+
+// The module's ring protocol (`pfm_smpl.rs`), included by the host tests
+// of the sampling operations, names the ABI `crate::abi`.
+#[cfg(test)]
+use sys::abi;

@@ -238,6 +238,17 @@ pub fn write_file(path: &std::ffi::CStr, value: &str) -> Result<i64, i32> {
     r
 }
 
+/// `CLOCK_MONOTONIC` in nanoseconds.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-parameter.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// `sched_yield()`.
 pub fn sched_yield() {
     // SAFETY: no preconditions.
@@ -620,6 +631,281 @@ impl Drop for Arena {
     }
 }
 
+/// Where `Ptr::Wild` addresses of the fuzzer start (`0x1000_0000_0000`):
+/// from there to the end of the arenas nothing may be mapped but arenas.
+pub const WILD_LOW: usize = 0x1000_0000_0000;
+/// The end of the last arena slot.
+const ARENAS_END: usize = ARENA_BASE + 4096 * ARENA_STRIDE;
+
+/// Whether `[addr, addr + len)` stays clear of the arenas and of the
+/// addresses the fuzzer hands the kernel as never mapped (`Ptr::Wild`): a
+/// mapping the kernel placed there (it never does: it places them top
+/// down, far above) must not be kept.
+pub fn clear_of_arenas(addr: usize, len: usize) -> bool {
+    addr.saturating_add(len) <= WILD_LOW || addr >= ARENAS_END
+}
+
+/// A mapping of a file (perfmon's sampling buffer) that the kernel placed
+/// (`mmap(NULL, ...)`, never `MAP_FIXED`), owned by the value: unmapped
+/// when dropped by the process that made it (a forked child has no copy:
+/// the buffer's mapping is not inherited, and whatever the child maps at
+/// that address is not ours).
+///
+/// # Invariants
+///
+/// `[addr, addr + len)` is mapped by this process (`pid`), with `prot`,
+/// and nothing else refers to it: the methods that may change the mapping
+/// (a partial munmap or mprotect, mremap) take it back to this state or
+/// give it up.
+pub struct FileMap {
+    addr: usize,
+    len: usize,
+    prot: i32,
+    pid: u32,
+}
+
+/// The bytes a mapping of `len` covers (whole pages).
+pub fn page_round(len: usize) -> usize {
+    len.div_ceil(PAGE) * PAGE
+}
+
+impl FileMap {
+    /// `mmap(NULL, len, prot, flags, fd, off)`; `flags` must not place the
+    /// mapping (`MAP_FIXED` and `MAP_FIXED_NOREPLACE` are masked out).
+    pub fn map(fd: i32, len: usize, prot: i32, flags: i32, off: i64) -> Result<FileMap, i32> {
+        let flags = flags & !(libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE);
+        // SAFETY: address NULL and no MAP_FIXED: the kernel picks free
+        // space, nothing existing is replaced.
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, fd, off) };
+        if p == libc::MAP_FAILED {
+            return Err(errno());
+        }
+        // INVARIANT: the new mapping, of the pages covering `len`.
+        Ok(FileMap {
+            addr: p as usize,
+            len: page_round(len),
+            prot,
+            pid: getpid(),
+        })
+    }
+
+    /// Its address.
+    pub fn addr(&self) -> usize {
+        self.addr
+    }
+
+    /// Its length (whole pages).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty (never: a mapping has a page).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Its protection.
+    pub fn prot(&self) -> i32 {
+        self.prot
+    }
+
+    fn cell(&self, off: usize) -> &std::sync::atomic::AtomicU64 {
+        let rw = libc::PROT_READ | libc::PROT_WRITE;
+        assert!(off % 8 == 0 && off + 8 <= self.len && self.prot & rw == rw);
+        // SAFETY: an aligned word of the mapping, readable and writable
+        // (checked), mapped as long as `self` lives (type invariant);
+        // shared with the kernel, so only ever accessed as an atomic.
+        unsafe { &*((self.addr + off) as *const std::sync::atomic::AtomicU64) }
+    }
+
+    /// An atomic load of the 64-bit word at byte `off` (a read-write
+    /// mapping only).
+    pub fn load(&self, off: usize, order: Ordering) -> u64 {
+        self.cell(off).load(order)
+    }
+
+    /// An atomic store of `v` to the 64-bit word at byte `off` (a
+    /// read-write mapping only).
+    pub fn store(&self, off: usize, v: u64, order: Ordering) {
+        self.cell(off).store(v, order)
+    }
+
+    /// `munmap` of `len` bytes at byte `start` of the mapping, a part of
+    /// it. Refused, the mapping is intact and given back; done (the
+    /// mapping was split), the rest is unmapped too and `None` returned.
+    pub fn munmap_part(self, start: usize, len: usize) -> (Result<i64, i32>, Option<FileMap>) {
+        assert!(start % PAGE == 0 && start + len <= self.len);
+        // SAFETY: a range inside our own mapping, which no reference
+        // points into (`cell`'s references do not outlive a call).
+        let r =
+            check(unsafe { libc::munmap((self.addr + start) as *mut libc::c_void, len) } as i64);
+        if r.is_err() {
+            return (r, Some(self));
+        }
+        let end = start + page_round(len);
+        let me = std::mem::ManuallyDrop::new(self);
+        // SAFETY: what is left of our mapping: before the hole and after it.
+        unsafe {
+            if start > 0 {
+                libc::munmap(me.addr as *mut libc::c_void, start);
+            }
+            if end < me.len {
+                libc::munmap((me.addr + end) as *mut libc::c_void, me.len - end);
+            }
+        }
+        (r, None)
+    }
+
+    /// `mprotect` of `len` bytes at byte `start` with `prot`. If the whole
+    /// mapping changed, that is its protection now; if a part did (the
+    /// mapping was split), the whole mapping is given `self.prot()` back.
+    pub fn mprotect(&mut self, start: usize, len: usize, prot: i32) -> Result<i64, i32> {
+        assert!(start % PAGE == 0 && start + len <= self.len);
+        // SAFETY: a range of our own mapping; no reference points into it.
+        let r = check(
+            unsafe { libc::mprotect((self.addr + start) as *mut libc::c_void, len, prot) } as i64,
+        );
+        if r.is_ok() {
+            if start == 0 && page_round(len) == self.len {
+                self.prot = prot;
+            } else {
+                // SAFETY: as above, the whole mapping back as it was.
+                unsafe { libc::mprotect(self.addr as *mut libc::c_void, self.len, self.prot) };
+            }
+        }
+        r
+    }
+
+    /// `mremap(addr, len, new_len, flags, new_addr)` of the whole mapping.
+    /// Done, the value follows the mapping (its new address and length);
+    /// with `MREMAP_DONTUNMAP` the old range, left mapped, is unmapped.
+    /// `new_addr` (with `MREMAP_FIXED`) must be a reservation of ours of
+    /// `new_len` bytes ([`reserve`]), which the move replaces.
+    pub fn mremap(&mut self, new_len: usize, flags: i32, new_addr: usize) -> Result<i64, i32> {
+        // SAFETY: our own mapping; the target, if any, is the caller's
+        // reservation; no reference points into either.
+        let r = check(unsafe {
+            libc::mremap(
+                self.addr as *mut libc::c_void,
+                self.len,
+                new_len,
+                flags,
+                new_addr as *mut libc::c_void,
+            )
+        } as i64);
+        if let Ok(p) = r {
+            if flags & libc::MREMAP_DONTUNMAP != 0 {
+                // SAFETY: the old range, ours, no longer this mapping's.
+                unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len) };
+            }
+            self.addr = p as usize;
+            self.len = page_round(new_len);
+        }
+        r
+    }
+
+    /// `mremap(addr, 0, new_len, MREMAP_MAYMOVE)`: a second mapping of
+    /// the same pages, which the kernel may refuse; made, it is unmapped
+    /// at once.
+    pub fn mremap_dup(&self, new_len: usize) -> Result<i64, i32> {
+        // SAFETY: an old length of 0 leaves our mapping alone; a new
+        // mapping, if any, is placed by the kernel in free space.
+        let r = check(unsafe {
+            libc::mremap(
+                self.addr as *mut libc::c_void,
+                0,
+                new_len,
+                libc::MREMAP_MAYMOVE,
+            )
+        } as i64);
+        if let Ok(p) = r {
+            // SAFETY: the mapping just made, ours.
+            unsafe { libc::munmap(p as *mut libc::c_void, new_len) };
+        }
+        r
+    }
+
+    /// `madvise` of the whole mapping (`MADV_DOFORK`, `MADV_DONTFORK`).
+    pub fn madvise(&self, advice: i32) -> Result<i64, i32> {
+        // SAFETY: our own mapping; fork advice changes no contents.
+        check(unsafe { libc::madvise(self.addr as *mut libc::c_void, self.len, advice) } as i64)
+    }
+
+    /// `munmap` of the whole mapping.
+    pub fn unmap(self) -> Result<i64, i32> {
+        let me = std::mem::ManuallyDrop::new(self);
+        // SAFETY: our own mapping, given up here.
+        check(unsafe { libc::munmap(me.addr as *mut libc::c_void, me.len) } as i64)
+    }
+}
+
+#[cfg(test)]
+impl FileMap {
+    /// The mapping at byte `off` as a `T` (host tests: a ring over a
+    /// memfd, written by the module's own protocol code).
+    ///
+    /// # Safety
+    ///
+    /// `T` must be valid for any bytes, fit in the mapping from `off`,
+    /// need at most page alignment, and be accessed through atomics only.
+    pub unsafe fn view<T>(&self, off: usize) -> &T {
+        assert!(off % PAGE == 0 && off + std::mem::size_of::<T>() <= self.len);
+        // SAFETY: the caller's guarantees; mapped while `self` lives.
+        unsafe { &*((self.addr + off) as *const T) }
+    }
+}
+
+/// A memfd of `len` zeroed bytes (host tests).
+#[cfg(test)]
+pub fn memfd(len: usize) -> i32 {
+    // SAFETY: a NUL-terminated name; no memory is shared with the kernel.
+    let fd = unsafe { libc::memfd_create(c"pfm_fuzz".as_ptr(), libc::MFD_CLOEXEC) };
+    assert!(fd >= 0, "memfd_create: {}", errno());
+    // SAFETY: no memory is involved.
+    assert_eq!(unsafe { libc::ftruncate(fd, len as i64) }, 0);
+    fd
+}
+
+impl Drop for FileMap {
+    fn drop(&mut self) {
+        if self.pid == getpid() {
+            // SAFETY: our own mapping (type invariant).
+            unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len) };
+        }
+    }
+}
+
+/// A reservation of `len` bytes of address space (an inaccessible
+/// anonymous mapping the kernel placed), for an `mremap` with
+/// `MREMAP_FIXED` to move a [`FileMap`] onto: the move replaces it, so no
+/// other mapping of the process can be there. `None` if refused, or
+/// placed among the arenas (then given back). A move that fails is not
+/// followed by an unmap of the target: the kernel may have unmapped it
+/// before failing, and another thread mapped something there since (a
+/// reservation left behind costs address space only).
+pub fn reserve(len: usize) -> Option<usize> {
+    // SAFETY: a new anonymous mapping in free space.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    if !clear_of_arenas(p as usize, len) {
+        // SAFETY: the mapping just made.
+        unsafe { libc::munmap(p, len) };
+        return None;
+    }
+    Some(p as usize)
+}
+
 /// A kernel address (the x86-64 direct map): access_ok refuses it.
 pub const KERNEL_ADDR: usize = 0xffff_8880_0000_0000;
 
@@ -675,6 +961,48 @@ mod tests {
     /// A file of the anonymous inode links to `anon_inode:[name]` (a
     /// perfmon clone's to `anon_inode:[perfmon]`) and is no character
     /// device.
+    /// A file mapping's parts and moves (a memfd's, which may be split:
+    /// what the fuzzer does when the kernel wrongly lets a sampling
+    /// mapping be split must leave nothing of it behind).
+    #[test]
+    fn file_maps_follow_their_mapping() {
+        let fd = memfd(4 * PAGE);
+        let rw = libc::PROT_READ | libc::PROT_WRITE;
+        let mut m = FileMap::map(fd, 3 * PAGE + 1, rw, libc::MAP_SHARED, 0).unwrap();
+        assert_eq!(m.len(), 4 * PAGE);
+        m.store(PAGE + 8, 42, Ordering::Relaxed);
+        assert_eq!(m.load(PAGE + 8, Ordering::Relaxed), 42);
+        // Moved onto a reservation: the value follows, the contents too.
+        let target = reserve(4 * PAGE).unwrap();
+        let r = m.mremap(4 * PAGE, libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED, target);
+        assert_eq!(r, Ok(target as i64));
+        assert_eq!(m.addr(), target);
+        assert_eq!(m.load(PAGE + 8, Ordering::Relaxed), 42);
+        // A partial mprotect of a splittable mapping: put back whole.
+        assert!(m.mprotect(PAGE, PAGE, libc::PROT_READ).is_ok());
+        m.store(PAGE + 8, 43, Ordering::Relaxed);
+        // A part unmapped: the rest goes too, nothing is left mapped.
+        let addr = m.addr();
+        let (r, back) = m.munmap_part(PAGE, PAGE);
+        assert!(r.is_ok() && back.is_none());
+        // SAFETY: probing our own former range with a placement that
+        // never replaces anything; unmapped again at once.
+        let p = unsafe {
+            libc::mmap(
+                addr as *mut libc::c_void,
+                4 * PAGE,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            )
+        };
+        assert_eq!(p as usize, addr, "something of the mapping was left");
+        // SAFETY: the probe just made.
+        unsafe { libc::munmap(p, 4 * PAGE) };
+        close(fd).unwrap();
+    }
+
     #[test]
     fn fd_link_names_anonymous_files() {
         // SAFETY: no memory is involved.

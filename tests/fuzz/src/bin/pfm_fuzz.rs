@@ -3,14 +3,16 @@
 //!   pfm_fuzz [--seed N] [--ops N] [--duration SECS] [--log FILE]
 //!            [--procs N] [--threads N] [--no-unpriv] [--progress SECS]
 //!            [--kmsg] [--insmod] [--module-params "P=V ..."] [--rmmod]
-//!            [--timer-us N]
+//!            [--timer-us N] [--no-smpl-hostile]
 //!
 //! Prints its seed first; `--seed N` with the same --procs/--threads replays
 //! the same random choices (see the `fuzz` module of this crate). Without
 //! --ops or --duration it runs 100,000 operations. Ends with the operation
 //! count, the anomalies (results that break the ABI's rules), processes
 //! that could not be killed, and whether the module's counters drained;
-//! exit status 1 if any of those went wrong.
+//! exit status 1 if any of those went wrong. `--no-smpl-hostile` stops it
+//! writing garbage into the sampling buffers' `head`, `written` and `lost`
+//! (see tests/fuzz/README.md).
 
 use std::time::Duration;
 
@@ -21,7 +23,7 @@ fn usage() -> ! {
     eprintln!(
         "usage: pfm_fuzz [--seed N] [--ops N] [--duration SECS] [--log FILE] [--procs N] [--threads N]\n\
          \x20               [--no-unpriv] [--progress SECS] [--kmsg] [--insmod] [--module-params \"...\"]\n\
-         \x20               [--rmmod] [--timer-us N]"
+         \x20               [--rmmod] [--timer-us N] [--no-smpl-hostile]"
     );
     std::process::exit(2)
 }
@@ -62,6 +64,7 @@ fn main() {
             "--module-params" => params = args.next().unwrap_or_else(|| usage()),
             "--rmmod" => rmmod = true,
             "--timer-us" => cfg.timer_us = num(args.next()).max(1000),
+            "--no-smpl-hostile" => cfg.smpl_hostile = false,
             _ => usage(),
         }
     }
@@ -74,11 +77,16 @@ fn main() {
     cfg.ops = ops.unwrap_or(if cfg.duration.is_some() { 0 } else { 100_000 });
     cfg.threads = cfg.threads.max(1);
     println!(
-        "pfm_fuzz: seed {} (replay: pfm_fuzz --seed {} --procs {} --threads {}{}{})",
+        "pfm_fuzz: seed {} (replay: pfm_fuzz --seed {} --procs {} --threads {}{}{}{})",
         cfg.seed,
         cfg.seed,
         cfg.procs,
         cfg.threads,
+        if cfg.smpl_hostile {
+            ""
+        } else {
+            " --no-smpl-hostile"
+        },
         if cfg.ops > 0 {
             format!(" --ops {}", cfg.ops)
         } else {

@@ -88,6 +88,10 @@ pub(super) struct Actor {
     pub(super) epfd: i32,
     /// The pool fd the current operation works on (-1: none).
     pub(super) cur_fd: i32,
+    /// Sampling buffers this actor mapped (`smpl.rs`), unmapped when it
+    /// ends; and the setups it made, for their entries' checks.
+    pub(super) maps: Vec<super::smpl::Sampled>,
+    pub(super) setups: Vec<super::smpl::Setup>,
 }
 
 impl Actor {
@@ -116,6 +120,8 @@ impl Actor {
             calls: 0,
             epfd: -1,
             cur_fd: -1,
+            maps: Vec::new(),
+            setups: Vec::new(),
         }
     }
 
@@ -334,7 +340,7 @@ impl Actor {
         let i = self.rng.below(POOL as u64) as usize;
         let old = FDS[i].swap(fd, Ordering::AcqRel);
         if old >= 0 {
-            let r = sys::close(old).map(|_| 0);
+            let r = super::smpl::close_pool_fd(old).map(|_| 0);
             self.res(Op::Close, r).ok();
         }
     }

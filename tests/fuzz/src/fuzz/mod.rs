@@ -52,6 +52,7 @@ mod ops;
 mod probe;
 mod sets;
 mod shared;
+mod smpl;
 mod whole;
 
 use actor::{Actor, Kind};
@@ -80,6 +81,10 @@ pub struct Config {
     pub kmsg: bool,
     /// Period of each thread's SIGUSR1 timer.
     pub timer_us: u64,
+    /// Also write garbage into the sampling buffers' `head`, `written`
+    /// and `lost`, which the kernel must not read back (on by default:
+    /// see the README).
+    pub smpl_hostile: bool,
 }
 
 impl Default for Config {
@@ -95,6 +100,7 @@ impl Default for Config {
             progress_secs: 30,
             kmsg: false,
             timer_us: 20_000,
+            smpl_hostile: true,
         }
     }
 }
@@ -142,6 +148,12 @@ pub struct Report {
     pub clones: u64,
     pub clones_exact: u64,
     pub load_starts: u64,
+    /// Sampling buffers: setups that succeeded, mappings made, entries
+    /// drained and checked, drains that found a garbage `tail`.
+    pub smpl_setups: u64,
+    pub smpl_maps: u64,
+    pub smpl_entries: u64,
+    pub smpl_resyncs: u64,
     /// Suspected kernel bugs per kind (`shared::FINDINGS`), non-zero ones.
     pub findings: Vec<(&'static str, u64)>,
     /// Anomalies dismissed: the fd was no longer a perfmon file.
@@ -194,6 +206,11 @@ impl Report {
             s,
             "clones: {} descriptors, {} compared exactly with their template; LOAD|START: {} succeeded",
             self.clones, self.clones_exact, self.load_starts
+        );
+        let _ = writeln!(
+            s,
+            "sampling: {} buffers set up, {} mappings, {} entries drained and checked, {} garbage tails resynced",
+            self.smpl_setups, self.smpl_maps, self.smpl_entries, self.smpl_resyncs
         );
         for (what, n) in &self.findings {
             let _ = writeln!(s, "suspected kernel bug, {n} times: {what}");
@@ -359,6 +376,7 @@ pub fn run(cfg: &Config) -> Report {
     let len = std::mem::size_of::<Shared>().div_ceil(PAGE) * PAGE;
     SHARED.store(sys::shared_mapping(len), Ordering::Relaxed);
     TIMER_US.store(cfg.timer_us, Ordering::Relaxed);
+    smpl::HOSTILE.store(cfg.smpl_hostile, Ordering::Relaxed);
     let s = shared();
     s.goal.store(
         if cfg.ops == 0 { u64::MAX } else { cfg.ops },
@@ -564,6 +582,10 @@ pub fn run(cfg: &Config) -> Report {
         clones: s.clones.load(Ordering::Relaxed),
         clones_exact: s.clones_exact.load(Ordering::Relaxed),
         load_starts: s.load_starts.load(Ordering::Relaxed),
+        smpl_setups: s.smpl_setups.load(Ordering::Relaxed),
+        smpl_maps: s.smpl_maps.load(Ordering::Relaxed),
+        smpl_entries: s.smpl_entries.load(Ordering::Relaxed),
+        smpl_resyncs: s.smpl_resyncs.load(Ordering::Relaxed),
         findings: FINDINGS
             .iter()
             .zip(s.findings.iter())

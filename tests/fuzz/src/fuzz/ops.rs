@@ -61,6 +61,11 @@ impl Actor {
             Op::Process => self.op_process(),
             Op::ExecStart => self.op_exec_start(),
             Op::Clone => self.op_clone(),
+            Op::SmplSetup => self.op_smpl_setup(),
+            Op::SmplMap => self.op_smpl_map(),
+            Op::SmplDrain => self.op_smpl_drain(),
+            Op::SmplUnmap => self.op_smpl_unmap(),
+            Op::SmplRemap => self.op_smpl_remap(),
         }
         self.end();
         self.rng = main;
@@ -96,7 +101,7 @@ impl Actor {
             return;
         }
         self.note(format_args!(" fd={fd}"));
-        let r = sys::close(fd).map(|_| 0);
+        let r = super::smpl::close_pool_fd(fd).map(|_| 0);
         let r = self.res(Op::Close, r);
         self.allow(Op::Close, r, &[]);
     }
@@ -937,12 +942,16 @@ impl Actor {
         let regs = self.arena.at(1024);
         let hdr = self.arena.at(0);
         let (sets, load_set) = self.arm_sets(fd, &mut pmcs, &mut pmds);
+        // A third of the contexts without sets sample into a buffer
+        // (`smpl.rs`), set up and mapped before LOAD.
+        let smpl = sets == 1 && self.rng.chance(1, 3);
         // Whole programs, a quarter of the contexts without sets (LOAD
         // refuses a family with sets, EBUSY): inheritance, start on exec,
-        // a third of those the target's whole process.
+        // a third of those the target's whole process. An eighth of those
+        // with a buffer (LOAD refuses them too, EBUSY).
         let mut load_flags = 0;
         let mut flags = flags;
-        if sets == 1 && self.rng.chance(1, 4) {
+        if sets == 1 && self.rng.chance(1, if smpl { 8 } else { 4 }) {
             flags |= abi::PFM_CTXFL_INHERIT;
             if self.rng.chance(1, 3) {
                 flags |= abi::PFM_CTXFL_START_ON_EXEC;
@@ -999,6 +1008,10 @@ impl Actor {
         } else {
             fd
         };
+        // The buffer goes on the context that is loaded (a clone has none
+        // of its template's).
+        let written = pmds.iter().fold(0u64, |m, p| m | 1 << (p.reg_num & 63));
+        let sampled = smpl && self.arm_smpl(fd, written);
         let tid = match target {
             Some(t) => t,
             None => match self.rng.weighted(&[40, 20, 15, 25]) {
@@ -1020,7 +1033,7 @@ impl Actor {
             load_flags |= abi::PFM_LOAD_START;
         }
         self.note(format_args!(
-            " fd={fd} flags={flags} counters={ncnt} sets={sets:#x} load_set={load_set} tid={tid} load_flags={load_flags:#x} cloned={cloned}"
+            " fd={fd} flags={flags} counters={ncnt} sets={sets:#x} load_set={load_set} tid={tid} load_flags={load_flags:#x} cloned={cloned} sampled={sampled}"
         ));
         self.arena.put(
             hdr,
@@ -1049,6 +1062,15 @@ impl Actor {
             allowed.push(libc::EBADFD);
         }
         self.allow(Op::Arm, r, &allowed);
+        let whole = load_flags & abi::PFM_LOAD_PROCESS != 0 || flags & abi::PFM_CTXFL_INHERIT != 0;
+        if r.is_ok() && sampled && whole {
+            self.anomaly(
+                Op::Arm,
+                format!(
+                    "LOAD (flags {load_flags:#x}) of a context with a buffer and flags {flags:#x} succeeded: EBUSY expected"
+                ),
+            );
+        }
         if r.is_ok() && load_start {
             shared().load_starts.fetch_add(1, Ordering::Relaxed);
         }
@@ -1057,6 +1079,11 @@ impl Actor {
             let r = self.res(Op::Arm, r);
             // The target may have exited already (context UNLOADED again).
             self.allow(Op::Arm, r, &[libc::EBADFD]);
+        }
+        if r.is_ok() && sampled {
+            // Its entries: drained (and RESTART, a full buffer masks it)
+            // now and then, here and by `smpl_drain`.
+            self.arm_smpl_run(fd);
         }
         self.store_fd(fd);
     }

@@ -50,6 +50,11 @@ pub(super) enum Op {
     Process,
     ExecStart,
     Clone,
+    SmplSetup,
+    SmplMap,
+    SmplDrain,
+    SmplUnmap,
+    SmplRemap,
 }
 
 /// Every ioctl of the ABI, in number order (nr 0, 1, ...).
@@ -74,7 +79,7 @@ pub(super) const KNOWN_IOCTLS: [u32; 18] = [
     abi::PFM_IOC_SMPL_SETUP,
 ];
 
-pub(super) const NOPS: usize = 38;
+pub(super) const NOPS: usize = 43;
 pub(super) const OPS: [Op; NOPS] = [
     Op::Open,
     Op::Close,
@@ -114,6 +119,11 @@ pub(super) const OPS: [Op; NOPS] = [
     Op::Process,
     Op::ExecStart,
     Op::Clone,
+    Op::SmplSetup,
+    Op::SmplMap,
+    Op::SmplDrain,
+    Op::SmplUnmap,
+    Op::SmplRemap,
 ];
 
 /// Weights (per ~10,000) of the worker threads' operations. Process and
@@ -158,6 +168,11 @@ pub(super) const WEIGHTS: [u32; NOPS] = [
     10,   // Process (PFM_LOAD_PROCESS on a child creating threads)
     10,   // ExecStart (PFM_CTXFL_START_ON_EXEC on a child)
     250,  // Clone (PFM_IOC_CLONE of a pool context; its fd joins the pool)
+    250,  // SmplSetup (PFM_IOC_SMPL_SETUP of a pool context)
+    250,  // SmplMap (mmap of a pool context's buffer, right or wrong)
+    250,  // SmplDrain (the actor's mappings read through the ring protocol)
+    100,  // SmplUnmap (munmap, whole or a part)
+    80,   // SmplRemap (mprotect, mremap, a move, MADV_DOFORK and fork)
 ];
 
 impl Op {
@@ -201,6 +216,11 @@ impl Op {
             Op::Process => "process",
             Op::ExecStart => "exec_start",
             Op::Clone => "clone",
+            Op::SmplSetup => "smpl_setup",
+            Op::SmplMap => "smpl_map",
+            Op::SmplDrain => "smpl_drain",
+            Op::SmplUnmap => "smpl_unmap",
+            Op::SmplRemap => "smpl_remap",
         }
     }
 }
@@ -254,6 +274,13 @@ pub(super) struct Shared {
     pub(super) clones_exact: AtomicU64,
     /// LOADs with PFM_LOAD_START that succeeded (LOAD and START done).
     pub(super) load_starts: AtomicU64,
+    /// Sampling buffers (`smpl.rs`): setups that succeeded, mappings
+    /// made, entries drained and checked, and drains that found `tail`
+    /// out of range (garbage) and resynced it.
+    pub(super) smpl_setups: AtomicU64,
+    pub(super) smpl_maps: AtomicU64,
+    pub(super) smpl_entries: AtomicU64,
+    pub(super) smpl_resyncs: AtomicU64,
     /// Suspected kernel bugs of whole programs, per kind (`FINDINGS`): each
     /// kind is an anomaly once, then only counted.
     pub(super) findings: [AtomicU64; FINDINGS.len()],
@@ -319,16 +346,18 @@ pub(super) fn record_anomaly(text: &str) {
     }
 }
 
-/// Kinds of suspected kernel bugs the whole-program scenarios detect:
-/// each is recorded as an anomaly the first time, then only counted, so
+/// Kinds of suspected kernel bugs the whole-program scenarios (and the
+/// sampling buffers' second-mapping probe, `smpl.rs`) detect: each is
+/// recorded as an anomaly the first time, then only counted, so
 /// that one bug hit in every scenario does not hide the other anomalies.
-pub(super) const FINDINGS: [&str; 6] = [
+pub(super) const FINDINGS: [&str; 7] = [
     "UNLOADED context still EXEC_ARMED after its thread ended",
     "a refused LOAD emptied the previous LOAD's family (rows, totals)",
     "READ_THREADS rows do not add up to READ_VALUES' totals after STOP",
     "thread created after LOAD neither monitored nor lost",
     "a thread monitored twice (two live rows with one tid)",
     "a live thread of a LOAD_PROCESS'd process has no row",
+    "a second mmap of a sampling buffer succeeded while a mapping of it exists (moved by mremap or inherited through MADV_DOFORK)",
 ];
 
 /// Records suspected bug `kind` (an index of `FINDINGS`), with evidence.
