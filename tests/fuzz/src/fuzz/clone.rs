@@ -180,36 +180,33 @@ impl Actor {
     }
 
     /// Checks a descriptor CLONE just returned, asked with `flags`: a
-    /// clone's file, close-on-exec and non-blocking exactly as asked, the
-    /// access mode `mode` of the descriptor cloned (read just before the
-    /// call; `None`: not known, any mode), and a context never loaded
-    /// (UNLOADED, no thread, no status). Nobody else has the number yet
-    /// (only numbers taken out of the pool are closed), so an anomaly here
-    /// is not a reused fd.
+    /// clone's file, with the access mode `mode` of the descriptor cloned
+    /// (read just before the call; `None`: not known, any mode), and a
+    /// context never loaded (UNLOADED, no thread, no status). No pool op
+    /// has the number yet (only numbers taken out of the pool are
+    /// closed), so an anomaly here is not a reused fd.
     fn check_clone_fd(&mut self, op: Op, nfd: i32, flags: u32, mode: Option<i64>) {
         shared().clones.fetch_add(1, Ordering::Relaxed);
         let saved = std::mem::replace(&mut self.cur_fd, -1);
         let link = sys::fd_link(nfd);
-        let fd_flags = sys::fcntl(nfd, libc::F_GETFD, 0);
         let fl = sys::fcntl(nfd, libc::F_GETFL, 0);
         let mut st = abi::PfmCtxInfo::default();
         let r = sys::ioctl_ref(nfd, abi::PFM_IOC_GET_STATE, &mut st);
-        self.calls += 4;
-        let cloexec = flags & abi::PFM_CLONE_CLOEXEC != 0;
-        let nonblock = flags & abi::PFM_CLONE_NONBLOCK != 0;
+        self.calls += 3;
+        // Close-on-exec and O_NONBLOCK are not compared here: another
+        // thread's bad ioctl (FIOCLEX, FIONCLEX, FIONBIO) on a number it
+        // picked at random, an empty slot a moment before, may have
+        // changed them since the call; pfm_test_clone checks them. The
+        // access mode no call can change.
         let fl_ok = fl.is_ok_and(|f| {
             let m = f & i64::from(libc::O_ACCMODE);
-            (f & i64::from(libc::O_NONBLOCK) != 0) == nonblock
-                && mode.map_or(m != i64::from(libc::O_ACCMODE), |want| m == want)
+            mode.map_or(m != i64::from(libc::O_ACCMODE), |want| m == want)
         });
-        if link.as_deref() != Some(CLONE_LINK)
-            || fd_flags.map(|f| f & i64::from(libc::FD_CLOEXEC) != 0) != Ok(cloexec)
-            || !fl_ok
-        {
+        if link.as_deref() != Some(CLONE_LINK) || !fl_ok {
             self.anomaly(
                 op,
                 format!(
-                    "clone fd {nfd} asked with flags {flags:#x}: link {link:?}, F_GETFD {fd_flags:?}, F_GETFL {fl:?}"
+                    "clone fd {nfd} asked with flags {flags:#x}: link {link:?}, F_GETFL {fl:?} (access mode {mode:?} expected)"
                 ),
             );
         }
