@@ -246,6 +246,21 @@ impl SmplRing<'_> {
         }
     }
 
+    /// Writes the writer's `head`, `written` and `lost` to the header
+    /// again (a new mapping starts from them, whatever an earlier one
+    /// wrote there). Under the writer's lock.
+    pub fn publish(&self, w: &Writer) {
+        self.hdr
+            .written
+            .store(w.written.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.hdr
+            .lost
+            .store(w.lost.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.hdr
+            .head
+            .store(w.head.load(Ordering::Relaxed), Ordering::Release);
+    }
+
     /// Whether the unread bytes are at least `watermark` (for `poll`).
     pub fn above_watermark(&self, w: &Writer, watermark: u64) -> bool {
         self.unread(w.head.load(Ordering::Relaxed)) >= watermark
@@ -505,6 +520,11 @@ mod tests {
         hdr.head.store(7, Ordering::Relaxed);
         hdr.tail.store(0, Ordering::Relaxed);
         assert!(ring.drain(|_| {}) <= PAGE / ENTRY);
+        // A new mapping gets the kernel's values back.
+        ring.publish(&w);
+        assert_eq!(hdr.head.load(Ordering::Relaxed), 2 * ENTRY as u64);
+        assert_eq!(hdr.written.load(Ordering::Relaxed), 2);
+        assert_eq!(hdr.lost.load(Ordering::Relaxed), 0);
     }
 
     #[test]

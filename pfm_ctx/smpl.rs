@@ -268,9 +268,15 @@ impl Context {
     /// mapping that is private or not writable; `EPERM` if executable;
     /// `EBUSY` if a mapping exists.
     pub(super) fn mmap_smpl(&self, vma: &mm::Vma<'_>) -> Result {
-        let smpl: *const CtxSmpl = match self.inner.lock().smpl() {
-            Some(s) => s as *const CtxSmpl,
-            None => return Err(ENODEV),
+        let smpl: *const CtxSmpl = {
+            let inner = self.inner.lock();
+            let Some(s) = inner.smpl() else {
+                return Err(ENODEV);
+            };
+            // The header as the kernel knows it, whatever an earlier
+            // mapping wrote there; under the lock, as entries are written.
+            s.with_ring(|r| r.publish(&s.writer));
+            s as *const CtxSmpl
         };
         // SAFETY: `extra` is never replaced once set (nor borrowed mutably,
         // `CtxSmpl`): the buffer lives as long as the context, which the

@@ -86,9 +86,13 @@ impl Actor {
             " fd={fd} flags={:#x} ptr={p:?} garbage={garbage}",
             c.flags
         ));
-        // The clone gets the access mode of the descriptor cloned.
-        let mode = access_mode(fd);
+        // The clone gets the access mode of the descriptor cloned: known
+        // if the number had the same mode before and after the call (else
+        // another thread closed it and the number was reused meanwhile).
+        let (before, gen0) = (access_mode(fd), super::smpl::fd_gen(fd));
         let r = sys::ioctl(fd, abi::PFM_IOC_CLONE, addr);
+        let mode =
+            before.filter(|&m| access_mode(fd) == Some(m) && super::smpl::fd_gen(fd) == gen0);
         let r = self.res(Op::Clone, r);
         if let Ok(nfd) = r {
             // First the descriptor, whatever the oracle makes of the

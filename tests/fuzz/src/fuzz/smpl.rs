@@ -144,6 +144,11 @@ pub(super) struct Sampled {
     pmds: Option<Box<[u64; abi::PFM_MAX_PMDS]>>,
     /// `tail` was left with garbage: the next drain only resyncs.
     garbage: bool,
+    /// The header's kernel fields (`head`, `written`, `lost`) were
+    /// overwritten with garbage: the page shows it until the kernel
+    /// publishes its own values again, so this mapping's drains stay
+    /// lenient.
+    hostile: bool,
     /// What the last drain left in `tail` (None: not this mapping's
     /// drain, or garbage since).
     last_tail: Option<u64>,
@@ -677,6 +682,7 @@ impl Actor {
             pages,
             pmds,
             garbage: false,
+            hostile: false,
             last_tail: None,
         });
     }
@@ -818,8 +824,8 @@ impl Actor {
     /// Drains mapping `i` ([`drain_ring`]), counts and reports what it
     /// found. Returns the entries read.
     fn drain(&mut self, op: Op, i: usize) -> u64 {
-        let hostile = HOSTILE.load(Ordering::Relaxed);
         let s = &self.maps[i];
+        let hostile = s.hostile;
         let d = drain_ring(
             &s.map,
             s.pages,
@@ -888,6 +894,7 @@ impl Actor {
             };
             s.map.store(field, v, Ordering::Release);
             self.maps[i].garbage = true;
+            self.maps[i].hostile = true;
             self.maps[i].last_tail = None;
             self.note(format_args!(" hostile {field}={v:#x}"));
         }
@@ -943,6 +950,7 @@ impl Actor {
                 pages,
                 pmds,
                 garbage,
+                hostile,
                 last_tail,
             } = s;
             let (r, back) = map.munmap_part(start * PAGE, n * PAGE);
@@ -966,6 +974,7 @@ impl Actor {
                         pages,
                         pmds,
                         garbage,
+                        hostile,
                         last_tail,
                     });
                     // Still whole and readable.
