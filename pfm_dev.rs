@@ -105,10 +105,12 @@ impl FileOps {
 ///
 /// # Safety
 ///
-/// `file` must be an open `/dev/perfmon` file (its `private_data` set by `fop_open`).
+/// `file` must be an open `/dev/perfmon` file (its `private_data` set by
+/// `fop_open`) or a clone's (set by `clone_file`).
 unsafe fn file_context<'a>(file: *mut bindings::file) -> SlabArcBorrow<'a, Context> {
-    // SAFETY: `private_data` holds `SlabArc::into_raw` from `fop_open`,
-    // reclaimed only in `fop_release`, after every other file operation.
+    // SAFETY: `private_data` holds `SlabArc::into_raw` from `fop_open` or
+    // `clone_file`, reclaimed only in `fop_release`, after every other
+    // file operation.
     unsafe { SlabArc::borrow_raw((*file).private_data.cast_const().cast()) }
 }
 
@@ -345,8 +347,8 @@ fn ioctl(
 
 /// `PFM_IOC_CLONE` of `ctx`, the context of `file`: the new context's file
 /// descriptor. Its file is an anonymous inode's with `file`'s operations
-/// (so the same calls work on it, `mmap` included) and access mode; it holds a module
-/// reference as a `/dev/perfmon` file does. Open's permission check
+/// (so the same calls work on it, `mmap` included) and access mode; it
+/// holds a module reference as a `/dev/perfmon` file does. Open's permission check
 /// applies again: the descriptor cloned from may have been passed to
 /// another process.
 ///
