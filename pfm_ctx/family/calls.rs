@@ -13,7 +13,7 @@ use kernel::uaccess::UserSlice;
 use super::{Family, Replaced, Snapshot};
 use crate::abi::{self, PFM_MAX_PMDS};
 use crate::globals;
-use crate::pfm_ctx::{Context, CtxInner, Extra};
+use crate::pfm_ctx::{state_err, Context, CtxInner, Extra};
 use crate::pfm_ctxsw;
 use crate::pfm_msgq::FINAL_REVOKED;
 use crate::pfm_state::{Op, State};
@@ -87,6 +87,12 @@ impl Context {
         };
         let (family, used_pmds) = {
             let mut inner = this.inner.lock();
+            // A concurrent LOAD may have finished since `load`'s first
+            // look: `begin` would end its live family (closing its heirs,
+            // stopping inheritance) before our attach failed with EBUSY
+            // (the fuzzer's finding 3). Refused here, under the lock; what
+            // is left is the few instructions until `begin`.
+            inner.life.check(Op::Load).map_err(state_err)?;
             // The family installed, ours or a concurrent LOAD's (whose
             // `begin` then refuses ours): a context has one.
             let family = match inner.extra.as_deref() {
