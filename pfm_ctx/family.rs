@@ -15,8 +15,9 @@
 //!
 //! Locking: `Family::members`, a mutex, serialises the tool's operations on
 //! the family with heirs joining. Under it a heir's calls take the
-//! registry and the heir's own lock as any context's do; the root's lock
-//! is never held with it. Lifetimes: the root holds the family, the family
+//! registry and the heir's own lock as any context's do, and the root's
+//! calls take the root's lock (never the other way round: the mutex is
+//! never taken under a context's lock). Lifetimes: the root holds the family, the family
 //! its heirs, each heir the family: the root's close (or its next LOAD)
 //! empties the list, which breaks the cycle.
 
@@ -224,7 +225,8 @@ impl Family {
     /// it, if the root's thread exited and they still ran) and opens the
     /// family with the root's registers as the template. `root`: the
     /// loaded thread's ids. `EBUSY` while another LOAD of the context is
-    /// under way. [`Family::settle`] ends what this begins.
+    /// under way; whatever `may_load` answers (the root's state) if a LOAD
+    /// ended meanwhile. [`Family::settle`] ends what this begins.
     pub(super) fn begin(
         &self,
         mut room: Replaced,
@@ -233,12 +235,20 @@ impl Family {
         loader: Loader,
         ns: PidNs,
         root: (u32, u32),
+        may_load: impl FnOnce() -> Result,
     ) -> Result<Replaced> {
         {
             let mut m = self.members.lock();
             if m.loading {
                 return Err(EBUSY);
             }
+            // Under the mutex a concurrent LOAD's `settle` takes after its
+            // attach: either that LOAD is still under way (`loading`, above)
+            // or its root is LOADED now and `may_load` refuses. Asked any
+            // earlier, a LOAD that succeeded in between would have its live
+            // family ended below (heirs closed, inheritance off) by this
+            // one, which its attach then refuses (the fuzzer's finding 3).
+            may_load()?;
             m.loading = true;
         }
         self.end(true);

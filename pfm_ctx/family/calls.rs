@@ -88,10 +88,8 @@ impl Context {
         let (family, used_pmds) = {
             let mut inner = this.inner.lock();
             // A concurrent LOAD may have finished since `load`'s first
-            // look: `begin` would end its live family (closing its heirs,
-            // stopping inheritance) before our attach failed with EBUSY
-            // (the fuzzer's finding 3). Refused here, under the lock; what
-            // is left is the few instructions until `begin`.
+            // look: no family is installed on a loaded context. `begin`
+            // asks again, where it decides.
             inner.life.check(Op::Load).map_err(state_err)?;
             // The family installed, ours or a concurrent LOAD's (whose
             // `begin` then refuses ours): a context has one.
@@ -111,7 +109,14 @@ impl Context {
         for pmd in template.pmds_mut() {
             pmd.flags &= !abi::PFM_REGFL_OVFL_NOTIFY;
         }
-        let replaced = family.begin(room, template, used_pmds, loader, ns, root)?;
+        let replaced = family.begin(room, template, used_pmds, loader, ns, root, || {
+            this.inner
+                .lock()
+                .life
+                .check(Op::Load)
+                .map(|_| ())
+                .map_err(state_err)
+        })?;
         if process {
             // Before the root is attached and the threads walked: a thread
             // created from now on joins at its birth. Not before the loader

@@ -8,7 +8,7 @@
 //! fuzzer can hand the kernel every kind of bad pointer without ever
 //! pointing it at the fuzzer's own data.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 pub use pfm_test_support::raw::{abi, check, errno, ioctl_ref};
 pub use pfm_test_support::user::{become_user, privileged};
@@ -48,11 +48,39 @@ pub fn open_pfm() -> Result<i32, i32> {
     open(DEV, libc::O_RDWR | libc::O_CLOEXEC)
 }
 
-/// `close(fd)`.
+/// Fd numbers whose generation is tracked (the fuzzer's pool numbers are
+/// below 1000).
+const FD_SLOTS: usize = 1024;
+/// Per fd number: moves before and after each [`close`] of it.
+static FD_GEN: [AtomicU32; FD_SLOTS] = [const { AtomicU32::new(0) }; FD_SLOTS];
+
+/// The generation of fd number `fd` (None: not tracked). A number whose
+/// generation did not move between two reads held one file throughout, if
+/// every close of the process goes through [`close`]: a number is reused
+/// only after a close of it.
+pub fn fd_gen(fd: i32) -> Option<u32> {
+    FD_GEN
+        .get(usize::try_from(fd).ok()?)
+        .map(|g| g.load(Ordering::Acquire))
+}
+
+fn bump_gen(fd: i32) {
+    if let Some(g) = usize::try_from(fd).ok().and_then(|i| FD_GEN.get(i)) {
+        g.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// `close(fd)`. The number's generation moves before the close (a call
+/// that read the old one sees it move) and after it (what a call on the
+/// old file recorded between the first move and the close is not believed
+/// of the number's next file).
 pub fn close(fd: i32) -> Result<(), i32> {
+    bump_gen(fd);
     // SAFETY: closing a descriptor number; the callers only close numbers
     // they own (see the fd pool of the fuzzer).
-    check(unsafe { libc::close(fd) } as i64).map(|_| ())
+    let r = check(unsafe { libc::close(fd) } as i64).map(|_| ());
+    bump_gen(fd);
+    r
 }
 
 /// `dup(fd)`.

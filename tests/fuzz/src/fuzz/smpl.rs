@@ -51,7 +51,7 @@
 //! Mappings are kept by the actor that made them and unmapped when it
 //! ends (a short thread's exit), or by the process's exit.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::actor::*;
 use super::model::model;
@@ -84,35 +84,17 @@ pub(super) static HOSTILE: AtomicBool = AtomicBool::new(false);
 
 /// Fd numbers tracked (pool numbers are below 1000).
 const FD_SLOTS: usize = 1024;
-/// Per fd number: moves around each close of a pool descriptor.
-static FD_GEN: [AtomicU32; FD_SLOTS] = [const { AtomicU32::new(0) }; FD_SLOTS];
 /// Per fd number: the buffer set up (or mapped) on it, `gen << 32 | 1 <<
-/// 31 | data_pages`, believed while `FD_GEN` is still `gen`.
+/// 31 | data_pages`, believed while [`sys::fd_gen`] is still `gen`.
 static SMPL_REC: [AtomicU64; FD_SLOTS] = [const { AtomicU64::new(0) }; FD_SLOTS];
 
-/// The generation of fd number `fd` (None: not tracked).
-pub(super) fn fd_gen(fd: i32) -> Option<u32> {
-    FD_GEN
-        .get(usize::try_from(fd).ok()?)
-        .map(|g| g.load(Ordering::Acquire))
-}
+pub(super) use crate::sys::fd_gen;
 
-fn bump(fd: i32) {
-    if let Some(g) = usize::try_from(fd).ok().and_then(|i| FD_GEN.get(i)) {
-        g.fetch_add(1, Ordering::AcqRel);
-    }
-}
-
-/// Closes pool fd `fd` (taken out of the pool): what the process knew of
-/// its buffer no longer holds for the number. The generation moves before
-/// the close (a call that read the old one sees it move) and after it (a
-/// record made by a call on the old file between the first bump and the
-/// close is not believed of the number's next file).
+/// Closes pool fd `fd` (taken out of the pool): [`sys::close`] moves the
+/// number's generation, so what the process knew of its buffer no longer
+/// holds for the number.
 pub(super) fn close_pool_fd(fd: i32) -> Result<(), i32> {
-    bump(fd);
-    let r = sys::close(fd);
-    bump(fd);
-    r
+    sys::close(fd)
 }
 
 /// The data pages of the buffer of `fd` (generation `gen`), if known.
@@ -709,6 +691,11 @@ impl Actor {
         let acc = sys::fcntl(fd, libc::F_GETFL, 0)
             .ok()
             .map(|f| f as i32 & libc::O_ACCMODE);
+        // The number may be a stale pool slot's that another file (a pipe
+        // of a scenario, a /proc file) holds now: `mmap` of it says ENODEV
+        // (no mmap) or EACCES (its mode), whatever file holds the number
+        // when `anomaly` looks again afterwards.
+        let perfmon_before = is_perfmon_fd(fd);
         self.calls += 1;
         let guess = known.unwrap_or_else(|| self.rng.pick(&[1u32, 1, 2, 4, 8, 16]));
         let right = (1 + guess as usize) * PAGE;
@@ -761,7 +748,9 @@ impl Actor {
         }
         let map = match r {
             Err(e) => {
-                if !v.errs.contains(&e) && !ALWAYS.contains(&e) {
+                if !perfmon_before {
+                    shared().reused.fetch_add(1, Ordering::Relaxed);
+                } else if !v.errs.contains(&e) && !ALWAYS.contains(&e) {
                     self.smpl_anomaly(
                         Op::SmplMap,
                         fd,

@@ -87,6 +87,10 @@
 //! 7. `EBUSY` for inheritance with event sets or a mapped page (LOAD,
 //!    `PFM_LOAD_PROCESS`, mmap of a loaded one), `EBADFD` for CREATE_SETS
 //!    and SET_FLAGS while loaded.
+//! 8. Two LOADs with inheritance of one context at once, 1,000 rounds:
+//!    one succeeds and one gets `EBUSY`, and a thread the target creates
+//!    afterwards joins the winner's family (GET_STATE `threads` 2,
+//!    `lost_threads` 0, READ_THREADS `needed` 2).
 
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::CString;
@@ -105,7 +109,7 @@ use pfm_guest::raw::{self, ioctl_bad, ioctl_in, BadAddr, RegsArea};
 use pfm_guest::tap::diag;
 use pfm_guest::{ensure, module, soft_context, ResultExt, Tap, TestResult};
 
-const PLAN: usize = 15;
+const PLAN: usize = 16;
 /// The setuid-root copy of this program (case 5).
 const SUID_COPY: &str = "/tmp/pfm-suid-inherit";
 /// Ping-pong round trips per worker pair.
@@ -2785,6 +2789,98 @@ fn map_page(ctx: &Context) -> Result<raw::FileMap, i32> {
     )
 }
 
+/// Rounds of case 8, and the time they may take at most.
+const RACE_ROUNDS: u32 = 1000;
+const RACE_BUDGET: Duration = Duration::from_secs(40);
+
+/// Case 8: two LOADs with inheritance of one context at once, as the
+/// fuzzer's `whole` scenario races them (its finding 3). Each round one
+/// wins and the other gets EBUSY; then the target creates a thread, which
+/// must join the winner's family: GET_STATE `threads` 2 (the target and
+/// its new thread), `lost_threads` 0, READ_THREADS `needed` 2. The loser
+/// used to end the winner's family (its heirs closed, inheritance off)
+/// before its own attach was refused, when it passed LOAD's state check
+/// before the winner's attach and began its family after the winner's
+/// settled: the new thread was then neither monitored nor lost.
+fn racing_loads_case() -> TestResult {
+    step("case 8");
+    use std::sync::{mpsc, Arc, Barrier};
+    // The target: creates one thread per request (which exits at once).
+    let (req_tx, req_rx) = mpsc::channel::<()>();
+    let (ack_tx, ack_rx) = mpsc::channel::<u64>();
+    let target = std::thread::spawn(move || {
+        let _ = ack_tx.send(gettid());
+        while req_rx.recv().is_ok() {
+            let ok = std::thread::spawn(|| ()).join().is_ok();
+            let _ = ack_tx.send(u64::from(ok));
+        }
+    });
+    let tid = ack_rx
+        .recv_timeout(Duration::from_secs(5))
+        .map_err(|e| format!("target: {e}"))? as u32;
+    let (template, p) = counting_context()?;
+    set_flags(&template, PFM_CTXFL_INHERIT).map_err(|e| format!("SET_FLAGS: {}", errname(e)))?;
+    let barrier = Arc::new(Barrier::new(2));
+    let started = Instant::now();
+    let mut rounds = 0u32;
+    let mut bad: Vec<String> = Vec::new();
+    while rounds < RACE_ROUNDS && started.elapsed() < RACE_BUDGET && bad.len() < 5 {
+        rounds += 1;
+        let ctx = Arc::new(
+            template
+                .clone_programmed()
+                .map_err(|e| format!("CLONE: {e}"))?,
+        );
+        // The second loader: released with this thread by the barrier.
+        let other = {
+            let (ctx, barrier) = (ctx.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                load_flags(&ctx, tid, 0)
+            })
+        };
+        barrier.wait();
+        let mine = load_flags(&ctx, tid, 0);
+        let theirs = other.join().map_err(|_| "loader panicked".to_string())?;
+        let outcome = match (mine, theirs) {
+            (Ok(()), Err(libc::EBUSY)) | (Err(libc::EBUSY), Ok(())) => Ok(()),
+            (a, b) => Err(format!(
+                "LOADs answered {:?} and {:?} (one success and one EBUSY expected)",
+                a.map_err(errname),
+                b.map_err(errname)
+            )),
+        };
+        if let Err(e) = outcome {
+            bad.push(format!("round {rounds}: {e}"));
+            continue;
+        }
+        req_tx.send(()).map_err(|e| format!("target: {e}"))?;
+        match ack_rx.recv_timeout(Duration::from_secs(5)) {
+            Ok(1) => {}
+            r => return Err(format!("round {rounds}: the target's thread: {r:?}")),
+        }
+        let i = ctx_info(&ctx)?;
+        let rows = read_threads(&ctx, &p)?;
+        if i.threads != 2 || i.lost_threads != 0 || rows.needed != 2 {
+            bad.push(format!(
+                "round {rounds}: after one new thread GET_STATE threads {} lost {}, READ_THREADS needed {} (2, 0, 2 expected)",
+                i.threads, i.lost_threads, rows.needed
+            ));
+        }
+        ctx.unload().map_err(|e| format!("UNLOAD: {e}"))?;
+    }
+    drop(req_tx);
+    let _ = target.join();
+    diag(format!(
+        "case 8: {rounds} rounds of two racing LOADs in {:?}, {} wrong",
+        started.elapsed(),
+        bad.len()
+    ));
+    ensure!(bad.is_empty(), "{}", bad.join("; "));
+    ensure!(rounds >= 100, "only {rounds} rounds in {RACE_BUDGET:?}");
+    Ok(())
+}
+
 fn exclusions_case() -> TestResult {
     // Every refusal is checked, the failures reported together.
     let mut errs: Vec<String> = Vec::new();
@@ -3020,6 +3116,13 @@ fn main() {
         || {
             module::wait_idle(Duration::from_secs(10))?;
             exclusions_case()
+        },
+    );
+    t.run(
+        "two racing LOADs with INHERIT: one wins, one EBUSY, and the winner's family counts a new thread",
+        || {
+            module::wait_idle(Duration::from_secs(10))?;
+            racing_loads_case()
         },
     );
     t.run("no context left behind, no kernel splat", || {
