@@ -33,9 +33,9 @@ mod pfm_intr;
 pub mod pfm_msgq;
 #[allow(dead_code)]
 pub mod pfm_page;
-pub mod pfm_smpl;
 /// Event sets (issue 15): pure, host-tested; not wired into the context yet.
 pub mod pfm_sets;
+pub mod pfm_smpl;
 #[allow(dead_code)]
 pub mod pfm_state;
 pub mod pfm_x86;
@@ -197,9 +197,10 @@ impl Drop for VectorsStarted {
         // to perf_events: nothing of ours can interrupt perf's NMI handler.
         // (The claim is taken by the first LOAD, through the vectors.)
         let g = globals();
-        // No context is left to arm a multiplexing timer; one left armed
-        // would fire after the globals are gone.
+        // No context is left to arm a multiplexing or task-clock timer;
+        // one left armed would fire after the globals are gone.
         g.pmu.mux_cancel_all();
+        g.pmu.clock_cancel_all();
         g.pmu.quiesce_all();
         drop(self.0.take());
         g.pmu.unclaim();
@@ -235,6 +236,19 @@ fn mux_fired() {
         // (interrupts off): its holder clears it, on this CPU with
         // interrupts off, before it can go away.
         unsafe { &*owner }.hw_mux();
+    }
+}
+
+/// This CPU's task-clock timer fired (hard IRQ): the thread running here
+/// reached its next task-clock overflow. Its owner is found as the
+/// multiplexing timer's is.
+fn clock_fired() {
+    let owner = globals().pmu.clock_owner_here().cast::<Attachment>();
+    if !owner.is_null() {
+        // SAFETY: The PMU layer's task-clock owner of this CPU, read in
+        // hard IRQ (interrupts off): its holder clears it, on this CPU
+        // with interrupts off, before it can go away.
+        unsafe { &*owner }.clock_due();
     }
 }
 
@@ -291,7 +305,7 @@ fn select_pmu() -> Result<(pfm_x86::Pmu, &'static str)> {
         width: rust::param_soft_width(),
         counters: rust::param_soft_counters(),
     };
-    match pfm_x86::Pmu::select(name.as_bytes(), soft, mux_fired) {
+    match pfm_x86::Pmu::select(name.as_bytes(), soft, mux_fired, clock_fired) {
         Ok(p) => Ok(p),
         Err(pfm_x86::ProbeError::NoHardware(msg)) => {
             pr_err!("{msg}: refusing to load (try pmu=soft or pmu=auto)\n");

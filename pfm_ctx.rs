@@ -28,6 +28,7 @@ use crate::pfm_ctxsw::{self, Attachment};
 use crate::pfm_msgq::{MsgQueue, Ring};
 use crate::pfm_state::{Lifecycle, Op, State, StateError};
 use crate::pfm_x86::counters::Counters;
+use crate::pfm_x86::soft::next_clock_overflow;
 use crate::pfm_x86::ThreadDeltas;
 use crate::rust::{self as glue, new_irq_raw_spinlock, InSlab, IrqRawSpinLock, SlabArc, SlabCache};
 use crate::{ebadfd, globals};
@@ -220,6 +221,7 @@ impl CtxInner {
         let now = self.fold_running(cpu);
         let r = op(self, now);
         self.sync_hw();
+        self.sync_clock();
         self.page_update();
         r
     }
@@ -242,6 +244,31 @@ impl CtxInner {
         self.overflowed(ovfl);
     }
 
+    /// Keeps this CPU's task-clock timer armed, while the context counts
+    /// and its thread runs here, for the first task-clock PMD to overflow:
+    /// the soft model's counters raise no interrupt of their own, and
+    /// without the timer a running thread's overflow would wait for its
+    /// next switch or read (a sample's IP would be its switch's, not where
+    /// the time went). Lock held (IRQs off), on this CPU.
+    #[inline]
+    fn sync_clock(&mut self) {
+        let pmu = &globals().pmu;
+        let owner = self.owner_token();
+        let clock = self.counters.clock_pmds();
+        let next = if clock != 0 && self.counting() && self.on_cpu == Some(glue::this_cpu()) {
+            next_clock_overflow(self.counters.pmds(), clock)
+        } else {
+            None
+        };
+        match next {
+            // Not sooner than perf's floor for its hrtimer events: a
+            // shorter period is sampled less often, each fold then
+            // crossing several periods (counts stay exact).
+            Some(ns) => pmu.clock_arm_here(owner, ns.max(MIN_CLOCK_TIMER_NS)),
+            None => pmu.clock_release_here(owner),
+        }
+    }
+
     /// Advances the counters to the thread's scheduler runtime `runtime`.
     fn fold_to(&mut self, runtime: u64) {
         let ran = runtime.saturating_sub(self.run_base);
@@ -260,7 +287,13 @@ impl CtxInner {
         if self.multiplexed() {
             return self.advance_sets(d);
         }
-        let ovfl = self.counters.advance(d);
+        let ovfl = match self.extra.as_deref() {
+            // A sampling buffer takes an entry per period crossed.
+            Some(Extra::Smpl(smpl)) => self
+                .counters
+                .advance_each(d, |pmd, n| smpl.note_overflows(pmd, n)),
+            _ => self.counters.advance(d),
+        };
         self.overflowed(ovfl);
     }
 
@@ -364,6 +397,11 @@ const _: () = assert!(core::mem::size_of::<Attachment<Context>>() <= 192 - 8);
 /// How many times [`Context::with_live`] tries to reach a running
 /// thread's CPU.
 const LIVE_TRIES: usize = 4;
+
+/// The task-clock timer fires no sooner than this (ns) after it is armed:
+/// perf's floor for its hrtimer-driven software events
+/// (`perf_swevent_init_hrtimer`).
+const MIN_CLOCK_TIMER_NS: u64 = 10_000;
 
 /// A monitoring context.
 #[pin_data(PinnedDrop)]

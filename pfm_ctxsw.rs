@@ -241,6 +241,12 @@ impl<M: Monitor> Attachment<M> {
         self.ctx.hw_mux();
     }
 
+    /// The task-clock timer of the CPU this context's thread runs on
+    /// (hard IRQ, the thread interrupted).
+    pub(crate) fn clock_due(&self) {
+        self.ctx.clock_due(self.owner_token());
+    }
+
     /// Queues, once, the task_work that removes the notifier from the thread
     /// and frees what is left: a zombie, a detached or a revoked context's
     /// attachment. `prompt`: kick the thread out of an interruptible sleep

@@ -246,6 +246,15 @@ impl SmplRing<'_> {
         }
     }
 
+    /// Kernel side: counts `n` entries as lost without writing them (the
+    /// periods an overflow crossed past what it may write, or those a
+    /// full buffer under the mask policy had no room for).
+    pub fn lose(&self, w: &Writer, n: u64) {
+        let lost = w.lost.load(Ordering::Relaxed).wrapping_add(n);
+        w.lost.store(lost, Ordering::Relaxed);
+        self.hdr.lost.store(lost, Ordering::Relaxed);
+    }
+
     /// Writes the writer's `head`, `written` and `lost` to the header
     /// again (a new mapping starts from them, whatever an earlier one
     /// wrote there). Under the writer's lock.
@@ -383,6 +392,26 @@ mod tests {
             values: [i, 0, 0, 0, 0, 0, 0, 0x55],
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn lost_entries_are_counted_without_writing() {
+        let (hdr, data) = buffer(1);
+        let page = |i: usize| data.get(i);
+        let w = Writer::new();
+        let ring = SmplRing {
+            hdr: &hdr,
+            page: &page,
+            data_size: PAGE as u64,
+        };
+        assert!(ring.push(&w, &entry(0), PAGE as u64).written);
+        ring.lose(&w, 5);
+        assert!(ring.push(&w, &entry(1), PAGE as u64).written);
+        assert_eq!(hdr.lost.load(Ordering::Relaxed), 5);
+        assert_eq!(hdr.written.load(Ordering::Relaxed), 2);
+        let mut seqs = Vec::new();
+        assert_eq!(ring.drain(|e| seqs.push(e.seq)), 2);
+        assert_eq!(seqs, [0, 1]);
     }
 
     #[test]

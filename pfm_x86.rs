@@ -248,12 +248,14 @@ impl Pmu {
     /// Picks the model named by `pmu=` (`auto`, `soft`, `intel_arch`,
     /// `amd64`, `intel_arch_sim`) with the soft model's parameters `soft`,
     /// `mux_fired` being what a CPU's multiplexing timer calls (the event
-    /// sets of the context whose counters are on its PMU); returns the
-    /// model and why it was picked.
+    /// sets of the context whose counters are on its PMU) and
+    /// `clock_fired` its task-clock timer (the running thread's next
+    /// task-clock overflow); returns the model and why it was picked.
     pub(crate) fn select(
         name: &[u8],
         soft: SoftParams,
         mux_fired: fn(),
+        clock_fired: fn(),
     ) -> Result<(Pmu, &'static str), ProbeError> {
         if !(16..=64).contains(&soft.width) || !(1..=SOFT_COUNTERS as u32).contains(&soft.counters)
         {
@@ -276,7 +278,7 @@ impl Pmu {
             impl_pmds: hw.map_or((1u64 << soft.counters) - 1, |m| m.impl_pmds()),
             hw,
             sim,
-            cpus: CpuPmus::new(mux_fired).map_err(nomem)?,
+            cpus: CpuPmus::new(mux_fired, clock_fired).map_err(nomem)?,
             core_types,
             claims: Claims::new().map_err(nomem)?,
             msr_faults: AtomicU64::new(0),

@@ -54,6 +54,32 @@ pub(crate) struct CtxSmpl {
     full_pmds: AtomicU64,
     /// The unread entries reached the watermark since then.
     crossed: AtomicBool,
+    /// Per PMD, the periods it crossed in the count that overflowed it
+    /// (set by the count, taken by the entries written right after).
+    crossed_periods: [AtomicU64; abi::PFM_MAX_PMDS],
+}
+
+/// Entries written for one PMD's overflow at most: a count that crossed
+/// more periods (a task-clock fold after a long stall of the timer)
+/// writes these and counts the rest as lost, so that the work under the
+/// lock stays bounded and `written + lost` is still every period crossed.
+const MAX_ENTRIES_PER_OVERFLOW: u64 = 64;
+
+impl CtxSmpl {
+    /// PMD `pmd` overflowed `n` times in the count under way (lock held).
+    pub(super) fn note_overflows(&self, pmd: usize, n: u64) {
+        if let Some(c) = self.crossed_periods.get(pmd) {
+            c.store(n, Ordering::Relaxed);
+        }
+    }
+
+    /// The periods PMD `pmd` crossed in its last overflow, taken: at least
+    /// one (a model that does not say how many crossed one).
+    fn take_crossed_periods(&self, pmd: usize) -> u64 {
+        self.crossed_periods
+            .get(pmd)
+            .map_or(1, |c| c.swap(0, Ordering::Relaxed).max(1))
+    }
 }
 
 /// What the overflow interrupt must do for the buffer.
@@ -99,6 +125,12 @@ impl CtxInner {
             return ovfl;
         };
         if self.state() != State::Loaded {
+            // What the count noted is not for a later overflow.
+            let mut bits = ovfl;
+            while bits != 0 {
+                smpl.take_crossed_periods(bits.trailing_zeros() as usize);
+                bits &= bits - 1;
+            }
             return ovfl;
         }
         // During an exec not yet checked, the user registers may be the
@@ -142,12 +174,24 @@ impl CtxInner {
                 m &= m - 1;
                 *v = pmds.get(j).map_or(0, |p| p.value);
             }
-            let pushed = smpl.with_ring(|r| r.push(&smpl.writer, &e, smpl.geo.watermark));
-            if pushed.full && !smpl.geo.drop {
-                smpl.full_pmds.fetch_or(1 << i, Ordering::Relaxed);
+            // One entry per period crossed, as perf writes one sample per
+            // period (`perf_swevent_overflow`): the count of entries is
+            // the count of periods, whatever the folds' lengths.
+            let periods = smpl.take_crossed_periods(i);
+            let mut left = periods;
+            while left > 0 && periods - left < MAX_ENTRIES_PER_OVERFLOW {
+                left -= 1;
+                let pushed = smpl.with_ring(|r| r.push(&smpl.writer, &e, smpl.geo.watermark));
+                if pushed.crossed_watermark {
+                    smpl.crossed.store(true, Ordering::Relaxed);
+                }
+                if pushed.full && !smpl.geo.drop {
+                    smpl.full_pmds.fetch_or(1 << i, Ordering::Relaxed);
+                    break;
+                }
             }
-            if pushed.crossed_watermark {
-                smpl.crossed.store(true, Ordering::Relaxed);
+            if left > 0 {
+                smpl.with_ring(|r| r.lose(&smpl.writer, left));
             }
         }
         if smpl.full_pmds.load(Ordering::Relaxed) != 0 || smpl.crossed.load(Ordering::Relaxed) {
@@ -238,6 +282,7 @@ impl Context {
                 pid: AtomicU32::new(0),
                 full_pmds: AtomicU64::new(0),
                 crossed: AtomicBool::new(false),
+                crossed_periods: [const { AtomicU64::new(0) }; abi::PFM_MAX_PMDS],
             }),
             GFP_KERNEL_ACCOUNT,
         )?);

@@ -35,6 +35,8 @@ impl Monitor for Context {
         let mut inner = self.inner.lock();
         let mine = inner.owns(att);
         let cpu = glue::this_cpu();
+        // The task-clock timer is this CPU's: it leaves with the thread.
+        globals().pmu.clock_release_here(att.owner_token());
         if mine && wanted {
             // Takes the hardware counters off the PMU too.
             inner.sched_out(cpu);
@@ -49,12 +51,15 @@ impl Monitor for Context {
 
     fn drop_hw_here(&self, owner: *const ()) {
         let pmu = &globals().pmu;
-        // A cheap check first (never true for the soft model, which puts
-        // nothing on a PMU); a re-check under the lock makes it exact.
-        if !pmu.is_owner_here(owner) {
+        // A cheap check first (the soft model puts nothing on a PMU, and
+        // its task-clock timer is armed only while it samples); a re-check
+        // under the lock makes it exact.
+        if !pmu.is_owner_here(owner) && !core::ptr::eq(pmu.clock_owner_here(), owner) {
             return;
         }
         let mut inner = self.inner.lock();
+        // The timer must not name an attachment that may go away either.
+        pmu.clock_release_here(owner);
         // Under the lock (IRQs off): the owner of this CPU cannot change.
         if pmu.is_owner_here(owner) {
             let ovfl = inner.counters.uninstall_here(pmu);
@@ -87,6 +92,23 @@ impl Monitor for Context {
             inner.fold_running(cpu);
             inner.sync_hw();
         }
+    }
+
+    fn clock_due(&self, owner: *const ()) {
+        let mut inner = self.inner.lock();
+        let cpu = glue::this_cpu();
+        if !core::ptr::eq(inner.owner_token(), owner) || inner.on_cpu != Some(cpu) {
+            // Armed for an attachment the context no longer has.
+            globals().pmu.clock_release_here(owner);
+            return;
+        }
+        // The fold counts the time to now, which reaches the overflow:
+        // it is raised (or sampled) here, the thread interrupted where it
+        // runs; then the timer is armed for the next one.
+        inner.fold_running(cpu);
+        inner.sync_hw();
+        inner.page_update();
+        inner.sync_clock();
     }
 
     fn overflow_interrupt(&self) -> bool {
@@ -288,6 +310,7 @@ impl CtxInner {
         self.last_cpu = cpu;
         self.on_cpu = Some(cpu);
         self.sync_hw();
+        self.sync_clock();
         self.page_update();
     }
 

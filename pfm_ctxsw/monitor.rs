@@ -29,6 +29,10 @@ pub(crate) trait Monitor: InSlab + Send + Sync + Sized + 'static {
     /// The multiplexing timer of this CPU, whose PMU holds the context's
     /// counters: the active event set's time may be up.
     fn hw_mux(&self);
+    /// The task-clock timer of this CPU, armed for `owner` (the
+    /// context's attachment) while its thread runs here: its next
+    /// task-clock overflow is due (hard IRQ, the thread interrupted).
+    fn clock_due(&self, owner: *const ());
     /// The overflow interrupt; whether the thread must block until RESTART.
     fn overflow_interrupt(&self) -> bool;
     /// Wakes readers, pollers, SIGIO owners and a blocked thread.

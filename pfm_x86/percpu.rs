@@ -32,6 +32,14 @@ struct CpuPmu {
     /// multiplexed context on a hardware model; perf's mux timer is per
     /// CPU too).
     mux: OneShotTimer,
+    /// Whose task-clock the `clock` timer is armed for (an attachment), or
+    /// null: as `owner`, cleared by its holder on this CPU with
+    /// interrupts off before it can go away.
+    clock_owner: AtomicPtr<()>,
+    /// Fires when the running thread's task-clock reaches its next
+    /// overflow (the soft model's counters have no interrupt of their
+    /// own; perf's task-clock samples from an hrtimer too).
+    clock: OneShotTimer,
 }
 
 /// Every possible CPU's [`CpuPmu`].
@@ -39,13 +47,16 @@ pub(crate) struct CpuPmus(KVec<CpuPmu>);
 
 impl CpuPmus {
     /// One entry per possible CPU: no owner, generation 0; `mux_fired`
-    /// is what a CPU's multiplexing timer calls.
-    pub(crate) fn new(mux_fired: fn()) -> Result<Self> {
+    /// is what a CPU's multiplexing timer calls, `clock_fired` its
+    /// task-clock timer.
+    pub(crate) fn new(mux_fired: fn(), clock_fired: fn()) -> Result<Self> {
         let cpus = glue::cpu::per_cpu_vec(|| CpuPmu {
             owner: AtomicPtr::new(core::ptr::null_mut()),
             generation: AtomicU64::new(0),
             fits: AtomicBool::new(true),
             mux: OneShotTimer::new(mux_fired),
+            clock_owner: AtomicPtr::new(core::ptr::null_mut()),
+            clock: OneShotTimer::new(clock_fired),
         })?;
         Ok(Self(cpus))
     }
@@ -81,6 +92,47 @@ impl Pmu {
     pub(crate) fn mux_cancel_all(&self) {
         for c in self.cpus.0.iter() {
             c.mux.cancel();
+        }
+    }
+
+    /// Arms this CPU's task-clock timer for `owner`, the thread running
+    /// here, to fire in `ns` (re-arming it). Interrupts off.
+    pub(crate) fn clock_arm_here(&self, owner: *const (), ns: u64) {
+        if let Some(c) = self.cpus.here() {
+            c.clock_owner.store(owner.cast_mut(), Ordering::Relaxed);
+            // SAFETY: The entries of `cpus` never move (allocated once, at
+            // load); this CPU's timer is armed and disarmed only here and
+            // in `clock_release_here`, by this CPU with interrupts off.
+            unsafe { c.clock.arm_here(ns) };
+        }
+    }
+
+    /// Disarms this CPU's task-clock timer if it is armed for `owner`,
+    /// which then no longer names it. Interrupts off.
+    #[inline]
+    pub(crate) fn clock_release_here(&self, owner: *const ()) {
+        if let Some(c) = self.cpus.here() {
+            if core::ptr::eq(c.clock_owner.load(Ordering::Relaxed), owner) && !owner.is_null() {
+                c.clock_owner
+                    .store(core::ptr::null_mut(), Ordering::Relaxed);
+                c.clock.disarm();
+            }
+        }
+    }
+
+    /// Whom this CPU's task-clock timer is armed for, or null. Interrupts
+    /// off.
+    pub(crate) fn clock_owner_here(&self) -> *const () {
+        self.cpus
+            .here()
+            .map_or(core::ptr::null(), |c| c.clock_owner.load(Ordering::Relaxed))
+    }
+
+    /// Cancels every CPU's task-clock timer, waiting for running
+    /// callbacks (module exit, as [`Pmu::mux_cancel_all`]).
+    pub(crate) fn clock_cancel_all(&self) {
+        for c in self.cpus.0.iter() {
+            c.clock.cancel();
         }
     }
 

@@ -138,6 +138,26 @@ pub fn count_clock_unless_overflow(ev_pmds: &[u8; 4], pmds: &mut [PmdState], ran
     true
 }
 
+/// Task-clock ns until the first of the PMDs in `clock` (a mask) crosses
+/// 2^64, for those whose value is within 2^63 of it (a PMD programmed for
+/// overflows: written or reset to -period); `None` if there is none (a
+/// PMD counting up from 0 overflows after 584 years).
+pub fn next_clock_overflow(pmds: &[PmdState], clock: u64) -> Option<u64> {
+    let mut next: Option<u64> = None;
+    let mut m = clock;
+    while m != 0 {
+        let i = m.trailing_zeros() as usize;
+        m &= m - 1;
+        if let Some(p) = pmds.get(i) {
+            let left = p.value.wrapping_neg();
+            if p.value != 0 && left <= 1 << 63 {
+                next = Some(next.map_or(left, |n| n.min(left)));
+            }
+        }
+    }
+    next
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,6 +199,30 @@ mod tests {
         assert_eq!(values(&a), before);
         assert!(count_clock_unless_overflow(&ev_pmds, &mut a, 10));
         assert_eq!(a[2].value, u64::MAX);
+    }
+
+    #[test]
+    fn the_next_clock_overflow_is_the_nearest_programmed_pmd() {
+        let mut pmds = [PmdState::default(); SOFT_COUNTERS];
+        // Counting from 0 (or from a small value): no overflow to time.
+        pmds[0].write(0);
+        pmds[1].write(12_345);
+        assert_eq!(next_clock_overflow(&pmds, 0b0011), None);
+        // -period: the period; the nearest of two; only those in the mask.
+        pmds[2].write(1_000_000u64.wrapping_neg());
+        pmds[3].write(250_000u64.wrapping_neg());
+        assert_eq!(next_clock_overflow(&pmds, 0b0111), Some(1_000_000));
+        assert_eq!(next_clock_overflow(&pmds, 0b1111), Some(250_000));
+        assert_eq!(next_clock_overflow(&pmds, 0b0011), None);
+        // One ns left; and the far edge, 2^63 ns, still timed.
+        pmds[3].write(u64::MAX);
+        assert_eq!(next_clock_overflow(&pmds, 0b1000), Some(1));
+        pmds[3].write(1 << 63);
+        assert_eq!(next_clock_overflow(&pmds, 0b1000), Some(1 << 63));
+        pmds[3].write((1 << 63) - 1);
+        assert_eq!(next_clock_overflow(&pmds, 0b1000), None);
+        // A PMD index past the slice is ignored.
+        assert_eq!(next_clock_overflow(&pmds, 1 << 40), None);
     }
 
     #[test]
