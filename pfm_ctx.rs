@@ -317,7 +317,10 @@ impl CtxInner {
         // needs more (a message, a full buffer, a reader to wake) goes on
         // to the interrupt.
         let ovfl = match self.smpl() {
-            Some(_) => self.smpl_overflowed(ovfl),
+            Some(_) => {
+                self.note_hw_overflows();
+                self.smpl_overflowed(ovfl)
+            }
             None => ovfl,
         };
         if ovfl == 0 {

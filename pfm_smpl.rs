@@ -15,8 +15,8 @@
 //!
 //! `head` and `tail` count bytes since setup and never wrap (2^64 bytes of
 //! 128-byte entries is 2^57 samples); the entry at byte `x` is at data
-//! offset `x % data_size`. Entries are a power of two in size, so none
-//! straddles a page. The kernel does not trust `tail`: one that is behind
+//! offset `x % data_size`. Entries are a power of two in size (128 bytes,
+//! more with a call chain: [`entry_size`]), so none straddles a page. The kernel does not trust `tail`: one that is behind
 //! `head - data_size` or ahead of `head` reads as "nothing consumed" (the
 //! buffer full), so a tool that writes garbage loses its own samples and
 //! nothing else.
@@ -29,11 +29,24 @@ use crate::abi;
 pub const PAGE: usize = abi::PFM_PAGE_SIZE;
 /// 64-bit words per page.
 const WORDS: usize = PAGE / 8;
-/// Bytes per entry.
+/// Bytes per entry without a call chain.
 pub const ENTRY: usize = core::mem::size_of::<abi::PfmSmplEntry>();
-/// 64-bit words per entry.
+/// 64-bit words of an entry before its chain.
 const ENTRY_WORDS: usize = ENTRY / 8;
-const _: () = assert!(ENTRY.is_power_of_two() && PAGE % ENTRY == 0);
+/// Return addresses an entry holds at most.
+pub const MAX_CHAIN: usize = abi::PFM_SMPL_MAX_CHAIN as usize;
+
+/// Bytes per entry of a buffer whose entries hold `chain_depth` return
+/// addresses: the smallest power of two that holds them after the entry.
+pub const fn entry_size(chain_depth: u32) -> usize {
+    (ENTRY + 8 * chain_depth as usize).next_power_of_two()
+}
+const _: () = assert!(
+    ENTRY.is_power_of_two()
+        && entry_size(0) == ENTRY
+        && entry_size(abi::PFM_SMPL_MAX_CHAIN) <= PAGE
+        && PAGE % entry_size(abi::PFM_SMPL_MAX_CHAIN) == 0
+);
 
 /// The header page, as atomics (the layout of [`abi::PfmSmplHdr`]).
 #[repr(C)]
@@ -79,6 +92,8 @@ pub enum SetupError {
     SmplPmds,
     /// The watermark is beyond the data.
     Watermark,
+    /// `chain_depth` is above `PFM_SMPL_MAX_CHAIN`.
+    ChainDepth,
 }
 
 /// A setup, checked: the buffer's geometry and what each entry records.
@@ -92,13 +107,20 @@ pub struct Geometry {
     pub watermark: u64,
     /// Drop (and count) when full, instead of masking.
     pub drop: bool,
+    /// Return addresses an entry records at most.
+    pub chain_depth: u32,
+    /// Bytes per entry: [`entry_size`] of `chain_depth`.
+    pub entry_size: u64,
 }
 
 impl Geometry {
     /// Checks `s` against the PMDs the model implements.
     pub fn of(s: &abi::PfmSmplSetup, impl_pmds: u64) -> Result<Self, SetupError> {
-        if s.flags & !abi::PFM_SMPL_MASK != 0 || s.pad != 0 || s.reserved != [0; 4] {
+        if s.flags & !abi::PFM_SMPL_MASK != 0 || s.pad != 0 || s.pad2 != 0 || s.reserved != [0; 3] {
             return Err(SetupError::Reserved);
+        }
+        if s.chain_depth > abi::PFM_SMPL_MAX_CHAIN {
+            return Err(SetupError::ChainDepth);
         }
         let pages = s.data_pages;
         if !pages.is_power_of_two() || pages > abi::PFM_SMPL_MAX_PAGES {
@@ -124,6 +146,8 @@ impl Geometry {
             data_size,
             watermark,
             drop: s.flags & abi::PFM_SMPL_DROP != 0,
+            chain_depth: s.chain_depth,
+            entry_size: entry_size(s.chain_depth) as u64,
         })
     }
 }
@@ -176,14 +200,25 @@ pub struct SmplRing<'a> {
     pub page: &'a dyn Fn(usize) -> Option<&'a DataCells>,
     /// Bytes of entries.
     pub data_size: u64,
+    /// Bytes per entry: [`entry_size`] of some depth (a power of two, at
+    /// least [`ENTRY`], at most a page).
+    pub entry_size: u64,
 }
 
 impl SmplRing<'_> {
     /// Writes the constant fields of a new buffer.
-    pub fn init(hdr: &HeaderCells, data_size: u64) {
+    pub fn init(hdr: &HeaderCells, data_size: u64, entry_size: u64) {
         hdr.version.store(abi::PFM_SMPL_VERSION, Ordering::Relaxed);
-        hdr.entry_size.store(ENTRY as u32, Ordering::Relaxed);
+        hdr.entry_size.store(entry_size as u32, Ordering::Relaxed);
         hdr.data_size.store(data_size, Ordering::Relaxed);
+    }
+
+    /// The words of the slot at byte `off` of the data, if the ring's
+    /// geometry is sound (it is the writer's, or checked by `map`).
+    fn slot(&self, off: u64) -> Option<&[AtomicU64]> {
+        let off = (off % self.data_size) as usize;
+        let first = (off % PAGE) / 8;
+        (self.page)(off / PAGE).and_then(|p| p.0.get(first..first + self.entry_size as usize / 8))
     }
 
     /// The bytes not yet consumed, with `head` as the writer knows it:
@@ -196,21 +231,24 @@ impl SmplRing<'_> {
         }
     }
 
-    /// Kernel side: appends `e` (its `seq` set here), or, full, drops it
-    /// and counts it in `lost` (under the mask policy, only an overflow
-    /// of a context RESTARTed before the tool drained meets a full
-    /// buffer). The writer is one context under its lock; its positions
-    /// and counts are `w`'s, published to the header after the entry.
-    /// The caller masks on `full` under the mask policy.
-    pub fn push(&self, w: &Writer, e: &abi::PfmSmplEntry, watermark: u64) -> Pushed {
+    /// Kernel side: appends `e` (its `seq` set here) and `chain` after it
+    /// (as much as the slot holds, `MAX_CHAIN` at most: `e.chain_len` says
+    /// how much), or, full,
+    /// drops it and counts it in `lost` (under the mask policy, only an
+    /// overflow of a context RESTARTed before the tool drained meets a
+    /// full buffer). The writer is one context under its lock; its
+    /// positions and counts are `w`'s, published to the header after the
+    /// entry. The caller masks on `full` under the mask policy.
+    pub fn push(&self, w: &Writer, e: &abi::PfmSmplEntry, chain: &[u64], watermark: u64) -> Pushed {
         let head = w.head.load(Ordering::Relaxed);
         let unread = self.unread(head);
+        let size = self.entry_size;
         let dropped = Pushed {
             written: false,
             crossed_watermark: false,
             full: true,
         };
-        if unread + ENTRY as u64 > self.data_size {
+        if unread + size > self.data_size {
             let lost = w.lost.load(Ordering::Relaxed).wrapping_add(1);
             w.lost.store(lost, Ordering::Relaxed);
             self.hdr.lost.store(lost, Ordering::Relaxed);
@@ -219,18 +257,21 @@ impl SmplRing<'_> {
         let written = w.written.load(Ordering::Relaxed);
         let mut e = *e;
         e.seq = written;
-        // `head` is the writer's own, a multiple of ENTRY: the slot is
-        // inside one page.
-        let off = (head % self.data_size) as usize;
-        let first = (off % PAGE) / 8;
-        let Some(cells) = (self.page)(off / PAGE).and_then(|p| p.0.get(first..first + ENTRY_WORDS))
-        else {
+        // `head` is the writer's own, a multiple of the entry size: the
+        // slot is inside one page.
+        let Some(cells) = self.slot(head) else {
             return dropped;
         };
-        for (cell, word) in cells.iter().zip(entry_words(&e).iter()) {
+        let (base, room) = cells.split_at(ENTRY_WORDS);
+        let chain = chain.get(..room.len().min(MAX_CHAIN)).unwrap_or(chain);
+        e.chain_len = chain.len() as u16;
+        for (cell, word) in base.iter().zip(entry_words(&e).iter()) {
             cell.store(*word, Ordering::Relaxed);
         }
-        let head = head.wrapping_add(ENTRY as u64);
+        for (cell, word) in room.iter().zip(chain) {
+            cell.store(*word, Ordering::Relaxed);
+        }
+        let head = head.wrapping_add(size);
         w.head.store(head, Ordering::Relaxed);
         w.written.store(written.wrapping_add(1), Ordering::Relaxed);
         self.hdr
@@ -238,11 +279,11 @@ impl SmplRing<'_> {
             .store(written.wrapping_add(1), Ordering::Relaxed);
         // After the entry: a reader that sees the new head sees it whole.
         self.hdr.head.store(head, Ordering::Release);
-        let now = unread + ENTRY as u64;
+        let now = unread + size;
         Pushed {
             written: true,
             crossed_watermark: unread < watermark && now >= watermark,
-            full: now + ENTRY as u64 > self.data_size,
+            full: now + size > self.data_size,
         }
     }
 
@@ -277,37 +318,41 @@ impl SmplRing<'_> {
 
     /// Whether another entry fits.
     pub fn has_room(&self, w: &Writer) -> bool {
-        self.unread(w.head.load(Ordering::Relaxed)) + (ENTRY as u64) <= self.data_size
+        self.unread(w.head.load(Ordering::Relaxed)) + self.entry_size <= self.data_size
     }
 
-    /// Tool side: calls `f` with each entry between `tail` and `head`,
-    /// oldest first, then consumes them (stores `tail`). Returns how many.
-    /// The header is the tool's own memory too: a `tail` out of step with
-    /// `head` (not a whole number of entries behind it, or more than the
-    /// buffer) is resynchronised to the oldest entry still there, and a
-    /// bad `head` ends the drain; neither can make it panic or loop.
-    pub fn drain(&self, mut f: impl FnMut(&abi::PfmSmplEntry)) -> usize {
+    /// Tool side: calls `f` with each entry between `tail` and `head` and
+    /// its call chain, oldest first, then consumes them (stores `tail`).
+    /// Returns how many. The header is the tool's own memory too: a
+    /// `tail` out of step with `head` (not a whole number of entries
+    /// behind it, or more than the buffer) is resynchronised to the oldest
+    /// entry still there, and a bad `head` ends the drain; neither can
+    /// make it panic or loop. A chain is never longer than the slot holds.
+    pub fn drain(&self, mut f: impl FnMut(&abi::PfmSmplEntry, &[u64])) -> usize {
         let head = self.hdr.head.load(Ordering::Acquire);
         let mut tail = self.hdr.tail.load(Ordering::Relaxed);
-        let e = ENTRY as u64;
+        let e = self.entry_size;
         match head.checked_sub(tail) {
             Some(n) if n <= self.data_size && n % e == 0 => {}
             _ => tail = head.saturating_sub(self.data_size),
         }
         let mut n = 0;
-        while tail < head && n < self.data_size as usize / ENTRY {
-            let off = (tail % self.data_size) as usize;
-            let first = (off % PAGE) / 8;
-            let Some(cells) =
-                (self.page)(off / PAGE).and_then(|p| p.0.get(first..first + ENTRY_WORDS))
-            else {
+        let mut chain = [0u64; MAX_CHAIN];
+        while tail < head && n < (self.data_size / e) as usize {
+            let Some(cells) = self.slot(tail) else {
                 break;
             };
+            let (base, room) = cells.split_at(ENTRY_WORDS);
             let mut words = [0u64; ENTRY_WORDS];
-            for (w, cell) in words.iter_mut().zip(cells) {
+            for (w, cell) in words.iter_mut().zip(base) {
                 *w = cell.load(Ordering::Relaxed);
             }
-            f(&entry_of(&words));
+            let entry = entry_of(&words);
+            let len = usize::from(entry.chain_len).min(room.len()).min(MAX_CHAIN);
+            for (w, cell) in chain.iter_mut().zip(&room[..len]) {
+                *w = cell.load(Ordering::Relaxed);
+            }
+            f(&entry, &chain[..len]);
             tail += e;
             n += 1;
         }
@@ -330,7 +375,7 @@ fn entry_words(e: &abi::PfmSmplEntry) -> [u64; ENTRY_WORDS] {
     w[4] = e.ip;
     w[5] = e.tstamp;
     w[6] = e.smpl_pmds;
-    w[7] = e.reserved;
+    w[7] = u64::from(e.chain_len) | u64::from(e.chain_flags) << 16 | u64::from(e.pad) << 32;
     w[8..].copy_from_slice(&e.values);
     w
 }
@@ -351,14 +396,56 @@ fn entry_of(w: &[u64; ENTRY_WORDS]) -> abi::PfmSmplEntry {
         ip: w[4],
         tstamp: w[5],
         smpl_pmds: w[6],
-        reserved: w[7],
+        chain_len: w[7] as u16,
+        chain_flags: (w[7] >> 16) as u16,
+        pad: (w[7] >> 32) as u32,
         values,
+    }
+}
+
+/// Walks a user stack's frame-pointer chain from the frame pointer `fp`
+/// (x86-64 with frame pointers: the frame at `fp` holds the caller's frame
+/// pointer, then the return address into the caller), writing the return
+/// addresses to `out`, innermost first. `read(fp)` reads the frame's two
+/// words without faulting (`None`: not readable). Returns how many and
+/// the `PFM_SMPL_CHAIN_*` flags: the walk ends at a null frame pointer
+/// (the outermost frame: `_start` clears it), or `out` full while frames
+/// remain (`TRUNCATED`), or a frame misaligned, unreadable or not above
+/// the one before it (`BROKEN`: code without frame pointers, or a frame
+/// pointer used as a general register). Since every frame is above the
+/// last, the walk ends, at `out.len()` frames at most.
+pub fn walk_frames(
+    mut fp: u64,
+    out: &mut [u64],
+    mut read: impl FnMut(u64) -> Option<[u64; 2]>,
+) -> (usize, u16) {
+    let mut n = 0;
+    loop {
+        if fp == 0 {
+            return (n, 0);
+        }
+        let Some(slot) = out.get_mut(n) else {
+            return (n, abi::PFM_SMPL_CHAIN_TRUNCATED);
+        };
+        if fp % 8 != 0 {
+            return (n, abi::PFM_SMPL_CHAIN_BROKEN);
+        }
+        let Some([next, ret]) = read(fp) else {
+            return (n, abi::PFM_SMPL_CHAIN_BROKEN);
+        };
+        *slot = ret;
+        n += 1;
+        if next != 0 && next <= fp {
+            return (n, abi::PFM_SMPL_CHAIN_BROKEN);
+        }
+        fp = next;
     }
 }
 
 // The word layout above is the ABI's on a little-endian machine.
 const _: () = assert!(
     core::mem::offset_of!(abi::PfmSmplEntry, seq) == 16
+        && core::mem::offset_of!(abi::PfmSmplEntry, chain_len) == 56
         && core::mem::offset_of!(abi::PfmSmplEntry, values) == 64
         && cfg!(target_endian = "little")
 );
@@ -374,7 +461,7 @@ mod tests {
             // SAFETY: as above.
             .map(|_| unsafe { core::mem::zeroed::<DataCells>() })
             .collect();
-        SmplRing::init(&hdr, (pages * PAGE) as u64);
+        SmplRing::init(&hdr, (pages * PAGE) as u64, ENTRY as u64);
         (hdr, data)
     }
 
@@ -403,14 +490,15 @@ mod tests {
             hdr: &hdr,
             page: &page,
             data_size: PAGE as u64,
+            entry_size: ENTRY as u64,
         };
-        assert!(ring.push(&w, &entry(0), PAGE as u64).written);
+        assert!(ring.push(&w, &entry(0), &[], PAGE as u64).written);
         ring.lose(&w, 5);
-        assert!(ring.push(&w, &entry(1), PAGE as u64).written);
+        assert!(ring.push(&w, &entry(1), &[], PAGE as u64).written);
         assert_eq!(hdr.lost.load(Ordering::Relaxed), 5);
         assert_eq!(hdr.written.load(Ordering::Relaxed), 2);
         let mut seqs = Vec::new();
-        assert_eq!(ring.drain(|e| seqs.push(e.seq)), 2);
+        assert_eq!(ring.drain(|e, _| seqs.push(e.seq)), 2);
         assert_eq!(seqs, [0, 1]);
     }
 
@@ -423,18 +511,19 @@ mod tests {
             hdr: &hdr,
             page: &page,
             data_size: PAGE as u64,
+            entry_size: ENTRY as u64,
         };
         let per_page = (PAGE / ENTRY) as u64;
         let mut seen = Vec::new();
         for i in 0..10 * per_page {
-            let p = ring.push(&w, &entry(i), u64::MAX);
+            let p = ring.push(&w, &entry(i), &[], u64::MAX);
             assert!(p.written, "entry {i}");
             // Drain every 5 entries: the ring wraps many times.
             if i % 5 == 4 {
-                ring.drain(|e| seen.push(*e));
+                ring.drain(|e, _| seen.push(*e));
             }
         }
-        ring.drain(|e| seen.push(*e));
+        ring.drain(|e, _| seen.push(*e));
         assert_eq!(seen.len() as u64, 10 * per_page);
         for (i, e) in seen.iter().enumerate() {
             let mut want = entry(i as u64);
@@ -454,20 +543,21 @@ mod tests {
                 hdr: &hdr,
                 page: &page,
                 data_size: PAGE as u64,
+                entry_size: ENTRY as u64,
             };
             let m = PAGE / ENTRY;
             for i in 0..m {
-                let p = ring.push(&w, &entry(i as u64), u64::MAX);
+                let p = ring.push(&w, &entry(i as u64), &[], u64::MAX);
                 assert!(p.written);
                 // The m-th entry leaves no room: the mask policy stops there.
                 assert_eq!(p.full, i == m - 1, "entry {i}");
             }
-            let p = ring.push(&w, &entry(99), u64::MAX);
+            let p = ring.push(&w, &entry(99), &[], u64::MAX);
             assert!(!p.written && p.full);
             assert_eq!(hdr.lost.load(Ordering::Relaxed), 1);
             assert_eq!(hdr.written.load(Ordering::Relaxed), m as u64);
             assert!(!ring.has_room(&w));
-            assert_eq!(ring.drain(|_| {}), m);
+            assert_eq!(ring.drain(|_, _| {}), m);
             assert!(ring.has_room(&w));
         }
     }
@@ -481,20 +571,21 @@ mod tests {
             hdr: &hdr,
             page: &page,
             data_size: 2 * PAGE as u64,
+            entry_size: ENTRY as u64,
         };
         let wm = 4 * ENTRY as u64;
         let crossed: Vec<bool> = (0..8)
-            .map(|i| ring.push(&w, &entry(i), wm).crossed_watermark)
+            .map(|i| ring.push(&w, &entry(i), &[], wm).crossed_watermark)
             .collect();
         assert_eq!(
             crossed,
             [false, false, false, true, false, false, false, false]
         );
         assert!(ring.above_watermark(&w, wm));
-        ring.drain(|_| {});
+        ring.drain(|_, _| {});
         assert!(!ring.above_watermark(&w, wm));
         let again: Vec<bool> = (0..4)
-            .map(|i| ring.push(&w, &entry(i), wm).crossed_watermark)
+            .map(|i| ring.push(&w, &entry(i), &[], wm).crossed_watermark)
             .collect();
         assert_eq!(again, [false, false, false, true]);
     }
@@ -508,12 +599,13 @@ mod tests {
             hdr: &hdr,
             page: &page,
             data_size: PAGE as u64,
+            entry_size: ENTRY as u64,
         };
-        ring.push(&w, &entry(0), u64::MAX);
+        ring.push(&w, &entry(0), &[], u64::MAX);
         for bad in [u64::MAX, 2 * ENTRY as u64, 1 << 40] {
             hdr.tail.store(bad, Ordering::Relaxed);
             assert!(!ring.has_room(&w), "tail {bad}");
-            let p = ring.push(&w, &entry(1), u64::MAX);
+            let p = ring.push(&w, &entry(1), &[], u64::MAX);
             assert!(!p.written, "tail {bad}: wrote over unconsumed entries");
         }
     }
@@ -527,28 +619,29 @@ mod tests {
             hdr: &hdr,
             page: &page,
             data_size: PAGE as u64,
+            entry_size: ENTRY as u64,
         };
-        ring.push(&w, &entry(0), u64::MAX);
+        ring.push(&w, &entry(0), &[], u64::MAX);
         // The tool writes its header's kernel fields: misaligned, huge.
         hdr.head.store(PAGE as u64 - 8, Ordering::Relaxed);
         hdr.written.store(u64::MAX, Ordering::Relaxed);
         hdr.lost.store(u64::MAX, Ordering::Relaxed);
         hdr.tail.store(ENTRY as u64, Ordering::Relaxed);
-        let p = ring.push(&w, &entry(1), u64::MAX);
+        let p = ring.push(&w, &entry(1), &[], u64::MAX);
         assert!(p.written);
         assert_eq!(hdr.head.load(Ordering::Relaxed), 2 * ENTRY as u64);
         assert_eq!(hdr.written.load(Ordering::Relaxed), 2);
         let mut seen = Vec::new();
-        ring.drain(|e| seen.push(e.seq));
+        ring.drain(|e, _| seen.push(e.seq));
         assert_eq!(seen, [1]);
         // A reader whose tail is garbage resynchronises, and never loops.
         for bad in [3, u64::MAX, 1 << 50] {
             hdr.tail.store(bad, Ordering::Relaxed);
-            assert!(ring.drain(|_| {}) <= PAGE / ENTRY);
+            assert!(ring.drain(|_, _| {}) <= PAGE / ENTRY);
         }
         hdr.head.store(7, Ordering::Relaxed);
         hdr.tail.store(0, Ordering::Relaxed);
-        assert!(ring.drain(|_| {}) <= PAGE / ENTRY);
+        assert!(ring.drain(|_, _| {}) <= PAGE / ENTRY);
         // A new mapping gets the kernel's values back.
         ring.publish(&w);
         assert_eq!(hdr.head.load(Ordering::Relaxed), 2 * ENTRY as u64);
@@ -581,7 +674,18 @@ mod tests {
         assert_eq!(bad(&|s| s.data_pages = 2048), SetupError::Pages);
         assert_eq!(bad(&|s| s.flags = 2), SetupError::Reserved);
         assert_eq!(bad(&|s| s.pad = 1), SetupError::Reserved);
-        assert_eq!(bad(&|s| s.reserved[3] = 1), SetupError::Reserved);
+        assert_eq!(bad(&|s| s.reserved[2] = 1), SetupError::Reserved);
+        assert_eq!(bad(&|s| s.pad2 = 1), SetupError::Reserved);
+        assert_eq!(
+            bad(&|s| s.chain_depth = abi::PFM_SMPL_MAX_CHAIN + 1),
+            SetupError::ChainDepth
+        );
+        let mut deep = ok;
+        deep.chain_depth = 16;
+        assert_eq!(Geometry::of(&deep, 0b1111).unwrap().entry_size, 256);
+        deep.chain_depth = abi::PFM_SMPL_MAX_CHAIN;
+        assert_eq!(Geometry::of(&deep, 0b1111).unwrap().entry_size, 1024);
+        assert_eq!(g.entry_size, ENTRY as u64);
         assert_eq!(bad(&|s| s.smpl_pmds[1] = 0b10000), SetupError::SmplPmds);
         assert_eq!(bad(&|s| s.smpl_pmds[5] = 1), SetupError::SmplPmds);
         assert_eq!(
@@ -591,5 +695,117 @@ mod tests {
         let mut many = ok;
         many.smpl_pmds[0] = 0x1ff;
         assert_eq!(Geometry::of(&many, 0xfff), Err(SetupError::SmplPmds));
+    }
+
+    #[test]
+    fn chains_round_trip_within_their_slots() {
+        for depth in [1u32, 16, 17, abi::PFM_SMPL_MAX_CHAIN] {
+            let size = entry_size(depth);
+            let (hdr, data) = buffer(2);
+            let page = |i: usize| data.get(i);
+            let w = Writer::new();
+            let ring = SmplRing {
+                hdr: &hdr,
+                page: &page,
+                data_size: 2 * PAGE as u64,
+                entry_size: size as u64,
+            };
+            let per_ring = 2 * PAGE / size;
+            let mut seen = Vec::new();
+            for i in 0..3 * per_ring as u64 {
+                // Chains of every length up to twice the depth: the
+                // slot keeps what fits (the depth rounded up to the
+                // power of two), and says how much.
+                let chain: Vec<u64> = (0..i % (2 * u64::from(depth) + 1))
+                    .map(|j| 0x1000 * i + j)
+                    .collect();
+                let mut e = entry(i);
+                e.chain_flags = abi::PFM_SMPL_CHAIN_TRUNCATED;
+                assert!(ring.push(&w, &e, &chain, u64::MAX).written);
+                ring.drain(|e, c| seen.push((*e, c.to_vec())));
+            }
+            assert_eq!(seen.len(), 3 * per_ring, "depth {depth}");
+            for (i, (e, c)) in seen.iter().enumerate() {
+                let i = i as u64;
+                let room = ((size - ENTRY) / 8).min(MAX_CHAIN) as u64;
+                let want = (i % (2 * u64::from(depth) + 1)).min(room) as usize;
+                assert_eq!(usize::from(e.chain_len), want, "depth {depth} entry {i}");
+                assert_eq!(e.chain_flags, abi::PFM_SMPL_CHAIN_TRUNCATED);
+                assert_eq!(e.ip, 0x4000 + i);
+                let expect: Vec<u64> = (0..want as u64).map(|j| 0x1000 * i + j).collect();
+                assert_eq!(*c, expect);
+            }
+            // A chain length the tool wrote is bounded by the slot.
+            ring.push(&w, &entry(0), &[1, 2, 3], u64::MAX);
+            let first = (hdr.head.load(Ordering::Relaxed) - size as u64) % (2 * PAGE as u64);
+            let word = &data[first as usize / PAGE].0[(first as usize % PAGE) / 8 + 7];
+            word.store(0xffff, Ordering::Relaxed);
+            let mut lens = Vec::new();
+            ring.drain(|_, c| lens.push(c.len()));
+            assert_eq!(lens, [((size - ENTRY) / 8).min(MAX_CHAIN)]);
+        }
+    }
+
+    /// A stack of `frames`: frame pointers at 0x7000_0000 + 0x100 * k, the
+    /// last one's caller frame pointer `last_next`.
+    fn stack(frames: u64, last_next: u64) -> impl Fn(u64) -> Option<[u64; 2]> {
+        move |fp| {
+            let k = fp.checked_sub(0x7000_0000)? / 0x100;
+            if fp % 0x100 != 0 || k >= frames {
+                return None;
+            }
+            let next = if k + 1 == frames {
+                last_next
+            } else {
+                fp + 0x100
+            };
+            Some([next, 0x40_0000 + k])
+        }
+    }
+
+    #[test]
+    fn frame_walks_end_at_the_outermost_frame_or_say_why_not() {
+        let mut out = [0u64; 8];
+        let base = 0x7000_0000;
+        // A whole chain: ends at the null frame pointer, every return
+        // address in order.
+        assert_eq!(walk_frames(base, &mut out, stack(5, 0)), (5, 0));
+        assert_eq!(
+            out[..5],
+            [0x40_0000, 0x40_0001, 0x40_0002, 0x40_0003, 0x40_0004]
+        );
+        // Exactly as deep as the room: not truncated.
+        assert_eq!(walk_frames(base, &mut out, stack(8, 0)), (8, 0));
+        // Deeper: truncated at the room.
+        assert_eq!(
+            walk_frames(base, &mut out, stack(20, 0)),
+            (8, abi::PFM_SMPL_CHAIN_TRUNCATED)
+        );
+        // No frame pointer at all (a leaf without one, rbp cleared).
+        assert_eq!(walk_frames(0, &mut out, stack(5, 0)), (0, 0));
+        // Unreadable: the frame pointer is data, or the page is gone.
+        assert_eq!(
+            walk_frames(0x1234_5678, &mut out, stack(5, 0)),
+            (0, abi::PFM_SMPL_CHAIN_BROKEN)
+        );
+        assert_eq!(
+            walk_frames(base + 4, &mut out, stack(5, 0)),
+            (0, abi::PFM_SMPL_CHAIN_BROKEN)
+        );
+        // A frame that points back down (or at itself): a loop, cut.
+        assert_eq!(
+            walk_frames(base, &mut out, stack(3, base)),
+            (3, abi::PFM_SMPL_CHAIN_BROKEN)
+        );
+        // Unreadable further up: what was read is kept.
+        assert_eq!(
+            walk_frames(base, &mut out, stack(3, base + 0x1000_0000)),
+            (3, abi::PFM_SMPL_CHAIN_BROKEN)
+        );
+        // No room at all.
+        assert_eq!(
+            walk_frames(base, &mut [], stack(3, 0)),
+            (0, abi::PFM_SMPL_CHAIN_TRUNCATED)
+        );
     }
 }

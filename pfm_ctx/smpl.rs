@@ -7,11 +7,13 @@
 //!
 //! An entry is written where the overflow is found, under the context's
 //! lock, in the monitored thread (its IP, its CPU, the PMD values of that
-//! moment): at a switch for the soft model's switch and migration counts
-//! and its task-clock folds, in the PMI for the hardware models. What
-//! needs more than memory writes (masking a full buffer, its message,
-//! waking a reader past the watermark) is left to the overflow interrupt
-//! that the overflow raises anyway ([`Context::take_smpl_events`]).
+//! moment, and, if the buffer asks, its user call chain): at a switch for
+//! the soft model's switch and migration counts and its task-clock folds,
+//! in the task-clock timer's interrupt, in the PMI for the hardware
+//! models. What needs more than memory writes (masking a full buffer, its
+//! message, waking a reader past the watermark) is left to the overflow
+//! interrupt that the overflow raises anyway
+//! ([`Context::take_smpl_events`]).
 
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
@@ -21,7 +23,7 @@ use super::{Context, CtxInner, Extra};
 use crate::abi;
 use crate::globals;
 use crate::pfm_msgq::Ring;
-use crate::pfm_smpl::{DataCells, Geometry, HeaderCells, SmplRing, Writer, PAGE};
+use crate::pfm_smpl::{self, DataCells, Geometry, HeaderCells, SmplRing, Writer, MAX_CHAIN, PAGE};
 use crate::pfm_state::State;
 use crate::rust::{self as glue, mm, PidNs};
 
@@ -98,6 +100,7 @@ impl CtxSmpl {
             hdr: self.hdr.get(),
             page: &page,
             data_size: self.geo.data_size,
+            entry_size: self.geo.entry_size,
         };
         f(&ring)
     }
@@ -110,6 +113,23 @@ impl CtxInner {
         match self.extra.as_deref() {
             Some(Extra::Smpl(s)) => Some(s),
             _ => None,
+        }
+    }
+
+    /// Tells the buffer how many periods each PMD of a hardware model
+    /// crossed since the last overflow, as the folds counted them (a PMI
+    /// held off by more than a period finds several): one entry each, as
+    /// on the soft model. Nothing for the soft model, whose counts note
+    /// their own ([`CtxSmpl::note_overflows`]). A sampling context has no
+    /// event sets, the tally's other reader.
+    pub(super) fn note_hw_overflows(&mut self) {
+        let tally = self.counters.take_tally();
+        if let Some(smpl) = self.smpl() {
+            for (pmd, &n) in tally.iter().enumerate() {
+                if n != 0 {
+                    smpl.note_overflows(pmd, n);
+                }
+            }
         }
     }
 
@@ -135,11 +155,48 @@ impl CtxInner {
         }
         // During an exec not yet checked, the user registers may be the
         // new image's, which its loader may not be allowed to see.
-        let ip = if self.exec_check {
-            0
+        let visible = !self.exec_check;
+        let ip = if visible { glue::current_user_ip() } else { 0 };
+        let depth = (smpl.geo.chain_depth as usize).min(MAX_CHAIN);
+        if depth == 0 {
+            self.smpl_write(smpl, ovfl, ip, &[], 0)
         } else {
-            glue::current_user_ip()
+            self.smpl_write_chained(smpl, ovfl, ip, visible, depth)
+        }
+    }
+
+    /// [`Self::smpl_overflowed`] for a buffer that records call chains:
+    /// one walk of the thread's user stack for every entry of this
+    /// overflow. Apart, so that its 512 bytes of stack are taken only by
+    /// such buffers.
+    #[inline(never)]
+    fn smpl_write_chained(
+        &self,
+        smpl: &CtxSmpl,
+        ovfl: u64,
+        ip: u64,
+        visible: bool,
+        depth: usize,
+    ) -> u64 {
+        let mut chain = [0u64; MAX_CHAIN];
+        let room = chain.get_mut(..depth).unwrap_or_default();
+        let (len, flags) = match glue::current_user_frame_pointer() {
+            Some(fp) if visible => pfm_smpl::walk_frames(fp, room, glue::read_user_frame),
+            _ => (0, abi::PFM_SMPL_CHAIN_NONE),
         };
+        self.smpl_write(smpl, ovfl, ip, chain.get(..len).unwrap_or_default(), flags)
+    }
+
+    /// [`Self::smpl_overflowed`]'s entries: one per period each PMD of
+    /// `ovfl` crossed, with the user `ip` and `chain`.
+    fn smpl_write(
+        &self,
+        smpl: &CtxSmpl,
+        ovfl: u64,
+        ip: u64,
+        chain: &[u64],
+        chain_flags: u16,
+    ) -> u64 {
         let pmds = self.counters.pmds();
         let mut notify = 0;
         let mut bits = ovfl;
@@ -163,6 +220,7 @@ impl CtxInner {
                 ip,
                 tstamp: glue::monotonic_ns(),
                 smpl_pmds: mask,
+                chain_flags,
                 ..Default::default()
             };
             let mut m = mask;
@@ -181,7 +239,8 @@ impl CtxInner {
             let mut left = periods;
             while left > 0 && periods - left < MAX_ENTRIES_PER_OVERFLOW {
                 left -= 1;
-                let pushed = smpl.with_ring(|r| r.push(&smpl.writer, &e, smpl.geo.watermark));
+                let pushed =
+                    smpl.with_ring(|r| r.push(&smpl.writer, &e, chain, smpl.geo.watermark));
                 if pushed.crossed_watermark {
                     smpl.crossed.store(true, Ordering::Relaxed);
                 }
@@ -259,7 +318,7 @@ impl Context {
         }
         // Everything that may sleep, before the lock.
         let hdr = mm::SharedPage::<HeaderCells>::new()?;
-        SmplRing::init(hdr.get(), geo.data_size);
+        SmplRing::init(hdr.get(), geo.data_size, geo.entry_size);
         let mut data = KVec::with_capacity(geo.data_pages, GFP_KERNEL)?;
         for _ in 0..geo.data_pages {
             data.push(mm::SharedPage::<DataCells>::new()?, GFP_KERNEL)?;

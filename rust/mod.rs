@@ -89,6 +89,13 @@ mod ffi {
         pub(crate) fn pfm_put_cred(cred: *const bindings::cred);
         pub(crate) fn pfm_init_waitqueue_head(q: *mut bindings::wait_queue_head);
         pub(crate) fn pfm_user_ip(task: *mut bindings::task_struct) -> c_ulong;
+        pub(crate) fn pfm_user_bp(task: *mut bindings::task_struct) -> c_ulong;
+        pub(crate) fn pfm_user_64bit(task: *mut bindings::task_struct) -> bool;
+        pub(crate) fn copy_from_user_nofault(
+            dst: *mut c_void,
+            src: *const c_void,
+            size: usize,
+        ) -> core::ffi::c_long;
         pub(crate) fn pfm_task_real_cred(task: *mut bindings::task_struct)
             -> *const bindings::cred;
         pub(crate) fn pfm_get_cred(cred: *const bindings::cred) -> *const bindings::cred;
@@ -507,6 +514,40 @@ impl Drop for ExecWatch {
 pub(crate) fn current_user_ip() -> u64 {
     // SAFETY: `current` is live and runs on its own stack.
     unsafe { ffi::pfm_user_ip(bindings::get_current()) as u64 }
+}
+
+/// The user-mode frame pointer saved on the current thread's kernel
+/// stack, where a frame-pointer walk of its user stack starts; `None` for
+/// a thread in 32-bit mode, whose frames are not 64-bit words.
+pub(crate) fn current_user_frame_pointer() -> Option<u64> {
+    // SAFETY: Reads the current task pointer, always valid in process
+    // context and in interrupts.
+    let task = unsafe { bindings::get_current() };
+    // SAFETY: `current` is live and runs on its own stack.
+    let long_mode = unsafe { ffi::pfm_user_64bit(task) };
+    // SAFETY: As above.
+    long_mode.then(|| unsafe { ffi::pfm_user_bp(task) } as u64)
+}
+
+/// Reads the two words of the current thread's user stack frame at `fp`
+/// (the caller's frame pointer and the return address) without faulting:
+/// `None` if the address is not user memory, not mapped or not present,
+/// as `perf_callchain_user` reads them. Any context, the thread's own
+/// address space loaded (in the thread).
+pub(crate) fn read_user_frame(fp: u64) -> Option<[u64; 2]> {
+    let mut frame = [0u64; 2];
+    // SAFETY: `copy_from_user_nofault` checks that the source is user
+    // memory of the loaded address space and reads it with page faults
+    // disabled (an error instead of a fault); the destination is 16
+    // bytes of ours.
+    let r = unsafe {
+        ffi::copy_from_user_nofault(
+            frame.as_mut_ptr().cast(),
+            fp as usize as *const c_void,
+            core::mem::size_of_val(&frame),
+        )
+    };
+    (r == 0).then_some(frame)
 }
 
 /// `perfmon_capable()`: the caller has CAP_PERFMON or CAP_SYS_ADMIN.

@@ -205,6 +205,8 @@ void pfm_poll_wait(struct file *f, wait_queue_head_t *q, poll_table *p) { poll_w
 void pfm_put_cred(const struct cred *c) { put_cred(c); }
 void pfm_init_waitqueue_head(wait_queue_head_t *q) { init_waitqueue_head(q); }
 unsigned long pfm_user_ip(struct task_struct *t) { return instruction_pointer(task_pt_regs(t)); }
+unsigned long pfm_user_bp(struct task_struct *t) { return task_pt_regs(t)->bp; }
+bool pfm_user_64bit(struct task_struct *t) { return user_64bit_mode(task_pt_regs(t)); }
 const struct cred *pfm_task_real_cred(struct task_struct *t) { return rcu_access_pointer(t->real_cred); }
 const struct cred *pfm_get_cred(const struct cred *c) { return get_cred(c); }
 int pfm_exec_update_lock_read(struct task_struct *t) { return down_read_interruptible(&t->signal->exec_update_lock); }

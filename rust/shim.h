@@ -41,6 +41,8 @@ void pfm_poll_wait(struct file *f, wait_queue_head_t *q, poll_table *p);
 void pfm_put_cred(const struct cred *c);
 void pfm_init_waitqueue_head(wait_queue_head_t *q);
 unsigned long pfm_user_ip(struct task_struct *t);
+unsigned long pfm_user_bp(struct task_struct *t);
+bool pfm_user_64bit(struct task_struct *t);
 const struct cred *pfm_task_real_cred(struct task_struct *t);
 const struct cred *pfm_get_cred(const struct cred *c);
 int pfm_exec_update_lock_read(struct task_struct *t);

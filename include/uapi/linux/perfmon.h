@@ -381,7 +381,9 @@ struct pfm_page {
  * with PFM_IOC_SMPL_SETUP while UNLOADED, then mmap(NULL, (1 + data_pages)
  * * PFM_PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, PFM_SMPL_OFFSET)
  * maps a header page followed by the entries, a ring. Every overflow of a
- * PMD writes one entry. The kernel writes an entry, then `head` (a release
+ * PMD writes one entry per period crossed. An entry is entry_size bytes: the
+ * smallest power of two that holds struct pfm_smpl_entry and chain_depth
+ * return addresses (128 without a chain). The kernel writes an entry, then `head` (a release
  * store); the tool reads `head` (acquire), reads the entries before it, then
  * writes `tail` (release). The kernel reads `tail` before it writes over an
  * entry, so the tool drains while the thread runs.
@@ -390,6 +392,7 @@ struct pfm_page {
 #define PFM_SMPL_OFFSET		(1u << 20)	/* mmap offset of the buffer (the counter page is at 0) */
 #define PFM_SMPL_MAX_PAGES	1024		/* data pages, at most (4 MiB of entries) */
 #define PFM_SMPL_MAX_VALUES	8		/* PMD values an entry records */
+#define PFM_SMPL_MAX_CHAIN	64		/* return addresses an entry records, at most */
 
 /* Argument of PFM_IOC_SMPL_SETUP. */
 struct pfm_smpl_setup {
@@ -400,7 +403,10 @@ struct pfm_smpl_setup {
 	__u32 pad;		/* must be 0 */
 	__u64 smpl_pmds[PFM_MAX_PMDS];	/* per PMD: the PMDs whose values its entries record
 					 * (implemented ones, at most PFM_SMPL_MAX_VALUES) */
-	__u64 reserved[4];	/* must be 0 */
+	__u32 chain_depth;	/* user call chain: return addresses an entry records
+				 * at most, 0..PFM_SMPL_MAX_CHAIN (0: none) */
+	__u32 pad2;		/* must be 0 */
+	__u64 reserved[3];	/* must be 0 */
 };
 
 /* struct pfm_smpl_setup.flags */
@@ -436,9 +442,23 @@ struct pfm_smpl_entry {
 	__u64 ip;		/* user instruction pointer (0 if not visible) */
 	__u64 tstamp;		/* CLOCK_MONOTONIC, ns */
 	__u64 smpl_pmds;	/* the PMDs values[] holds, in PMD order */
-	__u64 reserved;
+	__u16 chain_len;	/* return addresses in chain[] */
+	__u16 chain_flags;	/* PFM_SMPL_CHAIN_* */
+	__u32 pad;		/* 0 */
 	__u64 values[PFM_SMPL_MAX_VALUES];
+	__u64 chain[];		/* with chain_depth: the user call chain, the
+				 * caller of ip's function first (a frame-pointer
+				 * walk); the entry is entry_size bytes */
 };
+
+/* struct pfm_smpl_entry.chain_flags */
+#define PFM_SMPL_CHAIN_TRUNCATED	(1u << 0)	/* more frames than chain_depth */
+#define PFM_SMPL_CHAIN_BROKEN		(1u << 1)	/* the walk met a frame it could not
+							 * read or that did not go up the
+							 * stack, before a null frame pointer */
+#define PFM_SMPL_CHAIN_NONE		(1u << 2)	/* no chain could be taken (a 32-bit
+							 * thread, or its registers not
+							 * visible to the loader) */
 
 #define PFM_IOC_MAGIC		0xB6
 

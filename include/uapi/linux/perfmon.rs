@@ -690,6 +690,8 @@ pub const PFM_SMPL_OFFSET: u32 = 1 << 20;
 pub const PFM_SMPL_MAX_PAGES: u32 = 1024;
 /// PMD values a sample records.
 pub const PFM_SMPL_MAX_VALUES: usize = 8;
+/// Return addresses a sample records, at most.
+pub const PFM_SMPL_MAX_CHAIN: u32 = 64;
 
 /// Argument of `PFM_IOC_SMPL_SETUP`.
 #[repr(C)]
@@ -706,8 +708,13 @@ pub struct PfmSmplSetup {
     /// Per PMD: the PMDs whose values its entries record (implemented
     /// ones, at most `PFM_SMPL_MAX_VALUES`).
     pub smpl_pmds: [u64; PFM_MAX_PMDS],
+    /// User call chain: the return addresses an entry records at most,
+    /// `0..=PFM_SMPL_MAX_CHAIN` (0: none).
+    pub chain_depth: u32,
     /// Must be 0.
-    pub reserved: [u64; 4],
+    pub pad2: u32,
+    /// Must be 0.
+    pub reserved: [u64; 3],
 }
 
 impl Default for PfmSmplSetup {
@@ -718,7 +725,9 @@ impl Default for PfmSmplSetup {
             watermark: 0,
             pad: 0,
             smpl_pmds: [0; PFM_MAX_PMDS],
-            reserved: [0; 4],
+            chain_depth: 0,
+            pad2: 0,
+            reserved: [0; 3],
         }
     }
 }
@@ -780,11 +789,27 @@ pub struct PfmSmplEntry {
     pub tstamp: u64,
     /// The PMDs `values` holds, in PMD order.
     pub smpl_pmds: u64,
-    /// Reserved.
-    pub reserved: u64,
+    /// Return addresses in the chain that follows the entry (in an entry
+    /// of `entry_size` bytes).
+    pub chain_len: u16,
+    /// `PFM_SMPL_CHAIN_*`.
+    pub chain_flags: u16,
+    /// 0.
+    pub pad: u32,
     /// The values.
     pub values: [u64; PFM_SMPL_MAX_VALUES],
+    // C's `chain[]` follows: the user call chain, the caller of `ip`'s
+    // function first.
 }
+
+/// [`PfmSmplEntry::chain_flags`]: more frames than `chain_depth`.
+pub const PFM_SMPL_CHAIN_TRUNCATED: u16 = 1 << 0;
+/// [`PfmSmplEntry::chain_flags`]: the walk met a frame it could not read,
+/// or one that did not go up the stack, before a null frame pointer.
+pub const PFM_SMPL_CHAIN_BROKEN: u16 = 1 << 1;
+/// [`PfmSmplEntry::chain_flags`]: no chain could be taken (a 32-bit thread,
+/// or its registers not visible to the loader).
+pub const PFM_SMPL_CHAIN_NONE: u16 = 1 << 2;
 
 /// `_IOW(PFM_IOC_MAGIC, 0x10, struct pfm_clone)`: returns a file descriptor.
 pub const PFM_IOC_CLONE: u32 = ioc(IOC_WRITE, 0x10, core::mem::size_of::<PfmClone>());

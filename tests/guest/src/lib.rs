@@ -11,6 +11,7 @@
 
 pub mod child;
 pub mod edges;
+pub mod frames;
 pub mod raw;
 pub mod tap;
 pub mod work;

@@ -748,6 +748,14 @@ impl Context {
                 .ok_or(Error::os(Op::SmplSetup, libc::EINVAL))?;
             *slot = mask;
         }
+        self.setup_sampling_with(&s)
+    }
+
+    /// Sets up the sampling buffer from the ABI's whole argument: for
+    /// what [`Context::setup_sampling`] does not say, such as call chains
+    /// (`chain_depth`).
+    pub fn setup_sampling_with(&self, setup: &PfmSmplSetup) -> Result<()> {
+        let mut s = *setup;
         sys::ioctl_arg(self.fd(), PFM_IOC_SMPL_SETUP, &mut s)
             .map_err(|e| Error::os(Op::SmplSetup, e))?;
         Ok(())

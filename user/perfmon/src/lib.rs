@@ -64,7 +64,7 @@ pub use error::{errno_name, errno_text, Error, ErrorKind, Op, Result};
 pub use mapped::{CounterPage, MappedReading, MappedStatus};
 pub use pfm_sets::{running_share, scale, scale_u64};
 pub use pmu::{aliases_of, describe, edit_distance, suggest, Event, Generic, PmuInfo};
-pub use sampling::{SampleBuffer, SampleStats};
+pub use sampling::{Sample, SampleBuffer, SampleStats};
 
 #[cfg(test)]
 mod abi_tests {

@@ -8,8 +8,10 @@ use std::fmt;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
 
-use crate::abi::{PfmSmplEntry, PFM_PAGE_SIZE, PFM_SMPL_OFFSET, PFM_SMPL_VERSION};
-use crate::pfm_smpl::{DataCells, HeaderCells, SmplRing};
+use crate::abi::{
+    PfmSmplEntry, PFM_PAGE_SIZE, PFM_SMPL_MAX_CHAIN, PFM_SMPL_OFFSET, PFM_SMPL_VERSION,
+};
+use crate::pfm_smpl::{self, DataCells, HeaderCells, SmplRing};
 
 /// A context's sampling buffer, mapped; unmapped when dropped.
 ///
@@ -17,10 +19,25 @@ use crate::pfm_smpl::{DataCells, HeaderCells, SmplRing};
 ///
 /// `base` is a live shared, readable and writable mapping of `(1 +
 /// data_pages) * PFM_PAGE_SIZE` bytes of a perfmon sampling buffer, owned
-/// by this value; its header says `PFM_SMPL_VERSION`.
+/// by this value; its header says `PFM_SMPL_VERSION`. `entry_size` is the
+/// header's, one the kernel can write: a power of two from
+/// `pfm_smpl::ENTRY` to the size with `PFM_SMPL_MAX_CHAIN` return
+/// addresses.
 pub struct SampleBuffer {
     base: NonNull<u8>,
     data_pages: usize,
+    entry_size: u64,
+}
+
+/// An entry and its user call chain (empty unless the buffer was set up
+/// with a `chain_depth`): the return addresses, the caller of `ip`'s
+/// function first.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Sample {
+    /// The entry.
+    pub entry: PfmSmplEntry,
+    /// The return addresses.
+    pub chain: Vec<u64>,
 }
 
 // SAFETY: Shared memory accessed only through atomics.
@@ -71,11 +88,24 @@ impl SampleBuffer {
                 .unwrap_or(libc::EIO));
         }
         let base = NonNull::new(p.cast::<u8>()).ok_or(libc::EIO)?;
-        let b = SampleBuffer { base, data_pages };
-        if b.hdr().version.load(std::sync::atomic::Ordering::Relaxed) != PFM_SMPL_VERSION {
+        let mut b = SampleBuffer {
+            base,
+            data_pages,
+            entry_size: pfm_smpl::ENTRY as u64,
+        };
+        use std::sync::atomic::Ordering::Relaxed;
+        if b.hdr().version.load(Relaxed) != PFM_SMPL_VERSION {
             return Err(libc::EPROTO);
         }
-        // INVARIANT: the mapping is ours, of that length, version checked.
+        let size = b.hdr().entry_size.load(Relaxed) as usize;
+        if !size.is_power_of_two()
+            || !(pfm_smpl::ENTRY..=pfm_smpl::entry_size(PFM_SMPL_MAX_CHAIN)).contains(&size)
+        {
+            return Err(libc::EPROTO);
+        }
+        b.entry_size = size as u64;
+        // INVARIANT: the mapping is ours, of that length, version and
+        // entry size checked.
         Ok(b)
     }
 
@@ -102,12 +132,18 @@ impl SampleBuffer {
     /// Calls `f` with every entry written and not yet consumed, oldest
     /// first, then consumes them (the kernel may write over them). Returns
     /// how many. The monitored thread need not stop.
-    pub fn drain(&mut self, f: impl FnMut(&PfmSmplEntry)) -> usize {
+    pub fn drain(&mut self, mut f: impl FnMut(&PfmSmplEntry)) -> usize {
+        self.drain_chains(|e, _| f(e))
+    }
+
+    /// [`SampleBuffer::drain`], with each entry's call chain.
+    pub fn drain_chains(&mut self, f: impl FnMut(&PfmSmplEntry, &[u64])) -> usize {
         let page = |i: usize| self.page(i);
         let ring = SmplRing {
             hdr: self.hdr(),
             page: &page,
             data_size: (self.data_pages * PFM_PAGE_SIZE) as u64,
+            entry_size: self.entry_size,
         };
         ring.drain(f)
     }
@@ -117,6 +153,23 @@ impl SampleBuffer {
         let mut v = Vec::new();
         self.drain(|e| v.push(*e));
         v
+    }
+
+    /// Every entry not yet consumed with its call chain, consumed.
+    pub fn take_samples(&mut self) -> Vec<Sample> {
+        let mut v = Vec::new();
+        self.drain_chains(|e, c| {
+            v.push(Sample {
+                entry: *e,
+                chain: c.to_vec(),
+            })
+        });
+        v
+    }
+
+    /// Bytes per entry (the header's `entry_size`).
+    pub fn entry_size(&self) -> usize {
+        self.entry_size as usize
     }
 
     /// Written, lost and unread, as the header says now.

@@ -406,6 +406,15 @@ pub fn run(cfg: &Config) -> Report {
     PARANOID.store(paranoid, Ordering::Relaxed);
     // The oracle's model of the PMU, before any worker is forked.
     let _ = model::load();
+    // A panic of the fuzzer's own code (in an actor's thread, a worker, a
+    // scenario's child) is a bug of the oracle, but it also cuts short the
+    // operations it was judging, silently: an anomaly, so it is seen. The
+    // hook is inherited by every process forked from here.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        record_anomaly(&format!("the fuzzer itself panicked: {info}"));
+        default_hook(info);
+    }));
     sys::set_child_subreaper();
     process_signals();
     // The process group leader: does nothing, wakes up often (it is also

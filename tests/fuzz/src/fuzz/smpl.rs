@@ -60,8 +60,14 @@ use crate::sys::{self, abi, FileMap, PAGE};
 
 /// Mappings an actor keeps.
 pub(super) const MAX_MAPS: usize = 4;
-/// Bytes per entry.
+/// Bytes per entry without a call chain.
 const ENTRY: usize = std::mem::size_of::<abi::PfmSmplEntry>();
+
+/// Bytes per entry with `depth` return addresses: the ABI's rule, the
+/// smallest power of two holding both.
+fn entry_size_for(depth: u32) -> u64 {
+    (ENTRY as u64 + 8 * u64::from(depth)).next_power_of_two()
+}
 /// The buffer's mmap offset.
 const OFF: i64 = abi::PFM_SMPL_OFFSET as i64;
 const RW: i32 = libc::PROT_READ | libc::PROT_WRITE;
@@ -85,7 +91,8 @@ pub(super) static HOSTILE: AtomicBool = AtomicBool::new(false);
 /// Fd numbers tracked (pool numbers are below 1000).
 const FD_SLOTS: usize = 1024;
 /// Per fd number: the buffer set up (or mapped) on it, `gen << 32 | 1 <<
-/// 31 | data_pages`, believed while [`sys::fd_gen`] is still `gen`.
+/// 31 | (chain_depth + 1, 0 if not known) << 16 | data_pages`, believed
+/// while [`sys::fd_gen`] is still `gen`.
 static SMPL_REC: [AtomicU64; FD_SLOTS] = [const { AtomicU64::new(0) }; FD_SLOTS];
 
 pub(super) use crate::sys::fd_gen;
@@ -106,13 +113,30 @@ fn record(fd: i32, gen: Option<u32>) -> Option<u32> {
     valid.then_some((r & 0xffff) as u32)
 }
 
-fn set_record(fd: i32, gen: Option<u32>, pages: u32) {
+/// The call-chain depth of the buffer of `fd` (generation `gen`), if
+/// known (set up by this process, not only mapped).
+fn record_depth(fd: i32, gen: Option<u32>) -> Option<u32> {
+    record(fd, gen)?;
+    let r = SMPL_REC
+        .get(usize::try_from(fd).ok()?)?
+        .load(Ordering::Acquire);
+    ((r >> 16) as u8 as u32).checked_sub(1)
+}
+
+fn set_record(fd: i32, gen: Option<u32>, pages: u32, depth: Option<u32>) {
     if let (Some(gen), Some(rec)) = (gen, usize::try_from(fd).ok().and_then(|i| SMPL_REC.get(i))) {
+        let depth = depth.map_or(0, |d| u64::from(d.min(254) + 1));
         rec.store(
-            u64::from(gen) << 32 | 1 << 31 | u64::from(pages),
+            u64::from(gen) << 32 | 1 << 31 | depth << 16 | u64::from(pages & 0xffff),
             Ordering::Release,
         );
     }
+}
+
+/// Whether `size` is an entry size the kernel may publish.
+fn legal_entry_size(size: u64) -> bool {
+    size.is_power_of_two()
+        && (ENTRY as u64..=entry_size_for(abi::PFM_SMPL_MAX_CHAIN)).contains(&size)
 }
 
 /// One of an actor's mappings of a buffer.
@@ -122,6 +146,8 @@ pub(super) struct Sampled {
     fd: i32,
     gen: Option<u32>,
     pages: u32,
+    /// Bytes per entry, as the header said when it was mapped.
+    entry_size: u64,
     /// Per PMD, what its entries record, when this actor set the buffer up.
     pmds: Option<Box<[u64; abi::PFM_MAX_PMDS]>>,
     /// `tail` was left with garbage: the next drain only resyncs.
@@ -266,18 +292,22 @@ fn entry_of(w: &[u64; ENTRY / 8]) -> abi::PfmSmplEntry {
         ip: w[4],
         tstamp: w[5],
         smpl_pmds: w[6],
-        reserved: w[7],
+        chain_len: w[7] as u16,
+        chain_flags: (w[7] >> 16) as u16,
+        pad: (w[7] >> 32) as u32,
         values,
     }
 }
 
-/// What is wrong with entry `e` found at byte position `pos` (None: it
-/// is sane). `pmds`: what the setup asked each PMD's entries to record,
-/// if known; `prev`: the previous entry's timestamp in this drain; `now`:
-/// `CLOCK_MONOTONIC` after `head` was read.
+/// What is wrong with entry `e` found at byte position `pos` of a buffer
+/// of `entry_size`-byte entries (None: it is sane). `pmds`: what the setup
+/// asked each PMD's entries to record, if known; `prev`: the previous
+/// entry's timestamp in this drain; `now`: `CLOCK_MONOTONIC` after `head`
+/// was read.
 fn entry_fault(
     e: &abi::PfmSmplEntry,
     pos: u64,
+    entry_size: u64,
     impl_pmds: u64,
     pmds: Option<&[u64; abi::PFM_MAX_PMDS]>,
     prev: u64,
@@ -285,14 +315,26 @@ fn entry_fault(
 ) -> Option<String> {
     let n = e.nvalues as usize;
     let pmd = e.ovfl_pmd as usize;
-    if e.seq != pos / ENTRY as u64 {
+    if e.seq != pos / entry_size {
         return Some(format!("seq {} at byte {pos}", e.seq));
     }
     if pmd >= 64 || impl_pmds & 1 << pmd == 0 {
         return Some(format!("ovfl_pmd {pmd} is not implemented"));
     }
-    if e.set != 0 || e.reserved != 0 {
-        return Some(format!("set {} reserved {:#x}", e.set, e.reserved));
+    // A chain fits its slot (none without room), with defined flags.
+    let room = ((entry_size as usize - ENTRY) / 8).min(abi::PFM_SMPL_MAX_CHAIN as usize);
+    let flags =
+        abi::PFM_SMPL_CHAIN_TRUNCATED | abi::PFM_SMPL_CHAIN_BROKEN | abi::PFM_SMPL_CHAIN_NONE;
+    if e.set != 0
+        || usize::from(e.chain_len) > room
+        || e.chain_flags & !flags != 0
+        || (room == 0 && e.chain_flags != 0)
+        || e.pad != 0
+    {
+        return Some(format!(
+            "set {} chain_len {} (room {room}) chain_flags {:#x} pad {:#x}",
+            e.set, e.chain_len, e.chain_flags, e.pad
+        ));
     }
     if e.smpl_pmds & !impl_pmds != 0
         || n != e.smpl_pmds.count_ones() as usize
@@ -376,6 +418,7 @@ struct Drained {
 fn drain_ring(
     map: &FileMap,
     pages: u32,
+    entry_size: u64,
     pmds: Option<&[u64; abi::PFM_MAX_PMDS]>,
     impl_pmds: u64,
     lenient: bool,
@@ -396,16 +439,17 @@ fn drain_ring(
         lost,
         ..Drained::default()
     };
-    if w0 as u32 != abi::PFM_SMPL_VERSION || (w0 >> 32) as usize != ENTRY || ds != data_size {
+    let es = entry_size;
+    if w0 as u32 != abi::PFM_SMPL_VERSION || w0 >> 32 != es || ds != data_size {
         d.fault = Some(format!(
             "header: version {} entry_size {} data_size {ds} (mapped {pages} data pages)",
             w0 as u32,
             w0 >> 32
         ));
-    } else if head % ENTRY as u64 != 0 || written < head / ENTRY as u64 {
+    } else if head % es != 0 || written < head / es {
         d.fault = Some(format!("header: head {head} written {written}"));
     }
-    let valid = tail % ENTRY as u64 == 0 && tail <= head && head - tail <= data_size;
+    let valid = tail % es == 0 && tail <= head && head - tail <= data_size;
     match last_tail {
         _ if d.fault.is_some() || lenient => {}
         Some(t) if t != tail => {
@@ -421,7 +465,7 @@ fn drain_ring(
         _ => {}
     }
     if lenient || !valid || d.fault.is_some() {
-        d.stored = head - head % ENTRY as u64;
+        d.stored = head - head % es;
         map.store(H_TAIL, d.stored, Ordering::Release);
         d.resynced = !valid;
         return d;
@@ -436,11 +480,11 @@ fn drain_ring(
         }
         let e = entry_of(&w);
         if d.fault.is_none() {
-            d.fault = entry_fault(&e, pos, impl_pmds, pmds, prev, now)
+            d.fault = entry_fault(&e, pos, es, impl_pmds, pmds, prev, now)
                 .map(|f| format!("entry at byte {pos} (tail {tail}, head {head}): {f}"));
         }
         prev = prev.max(e.tstamp);
-        pos += ENTRY as u64;
+        pos += es;
         d.n += 1;
     }
     // After the reads: the kernel may write over them now.
@@ -463,6 +507,11 @@ impl Actor {
             },
             ..Default::default()
         };
+        // Call chains now and then: the walk of a fuzzing thread's stack,
+        // whose frame pointer is whatever its code left in rbp.
+        if self.rng.chance(1, 3) {
+            s.chain_depth = self.rng.below(u64::from(abi::PFM_SMPL_MAX_CHAIN) + 1) as u32;
+        }
         let data_size = u64::from(pages) * PAGE as u64;
         s.watermark = match self.rng.below(5) {
             0 | 1 => 0,
@@ -482,7 +531,7 @@ impl Actor {
     /// this actor's copy of what its entries record.
     fn remember_setup(&mut self, fd: i32, gen: Option<u32>, s: &abi::PfmSmplSetup) {
         shared().smpl_setups.fetch_add(1, Ordering::Relaxed);
-        set_record(fd, gen, s.data_pages);
+        set_record(fd, gen, s.data_pages, Some(s.chain_depth));
         if self.setups.len() >= MAX_SETUPS {
             self.setups.remove(0);
         }
@@ -540,7 +589,11 @@ impl Actor {
             }
             Some(1) => s.flags |= self.unknown_bit(abi::PFM_SMPL_MASK),
             Some(2) => s.pad = self.rng.interesting_u32() | 1,
-            Some(3) => s.reserved[self.rng.below(4) as usize] = self.rng.interesting_u64() | 1,
+            Some(3) => match self.rng.below(3) {
+                0 => s.pad2 = self.rng.interesting_u32() | 1,
+                1 => s.chain_depth = abi::PFM_SMPL_MAX_CHAIN + 1 + self.rng.below(1 << 20) as u32,
+                _ => s.reserved[self.rng.below(3) as usize] = self.rng.interesting_u64() | 1,
+            },
             Some(4) => {
                 // An implemented PMD's entries would record one that is not.
                 let n = self.rng.pick(&m.pmds) as usize;
@@ -552,9 +605,16 @@ impl Actor {
                 s.smpl_pmds[n] = u64::MAX >> self.rng.below(55);
             }
             Some(6) => {
-                // An unimplemented PMD's entries.
-                let n = unimpl(&mut self.rng) as usize;
-                s.smpl_pmds[n] = 1 << self.rng.pick(&m.pmds);
+                // An unimplemented PMD's entries (one of the array's: an
+                // index past it would be the fuzzer's own panic).
+                let first = self.rng.below(abi::PFM_MAX_PMDS as u64) as usize;
+                let n = (0..abi::PFM_MAX_PMDS)
+                    .map(|k| (first + k) % abi::PFM_MAX_PMDS)
+                    .find(|&k| m.impl_pmds & 1 << k == 0);
+                match n {
+                    Some(n) => s.smpl_pmds[n] = 1 << self.rng.pick(&m.pmds),
+                    None => s.pad = 1,
+                }
             }
             Some(_) => {
                 let data_size = u64::from(s.data_pages) * PAGE as u64;
@@ -638,9 +698,14 @@ impl Actor {
         let w0 = map.load(0, Ordering::Relaxed);
         let data_size = map.load(H_DATA_SIZE, Ordering::Relaxed);
         let hostile = HOSTILE.load(Ordering::Relaxed);
+        // The entry size: the setup's rule for its depth, when this process
+        // made the setup, and one the kernel may publish in any case.
+        let entry_size = w0 >> 32;
+        let want = record_depth(fd, gen).map(entry_size_for);
         if !hostile
             && (w0 as u32 != abi::PFM_SMPL_VERSION
-                || (w0 >> 32) as usize != ENTRY
+                || !legal_entry_size(entry_size)
+                || want.is_some_and(|w| w != entry_size)
                 || data_size != u64::from(pages) * PAGE as u64)
         {
             self.anomaly(
@@ -657,11 +722,17 @@ impl Actor {
             let r = old.map.unmap();
             self.res(op, r).ok();
         }
+        let entry_size = if legal_entry_size(entry_size) {
+            entry_size
+        } else {
+            want.unwrap_or(ENTRY as u64)
+        };
         self.maps.push(Sampled {
             map,
             fd,
             gen,
             pages,
+            entry_size,
             pmds,
             garbage: false,
             hostile: false,
@@ -800,7 +871,7 @@ impl Actor {
             return;
         }
         if known.is_none() && fd_gen(fd) == gen {
-            set_record(fd, gen, pages);
+            set_record(fd, gen, pages, None);
         }
         let pmds = self
             .setups
@@ -818,6 +889,7 @@ impl Actor {
         let d = drain_ring(
             &s.map,
             s.pages,
+            s.entry_size,
             s.pmds.as_deref(),
             model().impl_pmds,
             s.garbage || hostile,
@@ -860,11 +932,12 @@ impl Actor {
             // behind it, or not an entry's position).
             let head = s.map.load(H_HEAD, Ordering::Acquire);
             let data_size = u64::from(s.pages) * PAGE as u64;
+            let es = s.entry_size;
             let bad = match self.rng.below(6) {
                 0 => u64::MAX,
-                1 => head.wrapping_add(ENTRY as u64),
-                2 => head.wrapping_sub(data_size + ENTRY as u64),
-                3 => head.wrapping_sub(ENTRY as u64 / 2),
+                1 => head.wrapping_add(es),
+                2 => head.wrapping_sub(data_size + es),
+                3 => head.wrapping_sub(es / 2),
                 4 => 1 << self.rng.range(20, 63),
                 _ => self.rng.next_u64(),
             };
@@ -937,6 +1010,7 @@ impl Actor {
                 fd,
                 gen,
                 pages,
+                entry_size,
                 pmds,
                 garbage,
                 hostile,
@@ -961,6 +1035,7 @@ impl Actor {
                         fd,
                         gen,
                         pages,
+                        entry_size,
                         pmds,
                         garbage,
                         hostile,
@@ -1440,7 +1515,7 @@ mod tests {
         let mut pmds = [0u64; abi::PFM_MAX_PMDS];
         pmds[1] = 0b1001;
         let ok = |e: &abi::PfmSmplEntry, pos: u64| {
-            entry_fault(e, pos, 0xf, Some(&pmds), 1000, 10_000_000_000)
+            entry_fault(e, pos, ENTRY as u64, 0xf, Some(&pmds), 1000, 10_000_000_000)
         };
         assert_eq!(ok(&entry(3), 3 * ENTRY as u64), None);
         assert!(ok(&entry(3), 4 * ENTRY as u64).is_some());
@@ -1454,12 +1529,30 @@ mod tests {
         assert!(bad(&|e| e.nvalues = 3).is_some());
         assert!(bad(&|e| e.smpl_pmds = 0b11).is_some());
         assert!(bad(&|e| e.values[5] = 1).is_some());
-        assert!(bad(&|e| e.reserved = 1).is_some());
+        assert!(bad(&|e| e.chain_len = 1).is_some());
+        assert!(bad(&|e| e.chain_flags = abi::PFM_SMPL_CHAIN_BROKEN).is_some());
+        // With room for 16 return addresses (256-byte entries).
+        let chained = |f: &dyn Fn(&mut abi::PfmSmplEntry)| {
+            let mut e = entry(3);
+            f(&mut e);
+            entry_fault(&e, 3 * 256, 256, 0xf, Some(&pmds), 1000, 10_000_000_000)
+        };
+        assert_eq!(chained(&|e| e.chain_len = 16), None);
+        assert_eq!(
+            chained(&|e| e.chain_flags = abi::PFM_SMPL_CHAIN_TRUNCATED),
+            None
+        );
+        assert!(chained(&|e| e.chain_len = 17).is_some());
+        assert!(chained(&|e| e.chain_flags = 8).is_some());
+        assert_eq!(entry_size_for(16), 256);
+        assert!(legal_entry_size(1024) && !legal_entry_size(2048) && !legal_entry_size(192));
+        assert!(bad(&|e| e.pad = 1).is_some());
         assert!(bad(&|e| e.tstamp = 0).is_some());
         // Out of order by more than the clocks' slack.
         assert!(entry_fault(
             &entry(0),
             0,
+            ENTRY as u64,
             0xf,
             None,
             1000 + 2 * CLOCK_SLACK_NS,
@@ -1494,7 +1587,7 @@ mod tests {
         let map = FileMap::map(fd, len, RW, libc::MAP_SHARED, 0).unwrap();
         // SAFETY: the header page: atomics only, all-zero valid.
         let hdr: &pfm_smpl::HeaderCells = unsafe { map.view(0) };
-        pfm_smpl::SmplRing::init(hdr, (pages * PAGE) as u64);
+        pfm_smpl::SmplRing::init(hdr, (pages * PAGE) as u64, ENTRY as u64);
         (fd, map)
     }
 
@@ -1515,6 +1608,7 @@ mod tests {
             hdr,
             page: &page,
             data_size: (pages * PAGE) as u64,
+            entry_size: ENTRY as u64,
         })
     }
 
@@ -1558,14 +1652,22 @@ mod tests {
                             std::thread::yield_now();
                             continue;
                         }
-                        assert!(ring.push(&w, &kernel_entry(&pmds), u64::MAX).written);
+                        assert!(ring.push(&w, &kernel_entry(&pmds), &[], u64::MAX).written);
                         done += 1;
                     }
                 })
             });
             let mut last = None;
             while read < N {
-                let d = drain_ring(&map, pages as u32, Some(&pmds), 0xf, false, last);
+                let d = drain_ring(
+                    &map,
+                    pages as u32,
+                    ENTRY as u64,
+                    Some(&pmds),
+                    0xf,
+                    false,
+                    last,
+                );
                 assert_eq!(d.fault, None, "{d:?}");
                 assert!(!d.resynced);
                 read += d.n;
@@ -1592,7 +1694,7 @@ mod tests {
         for k in 0..4 {
             with_ring(&map, pages, |ring| {
                 for _ in 0..3 {
-                    ring.push(&w, &kernel_entry(&pmds), u64::MAX);
+                    ring.push(&w, &kernel_entry(&pmds), &[], u64::MAX);
                 }
             });
             let head = map.load(H_HEAD, Ordering::Relaxed);
@@ -1606,26 +1708,26 @@ mod tests {
             map.store(H_TAIL, bad, Ordering::Relaxed);
             // Full for the kernel: dropped, counted.
             with_ring(&map, pages, |ring| {
-                assert!(!ring.push(&w, &kernel_entry(&pmds), u64::MAX).written)
+                assert!(!ring.push(&w, &kernel_entry(&pmds), &[], u64::MAX).written)
             });
-            let d = drain_ring(&map, pages as u32, None, 0xf, false, None);
+            let d = drain_ring(&map, pages as u32, ENTRY as u64, None, 0xf, false, None);
             assert!(d.resynced && d.n == 0 && d.fault.is_none(), "{bad}: {d:?}");
             assert_eq!(map.load(H_TAIL, Ordering::Relaxed), head);
             with_ring(&map, pages, |ring| {
-                assert!(ring.push(&w, &kernel_entry(&pmds), u64::MAX).written)
+                assert!(ring.push(&w, &kernel_entry(&pmds), &[], u64::MAX).written)
             });
-            let d = drain_ring(&map, pages as u32, None, 0xf, false, None);
+            let d = drain_ring(&map, pages as u32, ENTRY as u64, None, 0xf, false, None);
             assert!(!d.resynced && d.n == 1 && d.fault.is_none(), "{bad}: {d:?}");
         }
         // A tail not at an entry (in range): resynced too.
         let head = map.load(H_HEAD, Ordering::Relaxed);
         map.store(H_TAIL, head - ENTRY as u64 / 2, Ordering::Relaxed);
-        assert!(drain_ring(&map, pages as u32, None, 0xf, false, None).resynced);
+        assert!(drain_ring(&map, pages as u32, ENTRY as u64, None, 0xf, false, None).resynced);
         // Lenient (after the actor's own garbage): resynced, not counted.
         with_ring(&map, pages, |ring| {
-            ring.push(&w, &kernel_entry(&pmds), u64::MAX)
+            ring.push(&w, &kernel_entry(&pmds), &[], u64::MAX)
         });
-        let d = drain_ring(&map, pages as u32, None, 0xf, true, None);
+        let d = drain_ring(&map, pages as u32, ENTRY as u64, None, 0xf, true, None);
         assert!(!d.resynced && d.n == 0);
         drop(map);
         sys::close(fd).unwrap();
@@ -1642,28 +1744,52 @@ mod tests {
         pmds[2] = 0b11;
         with_ring(&map, pages, |ring| {
             for _ in 0..2 {
-                ring.push(&w, &kernel_entry(&pmds), u64::MAX);
+                ring.push(&w, &kernel_entry(&pmds), &[], u64::MAX);
             }
         });
         // The second entry's seq (word 2).
         map.store(PAGE + ENTRY + 16, 7, Ordering::Relaxed);
-        let d = drain_ring(&map, pages as u32, Some(&pmds), 0xf, false, None);
+        let d = drain_ring(
+            &map,
+            pages as u32,
+            ENTRY as u64,
+            Some(&pmds),
+            0xf,
+            false,
+            None,
+        );
         assert!(
             d.fault.as_deref().is_some_and(|f| f.contains("seq 7")),
             "{d:?}"
         );
         // The setup said otherwise.
         with_ring(&map, pages, |ring| {
-            ring.push(&w, &kernel_entry(&pmds), u64::MAX)
+            ring.push(&w, &kernel_entry(&pmds), &[], u64::MAX)
         });
         pmds[2] = 0b111;
-        let d = drain_ring(&map, pages as u32, Some(&pmds), 0xf, false, None);
+        let d = drain_ring(
+            &map,
+            pages as u32,
+            ENTRY as u64,
+            Some(&pmds),
+            0xf,
+            false,
+            None,
+        );
         assert!(d.fault.is_some(), "{d:?}");
         // `tail` moved by someone else than the tool.
-        let d = drain_ring(&map, pages as u32, None, 0xf, false, None);
+        let d = drain_ring(&map, pages as u32, ENTRY as u64, None, 0xf, false, None);
         assert!(d.fault.is_none(), "{d:?}");
         map.store(H_TAIL, d.stored - ENTRY as u64, Ordering::Relaxed);
-        let d2 = drain_ring(&map, pages as u32, None, 0xf, false, Some(d.stored));
+        let d2 = drain_ring(
+            &map,
+            pages as u32,
+            ENTRY as u64,
+            None,
+            0xf,
+            false,
+            Some(d.stored),
+        );
         assert!(
             d2.fault.as_deref().is_some_and(|f| f.contains("behind")),
             "{d2:?}"
@@ -1672,7 +1798,15 @@ mod tests {
         let head = map.load(H_HEAD, Ordering::Relaxed) + (pages * PAGE + ENTRY) as u64;
         map.store(H_WRITTEN, head / ENTRY as u64, Ordering::Relaxed);
         map.store(H_HEAD, head, Ordering::Relaxed);
-        let d3 = drain_ring(&map, pages as u32, None, 0xf, false, Some(d2.stored));
+        let d3 = drain_ring(
+            &map,
+            pages as u32,
+            ENTRY as u64,
+            None,
+            0xf,
+            false,
+            Some(d2.stored),
+        );
         assert!(
             d3.fault
                 .as_deref()
@@ -1681,11 +1815,11 @@ mod tests {
         );
         // Without this mapping's last tail: a resync only.
         map.store(H_TAIL, 0, Ordering::Relaxed);
-        let d4 = drain_ring(&map, pages as u32, None, 0xf, false, None);
+        let d4 = drain_ring(&map, pages as u32, ENTRY as u64, None, 0xf, false, None);
         assert!(d4.fault.is_none() && d4.resynced, "{d4:?}");
         // The header's data size.
         map.store(H_DATA_SIZE, 3 * PAGE as u64, Ordering::Relaxed);
-        let d = drain_ring(&map, pages as u32, None, 0xf, false, None);
+        let d = drain_ring(&map, pages as u32, ENTRY as u64, None, 0xf, false, None);
         assert!(
             d.fault.as_deref().is_some_and(|f| f.contains("header")),
             "{d:?}"

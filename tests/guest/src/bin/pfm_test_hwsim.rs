@@ -11,7 +11,8 @@
 //! equal its running time (and include nothing of a thread sharing its CPU),
 //! with most switch-ins of a lone thread restoring lazily;
 //! overflow periods on a general-purpose and a fixed counter give exact
-//! overflow counts through PMIs; event sets (two and three register images
+//! overflow counts through PMIs; sampling through the PMI writes one entry
+//! per period, with the IP and call chain of the code that ran; event sets (two and three register images
 //! switched every 2 ms of the thread's running time) keep their times exact
 //! and their counts to their own turns; inherited threads and processes
 //! (`PFM_CTXFL_INHERIT`) count their own cycles, each row its running time
@@ -29,7 +30,7 @@ use perfmon::Context;
 use pfm_guest::tap::diag;
 use pfm_guest::{ensure, module, work, ResultExt, Tap, TestResult};
 
-const PLAN: usize = 14;
+const PLAN: usize = 15;
 
 /// IA32_PERFEVTSEL: core cycles (0x3c) in user mode.
 const CYCLES_USR: u64 = 0x3c | 1 << 16;
@@ -459,6 +460,97 @@ fn overflow_periods_through_pmis() -> TestResult {
     ensure!(
         irqs >= n0.max(n1),
         "{irqs} overflow interrupts for {n0} overflows"
+    );
+    Ok(())
+}
+
+/// Sampling on the hardware path: cycles sampled every P on PMD0 through
+/// the PMI into a buffer recording PMD1 (the same cycles, no period) and
+/// call chains, the thread running the assembly chain `a → b → c`
+/// (`pfm_guest::frames`). Checked: every period crossed is one entry
+/// (`written + lost` = ⌊cycles / P⌋ exactly, a PMI held off past a period
+/// writing one entry per period as the soft model does), the k-th entry's
+/// PMD1 value at least k × P and increasing, every entry the thread's,
+/// ≥ 90% of the IPs in `c`'s loop and each of those with `b`, `a` as its
+/// chain's first two; no message (no PMD asked for one).
+fn sampling_through_pmis() -> TestResult {
+    const P: u64 = 1_000_000;
+    const DEPTH: u32 = 8;
+    let c = pfm_guest::frames::code();
+    let per_ms = pfm_guest::frames::iterations_per_ms();
+    let ctx = programmed(
+        &[(0, CYCLES_USR), (1, CYCLES_USR)],
+        &[(0, P.wrapping_neg(), false), (1, 0, false)],
+    )?;
+    ctx.set_nonblocking(true).ctx("O_NONBLOCK")?;
+    let pages = 64;
+    let mut setup = PfmSmplSetup {
+        data_pages: pages,
+        flags: PFM_SMPL_DROP,
+        chain_depth: DEPTH,
+        ..Default::default()
+    };
+    setup.smpl_pmds[0] = 1 << 1;
+    ctx.setup_sampling_with(&setup).ctx("SMPL_SETUP")?;
+    let mut buf = ctx.map_samples(pages).ctx("mmap of the buffer")?;
+    let irqs0 = sysfs_u64("overflow_interrupts")?;
+    ctx.load_and_start(0).ctx("LOAD|START")?;
+    pfm_guest::frames::run_chain(300 * per_ms, 0, None);
+    ctx.stop().ctx("STOP")?;
+    let irqs = sysfs_u64("overflow_interrupts")? - irqs0;
+    let (v, running) = values(&ctx, &[0, 1])?;
+    let samples = buf.take_samples();
+    let stats = buf.stats();
+    let msgs = std::iter::from_fn(|| ctx.read_message().ok().flatten()).count();
+    ctx.unload().ctx("UNLOAD")?;
+    let total = v[1];
+    let overflows = total / P;
+    let tid = perfmon::process::gettid();
+    let in_loop = samples
+        .iter()
+        .filter(|s| (c.loop_start..=c.loop_end).contains(&s.entry.ip))
+        .count();
+    let chained = samples
+        .iter()
+        .filter(|s| (c.loop_start..=c.loop_end).contains(&s.entry.ip))
+        .filter(|s| s.chain.get(..2) == Some(&[c.b_ret, c.a_ret][..]))
+        .count();
+    diag(format!(
+        "running {running} ns, {total} cycles: {overflows} periods; entries {} + lost {};          {irqs} interrupts, {msgs} messages; {in_loop} in c's loop, {chained} with b, a",
+        samples.len(),
+        stats.lost
+    ));
+    ensure!(
+        samples.len() as u64 + stats.lost == overflows,
+        "{} entries + {} lost for {overflows} periods",
+        samples.len(),
+        stats.lost
+    );
+    ensure!(overflows >= 100, "{overflows} periods for ~300 ms");
+    ensure!(msgs == 0, "{msgs} messages, none asked for");
+    let mut last = 0;
+    for (k, s) in samples.iter().enumerate() {
+        let e = &s.entry;
+        ensure!(
+            e.tid == tid && e.ovfl_pmd == 0 && e.nvalues == 1 && e.smpl_pmds == 1 << 1,
+            "entry {k}: {e:?}"
+        );
+        ensure!(
+            e.values[0] >= (k as u64 + 1) * P && e.values[0] >= last,
+            "entry {k}: PMD1 {} after {last}, period {P}",
+            e.values[0]
+        );
+        last = e.values[0];
+    }
+    ensure!(
+        in_loop * 10 >= samples.len() * 9,
+        "{in_loop} of {} entries in the loop",
+        samples.len()
+    );
+    ensure!(
+        chained == in_loop,
+        "{} entries in the loop without b, a first",
+        in_loop - chained
     );
     Ok(())
 }
@@ -898,6 +990,10 @@ fn main() {
     t.run(
         "overflow periods on PMD0 and the fixed counter: exact counts through PMIs",
         overflow_periods_through_pmis,
+    );
+    t.run(
+        "sampling through PMIs: one entry per period, IPs in the loop with their call chains",
+        sampling_through_pmis,
     );
     t.run(
         "event sets on intel_arch_sim: 2 sets switched every 2 ms (same PERFEVTSEL0), times exact, switches bounded, each set's cycles its own turns",

@@ -1,0 +1,127 @@
+//! Code whose stack frames are known, for call-chain samples: three
+//! functions in assembly, `pfm_chain_a` calling `pfm_chain_b` calling
+//! `pfm_chain_c`, each with the standard frame (`push rbp; mov rbp, rsp`),
+//! whatever the compiler does with the rest of the program. `pfm_chain_c`
+//! loops; it can nap in the loop (nanosleep) or run the loop with its frame
+//! pointer set to a value of the caller's choosing. A sample whose IP is in
+//! the loop must carry the return addresses into b and a ([`Code`]), in
+//! that order, as the first two of its chain.
+
+// a → b → c, each with a frame; c loops `rdi` times, with its frame
+// pointer replaced by `rsi` during the loop if `rsi` is not 0, and, if
+// `rdx` is not 0, a nanosleep(rdx) in every iteration. Clobbers only
+// caller-saved registers (and restores rbp).
+core::arch::global_asm!(
+    ".text",
+    ".p2align 4",
+    ".globl pfm_chain_a",
+    ".hidden pfm_chain_a",
+    "pfm_chain_a:",
+    "push rbp",
+    "mov rbp, rsp",
+    "call pfm_chain_b",
+    ".globl pfm_chain_a_ret",
+    ".hidden pfm_chain_a_ret",
+    "pfm_chain_a_ret:",
+    "pop rbp",
+    "ret",
+    ".p2align 4",
+    ".globl pfm_chain_b",
+    ".hidden pfm_chain_b",
+    "pfm_chain_b:",
+    "push rbp",
+    "mov rbp, rsp",
+    "call pfm_chain_c",
+    ".globl pfm_chain_b_ret",
+    ".hidden pfm_chain_b_ret",
+    "pfm_chain_b_ret:",
+    "pop rbp",
+    "ret",
+    ".p2align 4",
+    ".globl pfm_chain_c",
+    ".hidden pfm_chain_c",
+    "pfm_chain_c:",
+    "push rbp",
+    "mov rbp, rsp",
+    "mov r8, rdi",
+    "mov r9, rdx",
+    "test rsi, rsi",
+    "jz 2f",
+    "mov rbp, rsi",
+    "2:",
+    ".globl pfm_chain_c_loop",
+    ".hidden pfm_chain_c_loop",
+    "pfm_chain_c_loop:",
+    "test r9, r9",
+    "jz 3f",
+    "mov eax, 35",
+    "mov rdi, r9",
+    "xor esi, esi",
+    "syscall",
+    "3:",
+    "dec r8",
+    "jnz pfm_chain_c_loop",
+    ".globl pfm_chain_c_end",
+    ".hidden pfm_chain_c_end",
+    "pfm_chain_c_end:",
+    "mov rbp, rsp",
+    "pop rbp",
+    "ret",
+);
+
+extern "C" {
+    fn pfm_chain_a(n: u64, bp: u64, nap: *const libc::timespec);
+}
+
+/// The addresses the chain is checked against.
+#[derive(Clone, Copy, Debug)]
+pub struct Code {
+    /// `pfm_chain_c`'s loop: `[start, end)`.
+    pub loop_start: u64,
+    pub loop_end: u64,
+    /// The return addresses into b and a.
+    pub b_ret: u64,
+    pub a_ret: u64,
+}
+
+pub fn code() -> Code {
+    let (loop_start, loop_end, b_ret, a_ret): (u64, u64, u64, u64);
+    // SAFETY: Four `lea`s of labels of this program.
+    unsafe {
+        core::arch::asm!(
+            "lea {0}, [rip + pfm_chain_c_loop]",
+            "lea {1}, [rip + pfm_chain_c_end]",
+            "lea {2}, [rip + pfm_chain_b_ret]",
+            "lea {3}, [rip + pfm_chain_a_ret]",
+            out(reg) loop_start,
+            out(reg) loop_end,
+            out(reg) b_ret,
+            out(reg) a_ret,
+            options(nostack, nomem, pure),
+        );
+    }
+    Code {
+        loop_start,
+        loop_end,
+        b_ret,
+        a_ret,
+    }
+}
+
+/// Runs the chain: `n` iterations of the loop, with frame pointer `bp`
+/// (0: c's own) and a nap per iteration if `nap`.
+pub fn run_chain(n: u64, bp: u64, nap: Option<&libc::timespec>) {
+    let nap = nap.map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: The assembly above: it preserves every callee-saved
+    // register, its stack use is balanced, and `nap` is null or a valid
+    // timespec for the duration of the call.
+    unsafe { pfm_chain_a(n.max(1), bp, nap) };
+}
+
+/// Loop iterations per ms of the thread's CPU time.
+pub fn iterations_per_ms() -> u64 {
+    let t = crate::edges::thread_cpu_ns();
+    run_chain(4_000_000, 0, None);
+    let ns = (crate::edges::thread_cpu_ns() - t).max(1);
+    (4_000_000u64 * 1_000_000 / ns).max(1000)
+}
