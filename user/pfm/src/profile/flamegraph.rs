@@ -31,6 +31,11 @@ pub fn collapsed(p: &Profile) -> Vec<String> {
         .collect()
 }
 
+/// The graph of a recording without samples.
+const EMPTY_SVG: &str = r#"<?xml version="1.0" standalone="no"?>
+<svg version="1.1" width="1200" height="60" xmlns="http://www.w3.org/2000/svg"><text x="600" y="30" text-anchor="middle">pfm record: no samples</text></svg>
+"#;
+
 /// The SVG.
 pub fn svg(p: &Profile) -> std::io::Result<Vec<u8>> {
     let mut opt = Options::default();
@@ -50,12 +55,12 @@ pub fn svg(p: &Profile) -> std::io::Result<Vec<u8>> {
     opt.hash = true;
     opt.deterministic = true;
     let lines = collapsed(p);
-    let mut out = Vec::new();
     if lines.is_empty() {
-        // inferno refuses an empty profile; an empty graph says as much.
-        flamegraph::from_lines(&mut opt, ["no-samples 0"].iter().copied(), &mut out)?;
-    } else {
-        flamegraph::from_lines(&mut opt, lines.iter().map(String::as_str), &mut out)?;
+        // inferno refuses a profile without samples: a picture that says
+        // so, rather than no file.
+        return Ok(EMPTY_SVG.as_bytes().to_vec());
     }
+    let mut out = Vec::new();
+    flamegraph::from_lines(&mut opt, lines.iter().map(String::as_str), &mut out)?;
     Ok(out)
 }
