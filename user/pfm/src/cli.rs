@@ -69,7 +69,8 @@ pub struct Cli {
     #[arg(short = 'j', long, global = true)]
     pub json: bool,
 
-    /// Write the output to FILE instead of the terminal
+    /// Write the output to FILE instead of the terminal (pfm record: the
+    /// record file, default pfm.data)
     #[arg(short = 'o', long, value_name = "FILE", global = true)]
     pub output: Option<PathBuf>,
 
