@@ -14,12 +14,12 @@
 //! - Context switches: `pfm record -e cs -c P -- <ping-pong mode>`, N
 //!   exchanges with a partner thread on the same CPU; the workload counts
 //!   its own switches between the start of its main and its end
-//!   (`getrusage(RUSAGE_THREAD)`), N'. When the module counted exactly
-//!   those (the report's `counted`, the events pfm computed from the
-//!   buffer's entries and the counter's last value, equal to N': nothing
-//!   switched between the exec and main, up to three tries), the file
-//!   holds exactly ⌊N'/P⌋ samples; in every try it holds exactly
-//!   ⌊counted/P⌋.
+//!   (`getrusage(RUSAGE_THREAD)`), N', and does nothing that may switch
+//!   after its last reading. When the module counted exactly those (the
+//!   report's `counted`, the events pfm computed from the buffer's entries
+//!   and the counter's last value, equal to N': nothing switched between
+//!   the exec and main; up to three tries), the file holds exactly ⌊N'/P⌋
+//!   samples; in every try it holds exactly ⌊counted/P⌋.
 //! - `--pprof` and `--flamegraph` of the task-clock file: the pprof,
 //!   gunzipped and decoded with prost, has the report's samples and names
 //!   `hot_work` the function with the most; the SVG is XML naming it.
@@ -116,10 +116,18 @@ fn hot_cold(run_ms: u64, out: &str) -> i32 {
 }
 
 /// The ping-pong workload: `n` exchanges of a byte with a partner thread,
-/// both on CPU 0, so the main thread blocks once an exchange; then writes
-/// to `out` its own switches from the start of main to the end
-/// (getrusage), and since its creation.
+/// both on CPU 0, so the main thread blocks once an exchange; then it
+/// ends the partner and joins it, and writes to `out` its own switches
+/// from the start of main to then (getrusage), and since its creation.
+/// Nothing after that reading may switch: `out` is opened before the first
+/// reading, no thread is left for the exit to wake, and `_exit` skips the
+/// runtime's exit. The module counts the exit's switches up to `exit_mm`
+/// (Documentation/perfmon.rst), which then has none to count.
 fn ping_pong(n: u64, out: &str) -> i32 {
+    use std::io::Write;
+    let Ok(mut file) = std::fs::File::create(out) else {
+        return 3;
+    };
     let start = edges::thread_switches();
     if work::pin_to(0).is_err() {
         return 3;
@@ -127,7 +135,7 @@ fn ping_pong(n: u64, out: &str) -> i32 {
     let (Ok((a_r, a_w)), Ok((b_r, b_w))) = (raw::pipe(), raw::pipe()) else {
         return 3;
     };
-    std::thread::spawn(move || {
+    let partner = std::thread::spawn(move || {
         let _ = work::pin_to(0);
         while let Ok(b) = raw::read_fd(a_r.as_raw_fd(), 1) {
             if b.is_empty() || raw::write_fd(b_w.as_raw_fd(), &b).is_err() {
@@ -142,12 +150,18 @@ fn ping_pong(n: u64, out: &str) -> i32 {
             return 3;
         }
     }
-    let end = edges::thread_switches();
-    // Not joined: joining would block, one more switch; the exit ends it.
-    if std::fs::write(out, format!("{} {end}\n", end - start)).is_err() {
+    // End of file for the partner, which ends; the join's switches are
+    // counted on both sides.
+    drop(a_w);
+    if partner.join().is_err() {
         return 3;
     }
-    0
+    let end = edges::thread_switches();
+    let ok = file
+        .write_all(format!("{} {end}\n", end - start).as_bytes())
+        .is_ok();
+    // SAFETY: Ends the process at once; nothing of it is needed any more.
+    unsafe { libc::_exit(if ok { 0 } else { 3 }) }
 }
 
 /// This program's own workloads, before `pfm_guest`'s.
