@@ -10,7 +10,8 @@
 //!
 //! Integers are little-endian. Kinds: 1 header (JSON, the first record),
 //! 2 sample (binary, below), 3 maps (JSON: a process's `/proc/PID/maps`),
-//! 4 thread (JSON: a thread's name), 5 finish (JSON, the last record). A
+//! 4 thread (JSON: a thread's name), 5 finish (JSON, the last record),
+//! 6 vdso (binary: the kernel's vDSO image, which no file holds). A
 //! reader skips kinds it does not know and JSON fields it does not know, so
 //! a record kind or an optional field can be added without a new version;
 //! the version is raised when a record changes meaning.
@@ -50,6 +51,8 @@ pub const KIND_MAPS: u32 = 3;
 pub const KIND_THREAD: u32 = 4;
 /// The end of the recording.
 pub const KIND_FINISH: u32 = 5;
+/// The vDSO's ELF image.
+pub const KIND_VDSO: u32 = 6;
 
 /// Bytes of a sample before its values.
 pub const SAMPLE_FIXED: usize = 48;
@@ -249,6 +252,8 @@ pub struct Recording {
     pub threads: Vec<Thread>,
     /// Its end, if the file has one.
     pub finish: Option<Finish>,
+    /// The vDSO's ELF image, if the file has it.
+    pub vdso: Option<Vec<u8>>,
     /// The file ended inside a record (pfm was killed while writing):
     /// everything before it was read.
     pub truncated: bool,
@@ -325,6 +330,11 @@ impl<W: Write> Writer<W> {
     /// The end (last).
     pub fn finish(&mut self, f: &Finish) -> io::Result<()> {
         self.json(KIND_FINISH, f)
+    }
+
+    /// The vDSO's image.
+    pub fn vdso(&mut self, image: &[u8]) -> io::Result<()> {
+        self.record(KIND_VDSO, image)
     }
 
     /// Flushes what is buffered.
@@ -414,6 +424,7 @@ impl Recording {
                 KIND_MAPS => r.maps.push(json(payload).map_err(|e| bad(&e))?),
                 KIND_THREAD => r.threads.push(json(payload).map_err(|e| bad(&e))?),
                 KIND_FINISH => r.finish = Some(json(payload).map_err(|e| bad(&e))?),
+                KIND_VDSO => r.vdso = Some(payload.to_vec()),
                 // A kind from a later pfm: skipped.
                 _ => {}
             }
@@ -504,6 +515,7 @@ mod tests {
                 exit_signal: None,
                 interrupted: false,
             }),
+            vdso: Some(b"\x7fELF...".to_vec()),
             truncated: false,
         }
     }
@@ -519,6 +531,9 @@ mod tests {
         }
         for s in &r.samples {
             w.sample(s).unwrap();
+        }
+        if let Some(v) = &r.vdso {
+            w.vdso(v).unwrap();
         }
         if let Some(f) = &r.finish {
             w.finish(f).unwrap();

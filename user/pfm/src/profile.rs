@@ -90,7 +90,7 @@ pub fn percent(part: u64, whole: u64) -> f64 {
 impl Profile {
     /// Resolves every sample of `rec`.
     pub fn build(rec: &Recording) -> Profile {
-        let mut sym = Symbolizer::new(&rec.maps);
+        let mut sym = Symbolizer::new(&rec.maps, rec.vdso.as_deref());
         let mut names: HashMap<u32, Rc<str>> = HashMap::new();
         for t in &rec.threads {
             names.entry(t.tid).or_insert_with(|| t.comm.as_str().into());

@@ -84,6 +84,23 @@ fn sample_of(e: &PfmSmplEntry) -> Sample {
     }
 }
 
+/// This process's vDSO image (`[vdso]` of `/proc/self/maps`, read through
+/// `/proc/self/mem`): the kernel maps the same one into every 64-bit
+/// process, and no file holds it, so `pfm report` resolves `[vdso]`
+/// addresses against this copy. `None` where it cannot be read.
+pub(crate) fn own_vdso() -> Option<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let m = maps::parse(&maps)
+        .into_iter()
+        .find(|m| m.path == "[vdso]")?;
+    let mut mem = File::open("/proc/self/mem").ok()?;
+    mem.seek(SeekFrom::Start(m.start)).ok()?;
+    let mut image = vec![0u8; usize::try_from(m.end - m.start).ok()?];
+    mem.read_exact(&mut image).ok()?;
+    image.starts_with(b"\x7fELF").then_some(image)
+}
+
 /// One sampled thread: its context and the context's buffer.
 struct Sampled {
     ctx: Context,
@@ -152,6 +169,16 @@ impl Recorder {
             self.io(r);
         }
         true
+    }
+
+    /// The header, then what every recording carries: the vDSO image.
+    fn begin(&mut self, header: &Header) {
+        let r = self.writer.header(header);
+        self.io(r);
+        if let Some(image) = own_vdso() {
+            let r = self.writer.vdso(&image);
+            self.io(r);
+        }
     }
 
     /// Notes a thread: its name, and its process's maps, the first time.
@@ -492,8 +519,7 @@ fn command(
     header.inherit = inherit;
     header.start_unix_ns = clock_ns(libc::CLOCK_REALTIME);
     header.start_monotonic_ns = monotonic_ns();
-    let r = rec.writer.header(&header);
-    rec.io(r);
+    rec.begin(&header);
     if !on_exec {
         s.ctx.start()?;
     }
@@ -647,8 +673,7 @@ fn attached(
     }
     header.start_unix_ns = clock_ns(libc::CLOCK_REALTIME);
     header.start_monotonic_ns = monotonic_ns();
-    let r = rec.writer.header(&header);
-    rec.io(r);
+    rec.begin(&header);
     for &(tid, pid) in &targets {
         if sampled.iter().any(|s| s.tid == tid) {
             rec.note(tid, pid);

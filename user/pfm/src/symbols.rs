@@ -183,15 +183,19 @@ impl Snapshots {
 pub struct Symbolizer {
     spaces: HashMap<u32, Snapshots>,
     files: HashMap<String, Option<Rc<ElfSymbols>>>,
+    /// The vDSO's symbols, from the image the recording holds.
+    vdso: Option<Rc<ElfSymbols>>,
     names: HashMap<String, Rc<str>>,
     /// One line per file that could not be read.
     pub warnings: Vec<String>,
 }
 
 impl Symbolizer {
-    /// A symbolizer over the maps a recording captured.
-    pub fn new(snapshots: &[Maps]) -> Self {
+    /// A symbolizer over the maps a recording captured, and its vDSO
+    /// image if it has one.
+    pub fn new(snapshots: &[Maps], vdso: Option<&[u8]>) -> Self {
         let mut s = Symbolizer::default();
+        s.vdso = vdso.and_then(|v| ElfSymbols::parse(v).ok()).map(Rc::new);
         for m in snapshots {
             s.spaces
                 .entry(m.pid)
@@ -253,14 +257,17 @@ impl Symbolizer {
             "" => "[anon]".to_string(),
             p => p.strip_suffix(" (deleted)").unwrap_or(p).to_string(),
         };
-        let function = if m.is_file() {
-            self.elf(&dso).and_then(|elf| {
-                let vaddr = elf.vaddr_of(m.file_offset(lookup))?;
-                elf.function_at(vaddr).cloned()
-            })
+        let elf = if m.is_file() {
+            self.elf(&dso)
+        } else if m.path == "[vdso]" {
+            self.vdso.clone()
         } else {
             None
         };
+        let function = elf.and_then(|elf| {
+            let vaddr = elf.vaddr_of(m.file_offset(lookup))?;
+            elf.function_at(vaddr).cloned()
+        });
         Frame {
             address: addr,
             dso: self.name(&dso),

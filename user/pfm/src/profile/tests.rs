@@ -100,6 +100,7 @@ fn recording(hot: u64, cold: u64, other: u64) -> Recording {
             counted: Some((hot + cold + other + 2) * 2_000_000 + 5),
             ..Finish::default()
         }),
+        vdso: None,
         truncated: false,
     }
 }
@@ -124,7 +125,7 @@ fn this_programs_elf_resolves_its_functions() {
     // The address after the function's end is not in it as an
     // instruction pointer, and is as a return address (a call at its end).
     let end = h + (f.start + f.size - vaddr);
-    let mut sym = Symbolizer::new(&recording(0, 0, 0).maps);
+    let mut sym = Symbolizer::new(&recording(0, 0, 0).maps, None);
     let pid = std::process::id();
     let as_ip = sym.resolve(pid, 2_000, end, false);
     let as_return = sym.resolve(pid, 2_000, end, true);
@@ -140,6 +141,41 @@ fn this_programs_elf_resolves_its_functions() {
     assert_eq!(&*sym.resolve(pid, 2_000, 8, false).dso, "[unknown]");
     assert_eq!(&*sym.resolve(pid + 1, 2_000, h, false).dso, "[unknown]");
     assert!(sym.warnings.is_empty(), "{:?}", sym.warnings);
+}
+
+#[test]
+fn vdso_addresses_resolve_against_the_recorded_image() {
+    let image = crate::record::own_vdso().expect("this process's vDSO");
+    let maps_text = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let vdso = crate::maps::parse(&maps_text)
+        .into_iter()
+        .find(|m| m.path == "[vdso]")
+        .unwrap();
+    let snapshot = [Maps {
+        pid: 1,
+        time_ns: 0,
+        maps: maps_text,
+    }];
+    let names = |sym: &mut Symbolizer| -> Vec<String> {
+        (vdso.start..vdso.end)
+            .step_by(4)
+            .filter_map(|a| {
+                sym.resolve(1, 0, a, false)
+                    .function
+                    .map(|f| f.name.to_string())
+            })
+            .collect()
+    };
+    let mut with = Symbolizer::new(&snapshot, Some(&image));
+    let found = names(&mut with);
+    assert!(
+        found.iter().any(|n| n.contains("clock_gettime")),
+        "{found:?}"
+    );
+    assert_eq!(&*with.resolve(1, 0, vdso.start, false).dso, "[vdso]");
+    // Without the image: the mapping, no function.
+    let mut without = Symbolizer::new(&snapshot, None);
+    assert!(names(&mut without).is_empty());
 }
 
 #[test]
