@@ -506,6 +506,10 @@ fn command(
     // Dropping `child` on any error below kills the paused command.
     let mut child = PausedChild::spawn(argv)?;
     let pid = child.pid();
+    // Until its exec the child is a copy of pfm: its maps are pfm's. The
+    // samples taken in the exec's last part carry the old image's
+    // instruction pointer (pfm's execve), which this snapshot resolves.
+    let forked = (monotonic_ns(), std::fs::read_to_string("/proc/self/maps"));
     let (on_exec, inherit) = arm_and_load(&s.ctx, pid, !args.no_inherit)?;
     s.tid = pid;
     s.ctx.wait_active(ACTIVE_TIMEOUT)?;
@@ -520,6 +524,10 @@ fn command(
     header.start_unix_ns = clock_ns(libc::CLOCK_REALTIME);
     header.start_monotonic_ns = monotonic_ns();
     rec.begin(&header);
+    if let (time_ns, Ok(maps)) = forked {
+        let r = rec.writer.maps(&Maps { pid, time_ns, maps });
+        rec.io(r);
+    }
     if !on_exec {
         s.ctx.start()?;
     }
