@@ -23,8 +23,8 @@
 //! - `--pprof` and `--flamegraph` of the task-clock file: the pprof,
 //!   gunzipped and decoded with prost, has the report's samples and names
 //!   `hot_work` the function with the most; the SVG is XML naming it.
-//! - `-t TID` of a running workload for `--duration`: its samples resolve
-//!   to its functions.
+//! - `-t TID` and `-p PID` of a running workload for `--duration`: its
+//!   samples resolve to its functions.
 //! - Errors on one line with their exit status: no `-c`, an unknown event,
 //!   `-F` with a counting event, an unwritable `-o`, and a file that is not
 //!   a record file given to `pfm report`.
@@ -536,39 +536,54 @@ fn pprof_and_flamegraph() -> TestResult {
     Ok(())
 }
 
-fn attach_thread() -> TestResult {
-    let file = "/tmp/pfm-record-tid.data";
+fn attach() -> TestResult {
     let mut child = Child::spawn("hot-cold", &["60000", "/tmp/pfm-record-tid.own"])?;
     std::thread::sleep(Duration::from_millis(100));
-    let tid = child.pid().to_string();
-    let out = pfm(&[
-        "record",
-        "-c",
-        "1000000",
-        "-t",
-        &tid,
-        "--duration",
-        "0.5",
-        "-o",
-        file,
-    ]);
+    let r = attach_runs(child.pid());
     child.kill();
-    let out = out?;
-    ensure!(out.status.success(), "pfm record -t: {}", text(&out.stderr));
-    let r = report(file)?;
-    show_rows(&r);
-    let hot = samples_in(&r, "hot_work");
-    ensure!(r.tids == Some(vec![child.pid()]), "tids {:?}", r.tids);
-    ensure!(
-        r.samples >= 100,
-        "{} samples in 0.5 s of a busy thread",
-        r.samples
-    );
-    ensure!(
-        hot * 2 >= r.samples,
-        "{hot} of {} samples in hot_work",
-        r.samples
-    );
+    r
+}
+
+/// `-t` then `-p` of `pid`, a running hot-cold workload.
+fn attach_runs(pid: u32) -> TestResult {
+    let id = pid.to_string();
+    for (flag, file) in [
+        ("-t", "/tmp/pfm-record-tid.data"),
+        ("-p", "/tmp/pfm-record-pid.data"),
+    ] {
+        let out = pfm(&[
+            "record",
+            "-c",
+            "1000000",
+            flag,
+            &id,
+            "--duration",
+            "0.5",
+            "-o",
+            file,
+        ])?;
+        ensure!(
+            out.status.success(),
+            "pfm record {flag}: {}",
+            text(&out.stderr)
+        );
+        let r = report(file)?;
+        show_rows(&r);
+        let hot = samples_in(&r, "hot_work");
+        ensure!(r.tids == Some(vec![pid]), "{flag}: tids {:?}", r.tids);
+        let pids = (flag == "-p").then(|| vec![pid]);
+        ensure!(r.pids == pids, "{flag}: pids {:?}", r.pids);
+        ensure!(
+            r.samples >= 100,
+            "{flag}: {} samples in 0.5 s of a busy thread",
+            r.samples
+        );
+        ensure!(
+            hot * 2 >= r.samples,
+            "{flag}: {hot} of {} samples in hot_work",
+            r.samples
+        );
+    }
     Ok(())
 }
 
@@ -653,8 +668,8 @@ fn main() {
         pprof_and_flamegraph,
     );
     t.run(
-        "-t TID for --duration: samples resolve to its functions",
-        attach_thread,
+        "-t TID and -p PID for --duration: samples resolve to the workload's functions",
+        attach,
     );
     t.run("errors: one line each, with their exit status", errors);
     t.run("rmmod perfmon", module::rmmod);
