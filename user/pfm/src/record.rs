@@ -440,6 +440,10 @@ pub fn record(args: &RecordArgs, output: Option<&Path>) -> Result<u8, Failure> {
         ..Header::default()
     };
     let first = sampling_context(Some(ctx), &plan, args)?;
+    let header = Header {
+        pmd: first.ctx.programmed().first().copied().unwrap_or(0),
+        ..header
+    };
     let (status, interrupted, sampled) = match &interrupts {
         Some(i) => {
             let (interrupted, sampled) = attached(args, &plan, &mut rec, header, first, i)?;
