@@ -194,8 +194,10 @@ impl Symbolizer {
     /// A symbolizer over the maps a recording captured, and its vDSO
     /// image if it has one.
     pub fn new(snapshots: &[Maps], vdso: Option<&[u8]>) -> Self {
-        let mut s = Symbolizer::default();
-        s.vdso = vdso.and_then(|v| ElfSymbols::parse(v).ok()).map(Rc::new);
+        let mut s = Symbolizer {
+            vdso: vdso.and_then(|v| ElfSymbols::parse(v).ok()).map(Rc::new),
+            ..Symbolizer::default()
+        };
         for m in snapshots {
             s.spaces
                 .entry(m.pid)
