@@ -56,9 +56,8 @@ pub struct Profile {
     /// The sample type shown by default (string index of its type).
     #[prost(int64, tag = "14")]
     pub default_sample_type: i64,
-    /// Documentation of the profile (string index).
-    #[prost(int64, tag = "15")]
-    pub doc_url: i64,
+    // Fields 15 and up are left out: versions of the .proto disagree on
+    // them, and pfm writes none.
 }
 
 /// A value's type and unit (string indices).
