@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Writes pfm's man pages and shell completions from the tool's own clap
 # declarations (user/pfm/src/cli.rs, through user/pfm/src/bin/pfm-gen.rs):
-#   build/pfm.1, build/pfm-stat.1, build/pfm-list.1, build/pfm-info.1
+#   build/pfm.1, build/pfm-stat.1, build/pfm-record.1, build/pfm-report.1,
+#   build/pfm-list.1, build/pfm-info.1
 #   build/completions/pfm.bash (bash), _pfm (zsh), pfm.fish (fish)
 # Read with `man ./build/pfm.1`; install by copying them where man and the
 # shells look (e.g. /usr/local/share/man/man1, /etc/bash_completion.d).

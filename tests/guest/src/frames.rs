@@ -16,30 +16,31 @@ core::arch::global_asm!(
     ".p2align 4",
     ".globl pfm_chain_a",
     ".hidden pfm_chain_a",
+    ".type pfm_chain_a, @function",
     "pfm_chain_a:",
     "push rbp",
     "mov rbp, rsp",
     "call pfm_chain_b",
-    ".globl pfm_chain_a_ret",
-    ".hidden pfm_chain_a_ret",
-    "pfm_chain_a_ret:",
+    ".Lpfm_chain_a_ret:",
     "pop rbp",
     "ret",
+    ".size pfm_chain_a, . - pfm_chain_a",
     ".p2align 4",
     ".globl pfm_chain_b",
     ".hidden pfm_chain_b",
+    ".type pfm_chain_b, @function",
     "pfm_chain_b:",
     "push rbp",
     "mov rbp, rsp",
     "call pfm_chain_c",
-    ".globl pfm_chain_b_ret",
-    ".hidden pfm_chain_b_ret",
-    "pfm_chain_b_ret:",
+    ".Lpfm_chain_b_ret:",
     "pop rbp",
     "ret",
+    ".size pfm_chain_b, . - pfm_chain_b",
     ".p2align 4",
     ".globl pfm_chain_c",
     ".hidden pfm_chain_c",
+    ".type pfm_chain_c, @function",
     "pfm_chain_c:",
     "push rbp",
     "mov rbp, rsp",
@@ -49,9 +50,7 @@ core::arch::global_asm!(
     "jz 2f",
     "mov rbp, rsi",
     "2:",
-    ".globl pfm_chain_c_loop",
-    ".hidden pfm_chain_c_loop",
-    "pfm_chain_c_loop:",
+    ".Lpfm_chain_c_loop:",
     "test r9, r9",
     "jz 3f",
     "mov eax, 35",
@@ -60,17 +59,30 @@ core::arch::global_asm!(
     "syscall",
     "3:",
     "dec r8",
-    "jnz pfm_chain_c_loop",
-    ".globl pfm_chain_c_end",
-    ".hidden pfm_chain_c_end",
-    "pfm_chain_c_end:",
+    "jnz .Lpfm_chain_c_loop",
+    ".Lpfm_chain_c_end:",
     "mov rbp, rsp",
     "pop rbp",
     "ret",
+    ".size pfm_chain_c, . - pfm_chain_c",
+    // The labels' addresses, for the checks, as data: the labels are
+    // assembler-local, so the only symbols of this code are the three
+    // functions (sized), which is what a symbolizer names it after.
+    ".pushsection .data.rel.ro, \"aw\"",
+    ".p2align 3",
+    ".globl pfm_chain_labels",
+    ".hidden pfm_chain_labels",
+    "pfm_chain_labels:",
+    ".quad .Lpfm_chain_c_loop",
+    ".quad .Lpfm_chain_c_end",
+    ".quad .Lpfm_chain_b_ret",
+    ".quad .Lpfm_chain_a_ret",
+    ".popsection",
 );
 
 extern "C" {
     fn pfm_chain_a(n: u64, bp: u64, nap: *const libc::timespec);
+    static pfm_chain_labels: [u64; 4];
 }
 
 /// The addresses the chain is checked against.
@@ -85,21 +97,8 @@ pub struct Code {
 }
 
 pub fn code() -> Code {
-    let (loop_start, loop_end, b_ret, a_ret): (u64, u64, u64, u64);
-    // SAFETY: Four `lea`s of labels of this program.
-    unsafe {
-        core::arch::asm!(
-            "lea {0}, [rip + pfm_chain_c_loop]",
-            "lea {1}, [rip + pfm_chain_c_end]",
-            "lea {2}, [rip + pfm_chain_b_ret]",
-            "lea {3}, [rip + pfm_chain_a_ret]",
-            out(reg) loop_start,
-            out(reg) loop_end,
-            out(reg) b_ret,
-            out(reg) a_ret,
-            options(nostack, nomem, pure),
-        );
-    }
+    // SAFETY: Four words of read-only data the assembly above defines.
+    let [loop_start, loop_end, b_ret, a_ret] = unsafe { pfm_chain_labels };
     Code {
         loop_start,
         loop_end,

@@ -424,5 +424,77 @@ pub struct Params {
     pub soft_width: Option<u32>,
 }
 
+/// `pfm report --json`: what a record file's samples were spent in.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Report {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// The record file read.
+    pub file: String,
+    /// The PMU model it was recorded on.
+    pub model: String,
+    /// The event sampled.
+    pub event: String,
+    /// The sampling period, in events.
+    pub period: u64,
+    /// Command mode: the command and its arguments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// Command mode: its process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// `-p`: the processes attached to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids: Option<Vec<u32>>,
+    /// `-p`, `-t`: the threads sampled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tids: Option<Vec<u32>>,
+    /// Whether the threads and processes the command created were sampled.
+    pub inherit: bool,
+    /// Samples in the file.
+    pub samples: u64,
+    /// Samples the module lost (its buffer full), not in the file.
+    pub lost: u64,
+    /// Events the sampled counter counted in all (absent if the file has
+    /// no end record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counted: Option<u64>,
+    /// ns from the start of sampling to its end (absent likewise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ns: Option<u64>,
+    /// Whether the file has its end record (false: pfm record was killed;
+    /// the samples it wrote are all here).
+    pub complete: bool,
+    /// What a row is: `sym` (a function of a shared object of a command)
+    /// or `dso` (a shared object of a command).
+    pub sort: String,
+    /// The rows, most samples first.
+    pub rows: Vec<ReportRow>,
+}
+
+/// A row of `pfm report`: where some samples' instruction pointers were.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportRow {
+    /// `samples` in percent of the file's samples.
+    pub overhead_pct: f64,
+    /// Samples whose instruction pointer was here.
+    pub samples: u64,
+    /// The thread's name (`/proc/TID/comm`).
+    pub comm: String,
+    /// The shared object's file name (the table's), or a pseudo-name:
+    /// `[vdso]`, `[heap]`, `[anon]`, `[unknown]`.
+    pub dso: String,
+    /// Its path.
+    pub dso_path: String,
+    /// `sym` rows: the function (demangled), or the address in hex when no
+    /// symbol covers it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub symbol: Option<String>,
+}
+
+pub mod pprof;
+
 #[cfg(test)]
 mod tests;

@@ -132,8 +132,42 @@ fn full_info() -> Info {
     }
 }
 
+fn full_report() -> Report {
+    Report {
+        schema_version: SCHEMA_VERSION,
+        file: "pfm.data".into(),
+        model: "soft".into(),
+        event: "task-clock".into(),
+        period: 2_000_000,
+        command: Some(vec!["prog".into()]),
+        pid: Some(42),
+        pids: Some(vec![42]),
+        tids: Some(vec![42, 43]),
+        inherit: false,
+        samples: 10,
+        lost: 1,
+        counted: Some(20_000_001),
+        duration_ns: Some(30_000_000),
+        complete: true,
+        sort: "sym".into(),
+        rows: vec![ReportRow {
+            overhead_pct: 80.0,
+            samples: 8,
+            comm: "prog".into(),
+            dso: "prog".into(),
+            dso_path: "/bin/prog".into(),
+            symbol: Some("prog::hot".into()),
+        }],
+    }
+}
+
 #[test]
 fn documents_round_trip() {
+    let r = full_report();
+    assert_eq!(
+        serde_json::from_str::<Report>(&serde_json::to_string(&r).unwrap()).unwrap(),
+        r
+    );
     let s = full_stat();
     let text = serde_json::to_string(&s).unwrap();
     assert!(text.contains(r#""type":"summary""#), "{text}");
@@ -177,6 +211,9 @@ fn unknown_fields_are_rejected() {
     let mut v = serde_json::to_value(full_info()).unwrap();
     v["sysfs"]["x"] = serde_json::json!(1);
     assert!(serde_json::from_value::<Info>(v).is_err());
+    let mut v = serde_json::to_value(full_report()).unwrap();
+    v["rows"][0]["x"] = serde_json::json!(1);
+    assert!(serde_json::from_value::<Report>(v).is_err());
     // A missing required field is an error too.
     let mut v = serde_json::to_value(full_stat()).unwrap();
     v.as_object_mut().unwrap().remove("counters");
@@ -221,6 +258,7 @@ fn every_field_is_documented() {
     keys(&serde_json::to_value(full_stat()).unwrap(), &mut all);
     keys(&serde_json::to_value(full_list()).unwrap(), &mut all);
     keys(&serde_json::to_value(full_info()).unwrap(), &mut all);
+    keys(&serde_json::to_value(full_report()).unwrap(), &mut all);
     all.sort();
     all.dedup();
     let missing: Vec<&String> = all

@@ -10,7 +10,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::sets::{self, Switch};
 
@@ -22,8 +22,10 @@ const LONG_ABOUT: &str = "\
 Per-thread performance counters through /dev/perfmon, the perfmon module's \
 device, in the habits of perf stat: pfm stat counts a command and the \
 processes it creates from its first instruction, or running processes or a \
-thread for a while; pfm list shows the events; \
-pfm info shows the module, its ABI and its PMU model.
+thread for a while; pfm record samples a command (or running threads) into \
+a file, and pfm report shows where the samples were: functions, a pprof \
+profile, a flame graph; pfm list shows the events; pfm info shows the \
+module, its ABI and its PMU model.
 
 Load the module first: insmod perfmon.ko (pmu=soft on machines without a \
 usable PMU, such as most virtual machines).";
@@ -42,12 +44,13 @@ Environment:
 whatever the CPU says; names are those of libpfm4's showevtinfo -L.
 
 Exit status:
-  pfm stat CMD exits with CMD's status (128+N if a signal N killed it; 127 \
-if CMD cannot be found, 126 if it cannot be run; the last run's with -r). \
+  pfm stat CMD and pfm record CMD exit with CMD's status (128+N if a signal \
+N killed it; 127 if CMD cannot be found, 126 if it cannot be run; the last \
+run's with -r). \
 Otherwise 0 on success, 1 on an error, 2 on a usage error.
 
-Documentation/pfm.rst describes the output, the JSON documents and the \
-derived metrics.";
+Documentation/pfm.rst describes the output, the JSON documents, the \
+derived metrics and the record file.";
 
 /// `pfm`: per-thread performance counters through /dev/perfmon.
 #[derive(Debug, Parser)]
@@ -66,7 +69,8 @@ pub struct Cli {
     #[arg(short = 'j', long, global = true)]
     pub json: bool,
 
-    /// Write the output to FILE instead of the terminal
+    /// Write the output to FILE instead of the terminal (pfm record: the
+    /// record file, default pfm.data)
     #[arg(short = 'o', long, value_name = "FILE", global = true)]
     pub output: Option<PathBuf>,
 
@@ -85,6 +89,14 @@ pub enum Command {
         after_long_help = AFTER_LONG_HELP
     )]
     Stat(Box<StatArgs>),
+    /// Sample a command (or running threads) into a file: the instruction
+    /// pointer every PERIOD events
+    #[command(long_about = RECORD_ABOUT, after_long_help = AFTER_LONG_HELP)]
+    Record(Box<RecordArgs>),
+    /// Where a record file's samples were: functions, shared objects, a
+    /// pprof profile, a flame graph
+    #[command(long_about = REPORT_ABOUT, after_long_help = AFTER_LONG_HELP)]
+    Report(ReportArgs),
     /// Events of the loaded PMU model (and libpfm4's, on hardware models)
     List,
     /// The module: ABI version, PMU model, counters, vector, live contexts
@@ -119,6 +131,219 @@ event never counted prints <not counted>. Events in braces, -e '{a,b},c', \
 are counted together, in one set. --sets gives the sets instead. Event sets \
 follow one thread: multiplexed, a command is counted in its initial thread \
 only, and -p and --per-thread are refused.";
+
+const RECORD_ABOUT: &str = "\
+Sample a command from its first instruction (pfm record -e EVENT -c PERIOD \
+-- CMD), running processes (-p PID,...) or a running thread (-t TID) until \
+Ctrl-C, --duration or its exit: every PERIOD events of EVENT, the module's \
+sampling buffer takes the thread's instruction pointer, and pfm writes the \
+samples to a file (-o FILE, default pfm.data) while the program runs, with \
+the memory maps of its processes, which pfm report resolves them against. \
+The events are named as for pfm stat.
+
+-c PERIOD is required, or -F FREQ for task-clock (a period of 1e9/FREQ ns). \
+A command is sampled in its initial thread only: this module refuses a \
+sampling buffer on a context that follows the threads and processes a \
+command creates (PFM_CTXFL_INHERIT, EBUSY), and pfm says so unless \
+--no-inherit; a later module that accepts it gets the whole program \
+sampled, without a new pfm. -p samples the threads each process has when \
+pfm attaches, one context each (not those it creates later); -t one thread.
+
+A full buffer pauses sampling until pfm drains it (perfmon2's policy: \
+nothing is lost, the events while paused are not counted); --drop keeps \
+sampling and counts the samples that did not fit as lost instead. pfm \
+drains whenever the buffer is half full (the module's watermark) and every \
+50 ms, so the buffer fills only if the program outruns pfm. At the end pfm \
+prints one line to standard error: the samples written and lost.";
+
+/// What `--sort` groups the samples by.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum SortKey {
+    /// A row per function of a shared object of a command
+    #[default]
+    Sym,
+    /// A row per shared object of a command
+    Dso,
+}
+
+impl SortKey {
+    /// The name as `--sort` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SortKey::Sym => "sym",
+            SortKey::Dso => "dso",
+        }
+    }
+}
+
+/// `pfm record` arguments.
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// The event to sample (default: the model's first event: task-clock on
+    /// soft); named as for pfm stat
+    #[arg(short = 'e', long = "event", value_name = "EVENT")]
+    pub event: Option<String>,
+
+    /// Sample every PERIOD events (task-clock: ns)
+    #[arg(
+        short = 'c',
+        long = "count",
+        value_name = "PERIOD",
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub period: Option<u64>,
+
+    /// task-clock: sample FREQ times per second of the thread's running
+    /// time (a period of 1e9/FREQ ns)
+    #[arg(
+        short = 'F',
+        long = "freq",
+        value_name = "FREQ",
+        value_parser = clap::value_parser!(u64).range(1..=1_000_000_000),
+        conflicts_with = "period"
+    )]
+    pub freq: Option<u64>,
+
+    /// Sample the threads these running processes have now (one context
+    /// each), instead of running a command
+    #[arg(
+        short = 'p',
+        long = "pid",
+        value_name = "PID,...",
+        value_delimiter = ',',
+        value_parser = parse_pid,
+        conflicts_with_all = ["command", "tid"]
+    )]
+    pub pids: Vec<u32>,
+
+    /// Sample this running thread instead of running a command
+    #[arg(
+        short = 't',
+        long = "tid",
+        value_name = "TID",
+        value_parser = parse_tid,
+        conflicts_with = "command"
+    )]
+    pub tid: Option<u32>,
+
+    /// With -t or -p: stop after S seconds (fractions allowed)
+    #[arg(long, value_name = "S", value_parser = parse_secs)]
+    pub duration: Option<Duration>,
+
+    /// Pages of the sampling buffer (4 KiB each, 32 samples a page): a
+    /// power of two, at most 1024
+    #[arg(long, value_name = "N", default_value_t = 128, value_parser = parse_pages)]
+    pub pages: u32,
+
+    /// A full buffer drops samples (counted as lost) instead of pausing
+    /// sampling until pfm drains it
+    #[arg(long)]
+    pub drop: bool,
+
+    /// Record each sample's user call chain (a walk of the frame pointers:
+    /// whole for code built with them, -fno-omit-frame-pointer or Rust's
+    /// -C force-frame-pointers=yes)
+    #[arg(short = 'g', long = "call-graph")]
+    pub call_graph: bool,
+
+    /// With -g: return addresses a sample records at most (1 to 64; the
+    /// buffer's entries grow with it: 512 bytes at 32)
+    #[arg(
+        long = "max-stack",
+        value_name = "N",
+        default_value_t = 32,
+        value_parser = clap::value_parser!(u32).range(1..=64),
+        requires = "call_graph"
+    )]
+    pub max_stack: u32,
+
+    /// Sample the command's initial thread only, not the threads and
+    /// processes it creates (what this module does anyway, without the
+    /// warning)
+    #[arg(long = "no-inherit", conflicts_with_all = ["tid", "pids"])]
+    pub no_inherit: bool,
+
+    /// The command to run and its arguments (options after its name are its
+    /// own; `--` ends pfm's options)
+    #[arg(
+        value_name = "COMMAND",
+        trailing_var_arg = true,
+        value_parser = clap::value_parser!(OsString)
+    )]
+    pub command: Vec<OsString>,
+}
+
+impl RecordArgs {
+    /// What clap's declarations cannot say.
+    pub fn check(&self, json: bool) -> Result<(), String> {
+        if json {
+            return Err("pfm record writes a record file; --json goes with pfm report".into());
+        }
+        if self.tid.is_none() && self.pids.is_empty() && self.command.is_empty() {
+            return Err(
+                "nothing to sample: give a command (pfm record -c PERIOD -- CMD ARGS), \
+                 processes (-p PID) or a thread (-t TID)"
+                    .into(),
+            );
+        }
+        if self.period.is_none() && self.freq.is_none() {
+            return Err(
+                "pfm record needs a sampling period: -c PERIOD (or -F FREQ for task-clock)".into(),
+            );
+        }
+        if self.duration.is_some() && self.tid.is_none() && self.pids.is_empty() {
+            return Err(
+                "--duration goes with -t TID or -p PID (a command is sampled until it ends)".into(),
+            );
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        if let Some(dup) = self.pids.iter().find(|p| !seen.insert(**p)) {
+            return Err(format!("-p names process {dup} twice"));
+        }
+        Ok(())
+    }
+}
+
+const REPORT_ABOUT: &str = "\
+Where the samples of a record file (pfm record; -i FILE, default pfm.data) \
+were: a table of the functions their instruction pointers were in, most \
+samples first, as perf report --stdio shows it (overhead %, samples, \
+command, shared object, symbol), or of the shared objects (--sort dso). \
+Addresses are resolved through the memory maps pfm record captured, to the \
+mapped file and offset, to the ELF's virtual address, to the symbol of its \
+.symtab (else .dynsym) that covers it; Rust names are demangled. The files \
+are read as they are now: a program rebuilt since the recording resolves \
+wrong.
+
+--json prints one JSON document instead of the table; --pprof FILE writes \
+a gzipped pprof profile (profile.proto: go tool pprof, pprof -http); \
+--flamegraph FILE writes an SVG flame graph. The table goes to standard \
+output, or -o FILE.";
+
+/// `pfm report` arguments.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The record file to read
+    #[arg(
+        short = 'i',
+        long = "input",
+        value_name = "FILE",
+        default_value = "pfm.data"
+    )]
+    pub input: PathBuf,
+
+    /// A row per function (sym) or per shared object (dso), of each command
+    #[arg(long, value_enum, value_name = "KEY", default_value_t = SortKey::Sym)]
+    pub sort: SortKey,
+
+    /// Also write a pprof profile (gzipped profile.proto) to FILE
+    #[arg(long, value_name = "FILE")]
+    pub pprof: Option<PathBuf>,
+
+    /// Also write a flame graph (SVG) to FILE
+    #[arg(long, value_name = "FILE")]
+    pub flamegraph: Option<PathBuf>,
+}
 
 /// `pfm stat` arguments.
 #[derive(Debug, Args)]
@@ -336,6 +561,14 @@ fn parse_interval(v: &str) -> Result<Duration, String> {
         Ok(ms) if ms >= 10 => Ok(Duration::from_millis(ms)),
         Ok(_) => Err("the interval must be at least 10 ms".into()),
         Err(_) => Err(format!("'{v}' is not a number of milliseconds")),
+    }
+}
+
+/// Sampling buffer pages: a power of two, 1 to 1024 (the module's limit).
+fn parse_pages(v: &str) -> Result<u32, String> {
+    match v.trim().parse::<u32>() {
+        Ok(n) if n.is_power_of_two() && n <= 1024 => Ok(n),
+        _ => Err(format!("'{v}' is not a power of two from 1 to 1024")),
     }
 }
 

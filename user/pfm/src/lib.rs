@@ -1,7 +1,10 @@
 //! The `pfm` tool: its command line ([`cli`]), event names ([`events`]:
 //! the module's, raw codes, libpfm4's), event sets when there are more
 //! events than counters ([`sets`]), what `pfm stat` prints ([`report`]),
-//! and the commands themselves.
+//! the record file ([`data_file`]) that `pfm record` writes and `pfm
+//! report` ([`profile`]) reads, resolving addresses through the captured
+//! maps ([`maps`]) to ELF symbols ([`symbols`]), and the commands
+//! themselves.
 
 use std::process::ExitCode;
 
@@ -9,12 +12,17 @@ use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
 
 pub mod cli;
+pub mod data_file;
 pub mod events;
 mod info;
+pub mod maps;
 mod output;
+pub mod profile;
+mod record;
 pub mod report;
 pub mod sets;
 mod stat;
+pub mod symbols;
 pub mod usage;
 
 use cli::{Cli, Command};
@@ -62,6 +70,16 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             }
             stat::stat(s, cli.json, output)
         }
+        Command::Record(r) => {
+            if let Err(msg) = r.check(cli.json) {
+                return Err(Failure {
+                    message: usage::own(&msg, "pfm record"),
+                    code: 2,
+                });
+            }
+            record::record(r, output)
+        }
+        Command::Report(r) => profile::report(r, cli.json, output),
     }
 }
 

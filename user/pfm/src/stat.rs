@@ -266,7 +266,7 @@ fn perf_delta(
 
 /// The threads of process `pid` now (`/proc/PID/task`); just `pid` if
 /// they cannot be listed (perf then counts what it can).
-fn tasks_of(pid: u32) -> Vec<u32> {
+pub(crate) fn tasks_of(pid: u32) -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return vec![pid];
     };
@@ -281,7 +281,7 @@ fn tasks_of(pid: u32) -> Vec<u32> {
 }
 
 /// A thread's name, `/proc/TID/comm` without its newline.
-fn comm_of(tid: u32) -> Option<String> {
+pub(crate) fn comm_of(tid: u32) -> Option<String> {
     let text = std::fs::read_to_string(format!("/proc/{tid}/comm")).ok()?;
     Some(text.trim_end_matches('\n').to_string())
 }

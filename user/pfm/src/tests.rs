@@ -358,3 +358,112 @@ fn help_and_version() {
     assert!(help.contains("-t, --tid <TID>"), "{help}");
     assert!(LONG_VERSION.ends_with(&format!("(perfmon ABI {})", perfmon::abi::PFM_ABI_VERSION)));
 }
+
+fn record(args: &[&str]) -> (Cli, crate::cli::RecordArgs) {
+    let cli = p(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    match cli.command {
+        Command::Record(r) => {
+            let cli = Cli {
+                command: Command::List,
+                ..cli
+            };
+            (cli, *r)
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn record_command() {
+    let (cli, r) = record(&[
+        "record",
+        "-e",
+        "task-clock",
+        "-c",
+        "2000000",
+        "-o",
+        "f.data",
+        "--",
+        "prog",
+        "-x",
+    ]);
+    assert_eq!(r.event.as_deref(), Some("task-clock"));
+    assert_eq!(r.period, Some(2_000_000));
+    assert_eq!(cli.output, Some(PathBuf::from("f.data")));
+    assert_eq!(r.command, os(&["prog", "-x"]));
+    assert_eq!((r.pages, r.drop, r.no_inherit), (128, false, false));
+    assert!(r.check(false).is_ok());
+    // The command's own options stay its own.
+    let (_, r) = record(&[
+        "record", "-F", "1000", "--pages", "8", "--drop", "ls", "-c", "5",
+    ]);
+    assert_eq!(
+        (r.freq, r.period, r.pages, r.drop),
+        (Some(1000), None, 8, true)
+    );
+    assert_eq!(r.command, os(&["ls", "-c", "5"]));
+    let (_, r) = record(&["record", "-c", "3", "-p", "4,5", "--duration", "0.5"]);
+    assert_eq!(r.pids, vec![4, 5]);
+    assert!(r.check(false).is_ok());
+    let (_, r) = record(&["record", "-c", "3", "-t", "9"]);
+    assert_eq!(r.tid, Some(9));
+    assert!(r.check(false).is_ok());
+    // What clap refuses.
+    for bad in [
+        &["record", "-c", "0", "true"][..],
+        &["record", "-c", "1", "-F", "1", "true"],
+        &["record", "-c", "1", "--pages", "3", "true"],
+        &["record", "-c", "1", "--pages", "2048", "true"],
+        &["record", "-c", "1", "-p", "1", "true"],
+        &["record", "-c", "1", "-t", "1", "-p", "2"],
+        &["record", "-c", "1", "--no-inherit", "-t", "1"],
+    ] {
+        assert!(p(bad).is_err(), "{bad:?}");
+    }
+    // What check refuses: no period, no target, --json, --duration with a
+    // command, a process twice.
+    let (_, r) = record(&["record", "true"]);
+    assert!(r.check(false).unwrap_err().contains("-c PERIOD"));
+    let (_, r) = record(&["record", "-c", "1"]);
+    assert!(r.check(false).unwrap_err().contains("nothing to sample"));
+    let (_, r) = record(&["record", "-c", "1", "true"]);
+    assert!(r.check(true).unwrap_err().contains("--json"));
+    let (_, r) = record(&["record", "-c", "1", "--duration", "1", "true"]);
+    assert!(r.check(false).is_err());
+    let (_, r) = record(&["record", "-c", "1", "-p", "3,3"]);
+    assert!(r.check(false).is_err());
+}
+
+#[test]
+fn report_command() {
+    let cli = p(&["report"]).unwrap();
+    let Command::Report(r) = cli.command else {
+        panic!("{:?}", cli.command)
+    };
+    assert_eq!(r.input, PathBuf::from("pfm.data"));
+    assert_eq!(r.sort, crate::cli::SortKey::Sym);
+    let cli = p(&[
+        "report",
+        "-i",
+        "x.data",
+        "--json",
+        "--sort",
+        "dso",
+        "--pprof",
+        "p.pb.gz",
+        "--flamegraph",
+        "f.svg",
+    ])
+    .unwrap();
+    assert!(cli.json);
+    let Command::Report(r) = cli.command else {
+        panic!("{:?}", cli.command)
+    };
+    assert_eq!(r.input, PathBuf::from("x.data"));
+    assert_eq!(r.sort, crate::cli::SortKey::Dso);
+    assert_eq!(r.pprof, Some(PathBuf::from("p.pb.gz")));
+    assert_eq!(r.flamegraph, Some(PathBuf::from("f.svg")));
+    assert!(p(&["report", "--sort", "comm"]).is_err());
+    assert_eq!(usage::command_in(&["record".into()]), "pfm record");
+    assert_eq!(usage::command_in(&["report".into()]), "pfm report");
+}

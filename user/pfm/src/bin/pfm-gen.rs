@@ -1,7 +1,8 @@
 //! pfm-gen: writes pfm's man pages and shell completions from the same
 //! clap declarations as the tool (`make man` runs it).
 //!
-//! usage: pfm-gen DIR   (DIR/pfm.1, DIR/pfm-stat.1, DIR/pfm-list.1,
+//! usage: pfm-gen DIR   (DIR/pfm.1, DIR/pfm-stat.1, DIR/pfm-record.1,
+//!                       DIR/pfm-report.1, DIR/pfm-list.1,
 //!                       DIR/pfm-info.1, DIR/completions/{pfm.bash,_pfm,pfm.fish})
 
 use std::path::{Path, PathBuf};

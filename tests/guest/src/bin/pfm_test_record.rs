@@ -1,0 +1,779 @@
+//! pfm_test_record: `pfm record` and `pfm report` end to end, on
+//! `pmu=soft`, against oracles the tool cannot influence: the workload's
+//! own CPU clock and its own getrusage.
+//!
+//! - Task-clock: `pfm record -e task-clock -c 2000000 -- <this program's
+//!   hot-cold mode>`, which spends its CPU time in two out-of-line
+//!   functions, `hot_work` (8 ms a round) and `cold_work` (2 ms), measuring
+//!   the time of each with `CLOCK_THREAD_CPUTIME_ID` around each call, with
+//!   naps between rounds. `pfm report --json` must put each function's
+//!   share of the samples within ±5 points of the workload's own measured
+//!   share (the binomial deviation of an 80% share over ~1,000 samples is
+//!   1.3 points), and the samples (written + lost) within 2% of T/P, T the
+//!   workload's own CPU time at its end.
+//! - Context switches: `pfm record -e cs -c P -- <ping-pong mode>`, N
+//!   exchanges with a partner thread on the same CPU; the workload counts
+//!   its own switches between the start of its main and its end
+//!   (`getrusage(RUSAGE_THREAD)`), N', and does nothing that may switch
+//!   after its last reading. When the module counted exactly those (the
+//!   report's `counted`, the events pfm computed from the buffer's entries
+//!   and the counter's last value, equal to N': nothing switched between
+//!   the exec and main; up to three tries), the file holds exactly ⌊N'/P⌋
+//!   samples; in every try it holds exactly ⌊counted/P⌋.
+//! - `--pprof` and `--flamegraph` of the task-clock file: the pprof,
+//!   gunzipped and decoded with prost, has the report's samples and names
+//!   `hot_work` the function with the most; the SVG is XML naming it.
+//! - `-t TID` and `-p PID` of a running workload for `--duration`: its
+//!   samples resolve to its functions.
+//! - `-g`: the assembly chain `pfm_chain_a → pfm_chain_b → pfm_chain_c`
+//!   (`pfm_guest::frames`), every one of `pfm_chain_c`'s samples in the
+//!   pprof profile under `pfm_chain_a;pfm_chain_b`, all three in the flame
+//!   graph.
+//! - Errors on one line with their exit status: no `-c`, an unknown event,
+//!   `-F` with a counting event, an unwritable `-o`, and a file that is not
+//!   a record file given to `pfm report`.
+//!
+//! The tool is found through $PFM_BIN, next to this program, as /bin/pfm,
+//! or in PATH. The workloads are this program run by pfm with
+//! `--pfm-child MODE`; its symbols (not stripped) are what pfm report
+//! resolves.
+
+use std::io::Read;
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use pfm_guest::child::{Child, CHILD_FLAG};
+use pfm_guest::tap::diag;
+use pfm_guest::{edges, ensure, module, raw, work, ResultExt, Tap, TestResult};
+use pfm_json::Report;
+use prost::Message;
+
+const PLAN: usize = 8;
+
+/// Task-clock's period (ns) and the workload's own CPU time (ms).
+const CLOCK_PERIOD: u64 = 2_000_000;
+const CLOCK_RUN_MS: u64 = 2_000;
+
+/// `n` iterations of a loop whose code is only here (its samples' IPs are
+/// in this function, whatever the optimizer does around it).
+#[inline(never)]
+fn hot_work(n: u64) {
+    // SAFETY: Register-only arithmetic.
+    unsafe {
+        core::arch::asm!(
+            "2:",
+            "dec {n}",
+            "jnz 2b",
+            n = inout(reg) n.max(1) => _,
+            options(nostack, nomem),
+        );
+    }
+}
+
+/// [`hot_work`]'s twin, at other addresses.
+#[inline(never)]
+fn cold_work(n: u64) {
+    // SAFETY: As in `hot_work`.
+    unsafe {
+        core::arch::asm!(
+            "2:",
+            "dec {n}",
+            "jnz 2b",
+            "nop",
+            n = inout(reg) n.max(1) => _,
+            options(nostack, nomem),
+        );
+    }
+}
+
+/// The hot-cold workload: rounds of 8 ms in `hot_work` and 2 ms in
+/// `cold_work` (calibrated on the thread's CPU clock), a 300 µs nap after
+/// each (the sampling timer is disarmed and armed again ~200 times), until
+/// `run_ms` of its own CPU time; then writes to `out` the nanoseconds it
+/// measured in each and its CPU time in all.
+fn hot_cold(run_ms: u64, out: &str) -> i32 {
+    let clock = edges::thread_cpu_ns;
+    // Iterations per ms (the loops are the same loop).
+    let chunk = {
+        let t = clock();
+        cold_work(1_000_000);
+        (1_000_000u64 * 1_000_000 / (clock() - t).max(1)).max(1000)
+    };
+    let nap = Duration::from_micros(300);
+    let (mut hot_ns, mut cold_ns) = (0u64, 0u64);
+    while clock() < run_ms * 1_000_000 {
+        let a = clock();
+        hot_work(8 * chunk);
+        let b = clock();
+        cold_work(2 * chunk);
+        let c = clock();
+        hot_ns += b - a;
+        cold_ns += c - b;
+        std::thread::sleep(nap);
+    }
+    let line = format!("{hot_ns} {cold_ns} {}\n", clock());
+    if std::fs::write(out, line).is_err() {
+        return 3;
+    }
+    0
+}
+
+/// The ping-pong workload: `n` exchanges of a byte with a partner thread,
+/// both on CPU 0, so the main thread blocks once an exchange; then it
+/// ends the partner and joins it, and writes to `out` its own switches
+/// from the start of main to then (getrusage), and since its creation.
+/// Nothing after that reading may switch: `out` is opened before the first
+/// reading, no thread is left for the exit to wake, and `_exit` skips the
+/// runtime's exit. The module counts the exit's switches up to `exit_mm`
+/// (Documentation/perfmon.rst), which then has none to count.
+fn ping_pong(n: u64, out: &str) -> i32 {
+    use std::io::Write;
+    let Ok(mut file) = std::fs::File::create(out) else {
+        return 3;
+    };
+    let start = edges::thread_switches();
+    if work::pin_to(0).is_err() {
+        return 3;
+    }
+    let (Ok((a_r, a_w)), Ok((b_r, b_w))) = (raw::pipe(), raw::pipe()) else {
+        return 3;
+    };
+    let partner = std::thread::spawn(move || {
+        let _ = work::pin_to(0);
+        while let Ok(b) = raw::read_fd(a_r.as_raw_fd(), 1) {
+            if b.is_empty() || raw::write_fd(b_w.as_raw_fd(), &b).is_err() {
+                break;
+            }
+        }
+    });
+    for _ in 0..n {
+        if raw::write_fd(a_w.as_raw_fd(), b"x").is_err()
+            || raw::read_fd(b_r.as_raw_fd(), 1).is_err()
+        {
+            return 3;
+        }
+    }
+    // End of file for the partner, which ends; the join's switches are
+    // counted on both sides.
+    drop(a_w);
+    if partner.join().is_err() {
+        return 3;
+    }
+    let end = edges::thread_switches();
+    let ok = file
+        .write_all(format!("{} {end}\n", end - start).as_bytes())
+        .is_ok();
+    // SAFETY: Ends the process at once; nothing of it is needed any more.
+    unsafe { libc::_exit(if ok { 0 } else { 3 }) }
+}
+
+/// This program's own workloads, before `pfm_guest`'s.
+fn own_child_modes() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) != Some(CHILD_FLAG) {
+        return;
+    }
+    let num = |i: usize| args.get(i).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
+    let out = args.get(4).cloned().unwrap_or_default();
+    let code = match args.get(2).map(String::as_str) {
+        Some("hot-cold") => hot_cold(num(3), &out),
+        Some("ping-pong") => ping_pong(num(3), &out),
+        Some("chain") => {
+            // `num(3)` ms of the thread's CPU time in `pfm_chain_c`,
+            // called through `pfm_chain_a` and `pfm_chain_b`.
+            let per_ms = pfm_guest::frames::iterations_per_ms();
+            pfm_guest::frames::run_chain(num(3) * per_ms, 0, None);
+            0
+        }
+        _ => return,
+    };
+    std::process::exit(code);
+}
+
+fn find_pfm() -> Option<PathBuf> {
+    if let Ok(p) = std::env::var("PFM_BIN") {
+        return Some(PathBuf::from(p));
+    }
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(|d| d.join("pfm")));
+    beside
+        .into_iter()
+        .chain(["/bin/pfm".into(), "/usr/bin/pfm".into()])
+        .find(|c| c.is_file())
+        .or_else(|| perfmon::process::find_program("pfm".as_ref()))
+}
+
+fn me() -> Result<String, String> {
+    Ok(std::env::current_exe()
+        .ctx("current_exe")?
+        .to_string_lossy()
+        .into_owned())
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Runs pfm with `args`, killed after 120 s.
+fn pfm(args: &[&str]) -> Result<Output, String> {
+    let path = find_pfm().ok_or("no pfm binary (PFM_BIN, /bin/pfm, PATH)")?;
+    let child = Command::new(&path)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("run {}: {e}", path.display()))?;
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = match rx.recv_timeout(Duration::from_secs(120)) {
+        Ok(out) => out.ctx("collect output")?,
+        Err(_) => {
+            let _ = perfmon::process::send_signal(pid, libc::SIGKILL);
+            return Err(format!("pfm {} still running after 120 s", args.join(" ")));
+        }
+    };
+    diag(format!("$ pfm {}  -> {}", args.join(" "), out.status));
+    for line in text(&out.stderr).lines().take(10) {
+        diag(format!("stderr| {line}"));
+    }
+    Ok(out)
+}
+
+/// `pfm report -i FILE --json`, deserialized into the documented type.
+fn report(file: &str) -> Result<Report, String> {
+    let out = pfm(&["report", "-i", file, "--json"])?;
+    ensure!(
+        out.status.success(),
+        "pfm report failed: {}",
+        text(&out.stderr)
+    );
+    serde_json::from_str(text(&out.stdout).trim())
+        .map_err(|e| format!("{e}: {}", text(&out.stdout)))
+}
+
+/// Samples of the rows whose symbol ends with `::name`.
+fn samples_in(r: &Report, name: &str) -> u64 {
+    let suffix = format!("::{name}");
+    r.rows
+        .iter()
+        .filter(|row| row.symbol.as_deref().is_some_and(|s| s.ends_with(&suffix)))
+        .map(|row| row.samples)
+        .sum()
+}
+
+fn show_rows(r: &Report) {
+    for row in r.rows.iter().take(6) {
+        diag(format!(
+            "  {:6.2}% {:6} {} {} {}",
+            row.overhead_pct,
+            row.samples,
+            row.comm,
+            row.dso,
+            row.symbol.as_deref().unwrap_or("")
+        ));
+    }
+}
+
+/// The workload's own numbers, from its file.
+fn numbers(path: &str, n: usize) -> Result<Vec<u64>, String> {
+    let s = std::fs::read_to_string(path).ctx(path)?;
+    let v: Vec<u64> = s
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    ensure!(v.len() == n, "{path}: {s:?}");
+    Ok(v)
+}
+
+const CLOCK_FILE: &str = "/tmp/pfm-record-clock.data";
+
+fn task_clock() -> TestResult {
+    let own = "/tmp/pfm-record-clock.own";
+    let me = me()?;
+    let period = CLOCK_PERIOD.to_string();
+    let run = CLOCK_RUN_MS.to_string();
+    let out = pfm(&[
+        "record",
+        "-e",
+        "task-clock",
+        "-c",
+        &period,
+        "-o",
+        CLOCK_FILE,
+        "--",
+        &me,
+        CHILD_FLAG,
+        "hot-cold",
+        &run,
+        own,
+    ])?;
+    ensure!(
+        out.status.code() == Some(0),
+        "pfm record: {} {}",
+        out.status,
+        text(&out.stderr)
+    );
+    let summary = text(&out.stderr);
+    ensure!(
+        summary.contains("[ pfm record: ") && summary.contains(CLOCK_FILE),
+        "no summary line: {summary}"
+    );
+    let v = numbers(own, 3)?;
+    let (hot_ns, cold_ns, t) = (v[0], v[1], v[2]);
+    let r = report(CLOCK_FILE)?;
+    show_rows(&r);
+    let (hot, cold) = (samples_in(&r, "hot_work"), samples_in(&r, "cold_work"));
+    let n = r.samples + r.lost;
+    let expect = t / CLOCK_PERIOD;
+    let share_own = hot_ns * 1000 / (hot_ns + cold_ns).max(1);
+    let share_smpl = hot * 1000 / (hot + cold).max(1);
+    diag(format!(
+        "T = {t} ns (the workload's own CPU clock), T/P = {expect}; samples {} + lost {} \
+         (counted {:?} ns); hot_work {hot}, cold_work {cold}, elsewhere {}; hot share {}.{}% \
+         of the two functions' samples, {}.{}% of their own measured time",
+        r.samples,
+        r.lost,
+        r.counted,
+        r.samples - hot - cold,
+        share_smpl / 10,
+        share_smpl % 10,
+        share_own / 10,
+        share_own % 10
+    ));
+    ensure!(
+        r.complete && r.event == "task-clock" && r.period == CLOCK_PERIOD,
+        "{r:?}"
+    );
+    ensure!(
+        n.abs_diff(expect) * 50 <= expect,
+        "{n} samples, not within 2% of T/P = {expect}"
+    );
+    // The rest is the naps' system calls (the switches' cost on the debug
+    // kernel is charged there: 2% to 27% of the samples, by the host's
+    // load), the clock reads and the exec: at least half must resolve to
+    // the two functions.
+    ensure!(
+        (hot + cold) * 2 >= r.samples,
+        "only {} of {} samples in hot_work and cold_work",
+        hot + cold,
+        r.samples
+    );
+    ensure!(
+        share_smpl.abs_diff(share_own) <= 50,
+        "hot_work: {share_smpl}‰ of the samples, {share_own}‰ of the workload's own time"
+    );
+    let cold_own = 1000 - share_own;
+    let cold_smpl = 1000 - share_smpl;
+    ensure!(
+        cold_smpl.abs_diff(cold_own) <= 50,
+        "cold_work: {cold_smpl}‰ of the samples, {cold_own}‰ of the workload's own time"
+    );
+    let exe = std::path::Path::new(&me)
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let top = r.rows.first().ok_or("no rows")?;
+    ensure!(
+        top.dso == exe
+            && top.comm == exe
+            && top
+                .symbol
+                .as_deref()
+                .is_some_and(|s| s.ends_with("::hot_work")),
+        "top row {top:?}, expected {exe}'s hot_work"
+    );
+    Ok(())
+}
+
+fn context_switches() -> TestResult {
+    const PERIOD: u64 = 7;
+    const EXCHANGES: u64 = 300;
+    let file = "/tmp/pfm-record-cs.data";
+    let own = "/tmp/pfm-record-cs.own";
+    let me = me()?;
+    let (period, n) = (PERIOD.to_string(), EXCHANGES.to_string());
+    let mut last = String::new();
+    for attempt in 0..3 {
+        let out = pfm(&[
+            "record",
+            "-e",
+            "cs",
+            "-c",
+            &period,
+            "-o",
+            file,
+            "--",
+            &me,
+            CHILD_FLAG,
+            "ping-pong",
+            &n,
+            own,
+        ])?;
+        ensure!(
+            out.status.code() == Some(0),
+            "pfm record: {} {}",
+            out.status,
+            text(&out.stderr)
+        );
+        let v = numbers(own, 2)?;
+        let (own_n, since_fork) = (v[0], v[1]);
+        let r = report(file)?;
+        let counted = r.counted.ok_or("no counted in the report")?;
+        last = format!(
+            "attempt {attempt}: N' = {own_n} switches (the workload's own, main to end; \
+             {since_fork} since its fork), counted {counted}, samples {} (lost {}), \
+             floor(N'/P) = {}",
+            r.samples,
+            r.lost,
+            own_n / PERIOD
+        );
+        diag(&last);
+        ensure!(own_n >= EXCHANGES, "{last}: fewer switches than exchanges");
+        ensure!(r.lost == 0, "{last}: lost samples");
+        ensure!(
+            r.samples == counted / PERIOD,
+            "{last}: not floor(counted/P) = {}",
+            counted / PERIOD
+        );
+        if counted == own_n {
+            ensure!(r.samples == own_n / PERIOD, "{last}: not floor(N'/P)");
+            return Ok(());
+        }
+    }
+    Err(format!(
+        "the module never counted exactly the workload's own switches: {last}"
+    ))
+}
+
+fn pprof_and_flamegraph() -> TestResult {
+    let (pb, svg) = ("/tmp/pfm-record.pb.gz", "/tmp/pfm-record.svg");
+    let out = pfm(&[
+        "report",
+        "-i",
+        CLOCK_FILE,
+        "--pprof",
+        pb,
+        "--flamegraph",
+        svg,
+        "-o",
+        "/tmp/pfm-record.txt",
+    ])?;
+    ensure!(out.status.success(), "pfm report: {}", text(&out.stderr));
+    let table = std::fs::read_to_string("/tmp/pfm-record.txt").ctx("the table")?;
+    for line in table.lines().take(12) {
+        diag(format!("table| {line}"));
+    }
+    ensure!(table.contains("::hot_work"), "the table names no hot_work");
+    let r = report(CLOCK_FILE)?;
+    // pprof: gunzip, decode, the samples per leaf function.
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(pb).ctx(pb)?)
+        .read_to_end(&mut raw)
+        .ctx("gunzip the pprof file")?;
+    let prof = pfm_json::pprof::Profile::decode(raw.as_slice()).ctx("decode profile.proto")?;
+    let mut by_function: std::collections::HashMap<String, i64> = Default::default();
+    for s in &prof.sample {
+        let leaf = s.location_id.first().copied().unwrap_or(0);
+        let name = prof
+            .location
+            .iter()
+            .find(|l| l.id == leaf)
+            .and_then(|l| l.line.first())
+            .and_then(|line| prof.function.iter().find(|f| f.id == line.function_id))
+            .map(|f| prof.string(f.name).to_string())
+            .unwrap_or_default();
+        *by_function.entry(name).or_default() += s.value.first().copied().unwrap_or(0);
+    }
+    let total: i64 = by_function.values().sum();
+    let top = by_function
+        .iter()
+        .max_by_key(|(_, v)| **v)
+        .map(|(n, v)| (n.clone(), *v))
+        .unwrap_or_default();
+    diag(format!(
+        "pprof: {} samples ({} in {}), {} functions, {} locations, {} mappings",
+        total,
+        top.1,
+        top.0,
+        prof.function.len(),
+        prof.location.len(),
+        prof.mapping.len()
+    ));
+    ensure!(
+        total as u64 == r.samples,
+        "pprof has {total} samples, the report {}",
+        r.samples
+    );
+    ensure!(
+        top.0.ends_with("::hot_work"),
+        "pprof's top function {}",
+        top.0
+    );
+    ensure!(
+        top.1 as u64 == samples_in(&r, "hot_work"),
+        "pprof's hot_work {} samples, the report's {}",
+        top.1,
+        samples_in(&r, "hot_work")
+    );
+    // The SVG: well-formed XML naming hot_work.
+    let bytes = std::fs::read(svg).ctx(svg)?;
+    let mut reader = quick_xml::Reader::from_reader(bytes.as_slice());
+    reader.config_mut().check_end_names = true;
+    let mut buf = Vec::new();
+    let mut titles = String::new();
+    loop {
+        match reader.read_event_into(&mut buf) {
+            Ok(quick_xml::events::Event::Eof) => break,
+            Ok(quick_xml::events::Event::Text(t)) => {
+                titles.push_str(&String::from_utf8_lossy(&t));
+            }
+            Ok(_) => {}
+            Err(e) => {
+                return Err(format!(
+                    "{svg} is not XML at {}: {e}",
+                    reader.buffer_position()
+                ))
+            }
+        }
+        buf.clear();
+    }
+    diag(format!("flame graph: {} bytes", bytes.len()));
+    ensure!(
+        titles.contains("hot_work"),
+        "the flame graph names no hot_work"
+    );
+    Ok(())
+}
+
+/// `pfm record -g`: the assembly chain `pfm_chain_a → pfm_chain_b →
+/// pfm_chain_c` (`pfm_guest::frames`, each with a frame) sampled with call
+/// chains; in the pprof profile every sample whose leaf is `pfm_chain_c`
+/// has `pfm_chain_b` and `pfm_chain_a` as its next two frames (the stack
+/// a;b;c), and the flame graph names all three.
+fn call_graph() -> TestResult {
+    let (data, pb, svg) = (
+        "/tmp/pfm-record-chain.data",
+        "/tmp/pfm-record-chain.pb.gz",
+        "/tmp/pfm-record-chain.svg",
+    );
+    let me = me()?;
+    let out = pfm(&[
+        "record",
+        "-g",
+        "-e",
+        "task-clock",
+        "-c",
+        "1000000",
+        "-o",
+        data,
+        "--",
+        &me,
+        CHILD_FLAG,
+        "chain",
+        "300",
+    ])?;
+    ensure!(out.status.success(), "pfm record -g: {}", text(&out.stderr));
+    let out = pfm(&["report", "-i", data, "--pprof", pb, "--flamegraph", svg])?;
+    ensure!(out.status.success(), "pfm report: {}", text(&out.stderr));
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(pb).ctx(pb)?)
+        .read_to_end(&mut raw)
+        .ctx("gunzip the pprof file")?;
+    let prof = pfm_json::pprof::Profile::decode(raw.as_slice()).ctx("decode profile.proto")?;
+    let name_of = |loc: u64| {
+        prof.location
+            .iter()
+            .find(|l| l.id == loc)
+            .and_then(|l| l.line.first())
+            .and_then(|line| prof.function.iter().find(|f| f.id == line.function_id))
+            .map(|f| prof.string(f.name).to_string())
+            .unwrap_or_default()
+    };
+    let (mut in_c, mut abc, mut all) = (0i64, 0i64, 0i64);
+    let mut odd = None;
+    for s in &prof.sample {
+        let n = s.value.first().copied().unwrap_or(0);
+        all += n;
+        let names: Vec<String> = s.location_id.iter().take(3).map(|&l| name_of(l)).collect();
+        if names.first().map(String::as_str) != Some("pfm_chain_c") {
+            continue;
+        }
+        in_c += n;
+        if names[1..] == ["pfm_chain_b", "pfm_chain_a"] {
+            abc += n;
+        } else {
+            odd.get_or_insert(names);
+        }
+    }
+    let svg_text = std::fs::read_to_string(svg).ctx(svg)?;
+    diag(format!(
+        "{all} samples, {in_c} in pfm_chain_c, {abc} of them under pfm_chain_a;pfm_chain_b; first other stack {odd:?}"
+    ));
+    // The rest is the workload's start and end (the exec, the runtime's
+    // set-up, page faults of a static binary under TCG: ~50 ms here), not
+    // judged: what is judged is every sample in pfm_chain_c.
+    ensure!(
+        in_c >= 200,
+        "{in_c} of {all} samples in pfm_chain_c for 300 ms"
+    );
+    ensure!(
+        abc == in_c,
+        "{} samples in pfm_chain_c without a;b above",
+        in_c - abc
+    );
+    for f in ["pfm_chain_a", "pfm_chain_b", "pfm_chain_c"] {
+        ensure!(svg_text.contains(f), "the flame graph does not name {f}");
+    }
+    Ok(())
+}
+
+fn attach() -> TestResult {
+    let mut child = Child::spawn("hot-cold", &["60000", "/tmp/pfm-record-tid.own"])?;
+    std::thread::sleep(Duration::from_millis(100));
+    let r = attach_runs(child.pid());
+    child.kill();
+    r
+}
+
+/// `-t` then `-p` of `pid`, a running hot-cold workload.
+fn attach_runs(pid: u32) -> TestResult {
+    let id = pid.to_string();
+    for (flag, file) in [
+        ("-t", "/tmp/pfm-record-tid.data"),
+        ("-p", "/tmp/pfm-record-pid.data"),
+    ] {
+        let out = pfm(&[
+            "record",
+            "-c",
+            "1000000",
+            flag,
+            &id,
+            "--duration",
+            "0.5",
+            "-o",
+            file,
+        ])?;
+        ensure!(
+            out.status.success(),
+            "pfm record {flag}: {}",
+            text(&out.stderr)
+        );
+        let r = report(file)?;
+        show_rows(&r);
+        let hot = samples_in(&r, "hot_work");
+        ensure!(r.tids == Some(vec![pid]), "{flag}: tids {:?}", r.tids);
+        let pids = (flag == "-p").then(|| vec![pid]);
+        ensure!(r.pids == pids, "{flag}: pids {:?}", r.pids);
+        ensure!(
+            r.samples >= 100,
+            "{flag}: {} samples in 0.5 s of a busy thread",
+            r.samples
+        );
+        ensure!(
+            hot * 2 >= r.samples,
+            "{flag}: {hot} of {} samples in hot_work",
+            r.samples
+        );
+    }
+    Ok(())
+}
+
+/// `pfm ARGS` fails with `code` and one line on standard error that
+/// contains `what`.
+fn one_line_error(args: &[&str], code: i32, what: &str) -> TestResult {
+    let out = pfm(args)?;
+    let err = text(&out.stderr);
+    let lines: Vec<&str> = err.lines().collect();
+    ensure!(
+        out.status.code() == Some(code),
+        "pfm {}: {} (expected exit {code}): {err}",
+        args.join(" "),
+        out.status
+    );
+    ensure!(
+        lines.len() == 1 && lines[0].starts_with("pfm: ") && lines[0].contains(what),
+        "pfm {}: not one line with '{what}': {err:?}",
+        args.join(" ")
+    );
+    Ok(())
+}
+
+fn errors() -> TestResult {
+    let me = me()?;
+    one_line_error(
+        &["record", "-e", "task-clock", "--", "true"],
+        2,
+        "-c PERIOD",
+    )?;
+    one_line_error(
+        &["record", "-e", "task-clok", "-c", "5", "--", "true"],
+        1,
+        "unknown event 'task-clok'",
+    )?;
+    one_line_error(
+        &["record", "-e", "cs", "-F", "100", "--", "true"],
+        2,
+        "-F FREQ is for task-clock",
+    )?;
+    one_line_error(
+        &[
+            "record",
+            "-c",
+            "5",
+            "-o",
+            "/proc/no-such-dir/pfm.data",
+            "--",
+            "true",
+        ],
+        1,
+        "cannot create /proc/no-such-dir/pfm.data",
+    )?;
+    one_line_error(&["report", "-i", &me], 1, "not a pfm record file")?;
+    one_line_error(
+        &["report", "-i", "/tmp/no-such-file.data"],
+        1,
+        "cannot read /tmp/no-such-file.data",
+    )?;
+    Ok(())
+}
+
+fn main() {
+    own_child_modes();
+    pfm_guest::child::dispatch();
+    let mut t = Tap::new(PLAN);
+    pfm_guest::watchdog(Duration::from_secs(400));
+    if find_pfm().is_none() {
+        t.bail_out("no pfm binary (PFM_BIN, /bin/pfm, PATH)");
+    }
+    t.require("insmod perfmon.ko", module::insmod(&[]));
+    t.run(
+        "task-clock: shares of hot_work and cold_work within 5 points of their own time, T/P samples within 2%",
+        task_clock,
+    );
+    t.run(
+        "context switches: exactly floor(N'/P) samples for the workload's own N' switches",
+        context_switches,
+    );
+    t.run(
+        "--pprof decodes to the report's samples, --flamegraph is XML naming hot_work",
+        pprof_and_flamegraph,
+    );
+    t.run(
+        "-t TID and -p PID for --duration: samples resolve to the workload's functions",
+        attach,
+    );
+    t.run(
+        "-g: call chains, pfm_chain_c's samples under pfm_chain_a;pfm_chain_b in the pprof profile",
+        call_graph,
+    );
+    t.run("errors: one line each, with their exit status", errors);
+    t.run("rmmod perfmon", module::rmmod);
+    t.finish();
+}

@@ -1,0 +1,804 @@
+//! `pfm record`: samples a command from its first instruction, or running
+//! threads, into a record file ([`crate::data_file`]).
+//!
+//! The event's PMD starts at -PERIOD and is reset to it at each overflow,
+//! which writes an entry into the context's sampling buffer
+//! (Documentation/perfmon.rst, "Sampling"). pfm drains the mapped buffer
+//! while the thread runs (it never stops it): whenever `poll` says the
+//! buffer is half full (the module's default watermark), and every
+//! [`MAPS_REFRESH`], when it also reads again the maps of every process it
+//! has samples of. The maps are what `pfm report` resolves addresses
+//! against, and they are gone once a process exits, so pfm reads them
+//! while it lives: when a process's first sample arrives, whenever a
+//! sample's address is in none of its known mappings (a library mapped
+//! since), and every [`MAPS_REFRESH`]; a new snapshot is written only when
+//! the text changed. A mapping that appears and goes between two reads
+//! without a sample drained in between is missed (a library loaded, run
+//! and unloaded within 50 ms): its samples resolve to `[unknown]`.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::BufWriter;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use perfmon::abi::{
+    PfmPmd, PfmSmplEntry, PfmSmplSetup, PFM_CTXFL_INHERIT, PFM_CTXFL_START_ON_EXEC, PFM_SMPL_DROP,
+};
+use perfmon::process::{self, ExitStatus, Interrupts, PausedChild};
+use perfmon::{Context, Generic, MessageKind, PmuInfo, SampleBuffer};
+
+use crate::cli::RecordArgs;
+use crate::data_file::{Finish, Header, Maps, Sample, Thread, Writer};
+use crate::events::{Resolved, Resolver};
+use crate::maps;
+use crate::stat::{comm_of, tasks_of};
+use crate::Failure;
+
+/// The file written without `-o`.
+pub const DEFAULT_FILE: &str = "pfm.data";
+
+/// How often pfm drains the buffers and reads the maps again.
+pub const MAPS_REFRESH: Duration = Duration::from_millis(50);
+
+/// How long a target may take to install the context after LOAD.
+const ACTIVE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Once the sampled threads are gone, how often pfm looks whether the
+/// command ended.
+const EXITED_POLL: Duration = Duration::from_millis(10);
+
+/// `CLOCK_MONOTONIC` (the entries' clock), or `CLOCK_REALTIME`, in ns.
+fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer; the clocks exist on Linux.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
+fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// The sample of a buffer entry and its call chain (empty without `-g`).
+fn sample_of(e: &PfmSmplEntry, chain: &[u64]) -> Sample {
+    let n = usize::from(e.nvalues).min(e.values.len());
+    Sample {
+        tid: e.tid,
+        pid: e.pid,
+        cpu: e.cpu,
+        pmd: e.ovfl_pmd,
+        set: e.set,
+        seq: e.seq,
+        ip: e.ip,
+        tstamp: e.tstamp,
+        values: e.values[..n].to_vec(),
+        // `-g`: the return addresses, the caller of `ip`'s function first.
+        chain: chain.to_vec(),
+    }
+}
+
+/// This process's vDSO image (`[vdso]` of `/proc/self/maps`, read through
+/// `/proc/self/mem`): the kernel maps the same one into every 64-bit
+/// process, and no file holds it, so `pfm report` resolves `[vdso]`
+/// addresses against this copy. `None` where it cannot be read.
+pub(crate) fn own_vdso() -> Option<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let m = maps::parse(&maps)
+        .into_iter()
+        .find(|m| m.path == "[vdso]")?;
+    let mut mem = File::open("/proc/self/mem").ok()?;
+    mem.seek(SeekFrom::Start(m.start)).ok()?;
+    let mut image = vec![0u8; usize::try_from(m.end - m.start).ok()?];
+    mem.read_exact(&mut image).ok()?;
+    image.starts_with(b"\x7fELF").then_some(image)
+}
+
+/// One sampled thread: its context and the context's buffer.
+struct Sampled {
+    ctx: Context,
+    buf: SampleBuffer,
+    tid: u32,
+    /// The thread exited (or its monitoring was revoked).
+    ended: bool,
+}
+
+/// What pfm knows of a process it has samples of.
+#[derive(Default)]
+struct Process {
+    /// The last maps text written for it.
+    maps: String,
+    /// Its mappings in that text.
+    mappings: Vec<maps::Mapping>,
+    /// Its maps could not be read any more: it exited.
+    gone: bool,
+}
+
+/// The file being written and what it already holds.
+struct Recorder {
+    writer: Writer<BufWriter<File>>,
+    path: String,
+    processes: HashMap<u32, Process>,
+    threads: HashSet<u32>,
+    /// The first write error: the recording goes on, pfm fails at the end.
+    error: Option<String>,
+}
+
+impl Recorder {
+    fn io<T>(&mut self, r: std::io::Result<T>) {
+        if let Err(e) = r {
+            if self.error.is_none() {
+                self.error = Some(format!(
+                    "cannot write {}: {}",
+                    self.path,
+                    perfmon::errno_text(e.raw_os_error().unwrap_or(libc::EIO))
+                ));
+            }
+        }
+    }
+
+    /// Reads `/proc/PID/maps` and writes it if it changed. Returns whether
+    /// it could be read.
+    fn capture_maps(&mut self, pid: u32) -> bool {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            self.processes.entry(pid).or_default().gone = true;
+            return false;
+        };
+        // A process between exit and reaping has no memory left: keep the
+        // last snapshot rather than an empty one.
+        if text.is_empty() {
+            self.processes.entry(pid).or_default().gone = true;
+            return false;
+        }
+        let p = self.processes.entry(pid).or_default();
+        if p.maps != text {
+            p.mappings = maps::parse(&text);
+            p.maps = text.clone();
+            let r = self.writer.maps(&Maps {
+                pid,
+                time_ns: monotonic_ns(),
+                maps: text,
+            });
+            self.io(r);
+        }
+        true
+    }
+
+    /// The header, then what every recording carries: the vDSO image.
+    fn begin(&mut self, header: &Header) {
+        let r = self.writer.header(header);
+        self.io(r);
+        if let Some(image) = own_vdso() {
+            let r = self.writer.vdso(&image);
+            self.io(r);
+        }
+    }
+
+    /// Notes a thread: its name, and its process's maps, the first time.
+    fn note(&mut self, tid: u32, pid: u32) {
+        if self.threads.insert(tid) {
+            if let Some(comm) = comm_of(tid).or_else(|| comm_of(pid)) {
+                let r = self.writer.thread(&Thread {
+                    tid,
+                    pid,
+                    comm,
+                    time_ns: monotonic_ns(),
+                });
+                self.io(r);
+            }
+        }
+        if !self.processes.contains_key(&pid) {
+            self.capture_maps(pid);
+        }
+    }
+
+    /// Writes every entry of `s`'s buffer not yet consumed.
+    fn drain(&mut self, s: &mut Sampled) {
+        let mut entries = Vec::new();
+        s.buf
+            .drain_chains(|e, chain| entries.push((*e, chain.to_vec())));
+        // Processes whose maps were read again in this drain.
+        let mut refreshed = HashSet::new();
+        for (e, chain) in &entries {
+            self.note(e.tid, e.pid);
+            let known = self
+                .processes
+                .get(&e.pid)
+                .is_some_and(|p| p.mappings.iter().any(|m| m.contains(e.ip)));
+            if !known && e.ip != 0 && refreshed.insert(e.pid) {
+                self.capture_maps(e.pid);
+            }
+            let r = self.writer.sample(&sample_of(e, chain));
+            self.io(r);
+        }
+    }
+
+    /// Reads the maps of every live process again.
+    fn refresh(&mut self) {
+        let live: Vec<u32> = self
+            .processes
+            .iter()
+            .filter(|(_, p)| !p.gone)
+            .map(|(&pid, _)| pid)
+            .collect();
+        for pid in live {
+            self.capture_maps(pid);
+        }
+        let r = self.writer.flush();
+        self.io(r);
+    }
+}
+
+/// Drains `s`, then reads its messages: restarts a context masked by a
+/// full buffer (after the drain, so it has room), notes an exit.
+fn service(rec: &mut Recorder, s: &mut Sampled) -> Result<(), Failure> {
+    rec.drain(s);
+    if s.ended {
+        return Ok(());
+    }
+    let mut full = false;
+    for msg in s.ctx.messages() {
+        match msg?.kind {
+            MessageKind::SmplFull => full = true,
+            MessageKind::End | MessageKind::Revoked => s.ended = true,
+            _ => {}
+        }
+    }
+    if full {
+        rec.drain(s);
+        match s.ctx.restart() {
+            Ok(()) => {}
+            // The thread exited meanwhile: nothing to resume.
+            Err(e) if e.errno() == Some(libc::EBADFD) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if !s.ended && s.ctx.state()?.has_exited() {
+        s.ended = true;
+    }
+    Ok(())
+}
+
+/// The event, its period, and how it is programmed.
+struct Plan {
+    event: Resolved,
+    period: u64,
+    unit: &'static str,
+    width: u16,
+}
+
+impl Plan {
+    /// -PERIOD in the counter's width: the value that overflows at the
+    /// PERIOD-th event.
+    fn minus_period(&self) -> u64 {
+        if self.width >= 64 {
+            self.period.wrapping_neg()
+        } else {
+            (1u64 << self.width) - self.period
+        }
+    }
+
+    /// Events a context counted: a period per entry written or lost, and
+    /// what it counted since its last overflow (`value`: its PMD now).
+    fn counted(&self, entries: u64, value: u64) -> u64 {
+        let mask = if self.width >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << self.width) - 1
+        };
+        let since = value.wrapping_sub(self.minus_period()) & mask;
+        entries.saturating_mul(self.period).saturating_add(since)
+    }
+}
+
+/// Resolves `-e` and the period (`-c`, or `-F` for task-clock).
+fn plan(args: &RecordArgs, pmu: &PmuInfo) -> Result<Plan, Failure> {
+    let resolver = Resolver::new(pmu);
+    let event = match &args.event {
+        Some(name) if name.contains(',') || name.contains('{') => {
+            return Err(Failure {
+                message: crate::usage::own(
+                    &format!("pfm record samples one event, not '{name}'"),
+                    "pfm record",
+                ),
+                code: 2,
+            })
+        }
+        Some(name) => resolver.resolve(name)?,
+        None => resolver
+            .resolve_names(&[])?
+            .into_iter()
+            .next()
+            .ok_or_else(|| Failure::new(format!("the {} model has no event", pmu.model)))?,
+    };
+    let time = pmu.generic(event.event.code) == Some(Generic::TaskClock);
+    let period = match (args.period, args.freq) {
+        (Some(p), _) => p,
+        (None, Some(f)) if time => (1_000_000_000 / f).max(1),
+        (None, Some(_)) => {
+            return Err(Failure {
+                message: crate::usage::own(
+                    &format!(
+                        "-F FREQ is for task-clock (a period of 1e9/FREQ ns); \
+                         give '{}' a period with -c PERIOD",
+                        event.event.name
+                    ),
+                    "pfm record",
+                ),
+                code: 2,
+            })
+        }
+        // `RecordArgs::check` requires one of them.
+        (None, None) => return Err(Failure::new("no sampling period (-c PERIOD)")),
+    };
+    let width = pmu.counter_width;
+    if width < 64 && period >= 1u64 << width {
+        return Err(Failure::new(format!(
+            "period {period} does not fit the {width}-bit counters of PMU model {} \
+             (at most {})",
+            pmu.model,
+            (1u64 << width) - 1
+        )));
+    }
+    Ok(Plan {
+        event,
+        period,
+        unit: if time { "ns" } else { "events" },
+        width,
+    })
+}
+
+/// A context programmed to sample, with its buffer mapped, not loaded.
+fn sampling_context(
+    ctx: Option<Context>,
+    plan: &Plan,
+    args: &RecordArgs,
+) -> Result<Sampled, Failure> {
+    let mut ctx = match ctx {
+        Some(c) => c,
+        None => Context::open()?,
+    };
+    match ctx.program(std::slice::from_ref(&plan.event.event)) {
+        Ok(()) => {}
+        Err(perfmon::Error::BadRegister {
+            op: perfmon::Op::WritePmcs,
+            ..
+        }) => {
+            return Err(Failure::new(format!(
+                "event '{}' (PMC value {:#x}) refused by the module (EINVAL)",
+                plan.event.event.name, plan.event.event.code
+            )))
+        }
+        Err(e) => return Err(e.into()),
+    }
+    let pmd = ctx.programmed()[0];
+    let minus_p = plan.minus_period();
+    let mut regs = [PfmPmd {
+        reg_num: pmd,
+        reg_value: minus_p,
+        reg_short_reset: minus_p,
+        reg_long_reset: minus_p,
+        ..Default::default()
+    }];
+    ctx.write_pmds(&mut regs)?;
+    ctx.setup_sampling_with(&PfmSmplSetup {
+        data_pages: args.pages,
+        flags: if args.drop { PFM_SMPL_DROP } else { 0 },
+        chain_depth: if args.call_graph { args.max_stack } else { 0 },
+        ..Default::default()
+    })?;
+    let buf = ctx.map_samples(args.pages)?;
+    Ok(Sampled {
+        ctx,
+        buf,
+        tid: 0,
+        ended: false,
+    })
+}
+
+/// Runs `pfm record`; returns the exit status (the command's, in command
+/// mode).
+pub fn record(args: &RecordArgs, output: Option<&Path>) -> Result<u8, Failure> {
+    let attach = args.tid.is_some() || !args.pids.is_empty();
+    // Signals first, in the main thread, before anything else can start.
+    let interrupts = if attach {
+        Some(Interrupts::terminal()?)
+    } else {
+        None
+    };
+    let ctx = Context::open()?;
+    let pmu = ctx.info()?.clone();
+    let plan = plan(args, &pmu)?;
+    let path = output.unwrap_or(Path::new(DEFAULT_FILE));
+    let writer = Writer::create(path).map_err(|e| {
+        Failure::new(format!(
+            "cannot create {}: {}",
+            path.display(),
+            perfmon::errno_text(e.raw_os_error().unwrap_or(0))
+        ))
+    })?;
+    let mut rec = Recorder {
+        writer,
+        path: path.display().to_string(),
+        processes: HashMap::new(),
+        threads: HashSet::new(),
+        error: None,
+    };
+    let header = Header {
+        pfm_version: env!("CARGO_PKG_VERSION").to_string(),
+        model: pmu.model.clone(),
+        event: plan.event.event.name.clone(),
+        code: plan.event.event.code,
+        pmd: 0,
+        counter_width: plan.width,
+        unit: plan.unit.to_string(),
+        period: plan.period,
+        freq: args.freq.filter(|_| args.period.is_none()),
+        pages: args.pages,
+        drop: args.drop,
+        call_chains: args.call_graph,
+        ..Header::default()
+    };
+    let first = sampling_context(Some(ctx), &plan, args)?;
+    let header = Header {
+        pmd: first.ctx.programmed().first().copied().unwrap_or(0),
+        ..header
+    };
+    let (status, interrupted, sampled) = match &interrupts {
+        Some(i) => {
+            let (interrupted, sampled) = attached(args, &plan, &mut rec, header, first, i)?;
+            (None, interrupted, sampled)
+        }
+        None => {
+            let (status, sampled) = command(args, &mut rec, header, first)?;
+            (Some(status), false, sampled)
+        }
+    };
+    // Every context is unloaded: its buffer holds all it will.
+    let (mut written, mut lost, mut counted) = (0u64, 0u64, 0u64);
+    for s in &sampled {
+        let st = s.buf.stats();
+        written += st.written;
+        lost += st.lost;
+        let value = s.ctx.read().map(|c| c.values[0]).unwrap_or(0);
+        counted = counted.saturating_add(plan.counted(st.written + st.lost, value));
+    }
+    let finish = Finish {
+        end_monotonic_ns: monotonic_ns(),
+        samples: rec.writer.samples,
+        written,
+        lost,
+        counted: Some(counted),
+        exit_code: status.and_then(|s| s.code),
+        exit_signal: status.and_then(|s| s.signal),
+        interrupted,
+    };
+    let r = rec.writer.finish(&finish);
+    rec.io(r);
+    let r = rec.writer.flush();
+    rec.io(r);
+    if let Some(e) = rec.error {
+        return Err(Failure::new(e));
+    }
+    eprintln!(
+        "[ pfm record: {} samples of {} (period {}) written to {} ({:.3} MB); {} lost ]",
+        rec.writer.samples,
+        plan.event.event.name,
+        plan.period,
+        rec.path,
+        rec.writer.bytes as f64 / 1e6,
+        lost
+    );
+    if lost > 0 {
+        eprintln!(
+            "pfm: warning: {lost} samples lost: the buffer was full; a larger --pages keeps them"
+        );
+    }
+    Ok(status.map_or(0, |s| u8::try_from(s.shell_code()).unwrap_or(1)))
+}
+
+/// Command mode: fork the command paused, attach, arm the start at its
+/// exec, let it go, drain until it ends. Returns its status and the
+/// (unloaded) context.
+fn command(
+    args: &RecordArgs,
+    rec: &mut Recorder,
+    mut header: Header,
+    mut s: Sampled,
+) -> Result<(ExitStatus, Vec<Sampled>), Failure> {
+    let argv: &[OsString] = &args.command;
+    // Dropping `child` on any error below kills the paused command.
+    let mut child = PausedChild::spawn(argv)?;
+    let pid = child.pid();
+    // Until its exec the child is a copy of pfm: its maps are pfm's. The
+    // samples taken in the exec's last part carry the old image's
+    // instruction pointer (pfm's execve), which this snapshot resolves.
+    let forked = (monotonic_ns(), std::fs::read_to_string("/proc/self/maps"));
+    let (on_exec, inherit) = arm_and_load(&s.ctx, pid, !args.no_inherit)?;
+    s.tid = pid;
+    s.ctx.wait_active(ACTIVE_TIMEOUT)?;
+    s.ctx.set_nonblocking(true)?;
+    header.command = Some(
+        argv.iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+    );
+    header.pid = Some(pid);
+    header.inherit = inherit;
+    header.start_unix_ns = clock_ns(libc::CLOCK_REALTIME);
+    header.start_monotonic_ns = monotonic_ns();
+    rec.begin(&header);
+    if let (time_ns, Ok(maps)) = forked {
+        let r = rec.writer.maps(&Maps { pid, time_ns, maps });
+        rec.io(r);
+    }
+    if !on_exec {
+        s.ctx.start()?;
+    }
+    // From here Ctrl-C is for the command; pfm stays to write the samples.
+    process::ignore_interrupts();
+    if let Err(e) = child.release() {
+        let _ = child.wait();
+        return Err(e.into());
+    }
+    // The new image may not be mapped whole yet (the loader maps it after
+    // the exec's point of no return): the refreshes and the first samples
+    // read the maps again.
+    rec.note(pid, pid);
+    let mut next_refresh = Instant::now() + MAPS_REFRESH;
+    let status = loop {
+        let timeout = next_refresh.saturating_duration_since(Instant::now());
+        if s.ended {
+            std::thread::sleep(timeout.min(EXITED_POLL));
+        } else {
+            // Readable at the watermark, a full buffer, or the exit.
+            process::wait_readable(&[s.ctx.as_fd()], Some(timeout))?;
+        }
+        service(rec, &mut s)?;
+        if Instant::now() >= next_refresh {
+            rec.refresh();
+            next_refresh = Instant::now() + MAPS_REFRESH;
+        }
+        if let Some(st) = child.try_wait()? {
+            break st;
+        }
+        if s.ended && !inherit {
+            // The sampled thread is gone; the process may live on in
+            // other threads, which are not sampled: wait for it.
+            break child.wait()?;
+        }
+    };
+    let _ = s.ctx.unload();
+    rec.drain(&mut s);
+    Ok((status, vec![s]))
+}
+
+/// Sets the context's flags for a command (start at its exec; follow what
+/// it creates if `inherit` and the module allows it with a buffer) and
+/// loads it on `pid`. Returns (the exec starts it, it inherits).
+fn arm_and_load(ctx: &Context, pid: u32, inherit: bool) -> Result<(bool, bool), Failure> {
+    let flags = if inherit { PFM_CTXFL_INHERIT } else { 0 } | PFM_CTXFL_START_ON_EXEC;
+    let on_exec = match ctx.set_flags(flags) {
+        Ok(()) => true,
+        // A module from before whole programs: pfm starts the context
+        // just before releasing the command, one thread.
+        Err(e) if e.errno() == Some(libc::EINVAL) => false,
+        Err(e) => return Err(e.into()),
+    };
+    if !on_exec {
+        if inherit {
+            eprintln!(
+                "pfm: warning: this perfmon module cannot follow the processes a command \
+                 creates (EINVAL): sampling its initial thread only"
+            );
+        }
+        ctx.load(pid)?;
+        return Ok((false, false));
+    }
+    match ctx.load(pid) {
+        Ok(()) => Ok((true, inherit)),
+        Err(e) if inherit && e.errno() == Some(libc::EBUSY) => {
+            eprintln!(
+                "pfm: warning: the module does not follow a command's threads and processes \
+                 with a sampling buffer (EBUSY): sampling its initial thread only \
+                 (--no-inherit: the same, quietly)"
+            );
+            ctx.set_flags(PFM_CTXFL_START_ON_EXEC)?;
+            ctx.load(pid)?;
+            Ok((true, false))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Thread mode (`-t`) and process mode (`-p`: every thread each process
+/// has now, a context each): until Ctrl-C, `--duration` or the end of
+/// every thread. Returns whether a signal ended it, and the contexts.
+fn attached(
+    args: &RecordArgs,
+    plan: &Plan,
+    rec: &mut Recorder,
+    mut header: Header,
+    first: Sampled,
+    interrupts: &Interrupts,
+) -> Result<(bool, Vec<Sampled>), Failure> {
+    // (thread, its process).
+    let targets: Vec<(u32, u32)> = match args.tid {
+        Some(tid) => vec![(tid, tgid_of(tid).unwrap_or(tid))],
+        None => args
+            .pids
+            .iter()
+            .flat_map(|&pid| tasks_of(pid).into_iter().map(move |t| (t, pid)))
+            .collect(),
+    };
+    let mut sampled: Vec<Sampled> = Vec::with_capacity(targets.len());
+    let mut first = Some(first);
+    for &(tid, pid) in &targets {
+        let mut s = match first.take() {
+            Some(s) => s,
+            None => sampling_context(None, plan, args)?,
+        };
+        match s.ctx.load(tid) {
+            Ok(()) => {}
+            Err(e) if e.errno() == Some(libc::ESRCH) => {
+                // A thread that ended since it was listed; a process or a
+                // thread that does not exist is an error.
+                if args.tid.is_some() || !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                    let what = match args.tid {
+                        Some(_) => format!("thread {tid}"),
+                        None => format!("process {pid}"),
+                    };
+                    return Err(Failure::new(format!(
+                        "no such {what}: it does not exist (ESRCH)"
+                    )));
+                }
+                first = Some(s);
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        }
+        s.tid = tid;
+        sampled.push(s);
+    }
+    if sampled.is_empty() {
+        return Err(Failure::new("no thread to sample: every one has exited"));
+    }
+    for s in &sampled {
+        match s.ctx.wait_active(ACTIVE_TIMEOUT) {
+            Ok(_) => {}
+            Err(perfmon::Error::Timeout { .. }) => eprintln!(
+                "pfm: warning: thread {} has not picked up the context after {} s \
+                 (stopped?); sampling starts when it next runs",
+                s.tid,
+                ACTIVE_TIMEOUT.as_secs()
+            ),
+            Err(e) => return Err(e.into()),
+        }
+        s.ctx.set_nonblocking(true)?;
+    }
+    let tids: Vec<u32> = sampled.iter().map(|s| s.tid).collect();
+    if args.pids.is_empty() {
+        header.tids = Some(tids);
+    } else {
+        header.pids = Some(args.pids.clone());
+        header.tids = Some(tids);
+    }
+    header.start_unix_ns = clock_ns(libc::CLOCK_REALTIME);
+    header.start_monotonic_ns = monotonic_ns();
+    rec.begin(&header);
+    for &(tid, pid) in &targets {
+        if sampled.iter().any(|s| s.tid == tid) {
+            rec.note(tid, pid);
+        }
+    }
+    let t0 = Instant::now();
+    for s in &sampled {
+        s.ctx.start()?;
+    }
+    let deadline = args.duration.map(|d| t0 + d);
+    let mut next_refresh = t0 + MAPS_REFRESH;
+    let mut interrupted = false;
+    loop {
+        let wake = deadline.map_or(next_refresh, |d| d.min(next_refresh));
+        let timeout = wake.saturating_duration_since(Instant::now());
+        let live: Vec<usize> = (0..sampled.len()).filter(|&i| !sampled[i].ended).collect();
+        let mut fds: Vec<BorrowedFd<'_>> = live.iter().map(|&i| sampled[i].ctx.as_fd()).collect();
+        fds.push(interrupts.as_fd());
+        let ready = process::wait_readable(&fds, Some(timeout))?;
+        if ready.last().copied().unwrap_or(false) && interrupts.pending()?.is_some() {
+            interrupted = true;
+            break;
+        }
+        for s in &mut sampled {
+            service(rec, s)?;
+        }
+        if sampled.iter().all(|s| s.ended) {
+            break;
+        }
+        let now = Instant::now();
+        if now >= next_refresh {
+            rec.refresh();
+            next_refresh = now + MAPS_REFRESH;
+        }
+        if deadline.is_some_and(|d| now >= d) {
+            break;
+        }
+    }
+    for s in &mut sampled {
+        let _ = s.ctx.unload();
+        rec.drain(s);
+    }
+    Ok((interrupted, sampled))
+}
+
+/// The process of thread `tid` (`Tgid:` of `/proc/TID/status`).
+fn tgid_of(tid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(width: u16, period: u64) -> Plan {
+        Plan {
+            event: Resolved {
+                event: perfmon::Event {
+                    name: "cs".into(),
+                    code: 2,
+                },
+                libpfm: None,
+            },
+            period,
+            unit: "events",
+            width,
+        }
+    }
+
+    #[test]
+    fn counted_from_entries_and_the_counter() {
+        // 64 bits: -P, and 7 events since the last of 5 overflows.
+        let p = plan(64, 3);
+        assert_eq!(p.minus_period(), u64::MAX - 2);
+        assert_eq!(p.counted(5, p.minus_period().wrapping_add(2)), 17);
+        assert_eq!(p.counted(0, p.minus_period()), 0);
+        // 16 bits: 2^16 - P, and the counter's width bounds what is added.
+        let p = plan(16, 1000);
+        assert_eq!(p.minus_period(), 65536 - 1000);
+        assert_eq!(p.counted(2, 65536 - 1000 + 999), 2999);
+    }
+
+    #[test]
+    fn entries_become_samples() {
+        let mut e = PfmSmplEntry {
+            tid: 5,
+            pid: 4,
+            cpu: 1,
+            ovfl_pmd: 0,
+            seq: 9,
+            ip: 0x1234,
+            tstamp: 77,
+            nvalues: 2,
+            ..Default::default()
+        };
+        e.values[0] = 10;
+        e.values[1] = 11;
+        let s = sample_of(&e, &[]);
+        assert_eq!((s.tid, s.pid, s.seq, s.ip, s.tstamp), (5, 4, 9, 0x1234, 77));
+        assert_eq!(s.values, vec![10, 11]);
+        assert!(s.chain.is_empty());
+        assert_eq!(sample_of(&e, &[7, 8]).chain, vec![7, 8]);
+    }
+}
