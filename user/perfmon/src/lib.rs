@@ -52,6 +52,12 @@ mod pfm_sets;
 mod pfm_smpl;
 mod pmu;
 pub mod process;
+// The module's period randomisation (`PFM_REGFL_RANDOM`; host-tested): the
+// kernel's own generator, so a tool predicts the periods of a PMD it
+// seeded ([`random::periods`]) or picks masks the module accepts
+// ([`random::mask_ok`]).
+#[path = "../../../pfm_random.rs"]
+pub mod random;
 mod sampling;
 mod sys;
 pub mod sysfs;
