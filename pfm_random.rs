@@ -120,12 +120,34 @@ impl PeriodRandom {
         // A non-zero state stays non-zero: the three steps are a
         // bijection of `u64` that fixes 0.
         self.state = x;
-        let out = x.wrapping_mul(MULTIPLIER);
+        self.last_amount()
+    }
+
+    /// The amount of the draw that left the generator in its state (an
+    /// output is the state times the multiplier): a PMD keeps the state
+    /// alone, and its last reset value follows from it. For a generator
+    /// that never drew, a value in `[0, mask]` that no draw gave.
+    pub const fn last_amount(&self) -> u64 {
+        let out = self.state.wrapping_mul(MULTIPLIER);
         match self.mask {
             0 => 0,
             // The top k bits, for a mask of 2^k - 1 (k leading ones of
             // `!mask`, 64 - k leading zeros of `mask`).
             m => out >> m.leading_zeros(),
+        }
+    }
+
+    /// k, for a mask of 2^k - 1 (0..=64).
+    pub const fn mask_bits(&self) -> u32 {
+        64 - self.mask.leading_zeros()
+    }
+
+    /// The mask of `k` bits, 2^k - 1 (`k` at most 64).
+    pub const fn mask_of_bits(k: u32) -> u64 {
+        match k {
+            0 => 0,
+            k if k >= 64 => u64::MAX,
+            k => (1 << k) - 1,
         }
     }
 
@@ -304,6 +326,20 @@ mod tests {
         assert!(sum * 1000 / (10_000 * 16) > CRITICAL_15_DF_P001_MILLI);
         // Two bins (mask 1, the top bit), 1 degree of freedom: 10.828.
         assert!(chi2_milli(0x5eed, 2, 10_000) <= 10_828);
+    }
+
+    #[test]
+    fn the_state_gives_the_last_amount_and_the_mask_its_bits() {
+        for k in 0..=64u32 {
+            let mask = PeriodRandom::mask_of_bits(k);
+            assert!(mask_ok(mask));
+            let mut g = PeriodRandom::new(0x5eed, mask).unwrap();
+            assert_eq!(g.mask_bits(), k);
+            for _ in 0..100 {
+                let r = g.draw();
+                assert_eq!(g.last_amount(), r, "k = {k}");
+            }
+        }
     }
 
     #[test]

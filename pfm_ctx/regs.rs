@@ -290,14 +290,8 @@ impl Context {
                 let Some(pmd) = image.pmds_mut().get_mut(p.reg_num as usize) else {
                     continue;
                 };
-                pmd.write(p.reg_value);
-                pmd.short_reset = p.reg_short_reset;
-                pmd.long_reset = p.reg_long_reset;
-                pmd.flags = p.reg_flags & abi::PFM_REGFL_PMD_MASK;
-                // Checked above: implemented PMDs, all below 32.
-                pmd.reset_pmds = p.reg_reset_pmds as u32;
                 // Checked above: a mask of 2^k - 1 with the flag.
-                pmd.random = match p.reg_flags & abi::PFM_REGFL_RANDOM {
+                let random = match p.reg_flags & abi::PFM_REGFL_RANDOM {
                     0 => PeriodRandom::OFF,
                     _ => {
                         let seed = match p.reg_random_seed {
@@ -307,6 +301,15 @@ impl Context {
                         PeriodRandom::new(seed, p.reg_random_mask).unwrap_or(PeriodRandom::OFF)
                     }
                 };
+                pmd.program(
+                    p.reg_value,
+                    p.reg_short_reset,
+                    p.reg_long_reset,
+                    p.reg_flags & abi::PFM_REGFL_PMD_MASK,
+                    // Checked above: implemented PMDs, all below 32.
+                    p.reg_reset_pmds as u32,
+                    random,
+                );
                 inner.used_pmds |= 1u32.checked_shl(p.reg_num.into()).unwrap_or(0);
             }
             Ok(())
@@ -343,13 +346,14 @@ impl Context {
                 p.reg_value = pmd.value;
                 p.reg_short_reset = pmd.short_reset;
                 p.reg_long_reset = pmd.long_reset;
-                p.reg_last_reset_val = pmd.last_reset;
+                p.reg_last_reset_val = pmd.last_reset();
                 p.reg_reset_pmds = pmd.reset_pmds.into();
-                p.reg_flags = pmd.flags;
+                p.reg_flags = pmd.flags();
                 // The state continues the sequence if written back as a
                 // seed.
-                p.reg_random_mask = pmd.random.mask();
-                p.reg_random_seed = pmd.random.state();
+                let random = pmd.random();
+                p.reg_random_mask = random.mask();
+                p.reg_random_seed = random.state();
                 if let Some(t) = &heirs {
                     let count = t.counts.get(p.reg_num as usize).copied().unwrap_or(0);
                     p.reg_value = p.reg_value.wrapping_add(count);

@@ -183,7 +183,7 @@ impl CtxInner {
             let (Some(pmd), Some(&mask)) = (pmds.get(i), smpl.smpl_pmds.get(i)) else {
                 continue;
             };
-            if pmd.flags & abi::PFM_REGFL_OVFL_NOTIFY != 0 {
+            if pmd.flags() & abi::PFM_REGFL_OVFL_NOTIFY != 0 {
                 notify |= 1 << i;
             }
             let mut e = abi::PfmSmplEntry {
@@ -193,7 +193,7 @@ impl CtxInner {
                 ovfl_pmd: i as u16,
                 set: 0,
                 nvalues: mask.count_ones() as u16,
-                last_reset_val: pmd.last_reset,
+                last_reset_val: pmd.last_reset(),
                 ip,
                 tstamp: glue::monotonic_ns(),
                 smpl_pmds: mask,
@@ -214,11 +214,11 @@ impl CtxInner {
             // randomised PMD's entries each carry their own reset value,
             // replayed from the generator as it was before the count (the
             // count drew them in this order, from the short reset value);
-            // the last one is `last_reset`.
+            // the last one is `last_reset()`.
             let Crossed {
                 periods,
                 mut random,
-            } = smpl.take_crossed(i, pmd.random.mask());
+            } = smpl.take_crossed(i, pmd.random().mask());
             let mut left = periods;
             while left > 0 && periods - left < MAX_ENTRIES_PER_OVERFLOW {
                 left -= 1;

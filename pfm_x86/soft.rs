@@ -97,7 +97,7 @@ pub fn soft_count_each(
             let i = m.trailing_zeros() as usize;
             m &= m - 1;
             if let Some(pmd) = pmds.get_mut(i) {
-                let random = pmd.random;
+                let random = pmd.random();
                 let n = pmd.count(delta);
                 if n != 0 {
                     ovfl |= 1 << i;
@@ -237,14 +237,8 @@ mod tests {
         let mut ev_pmds = [0u8; 4];
         ev_pmds[abi::PFM_SOFT_EV_TASK_CLOCK as usize] = 0b0001;
         let mut pmds = [PmdState::default(); SOFT_COUNTERS];
-        pmds[0] = PmdState {
-            value: reset,
-            short_reset: reset,
-            long_reset: reset,
-            flags: abi::PFM_REGFL_RANDOM,
-            random: PeriodRandom::new(seed, mask).unwrap(),
-            ..PmdState::default()
-        };
+        let random = PeriodRandom::new(seed, mask).unwrap();
+        pmds[0].program(reset, reset, reset, abi::PFM_REGFL_RANDOM, 0, random);
         let mut predicted = crate::pfm_random::periods(p, mask, seed).unwrap();
         let mut next = p;
         for k in 0..200 {
@@ -262,10 +256,10 @@ mod tests {
             let (i, n, mut before) = noted.unwrap();
             assert_eq!((i, n), (0, 1));
             // The generator before the count, replayed: the reset it drew.
-            assert_eq!(before.reset_value(reset), pmds[0].last_reset);
+            assert_eq!(before.reset_value(reset), pmds[0].last_reset());
             next = predicted.next().unwrap();
             assert!((p..=p + mask).contains(&next));
-            assert_eq!(pmds[0].last_reset, next.wrapping_neg());
+            assert_eq!(pmds[0].last_reset(), next.wrapping_neg());
         }
     }
 

@@ -107,9 +107,9 @@ impl<'a, M: HwPmu> Driver<'a, M> {
     /// `PFM_REGFL_RANDOM` on `pmd` (written already): its resets less a
     /// draw of the generator seeded with `seed`, in `[0, mask]`.
     pub fn randomise(&mut self, pmd: usize, mask: u64, seed: u64) {
-        self.state[pmd].flags |= pfm_host_tests::abi::PFM_REGFL_RANDOM;
-        self.state[pmd].random =
-            pfm_host_tests::pfm_random::PeriodRandom::new(seed, mask).expect("a 2^k - 1 mask");
+        self.state[pmd].set_random(
+            pfm_host_tests::pfm_random::PeriodRandom::new(seed, mask).expect("a 2^k - 1 mask"),
+        );
     }
 
     /// Runs one driver sequence and records what it found.
