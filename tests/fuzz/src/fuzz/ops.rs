@@ -325,6 +325,9 @@ impl Actor {
                     self.anomaly(op, format!("element {i}: {wrong}"));
                     break;
                 }
+                if p.reg_flags & abi::PFM_REGFL_RANDOM != 0 {
+                    shared().random_reads.fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
     }
@@ -940,6 +943,9 @@ impl Actor {
             // long, linked; a sampling buffer's entries): a mask within
             // both reset values (a period 0, a reset value 0, takes none).
             let random = self.rng.chance(1, 4);
+            if random {
+                shared().random_arms.fetch_add(1, Ordering::Relaxed);
+            }
             let (reg_random_mask, reg_random_seed) = match random {
                 true => {
                     let seed = self.rng.next_u64();
