@@ -97,7 +97,12 @@ pub fn soft_count_each(
             let i = m.trailing_zeros() as usize;
             m &= m - 1;
             if let Some(pmd) = pmds.get_mut(i) {
-                let random = pmd.random();
+                // The generator before the count: only an overflow
+                // draws, and only its entries replay it.
+                let random = match pmd.value.checked_add(delta) {
+                    Some(_) => PeriodRandom::OFF,
+                    None => pmd.random(),
+                };
                 let n = pmd.count(delta);
                 if n != 0 {
                     ovfl |= 1 << i;

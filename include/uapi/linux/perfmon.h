@@ -77,7 +77,8 @@ struct pfm_pmd {
 	__u64 reg_value;	/* 64-bit virtualized value */
 	__u64 reg_long_reset;	/* reload value on RESTART after a notification */
 	__u64 reg_short_reset;	/* reload value after a non-notified overflow */
-	__u64 reg_last_reset_val; /* out (read): value of the last reset */
+	/* out (read): value of the last reset (randomised; 0 before the first) */
+	__u64 reg_last_reset_val;
 	__u64 reg_reset_pmds;	/* bitmask of PMDs also reset when this one overflows */
 	/*
 	 * PFM_REGFL_RANDOM: each reset subtracts an amount in [0, mask]; the

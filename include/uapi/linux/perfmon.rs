@@ -135,7 +135,9 @@ pub struct PfmPmd {
     pub reg_long_reset: u64,
     /// Reload value after an overflow that was not notified.
     pub reg_short_reset: u64,
-    /// Out (read): the value of the last reset.
+    /// Out (read): the value of the last reset (randomised with
+    /// [`PFM_REGFL_RANDOM`], and then 0 until the first reset after the
+    /// write).
     pub reg_last_reset_val: u64,
     /// PMDs also reset when this one overflows.
     pub reg_reset_pmds: u64,
