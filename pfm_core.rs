@@ -33,6 +33,7 @@ mod pfm_intr;
 pub mod pfm_msgq;
 #[allow(dead_code)]
 pub mod pfm_page;
+pub mod pfm_random;
 /// Event sets (issue 15): pure, host-tested; not wired into the context yet.
 pub mod pfm_sets;
 pub mod pfm_smpl;

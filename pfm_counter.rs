@@ -5,6 +5,8 @@
 //! overflow periods into overflow counts. No kernel code, so the host tests
 //! check it at every width.
 
+use crate::pfm_random::PeriodRandom;
+
 /// Mask of a counter `width` bits wide; `width` is clamped to `1..=64`.
 pub const fn width_mask(width: u32) -> u64 {
     match width {
@@ -68,9 +70,44 @@ pub const fn period_to_value(period: u64) -> u64 {
     0u64.wrapping_sub(period)
 }
 
+/// Randomised resets one count draws at most (`PFM_REGFL_RANDOM`): a
+/// count that crosses more periods (a short period behind a long fold)
+/// gives the rest the length of the last one drawn, so that the work under
+/// the context's lock stays bounded. As many as the sampling buffer writes
+/// entries for one overflow, so each entry written has its own draw.
+pub const MAX_RANDOM_RESETS: u64 = 64;
+
+/// What a randomised PMD's last reset was drawn from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum LastBase {
+    /// No reset since the PMD was written.
+    #[default]
+    None,
+    /// The short reset value.
+    Short,
+    /// The long reset value.
+    Long,
+}
+
 /// A PMD's software state: the 64-bit value and its reset values. A
 /// narrow register behind it (a hardware counter) is its model's to keep:
 /// the soft model's would only repeat the value's low bits.
+///
+/// Every reset (an overflow's short reset, RESTART's long one, a linked
+/// reset of either kind) goes through [`PmdState::reset`], which applies
+/// the period randomisation of `PFM_REGFL_RANDOM`. Its generator lives
+/// here, with the reset values, so it is the image's: each event set has
+/// its own, a set switch keeps it, and a copy of the registers (a clone,
+/// an inherited thread's template) copies it. It costs no byte: a
+/// randomised PMD keeps the generator's state where another keeps its last
+/// reset value, which the state's last draw gives back (the soft model's
+/// four PMDs are inline in every context, which is sized to a slab class).
+///
+/// # Invariants
+///
+/// `random_bits` is 0, or k + 1 for a mask of 2^k - 1 (k at most 64), and
+/// then `flags` has `PFM_REGFL_RANDOM` and `last` is a generator state,
+/// never 0.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PmdState {
     /// The 64-bit virtualized value.
@@ -79,19 +116,141 @@ pub struct PmdState {
     pub short_reset: u64,
     /// Reload value on RESTART after a notification.
     pub long_reset: u64,
-    /// The last reset value applied.
-    pub last_reset: u64,
-    /// `PFM_REGFL_*` input flags.
-    pub flags: u32,
+    /// Not randomised: the last reset value applied. Randomised: the
+    /// generator's state ([`PmdState::last_reset`]).
+    last: u64,
+    /// `PFM_REGFL_*` input flags (`PFM_REGFL_IN_MASK`: 16 bits).
+    flags: u16,
+    /// `PFM_REGFL_RANDOM`: k + 1 for a mask of 2^k - 1; 0 without.
+    random_bits: u8,
+    /// A randomised PMD's last reset: drawn from which reset value.
+    last_base: LastBase,
     /// PMDs reset with this one (PMD numbers are below `PFM_MAX_PMDS`,
     /// 32).
     pub reset_pmds: u32,
 }
 
+// The soft model's four PMDs are inline in every context (see above).
+const _: () = assert!(core::mem::size_of::<PmdState>() == 40);
+
 impl PmdState {
     /// Sets the value, as a PMD write does.
     pub fn write(&mut self, value: u64) {
         self.value = value;
+    }
+
+    /// A PMD write: the value, the reset values, the `PFM_REGFL_*` input
+    /// flags, the linked PMDs and the period randomisation (on exactly
+    /// when `random` is, `PFM_REGFL_RANDOM` in the flags following it).
+    /// The last reset value stays what it was; a randomised PMD's is 0
+    /// until its first reset.
+    pub fn program(
+        &mut self,
+        value: u64,
+        short_reset: u64,
+        long_reset: u64,
+        flags: u32,
+        reset_pmds: u32,
+        random: PeriodRandom,
+    ) {
+        // Before the reset values change: a randomised PMD's is drawn
+        // from them.
+        let last = self.last_reset();
+        self.value = value;
+        self.short_reset = short_reset;
+        self.long_reset = long_reset;
+        self.reset_pmds = reset_pmds;
+        self.flags = (flags & crate::abi::PFM_REGFL_IN_MASK & !crate::abi::PFM_REGFL_RANDOM) as u16;
+        self.last = last;
+        self.random_bits = 0;
+        self.last_base = LastBase::None;
+        self.set_random(random);
+    }
+
+    /// Makes the PMD randomised with `random` (its mask and state), or not
+    /// if it is off.
+    pub fn set_random(&mut self, random: PeriodRandom) {
+        let random_flag = crate::abi::PFM_REGFL_RANDOM as u16;
+        if !random.is_on() {
+            self.last = self.last_reset();
+            self.flags &= !random_flag;
+            self.random_bits = 0;
+            self.last_base = LastBase::None;
+            return;
+        }
+        // INVARIANT: k + 1 with k at most 64; the flag; a state, never 0.
+        self.flags |= random_flag;
+        self.random_bits = random.mask_bits() as u8 + 1;
+        self.last = random.state();
+        self.last_base = LastBase::None;
+    }
+
+    /// The `PFM_REGFL_*` input flags.
+    pub fn flags(&self) -> u32 {
+        u32::from(self.flags)
+    }
+
+    /// Drops `PFM_REGFL_OVFL_NOTIFY` (a whole program's other threads
+    /// queue no message).
+    pub fn clear_notify(&mut self) {
+        self.flags &= !(crate::abi::PFM_REGFL_OVFL_NOTIFY as u16);
+    }
+
+    /// The period randomisation: the generator as it stands (its state is
+    /// the seed that continues the sequence), or [`PeriodRandom::OFF`].
+    pub fn random(&self) -> PeriodRandom {
+        match self.random_bits {
+            0 => PeriodRandom::OFF,
+            b => PeriodRandom::new(self.last, PeriodRandom::mask_of_bits(u32::from(b) - 1))
+                .unwrap_or(PeriodRandom::OFF),
+        }
+    }
+
+    /// The last reset value applied (randomised, for a randomised PMD: its
+    /// reset value less the last amount drawn; 0 before its first reset).
+    pub fn last_reset(&self) -> u64 {
+        if self.random_bits == 0 {
+            return self.last;
+        }
+        let base = match self.last_base {
+            LastBase::None => return 0,
+            LastBase::Short => self.short_reset,
+            LastBase::Long => self.long_reset,
+        };
+        base.saturating_sub(self.random().last_amount())
+    }
+
+    /// A reset: the long reset value if `long` (RESTART after a
+    /// notification), else the short one, less the generator's next
+    /// amount for a randomised PMD; recorded as the last reset, and
+    /// returned. The value is the caller's to set.
+    #[inline]
+    fn reset(&mut self, long: bool) -> u64 {
+        let base = if long {
+            self.long_reset
+        } else {
+            self.short_reset
+        };
+        if self.random_bits == 0 {
+            self.last = base;
+            return base;
+        }
+        let mut g = self.random();
+        let v = g.reset_value(base);
+        self.last = g.state();
+        self.last_base = if long {
+            LastBase::Long
+        } else {
+            LastBase::Short
+        };
+        v
+    }
+
+    /// Resets the value to the long reset value if `long`, else to the
+    /// short one, randomised if the PMD is, and records it as the last
+    /// reset: RESTART's long reset, a linked reset.
+    pub fn reset_to(&mut self, long: bool) {
+        self.value = self.reset(long);
     }
 
     /// Counts `delta` events. A narrow counter's wraps are the caller's
@@ -104,19 +263,52 @@ impl PmdState {
             self.value = v;
             return 0;
         }
+        if self.random_bits != 0 {
+            return self.count_random(delta);
+        }
         let a = advance(self.value, delta, self.short_reset);
         if a.overflows != 0 {
-            self.last_reset = self.short_reset;
+            self.last = self.short_reset;
         }
         self.value = a.value;
         a.overflows
+    }
+
+    /// [`PmdState::count`] of a randomised PMD whose value crosses 2^64:
+    /// each crossing is a short reset with its own amount, so each period
+    /// has its own length, and the count stays exact (what was counted
+    /// past a crossing goes on from its reset). After
+    /// [`MAX_RANDOM_RESETS`] draws, the periods left in `delta` are the
+    /// last one's length.
+    #[cold]
+    fn count_random(&mut self, delta: u64) -> u64 {
+        // What was counted past 2^64.
+        let mut excess = self.value.wrapping_add(delta);
+        let mut n = 0;
+        loop {
+            n += 1;
+            let reset = self.reset(false);
+            let Some(v) = reset.checked_add(excess) else {
+                if n < MAX_RANDOM_RESETS {
+                    // Crossed again: past 2^64 by this much.
+                    excess = reset.wrapping_add(excess);
+                    continue;
+                }
+                // A reset of 0 never crosses again: `reset` is not 0.
+                let a = advance(reset, excess, reset);
+                self.value = a.value;
+                return n + a.overflows;
+            };
+            self.value = v;
+            return n;
+        }
     }
 }
 
 /// perfmon2's linked resets (`reg_reset_pmds`): every PMD named in the
 /// `reset_pmds` of a PMD in `ovfl` is reset too, to its own long reset
 /// value if `long` (RESTART after a notification) or its short one (an
-/// overflow), and records it as its last reset. PMDs in `ovfl` are left
+/// overflow), randomised if it is, and records it as its last reset. PMDs in `ovfl` are left
 /// alone: their own overflow (or RESTART) reset them, keeping what they
 /// counted past it. Returns the PMDs reset here, which a hardware model
 /// must load into its counters again.
@@ -138,9 +330,7 @@ pub fn reset_linked(pmds: &mut [PmdState], ovfl: u64, long: bool) -> u64 {
         let j = m.trailing_zeros() as usize;
         m &= m - 1;
         if let Some(p) = pmds.get_mut(j) {
-            let value = if long { p.long_reset } else { p.short_reset };
-            p.write(value);
-            p.last_reset = value;
+            p.reset_to(long);
             reset |= 1 << j;
         }
     }
@@ -248,6 +438,149 @@ mod tests {
         // PMDs the values do not have end the packing.
         assert_eq!(pack_counts(&values, &base, 1 << 40 | 1, &mut out), 1);
         assert_eq!(pack_counts(&values, &base, 0, &mut out), 0);
+    }
+
+    /// A PMD programmed with period `p`, randomised with `mask` and
+    /// `seed`.
+    fn random_pmd(p: u64, mask: u64, seed: u64) -> PmdState {
+        let reset = period_to_value(p);
+        let mut pmd = PmdState::default();
+        let random = PeriodRandom::new(seed, mask).unwrap();
+        pmd.program(reset, reset, reset, 0, 0, random);
+        assert_eq!(pmd.random(), random);
+        assert_eq!(pmd.flags(), crate::abi::PFM_REGFL_RANDOM);
+        assert_eq!(pmd.last_reset(), 0, "no reset yet");
+        pmd
+    }
+
+    #[test]
+    fn random_resets_give_each_period_its_own_length() {
+        let (p, mask, seed) = (10u64, 7u64, 0x5eed);
+        let mut pmd = random_pmd(p, mask, seed);
+        // One event at a time: the k-th overflow comes P + r_(k-1) events
+        // after the one before (the first after P: the written value is
+        // not randomised), and resets to -(P + r_k).
+        let mut predicted = crate::pfm_random::periods(p, mask, seed).unwrap();
+        let mut next = p;
+        let mut since = 0;
+        let mut overflows = 0;
+        for _ in 0..100_000 {
+            since += 1;
+            let n = pmd.count(1);
+            if n == 0 {
+                continue;
+            }
+            assert_eq!((n, since), (1, next), "overflow {overflows}");
+            next = predicted.next().unwrap();
+            assert!((p..=p + mask).contains(&next));
+            assert_eq!(pmd.last_reset(), period_to_value(next));
+            assert_eq!(pmd.value, pmd.last_reset());
+            since = 0;
+            overflows += 1;
+        }
+        // The mean period is P + mask/2: about 100,000 / 13.5 overflows.
+        assert!((7000..7800).contains(&overflows), "{overflows}");
+    }
+
+    #[test]
+    fn a_random_count_is_the_same_in_one_step_or_many() {
+        for (p, mask, delta) in [
+            (1u64, 1u64, 50u64),
+            (3, 3, 100),
+            (100, 63, 3000),
+            (5, 0, 200),
+        ] {
+            let mut one = random_pmd(p, mask, 9);
+            let mut many = one;
+            let n = one.count(delta);
+            let mut m = 0;
+            for _ in 0..delta {
+                m += many.count(1);
+            }
+            assert!(n <= MAX_RANDOM_RESETS);
+            assert_eq!(
+                (n, one.value, one.last_reset()),
+                (m, many.value, many.last_reset())
+            );
+            assert_eq!(one.random(), many.random(), "P {p}: the same draws");
+        }
+    }
+
+    #[test]
+    fn a_random_count_draws_at_most_64_times() {
+        let (p, mask) = (1u64, 1u64);
+        let mut pmd = random_pmd(p, mask, 11);
+        let mut g = pmd.random();
+        // 1,000 periods of 1 or 2 events: 64 draws, then the last one's
+        // period for the rest.
+        let n = pmd.count(1000);
+        let mut used = p;
+        let mut last = 0;
+        for _ in 0..MAX_RANDOM_RESETS {
+            last = p + g.draw();
+            used += last;
+        }
+        assert_eq!(pmd.random(), g, "64 draws");
+        assert_eq!(pmd.last_reset(), period_to_value(last));
+        // `used` events took the first 65 overflows (the write's period and
+        // 64 drawn); the rest are periods of `last`.
+        let rest = 1000 - (used - last);
+        assert_eq!(n, MAX_RANDOM_RESETS + rest / last);
+        assert_eq!(pmd.value, period_to_value(last) + rest % last);
+    }
+
+    #[test]
+    fn linked_and_long_resets_are_randomised_too() {
+        let mut pmds = [random_pmd(100, 15, 1), random_pmd(1000, 255, 2)];
+        pmds[0].reset_pmds = 0b10;
+        pmds[1].long_reset = period_to_value(5000);
+        let mut g1 = pmds[1].random();
+        assert_eq!(reset_linked(&mut pmds, 0b01, false), 0b10);
+        let short = period_to_value(1000) - g1.draw();
+        assert_eq!((pmds[1].value, pmds[1].last_reset()), (short, short));
+        pmds[1].count(7);
+        assert_eq!(reset_linked(&mut pmds, 0b01, true), 0b10);
+        let long = period_to_value(5000) - g1.draw();
+        assert_eq!((pmds[1].value, pmds[1].last_reset()), (long, long));
+        assert_eq!(pmds[1].random(), g1);
+        // Without the flag, the reset values as they are.
+        let mut plain = PmdState {
+            long_reset: 77,
+            ..Default::default()
+        };
+        plain.reset_to(true);
+        assert_eq!((plain.value, plain.last_reset()), (77, 77));
+    }
+
+    #[test]
+    fn a_write_keeps_or_clears_what_randomisation_needs() {
+        // The last reset value of a plain PMD survives a write, also one
+        // that makes it randomised and then plain again.
+        let mut pmd = PmdState::default();
+        pmd.program(5, 100, 100, 0, 0, PeriodRandom::OFF);
+        pmd.count(u64::MAX);
+        assert_eq!(pmd.last_reset(), 100);
+        let random = PeriodRandom::new(9, 3).unwrap();
+        let notify = crate::abi::PFM_REGFL_OVFL_NOTIFY;
+        pmd.program(5, 100, 100, notify, 0, random);
+        assert_eq!(pmd.flags(), notify | crate::abi::PFM_REGFL_RANDOM);
+        assert_eq!((pmd.last_reset(), pmd.random()), (0, random));
+        pmd.reset_to(false);
+        let last = pmd.last_reset();
+        assert!((97..=100).contains(&last));
+        // The flag follows the generator, not the flags given.
+        pmd.program(
+            5,
+            200,
+            200,
+            crate::abi::PFM_REGFL_RANDOM,
+            0,
+            PeriodRandom::OFF,
+        );
+        assert_eq!((pmd.flags(), pmd.last_reset()), (0, last));
+        assert_eq!(pmd.random(), PeriodRandom::OFF);
+        pmd.clear_notify();
+        assert_eq!(pmd.flags(), 0);
     }
 
     #[test]

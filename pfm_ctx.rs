@@ -291,7 +291,7 @@ impl CtxInner {
             // A sampling buffer takes an entry per period crossed.
             Some(Extra::Smpl(smpl)) => self
                 .counters
-                .advance_each(d, |pmd, n| smpl.note_overflows(pmd, n)),
+                .advance_each(d, |pmd, n, random| smpl.note_overflows(pmd, n, random)),
             _ => self.counters.advance(d),
         };
         self.overflowed(ovfl);

@@ -66,10 +66,9 @@ impl Context {
                 let pmds = counters.pmds_mut();
                 let mut notified = 0u64;
                 for (i, pmd) in pmds.iter_mut().enumerate() {
-                    if pmd.flags & abi::PFM_REGFL_OVFL_NOTIFY != 0 {
-                        let reset = pmd.long_reset;
-                        pmd.write(reset);
-                        pmd.last_reset = reset;
+                    if pmd.flags() & abi::PFM_REGFL_OVFL_NOTIFY != 0 {
+                        // Randomised, if the PMD is (`PFM_REGFL_RANDOM`).
+                        pmd.reset_to(true);
                         notified |= 1 << i;
                     }
                 }

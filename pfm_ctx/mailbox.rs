@@ -105,7 +105,7 @@ impl Context {
                 };
                 let mut notify = 0u64;
                 for (i, pmd) in image.pmds().iter().enumerate() {
-                    if pending & (1 << i) != 0 && pmd.flags & abi::PFM_REGFL_OVFL_NOTIFY != 0 {
+                    if pending & (1 << i) != 0 && pmd.flags() & abi::PFM_REGFL_OVFL_NOTIFY != 0 {
                         notify |= 1 << i;
                     }
                 }

@@ -12,12 +12,35 @@ use crate::abi;
 use crate::globals;
 use crate::pfm_counter::PmdState;
 use crate::pfm_msgq::Ring;
+use crate::pfm_random::{self, PeriodRandom};
 use crate::pfm_state::Op;
 use crate::rust as glue;
 
 /// Whether PMD `reg` exists in the bitmap `implemented`.
 fn pmd_exists(implemented: u64, reg: u16) -> bool {
     reg < 64 && implemented & (1u64 << reg) != 0
+}
+
+/// Whether a PMD write's randomisation fields agree with its flags: with
+/// `PFM_REGFL_RANDOM`, a mask of 2^k - 1 no larger than either reset value
+/// (a randomised period stays within 2^64); without it, no mask and no
+/// seed.
+fn random_ok(p: &abi::PfmPmd) -> bool {
+    if p.reg_flags & abi::PFM_REGFL_RANDOM == 0 {
+        return p.reg_random_mask == 0 && p.reg_random_seed == 0;
+    }
+    pfm_random::mask_ok(p.reg_random_mask)
+        && p.reg_random_mask <= p.reg_short_reset
+        && p.reg_random_mask <= p.reg_long_reset
+}
+
+/// What a `WRITE_PMDS` prepares before the lock.
+struct PmdsPrep {
+    /// The message ring, for the first PMD that asks for notification.
+    ring: Option<KBox<Ring>>,
+    /// One draw of the kernel's entropy, for the randomised PMDs whose
+    /// seed is 0 (`pfm_random::seed_from_entropy`), 0 if none.
+    entropy: u64,
 }
 
 /// An element of a register array call.
@@ -205,7 +228,7 @@ impl Context {
             } else if !pmd_exists(implemented, p.reg_num) {
                 abi::PFM_REG_RETFL_NOTAVAIL
             } else if p.reg_flags & !(abi::PFM_REGFL_PMD_MASK | abi::PFM_REG_RETFL_MASK) != 0
-                || p.reserved != [0; 2]
+                || !random_ok(p)
                 || p.reg_reset_pmds & !implemented != 0
             {
                 abi::PFM_REG_RETFL_EINVAL
@@ -214,59 +237,83 @@ impl Context {
             }
         };
         // The first PMD that asks for notification brings the message
-        // ring, allocated before the lock is taken.
-        let prepare = |pmds: &[abi::PfmPmd]| -> Result<Option<KBox<Ring>>> {
+        // ring, allocated before the lock is taken; a seed left to the
+        // kernel, its entropy (whose per-CPU batch takes a lock that may
+        // sleep on PREEMPT_RT: not under the context's raw one).
+        let prepare = |pmds: &[abi::PfmPmd]| -> Result<PmdsPrep> {
+            let entropy = match pmds
+                .iter()
+                .any(|p| p.reg_flags & abi::PFM_REGFL_RANDOM != 0 && p.reg_random_seed == 0)
+            {
+                true => glue::random_u64(),
+                false => 0,
+            };
             let asks = pmds
                 .iter()
                 .any(|p| p.reg_flags & abi::PFM_REGFL_OVFL_NOTIFY != 0);
-            if asks && !self.inner.lock().msgs.has_ring() {
-                return Ok(Some(KBox::new(Ring::new(), GFP_KERNEL_ACCOUNT)?));
-            }
-            Ok(None)
-        };
-        let apply =
-            |inner: &mut CtxInner, _, pmds: &mut [abi::PfmPmd], ring: &mut Option<KBox<Ring>>| {
-                inner.transition(Op::WriteRegs)?;
-                if pmds
-                    .iter()
-                    .any(|p| p.reg_flags & abi::PFM_REGFL_OVFL_NOTIFY != 0)
-                {
-                    if let Some(r) = ring.take() {
-                        // One that another WRITE_PMDS installed first wins;
-                        // ours goes back to the caller, freed after the lock
-                        // (a raw spinlock: no kfree under it, see
-                        // `CtxInner`).
-                        *ring = inner.msgs.set_ring(r);
-                    }
-                    if !inner.msgs.has_ring() {
-                        // Installed and lost in between: cannot happen (the
-                        // ring stays), but never count without storage.
-                        return Err(ENOMEM);
-                    }
-                }
-                if pmds.iter().any(|p| !inner.set_exists(p.reg_set)) {
-                    // A set deleted since the check.
-                    return Err(EINVAL);
-                }
-                for p in pmds.iter() {
-                    inner.note_reg(p.reg_set, true, p.reg_num.into());
-                    let Some(image) = inner.image_mut(p.reg_set.into()) else {
-                        continue;
-                    };
-                    // Checked above: implemented, so within the table.
-                    let Some(pmd) = image.pmds_mut().get_mut(p.reg_num as usize) else {
-                        continue;
-                    };
-                    pmd.write(p.reg_value);
-                    pmd.short_reset = p.reg_short_reset;
-                    pmd.long_reset = p.reg_long_reset;
-                    pmd.flags = p.reg_flags & abi::PFM_REGFL_PMD_MASK;
-                    // Checked above: implemented PMDs, all below 32.
-                    pmd.reset_pmds = p.reg_reset_pmds as u32;
-                    inner.used_pmds |= 1u32.checked_shl(p.reg_num.into()).unwrap_or(0);
-                }
-                Ok(())
+            let ring = match asks && !self.inner.lock().msgs.has_ring() {
+                true => Some(KBox::new(Ring::new(), GFP_KERNEL_ACCOUNT)?),
+                false => None,
             };
+            Ok(PmdsPrep { ring, entropy })
+        };
+        let apply = |inner: &mut CtxInner, _, pmds: &mut [abi::PfmPmd], prep: &mut PmdsPrep| {
+            let PmdsPrep { ring, entropy } = prep;
+            inner.transition(Op::WriteRegs)?;
+            if pmds
+                .iter()
+                .any(|p| p.reg_flags & abi::PFM_REGFL_OVFL_NOTIFY != 0)
+            {
+                if let Some(r) = ring.take() {
+                    // One that another WRITE_PMDS installed first wins;
+                    // ours goes back to the caller, freed after the lock
+                    // (a raw spinlock: no kfree under it, see
+                    // `CtxInner`).
+                    *ring = inner.msgs.set_ring(r);
+                }
+                if !inner.msgs.has_ring() {
+                    // Installed and lost in between: cannot happen (the
+                    // ring stays), but never count without storage.
+                    return Err(ENOMEM);
+                }
+            }
+            if pmds.iter().any(|p| !inner.set_exists(p.reg_set)) {
+                // A set deleted since the check.
+                return Err(EINVAL);
+            }
+            for (index, p) in pmds.iter().enumerate() {
+                inner.note_reg(p.reg_set, true, p.reg_num.into());
+                let Some(image) = inner.image_mut(p.reg_set.into()) else {
+                    continue;
+                };
+                // Checked above: implemented, so within the table.
+                let Some(pmd) = image.pmds_mut().get_mut(p.reg_num as usize) else {
+                    continue;
+                };
+                // Checked above: a mask of 2^k - 1 with the flag.
+                let random = match p.reg_flags & abi::PFM_REGFL_RANDOM {
+                    0 => PeriodRandom::OFF,
+                    _ => {
+                        let seed = match p.reg_random_seed {
+                            0 => pfm_random::seed_from_entropy(*entropy, index as u64),
+                            s => s,
+                        };
+                        PeriodRandom::new(seed, p.reg_random_mask).unwrap_or(PeriodRandom::OFF)
+                    }
+                };
+                pmd.program(
+                    p.reg_value,
+                    p.reg_short_reset,
+                    p.reg_long_reset,
+                    p.reg_flags & abi::PFM_REGFL_PMD_MASK,
+                    // Checked above: implemented PMDs, all below 32.
+                    p.reg_reset_pmds as u32,
+                    random,
+                );
+                inner.used_pmds |= 1u32.checked_shl(p.reg_num.into()).unwrap_or(0);
+            }
+            Ok(())
+        };
         self.reg_array_call(arg, regs, true, check, prepare, apply)
     }
 
@@ -278,9 +325,8 @@ impl Context {
                 abi::PFM_REG_RETFL_NOSET
             } else if !pmd_exists(implemented, p.reg_num) {
                 abi::PFM_REG_RETFL_NOTAVAIL
-            } else if p.reserved != [0; 2] {
-                abi::PFM_REG_RETFL_EINVAL
             } else {
+                // Every other field is an output, ignored on input.
                 0
             }
         };
@@ -300,9 +346,14 @@ impl Context {
                 p.reg_value = pmd.value;
                 p.reg_short_reset = pmd.short_reset;
                 p.reg_long_reset = pmd.long_reset;
-                p.reg_last_reset_val = pmd.last_reset;
+                p.reg_last_reset_val = pmd.last_reset();
                 p.reg_reset_pmds = pmd.reset_pmds.into();
-                p.reg_flags = pmd.flags;
+                p.reg_flags = pmd.flags();
+                // The state continues the sequence if written back as a
+                // seed.
+                let random = pmd.random();
+                p.reg_random_mask = random.mask();
+                p.reg_random_seed = random.state();
                 if let Some(t) = &heirs {
                     let count = t.counts.get(p.reg_num as usize).copied().unwrap_or(0);
                     p.reg_value = p.reg_value.wrapping_add(count);

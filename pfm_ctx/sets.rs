@@ -358,7 +358,7 @@ impl CtxInner {
         // The soft model's PMDs only: a hardware model's advance counts
         // nothing (its overflows come through `sets_overflowed`).
         let mut counts = [0u64; SOFT_COUNTERS];
-        let ovfl = self.counters.advance_each(d, |pmd, n| {
+        let ovfl = self.counters.advance_each(d, |pmd, n, _| {
             if let Some(c) = counts.get_mut(pmd) {
                 *c = n;
             }

@@ -23,6 +23,7 @@ use super::{Context, CtxInner, Extra};
 use crate::abi;
 use crate::globals;
 use crate::pfm_msgq::Ring;
+use crate::pfm_random::PeriodRandom;
 use crate::pfm_smpl::{self, DataCells, Geometry, HeaderCells, SmplRing, Writer, MAX_CHAIN, PAGE};
 use crate::pfm_state::State;
 use crate::rust::{self as glue, mm, PidNs};
@@ -59,6 +60,10 @@ pub(crate) struct CtxSmpl {
     /// Per PMD, the periods it crossed in the count that overflowed it
     /// (set by the count, taken by the entries written right after).
     crossed_periods: [AtomicU64; abi::PFM_MAX_PMDS],
+    /// Per PMD, its period generator's state before that count
+    /// (`PFM_REGFL_RANDOM`; 0: not randomised, or not said), from which
+    /// the entries replay each crossing's reset value.
+    random_before: [AtomicU64; abi::PFM_MAX_PMDS],
 }
 
 /// Entries written for one PMD's overflow at most: a count that crossed
@@ -67,20 +72,49 @@ pub(crate) struct CtxSmpl {
 /// lock stays bounded and `written + lost` is still every period crossed.
 const MAX_ENTRIES_PER_OVERFLOW: u64 = 64;
 
+// A randomised count draws a reset for each of the periods it crosses up
+// to this many (`pfm_counter`): every entry written has its own.
+const _: () = assert!(MAX_ENTRIES_PER_OVERFLOW <= crate::pfm_counter::MAX_RANDOM_RESETS);
+
+/// What a count noted of a PMD's overflow, for its entries.
+struct Crossed {
+    /// Periods crossed: at least one (a model that does not say how many
+    /// crossed one).
+    periods: u64,
+    /// The PMD's generator before the count, if it is randomised and the
+    /// count said so: replayed, it gives each period's reset value.
+    random: Option<PeriodRandom>,
+}
+
 impl CtxSmpl {
-    /// PMD `pmd` overflowed `n` times in the count under way (lock held).
-    pub(super) fn note_overflows(&self, pmd: usize, n: u64) {
-        if let Some(c) = self.crossed_periods.get(pmd) {
+    /// PMD `pmd` overflowed `n` times in the count under way, its period
+    /// generator being `random` before it (lock held).
+    pub(super) fn note_overflows(&self, pmd: usize, n: u64, random: PeriodRandom) {
+        if let (Some(c), Some(r)) = (self.crossed_periods.get(pmd), self.random_before.get(pmd)) {
             c.store(n, Ordering::Relaxed);
+            r.store(random.state(), Ordering::Relaxed);
         }
     }
 
-    /// The periods PMD `pmd` crossed in its last overflow, taken: at least
-    /// one (a model that does not say how many crossed one).
-    fn take_crossed_periods(&self, pmd: usize) -> u64 {
-        self.crossed_periods
-            .get(pmd)
-            .map_or(1, |c| c.swap(0, Ordering::Relaxed).max(1))
+    /// What the count noted of PMD `pmd`'s last overflow, taken; `mask`:
+    /// the PMD's randomisation mask (the count does not change it).
+    fn take_crossed(&self, pmd: usize, mask: u64) -> Crossed {
+        let (Some(c), Some(r)) = (self.crossed_periods.get(pmd), self.random_before.get(pmd))
+        else {
+            return Crossed {
+                periods: 1,
+                random: None,
+            };
+        };
+        let state = r.swap(0, Ordering::Relaxed);
+        Crossed {
+            periods: c.swap(0, Ordering::Relaxed).max(1),
+            // A generator's state is never 0.
+            random: match state {
+                0 => None,
+                s => PeriodRandom::new(s, mask),
+            },
+        }
     }
 }
 
@@ -127,7 +161,9 @@ impl CtxInner {
         if let Some(smpl) = self.smpl() {
             for (pmd, &n) in tally.iter().enumerate() {
                 if n != 0 {
-                    smpl.note_overflows(pmd, n);
+                    // The folds do not keep the generator's state
+                    // before them: each entry gives the last reset.
+                    smpl.note_overflows(pmd, n, PeriodRandom::OFF);
                 }
             }
         }
@@ -148,7 +184,7 @@ impl CtxInner {
             // What the count noted is not for a later overflow.
             let mut bits = ovfl;
             while bits != 0 {
-                smpl.take_crossed_periods(bits.trailing_zeros() as usize);
+                smpl.take_crossed(bits.trailing_zeros() as usize, 0);
                 bits &= bits - 1;
             }
             return ovfl;
@@ -206,7 +242,7 @@ impl CtxInner {
             let (Some(pmd), Some(&mask)) = (pmds.get(i), smpl.smpl_pmds.get(i)) else {
                 continue;
             };
-            if pmd.flags & abi::PFM_REGFL_OVFL_NOTIFY != 0 {
+            if pmd.flags() & abi::PFM_REGFL_OVFL_NOTIFY != 0 {
                 notify |= 1 << i;
             }
             let mut e = abi::PfmSmplEntry {
@@ -216,7 +252,7 @@ impl CtxInner {
                 ovfl_pmd: i as u16,
                 set: 0,
                 nvalues: mask.count_ones() as u16,
-                last_reset_val: pmd.last_reset,
+                last_reset_val: pmd.last_reset(),
                 ip,
                 tstamp: glue::monotonic_ns(),
                 smpl_pmds: mask,
@@ -234,11 +270,21 @@ impl CtxInner {
             }
             // One entry per period crossed, as perf writes one sample per
             // period (`perf_swevent_overflow`): the count of entries is
-            // the count of periods, whatever the folds' lengths.
-            let periods = smpl.take_crossed_periods(i);
+            // the count of periods, whatever the folds' lengths. A
+            // randomised PMD's entries each carry their own reset value,
+            // replayed from the generator as it was before the count (the
+            // count drew them in this order, from the short reset value);
+            // the last one is `last_reset()`.
+            let Crossed {
+                periods,
+                mut random,
+            } = smpl.take_crossed(i, pmd.random().mask());
             let mut left = periods;
             while left > 0 && periods - left < MAX_ENTRIES_PER_OVERFLOW {
                 left -= 1;
+                if let Some(g) = random.as_mut() {
+                    e.last_reset_val = g.reset_value(pmd.short_reset);
+                }
                 let pushed =
                     smpl.with_ring(|r| r.push(&smpl.writer, &e, chain, smpl.geo.watermark));
                 if pushed.crossed_watermark {
@@ -342,6 +388,7 @@ impl Context {
                 full_pmds: AtomicU64::new(0),
                 crossed: AtomicBool::new(false),
                 crossed_periods: [const { AtomicU64::new(0) }; abi::PFM_MAX_PMDS],
+                random_before: [const { AtomicU64::new(0) }; abi::PFM_MAX_PMDS],
             }),
             GFP_KERNEL_ACCOUNT,
         )?);

@@ -19,6 +19,7 @@ use super::soft::soft_count_each;
 use super::{count_clock_unless_overflow, soft_count, Pmu, ThreadDeltas, SOFT_COUNTERS};
 use crate::abi;
 use crate::pfm_counter::PmdState;
+use crate::pfm_random::PeriodRandom;
 use crate::rust as glue;
 
 /// The soft model's counters, inline (no allocation of their own).
@@ -226,12 +227,13 @@ impl Counters {
         }
     }
 
-    /// [`Counters::advance`], telling `overflows(pmd, n)` how many times
-    /// each PMD that overflowed did.
+    /// [`Counters::advance`], telling `overflows(pmd, n, random)` how many
+    /// times each PMD that overflowed did, and its period randomisation
+    /// before the count (see `soft_count_each`).
     pub(crate) fn advance_each(
         &mut self,
         d: &ThreadDeltas,
-        overflows: impl FnMut(usize, u64),
+        overflows: impl FnMut(usize, u64, PeriodRandom),
     ) -> u64 {
         match self {
             Self::Soft(s) => soft_count_each(&s.ev_pmds, &mut s.pmds, d, overflows),

@@ -9,6 +9,7 @@
 
 use crate::abi;
 use crate::pfm_counter::PmdState;
+use crate::pfm_random::PeriodRandom;
 
 /// Counters of the soft model.
 pub const SOFT_COUNTERS: usize = 4;
@@ -66,17 +67,20 @@ pub struct ThreadDeltas {
 /// Advances every counter by what its PMC selects (`ev_pmds[event]`: the
 /// PMDs counting that event); returns the mask of PMDs that overflowed.
 pub fn soft_count(ev_pmds: &[u8; 4], pmds: &mut [PmdState], d: &ThreadDeltas) -> u64 {
-    soft_count_each(ev_pmds, pmds, d, |_, _| {})
+    soft_count_each(ev_pmds, pmds, d, |_, _, _| {})
 }
 
-/// [`soft_count`], telling `overflows(pmd, n)` how many times each PMD
-/// that overflowed did (event sets switch after a number of overflows).
+/// [`soft_count`], telling `overflows(pmd, n, random)` how many times each
+/// PMD that overflowed did (event sets switch after a number of overflows;
+/// a sampling buffer writes an entry per period) and its period
+/// randomisation as it was before the count (`PFM_REGFL_RANDOM`: replayed,
+/// it gives each crossing's reset value).
 #[inline(always)]
 pub fn soft_count_each(
     ev_pmds: &[u8; 4],
     pmds: &mut [PmdState],
     d: &ThreadDeltas,
-    mut overflows: impl FnMut(usize, u64),
+    mut overflows: impl FnMut(usize, u64, PeriodRandom),
 ) -> u64 {
     let mut ovfl = 0u64;
     let deltas = [
@@ -93,10 +97,16 @@ pub fn soft_count_each(
             let i = m.trailing_zeros() as usize;
             m &= m - 1;
             if let Some(pmd) = pmds.get_mut(i) {
+                // The generator before the count: only an overflow
+                // draws, and only its entries replay it.
+                let random = match pmd.value.checked_add(delta) {
+                    Some(_) => PeriodRandom::OFF,
+                    None => pmd.random(),
+                };
                 let n = pmd.count(delta);
                 if n != 0 {
                     ovfl |= 1 << i;
-                    overflows(i, n);
+                    overflows(i, n, random);
                 }
             }
         }
@@ -223,6 +233,39 @@ mod tests {
         assert_eq!(next_clock_overflow(&pmds, 0b1000), None);
         // A PMD index past the slice is ignored.
         assert_eq!(next_clock_overflow(&pmds, 1 << 40), None);
+    }
+
+    #[test]
+    fn the_clock_timer_sees_each_randomised_period() {
+        let (p, mask, seed) = (1_000_000u64, 0xffffu64, 3u64);
+        let reset = p.wrapping_neg();
+        let mut ev_pmds = [0u8; 4];
+        ev_pmds[abi::PFM_SOFT_EV_TASK_CLOCK as usize] = 0b0001;
+        let mut pmds = [PmdState::default(); SOFT_COUNTERS];
+        let random = PeriodRandom::new(seed, mask).unwrap();
+        pmds[0].program(reset, reset, reset, abi::PFM_REGFL_RANDOM, 0, random);
+        let mut predicted = crate::pfm_random::periods(p, mask, seed).unwrap();
+        let mut next = p;
+        for k in 0..200 {
+            // The timer is armed for the period drawn at the last reset,
+            // less what was counted past it (10 ns late, every other time).
+            let late = if k % 2 == 1 { 10 } else { 0 };
+            assert_eq!(next_clock_overflow(&pmds, 1), Some(next - late), "k = {k}");
+            let mut noted = None;
+            let d = ThreadDeltas {
+                task_clock: next - late + (k % 2 == 0) as u64 * 10,
+                ..ThreadDeltas::default()
+            };
+            let ovfl = soft_count_each(&ev_pmds, &mut pmds, &d, |i, n, r| noted = Some((i, n, r)));
+            assert_eq!(ovfl, 1);
+            let (i, n, mut before) = noted.unwrap();
+            assert_eq!((i, n), (0, 1));
+            // The generator before the count, replayed: the reset it drew.
+            assert_eq!(before.reset_value(reset), pmds[0].last_reset());
+            next = predicted.next().unwrap();
+            assert!((p..=p + mask).contains(&next));
+            assert_eq!(pmds[0].last_reset(), next.wrapping_neg());
+        }
     }
 
     #[test]

@@ -173,6 +173,7 @@ mod ffi {
         pub(crate) fn irq_work_queue(work: *mut IrqWorkRaw) -> bool;
         pub(crate) fn irq_work_sync(work: *mut IrqWorkRaw);
         pub(crate) fn local_clock() -> u64;
+        pub(crate) fn get_random_u64() -> u64;
         pub(crate) fn reserve_perfctr_nmi(msr: c_uint) -> c_int;
         pub(crate) fn release_perfctr_nmi(msr: c_uint);
         pub(crate) fn reserve_evntsel_nmi(msr: c_uint) -> c_int;
@@ -479,6 +480,15 @@ pub(crate) fn monotonic_ns() -> u64 {
 pub(crate) fn now_ns() -> u64 {
     // SAFETY: `local_clock` has no preconditions.
     unsafe { ffi::local_clock() }
+}
+
+/// `get_random_u64()`: 64 bits of the kernel's CSPRNG (its per-CPU batch).
+/// Its batch's `local_lock` is a sleeping lock on PREEMPT_RT: not under a
+/// raw spinlock.
+pub(crate) fn random_u64() -> u64 {
+    // SAFETY: No preconditions; callable in any context but under a raw
+    // spinlock on PREEMPT_RT (the caller's to avoid, as documented).
+    unsafe { ffi::get_random_u64() }
 }
 
 /// `cpu_relax()`: a busy-wait's pause.

@@ -4,7 +4,7 @@
 //! runs their `#[cfg(test)]` modules and the simulator tests in `tests/`.
 //!
 //! The module tree mirrors the kernel crate's: `abi`, `pfm_state`,
-//! `pfm_counter`, `pfm_msgq`, `pfm_page` and `pfm_sets` at the root, the
+//! `pfm_counter`, `pfm_random`, `pfm_msgq`, `pfm_page` and `pfm_sets` at the root, the
 //! hardware models under `pfm_x86`, so the files' `crate::` and `super::`
 //! paths mean the same thing in both.
 
@@ -19,6 +19,9 @@ pub mod pfm_state;
 
 #[path = "../../pfm_counter.rs"]
 pub mod pfm_counter;
+
+#[path = "../../pfm_random.rs"]
+pub mod pfm_random;
 
 #[path = "../../pfm_msgq.rs"]
 pub mod pfm_msgq;

@@ -474,6 +474,48 @@ fn overflow_periods() {
     }
 }
 
+/// `PFM_REGFL_RANDOM` on the PMU, as `intel_arch.rs` checks it.
+#[test]
+fn randomised_periods_stay_exact() {
+    for cfg in configs() {
+        let m = model(&cfg);
+        for (p, mask, n, chunk, switch) in [
+            (10_000u64, 1023u64, 3_000_000u64, 4_999u64, false),
+            (1 << 20, 0xffff, 40 << 20, 1 << 18, true),
+        ] {
+            let mut sim = AmdSim::new(cfg);
+            let mut drv = Driver::new(&m);
+            let start = period_to_value(p);
+            for i in 0..m.num_counters() as usize {
+                drv.write_pmc(i, 0x100c0, USER_ONLY).unwrap();
+                drv.write_pmd(i, start, start).unwrap();
+                drv.randomise(i, mask, 0x5eed + i as u64);
+            }
+            drv.load(&mut sim);
+            drv.start(&mut sim);
+            let mut left = n;
+            while left > 0 {
+                let c = left.min(chunk);
+                sim.count(0xc0, 0, Ring::User, c);
+                drv.service(&mut sim);
+                if switch {
+                    drv.switch_out(&mut sim);
+                    drv.switch_in(&mut sim);
+                }
+                left -= c;
+            }
+            drv.stop(&mut sim);
+            for i in 0..m.num_counters() as usize {
+                let truth = sim.counted[i] as u64;
+                let (overflows, value) = sim::random_truth(p, mask, 0x5eed + i as u64, truth);
+                let what = format!("{cfg:?} pmd {i} p {p} mask {mask}");
+                assert_eq!(drv.pmds[i].overflows, overflows, "{what}");
+                assert_eq!(drv.pmds[i].value, value, "{what}");
+            }
+        }
+    }
+}
+
 #[test]
 fn enable_ordering_is_exact() {
     for cfg in configs() {

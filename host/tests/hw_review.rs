@@ -120,7 +120,7 @@ fn reset_pmds_applied_on_soft_overflow() {
     // The third switch ends PMD 0's period: PMD 1 restarts from 7.
     assert_eq!(soft_count(&ev, &mut pmds, &d), 1 << 0);
     assert_eq!(pmds[0].value, period_to_value(3));
-    assert_eq!((pmds[1].value, pmds[1].last_reset), (7, 7));
+    assert_eq!((pmds[1].value, pmds[1].last_reset()), (7, 7));
     // Not the other way round: PMD 1's list is empty.
     assert_eq!(soft_count(&ev, &mut pmds, &d), 0);
     assert_eq!(pmds[1].value, 1007);

@@ -718,6 +718,56 @@ fn overflow_periods_at_every_width() {
     }
 }
 
+/// `PFM_REGFL_RANDOM` on the PMU: each PMD's resets, at the PMIs and the
+/// folds of switches, draw its own generator, and the counts stay exact
+/// against the generator's periods (`sim::random_truth`): periods below
+/// the arming floor (several crossed per PMI) and above it (one per PMI).
+#[test]
+fn randomised_periods_stay_exact() {
+    for cfg in configs() {
+        let m = model(&cfg);
+        if m.num_gp() == 0 {
+            continue;
+        }
+        for (p, mask, n, chunk, switch) in [
+            (10_000u64, 1023u64, 3_000_000u64, 4_999u64, false),
+            (10_000, 1023, 1_000_000, 77_777, true),
+            (1 << 20, 0xffff, 40 << 20, 1 << 18, true),
+        ] {
+            let mut sim = IntelSim::new(cfg);
+            let mut drv = Driver::new(&m);
+            let start = period_to_value(p);
+            for pmd in 0..m.num_gp() as usize {
+                drv.write_pmc(pmd, 0x1412e, USER_ONLY).unwrap();
+                drv.write_pmd(pmd, start, start).unwrap();
+                drv.randomise(pmd, mask, 0x5eed + pmd as u64);
+            }
+            drv.load(&mut sim);
+            drv.start(&mut sim);
+            let mut left = n;
+            while left > 0 {
+                let c = left.min(chunk);
+                sim.count((0x2e, 0x41), Ring::User, c);
+                drv.service(&mut sim);
+                if switch {
+                    drv.switch_out(&mut sim);
+                    drv.switch_in(&mut sim);
+                }
+                left -= c;
+            }
+            drv.stop(&mut sim);
+            for pmd in 0..m.num_gp() as usize {
+                let truth = sim.counted_gp[pmd] as u64;
+                let (overflows, value) = sim::random_truth(p, mask, 0x5eed + pmd as u64, truth);
+                let what = format!("{cfg:?} pmd {pmd} p {p} mask {mask}");
+                assert_eq!(drv.pmds[pmd].overflows, overflows, "{what}");
+                assert_eq!(drv.pmds[pmd].value, value, "{what}");
+                assert!(overflows > n / (p + mask), "{what}: {overflows} overflows");
+            }
+        }
+    }
+}
+
 #[test]
 fn global_enable_ordering_is_exact() {
     // Events keep arriving between every MSR access: a value is exact only

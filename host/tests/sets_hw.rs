@@ -23,7 +23,8 @@
 //!   installed image's counters count (enable bit and global control).
 //! - Values: every PMD's 64-bit value and its overflow tally are the
 //!   closed form of its start value, reset value and the events attributed
-//!   to it ([`expect`]); with no events injected inside MSR sequences, the
+//!   to it ([`expect`]; for a randomised PMD, the walk of its generator's
+//!   periods, `sim::random_truth`); with no events injected inside MSR sequences, the
 //!   events attributed are also exactly the events delivered while its
 //!   image was installed and selected by its PMC (an oracle independent of
 //!   the simulator's bookkeeping).
@@ -142,13 +143,14 @@ impl Ev {
 }
 
 /// One PMD of an image: the event its PMC selects, its start value and its
-/// short reset value.
+/// short reset value, and its period randomisation (mask, seed), if any.
 #[derive(Clone, Copy, Debug)]
 struct Counter {
     pmd: usize,
     ev: Ev,
     start: u64,
     reset: u64,
+    random: Option<(u64, u64)>,
 }
 
 fn ctr(pmd: usize, ev: Ev, start: u64, reset: u64) -> Counter {
@@ -157,12 +159,23 @@ fn ctr(pmd: usize, ev: Ev, start: u64, reset: u64) -> Counter {
         ev,
         start,
         reset,
+        random: None,
     }
 }
 
 /// A PMD with overflow period `p` (value and reset `2^64 - p`).
 fn periodic(pmd: usize, ev: Ev, p: u64) -> Counter {
     ctr(pmd, ev, period_to_value(p), period_to_value(p))
+}
+
+/// [`periodic`], randomised (`PFM_REGFL_RANDOM`): each reset starts a
+/// period of `p` plus a draw in `[0, mask]` of the generator seeded with
+/// `seed`, which the image keeps across its turns on the PMU.
+fn randomised(pmd: usize, ev: Ev, p: u64, mask: u64, seed: u64) -> Counter {
+    Counter {
+        random: Some((mask, seed)),
+        ..periodic(pmd, ev, p)
+    }
 }
 
 /// The value and number of 64-bit overflows of a PMD written `start`, with
@@ -430,6 +443,9 @@ impl<'m, M: HwPmu, S: Pmu> Mux<'m, M, S> {
             for c in &img.counters {
                 d.write_pmd(c.pmd, c.start, c.reset)
                     .expect("an existing PMD");
+                if let Some((mask, seed)) = c.random {
+                    d.randomise(c.pmd, mask, seed);
+                }
                 used |= 1 << c.pmd;
             }
             assert_eq!(d.used, used, "the PMCs make exactly the image's PMDs count");
@@ -627,7 +643,16 @@ impl<'m, M: HwPmu, S: Pmu> Mux<'m, M, S> {
         for (x, cs) in self.defs.iter().enumerate() {
             for c in cs {
                 let n = self.got[x][c.pmd];
-                let (v, o) = expect(c.start, c.reset, n);
+                let (v, o) = match c.random {
+                    // The generator's periods, walked (`sim::random_truth`).
+                    Some((mask, seed)) => {
+                        let p = c.reset.wrapping_neg();
+                        let n = u64::try_from(n).expect("events below 2^64");
+                        let (o, v) = sim::random_truth(p, mask, seed, n);
+                        (v, o)
+                    }
+                    None => expect(c.start, c.reset, n),
+                };
                 let p = &self.imgs[x].pmds[c.pmd];
                 assert_eq!(
                     (p.value, p.overflows),
@@ -709,7 +734,9 @@ const NEAR_WRAP: u64 = (1 << 47) - 100_000;
 /// misses have a period below the arming minimum (several overflows per
 /// fold, found by the stops and by the PMIs of its other counters); set
 /// 2's branch misses a period of one event; the other context starts 6
-/// events from an overflow.
+/// events from an overflow. Set 1's LLC misses and set 2's cycles are
+/// randomised (`PFM_REGFL_RANDOM`, masks 2^14 - 1 and 2^16 - 1): their
+/// generators live in their images, across every turn on the PMU.
 fn intel_images(m: &IntelArch) -> Vec<Image> {
     let fixed = |f: u32| m.fixed_mask() & (1 << f) != 0;
     let mut a = vec![
@@ -719,7 +746,7 @@ fn intel_images(m: &IntelArch) -> Vec<Image> {
     if fixed(0) {
         a.push(ctr(16, Ev::Instructions, 7, 0));
     }
-    let mut b = vec![periodic(0, Ev::LlcMisses, 50_000)];
+    let mut b = vec![randomised(0, Ev::LlcMisses, 50_000, 0x3fff, 0x5e75)];
     if fixed(1) {
         b.push(periodic(1, Ev::Branches, 150_000));
         b.push(ctr(17, Ev::Cycles, 0x7777_0000_0000, 0));
@@ -727,7 +754,7 @@ fn intel_images(m: &IntelArch) -> Vec<Image> {
         b.push(periodic(1, Ev::Cycles, 1_000_003));
     }
     let mut c = vec![
-        periodic(0, Ev::Cycles, 400_000),
+        randomised(0, Ev::Cycles, 400_000, 0xffff, 0x5e76),
         periodic(1, Ev::BranchMisses, 1),
     ];
     if fixed(2) {
@@ -748,12 +775,12 @@ fn amd_images() -> Vec<Image> {
         ctr(2, Ev::RefCycles, 7, 0),
     ];
     let b = vec![
-        periodic(0, Ev::LlcMisses, 50_000),
+        randomised(0, Ev::LlcMisses, 50_000, 0x3fff, 0x5e75),
         periodic(1, Ev::Branches, 150_000),
         ctr(2, Ev::Cycles, 0x7777_0000_0000, 0),
     ];
     let c = vec![
-        periodic(0, Ev::Cycles, 400_000),
+        randomised(0, Ev::Cycles, 400_000, 0xffff, 0x5e76),
         periodic(1, Ev::BranchMisses, 1),
         ctr(2, Ev::RefCycles, (1 << 40) - 77_777, 0),
     ];

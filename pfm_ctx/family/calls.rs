@@ -107,7 +107,7 @@ impl Context {
         };
         // Heirs send no messages: their overflows only reset.
         for pmd in template.pmds_mut() {
-            pmd.flags &= !abi::PFM_REGFL_OVFL_NOTIFY;
+            pmd.clear_notify();
         }
         let replaced = family.begin(room, template, used_pmds, loader, ns, root, || {
             this.inner

@@ -164,6 +164,10 @@ _Static_assert(sizeof(struct pfm_values) == 48, "pfm_values");
 _Static_assert(sizeof(struct pfm_load) == 32, "pfm_load");
 _Static_assert(sizeof(struct pfm_clone) == 32, "pfm_clone");
 _Static_assert(offsetof(struct pfm_setinfo, set_last_cause) == 64, "set_last_cause");
+_Static_assert(sizeof(struct pfm_pmd) == 64, "pfm_pmd");
+_Static_assert(offsetof(struct pfm_pmd, reg_random_mask) == 48, "reg_random_mask");
+_Static_assert(offsetof(struct pfm_pmd, reg_random_seed) == 56, "reg_random_seed");
+_Static_assert(PFM_REGFL_PMD_MASK == (PFM_REGFL_OVFL_NOTIFY | PFM_REGFL_RANDOM), "PMD flags");
 
 /* The mapped page's layout, as include/uapi/linux/perfmon.rs pins it. */
 _Static_assert(sizeof(struct pfm_page_pmd) == 32, "pfm_page_pmd");

@@ -104,6 +104,14 @@ impl<'a, M: HwPmu> Driver<'a, M> {
         Ok(())
     }
 
+    /// `PFM_REGFL_RANDOM` on `pmd` (written already): its resets less a
+    /// draw of the generator seeded with `seed`, in `[0, mask]`.
+    pub fn randomise(&mut self, pmd: usize, mask: u64, seed: u64) {
+        self.state[pmd].set_random(
+            pfm_host_tests::pfm_random::PeriodRandom::new(seed, mask).expect("a 2^k - 1 mask"),
+        );
+    }
+
     /// Runs one driver sequence and records what it found.
     fn run<B: MsrBus>(
         &mut self,

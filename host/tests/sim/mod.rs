@@ -41,3 +41,18 @@ pub fn short_of_wrap(v: u64, width: u32) -> u64 {
     let floor = (MIN_ARM_EVENTS - 1).min(mask(width));
     to_wrap.max(floor)
 }
+
+/// What a PMD programmed with period `p` (written and reset to -`p`) and
+/// randomised with `mask` and `seed` must hold after `truth` events, from
+/// the generator's periods alone (`pfm_random::periods`: the write's
+/// period `p`, then one drawn period per reset): its 64-bit overflows and
+/// its value.
+pub fn random_truth(p: u64, mask: u64, seed: u64, truth: u64) -> (u64, u64) {
+    let mut periods = pfm_host_tests::pfm_random::periods(p, mask, seed).expect("a 2^k - 1 mask");
+    let (mut end, mut n) = (p, 0);
+    while end <= truth {
+        end += periods.next().unwrap_or(u64::MAX);
+        n += 1;
+    }
+    (n, (end - truth).wrapping_neg())
+}

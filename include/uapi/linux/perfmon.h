@@ -35,13 +35,20 @@
 
 /* struct pfm_pmc.reg_flags / struct pfm_pmd.reg_flags, input bits. */
 #define PFM_REGFL_OVFL_NOTIFY	(1u << 0)	/* PMD: queue a message on overflow */
+/*
+ * PMD: randomise the period (perfmon2's). Every reset (short, long or
+ * linked) subtracts an amount drawn uniformly in [0, reg_random_mask] from
+ * the reset value, so a period P (a reset value of 2^64 - P) lasts P + r
+ * events; each PMD has its own generator, seeded by reg_random_seed.
+ */
+#define PFM_REGFL_RANDOM	(1u << 1)
 #define PFM_REGFL_IN_MASK	0x0000ffffu	/* room for input flags */
 /*
  * The input flags a PMD accepts today. Any other bit outside
  * PFM_REG_RETFL_MASK (bits 16-23 included) fails with EINVAL; a PMC takes
  * no input flag at all.
  */
-#define PFM_REGFL_PMD_MASK	PFM_REGFL_OVFL_NOTIFY
+#define PFM_REGFL_PMD_MASK	(PFM_REGFL_OVFL_NOTIFY | PFM_REGFL_RANDOM)
 
 /*
  * reg_flags output bits: one per element of an array call, as in perfmon2.
@@ -70,9 +77,23 @@ struct pfm_pmd {
 	__u64 reg_value;	/* 64-bit virtualized value */
 	__u64 reg_long_reset;	/* reload value on RESTART after a notification */
 	__u64 reg_short_reset;	/* reload value after a non-notified overflow */
-	__u64 reg_last_reset_val; /* out (read): value of the last reset */
+	/* out (read): value of the last reset (randomised; 0 before the first) */
+	__u64 reg_last_reset_val;
 	__u64 reg_reset_pmds;	/* bitmask of PMDs also reset when this one overflows */
-	__u64 reserved[2];	/* must be 0 (READ_PMDS too) */
+	/*
+	 * PFM_REGFL_RANDOM: each reset subtracts an amount in [0, mask]; the
+	 * mask is 2^k - 1 (0 included), at most reg_short_reset and
+	 * reg_long_reset (a period stays within 2^64). Without the flag, 0.
+	 * READ_PMDS: out (ignored on input), 0 without the flag.
+	 */
+	__u64 reg_random_mask;
+	/*
+	 * PFM_REGFL_RANDOM: the generator's seed; 0: the kernel picks one.
+	 * Without the flag, 0. READ_PMDS: out (ignored on input), the
+	 * generator's state, never 0 with the flag: a seed that, written
+	 * back, continues the sequence; 0 without the flag.
+	 */
+	__u64 reg_random_seed;
 };
 
 /*

@@ -43,9 +43,15 @@ pub const PFM_STATE_ZOMBIE: u32 = 4;
 pub const PFM_REGFL_OVFL_NOTIFY: u32 = 1 << 0;
 /// The input part of `reg_flags` (bits a later ABI may define as inputs).
 pub const PFM_REGFL_IN_MASK: u32 = 0x0000_ffff;
+/// PMD flag: randomise the period (perfmon2's). Every reset (short, long
+/// or linked) subtracts an amount drawn uniformly in
+/// `[0, reg_random_mask]` from the reset value, so a period P (a reset
+/// value of 2^64 - P) lasts P + r events; each PMD has its own generator,
+/// seeded by `reg_random_seed` (`pfm_random.rs`).
+pub const PFM_REGFL_RANDOM: u32 = 1 << 1;
 /// The input flags a PMD accepts today; every other bit outside
 /// `PFM_REG_RETFL_MASK` (bits 16-23 included) is refused with `EINVAL`.
-pub const PFM_REGFL_PMD_MASK: u32 = PFM_REGFL_OVFL_NOTIFY;
+pub const PFM_REGFL_PMD_MASK: u32 = PFM_REGFL_OVFL_NOTIFY | PFM_REGFL_RANDOM;
 /// Output flag: the register does not exist.
 pub const PFM_REG_RETFL_NOTAVAIL: u32 = 1 << 31;
 /// Output flag: the value or the flags are invalid.
@@ -129,12 +135,23 @@ pub struct PfmPmd {
     pub reg_long_reset: u64,
     /// Reload value after an overflow that was not notified.
     pub reg_short_reset: u64,
-    /// Out (read): the value of the last reset.
+    /// Out (read): the value of the last reset (randomised with
+    /// [`PFM_REGFL_RANDOM`], and then 0 until the first reset after the
+    /// write).
     pub reg_last_reset_val: u64,
     /// PMDs also reset when this one overflows.
     pub reg_reset_pmds: u64,
-    /// Must be 0.
-    pub reserved: [u64; 2],
+    /// [`PFM_REGFL_RANDOM`]: each reset subtracts an amount in
+    /// `[0, mask]`; the mask is 2^k - 1 (0 included), at most
+    /// `reg_short_reset` and `reg_long_reset` (a period stays within 2^64).
+    /// Without the flag, 0. READ_PMDS: out (ignored on input), 0 without
+    /// the flag.
+    pub reg_random_mask: u64,
+    /// [`PFM_REGFL_RANDOM`]: the generator's seed; 0: the kernel picks
+    /// one. Without the flag, 0. READ_PMDS: out (ignored on input), the
+    /// generator's state, never 0 with the flag: a seed that, written back,
+    /// continues the sequence; 0 without the flag.
+    pub reg_random_seed: u64,
 }
 
 /// Argument of the register array ioctls.

@@ -408,7 +408,11 @@ impl Context {
         })
     }
 
-    /// Writes PMDs (`PFM_IOC_WRITE_PMDS`), all or nothing.
+    /// Writes PMDs (`PFM_IOC_WRITE_PMDS`), all or nothing. A sampling
+    /// PMD may randomise its period (`PFM_REGFL_RANDOM` in `reg_flags`,
+    /// `reg_random_mask` 2^k - 1 and `reg_random_seed`, 0 for a seed of
+    /// the kernel's): each reset then starts a period of P + r, r in
+    /// `[0, mask]`, which [`crate::random::periods`] predicts for a seed.
     pub fn write_pmds(&self, regs: &mut [PfmPmd]) -> Result<()> {
         let mut arg = PfmRegsArg::default();
         let res = sys::ioctl_regs(self.fd(), PFM_IOC_WRITE_PMDS, regs, &mut arg);
@@ -418,7 +422,9 @@ impl Context {
     }
 
     /// Reads PMDs (`PFM_IOC_READ_PMDS`) into `regs` (their `reg_num` say
-    /// which); returns (time_enabled, time_running) in ns.
+    /// which); returns (time_enabled, time_running) in ns. A randomised
+    /// PMD's `reg_random_seed` is its generator's state: written back, it
+    /// continues the sequence.
     pub fn read_pmds(&self, regs: &mut [PfmPmd]) -> Result<(u64, u64)> {
         let mut arg = PfmRegsArg::default();
         let res = sys::ioctl_regs(self.fd(), PFM_IOC_READ_PMDS, regs, &mut arg);

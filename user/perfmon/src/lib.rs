@@ -52,6 +52,12 @@ mod pfm_sets;
 mod pfm_smpl;
 mod pmu;
 pub mod process;
+// The module's period randomisation (`PFM_REGFL_RANDOM`; host-tested): the
+// kernel's own generator, so a tool predicts the periods of a PMD it
+// seeded ([`random::periods`]) or picks masks the module accepts
+// ([`random::mask_ok`]).
+#[path = "../../../pfm_random.rs"]
+pub mod random;
 mod sampling;
 mod sys;
 pub mod sysfs;
@@ -136,7 +142,8 @@ mod abi_tests {
         assert_eq!(offset_of!(PfmPmd, reg_short_reset), 24);
         assert_eq!(offset_of!(PfmPmd, reg_last_reset_val), 32);
         assert_eq!(offset_of!(PfmPmd, reg_reset_pmds), 40);
-        assert_eq!(offset_of!(PfmPmd, reserved), 48);
+        assert_eq!(offset_of!(PfmPmd, reg_random_mask), 48);
+        assert_eq!(offset_of!(PfmPmd, reg_random_seed), 56);
         assert_eq!(offset_of!(PfmRegsArg, count), 8);
         assert_eq!(offset_of!(PfmRegsArg, done), 12);
         assert_eq!(offset_of!(PfmRegsArg, time_enabled), 16);
@@ -193,6 +200,10 @@ mod abi_tests {
         assert_eq!(PFM_REG_RETFL_EINVAL, 0x4000_0000);
         assert_eq!(PFM_REG_RETFL_NOSET, 0x2000_0000);
         assert_eq!(PFM_REG_RETFL_MASK & PFM_REGFL_IN_MASK, 0);
+        assert_eq!(
+            (PFM_REGFL_OVFL_NOTIFY, PFM_REGFL_RANDOM, PFM_REGFL_PMD_MASK),
+            (1, 2, 3)
+        );
         assert_eq!(
             (PFM_CTXST_STARTED, PFM_CTXST_ACTIVE, PFM_CTXST_EXITED),
             (1, 2, 4)

@@ -50,6 +50,52 @@ pub(super) enum Verdict {
     MaybeSet,
 }
 
+/// Whether a PMD write's period randomisation fields are what the ABI
+/// accepts (Documentation/perfmon.rst, "PMD flags"), written from the
+/// documentation rather than the module's code: with `PFM_REGFL_RANDOM`, a
+/// mask one below a power of two (or all ones) and no larger than either
+/// reset value, any seed; without it, mask and seed 0.
+pub(super) fn random_fields_ok(p: &abi::PfmPmd) -> bool {
+    let m = p.reg_random_mask;
+    if p.reg_flags & abi::PFM_REGFL_RANDOM == 0 {
+        return m == 0 && p.reg_random_seed == 0;
+    }
+    (m == u64::MAX || (m + 1).is_power_of_two()) && m <= p.reg_short_reset && m <= p.reg_long_reset
+}
+
+/// What READ_PMDS must return of a PMD's randomisation, whatever was
+/// written: with the flag, an accepted mask and a state that is never 0;
+/// without it, 0 and 0. `None` if so, else what is wrong.
+pub(super) fn random_output_wrong(p: &abi::PfmPmd) -> Option<String> {
+    let random = p.reg_flags & abi::PFM_REGFL_RANDOM != 0;
+    let ok = match random {
+        true => p.reg_random_seed != 0 && random_fields_ok(p),
+        false => p.reg_random_mask == 0 && p.reg_random_seed == 0,
+    };
+    (!ok).then(|| {
+        format!(
+            "PMD {} flags {:#x}: random mask {:#x} seed {:#x} (resets {:#x}, {:#x})",
+            p.reg_num,
+            p.reg_flags,
+            p.reg_random_mask,
+            p.reg_random_seed,
+            p.reg_short_reset,
+            p.reg_long_reset
+        )
+    })
+}
+
+/// A `PFM_REGFL_RANDOM` mask: 2^k - 1, small mostly (k up to 20), any k
+/// (64 included) an eighth of the time.
+pub(super) fn random_mask(rng: &mut Rng) -> u64 {
+    let k = if rng.chance(7, 8) {
+        rng.below(21)
+    } else {
+        rng.below(65)
+    };
+    (1u64 << k.min(63)).wrapping_sub(1) | if k == 64 { u64::MAX } else { 0 }
+}
+
 /// Set `set` as an element's set: 0 always exists; 1..15 may exist; 16 and
 /// above never.
 pub(super) fn set_verdict(set: u16) -> Verdict {
@@ -592,16 +638,39 @@ impl Actor {
         if self.rng.chance(1, 4) {
             p.reg_flags |= (self.rng.next_u64() as u32) & abi::PFM_REG_RETFL_MASK;
         }
+        // A quarter randomise their period: a mask (too large for the
+        // reset values sometimes: EINVAL), a seed of the kernel's (0) or
+        // the fuzzer's.
+        if self.rng.chance(1, 4) {
+            p.reg_flags |= abi::PFM_REGFL_RANDOM;
+            p.reg_random_mask = random_mask(&mut self.rng);
+            p.reg_random_seed = match self.rng.chance(1, 4) {
+                true => 0,
+                false => self.rng.interesting_u64(),
+            };
+        }
         if self.rng.chance(1, 8) {
-            match self.rng.below(5) {
+            match self.rng.below(6) {
                 0 => p.reg_num = self.rng.pick(&[4u16, 5, 15, 31, 32, 63, 64, 0xffff]),
                 1 => p.reg_set = self.rng.range(1, 0xffff) as u16,
                 2 => p.reg_flags |= 1 << self.rng.range(1, 23),
                 3 => p.reg_reset_pmds |= 1 << self.rng.range(4, 63),
-                _ => p.reserved[self.rng.below(2) as usize] = self.rng.interesting_u64() | 1,
+                // A mask that is not 2^k - 1.
+                4 => {
+                    p.reg_random_mask = self.rng.pick(&[2u64, 5, 6, 0x10, 0xfe, 1 << 63])
+                        | self.rng.interesting_u64() << 1
+                }
+                // A mask or a seed without the flag (with it: valid).
+                _ => {
+                    let v = self.rng.interesting_u64() | 1;
+                    match self.rng.chance(1, 2) {
+                        true => p.reg_random_mask = v,
+                        false => p.reg_random_seed = v,
+                    }
+                }
             }
         }
-        let fields_ok = p.reserved == [0; 2]
+        let fields_ok = random_fields_ok(&p)
             && p.reg_flags & !(abi::PFM_REGFL_PMD_MASK | abi::PFM_REG_RETFL_MASK) == 0
             && p.reg_num < 64
             && m.impl_pmds & (1 << p.reg_num) != 0
@@ -618,22 +687,21 @@ impl Actor {
         };
         p.reg_set = self.pick_reg_set(in_sets);
         if self.rng.chance(1, 3) {
-            // The values and flags are outputs: ignored on input.
+            // The values, flags and randomisation fields are outputs:
+            // ignored on input.
             p.reg_value = self.rng.next_u64();
             p.reg_flags = self.rng.next_u64() as u32;
+            p.reg_random_mask = self.rng.interesting_u64();
+            p.reg_random_seed = self.rng.interesting_u64();
         }
-        if self.rng.chance(1, 20) {
-            // The reserved fields must be 0, as everywhere.
-            p.reserved[self.rng.below(2) as usize] = self.rng.interesting_u64() | 1;
-        } else if self.rng.chance(1, 10) {
+        if self.rng.chance(1, 10) {
             if self.rng.chance(1, 2) {
                 p.reg_num = self.rng.pick(&[4u16, 5, 31, 63, 64, 0xffff]);
             } else {
                 p.reg_set = self.rng.range(1, 0xffff) as u16;
             }
         }
-        let fields_ok =
-            p.reserved == [0; 2] && p.reg_num < 64 && m.impl_pmds & (1 << p.reg_num) != 0;
+        let fields_ok = p.reg_num < 64 && m.impl_pmds & (1 << p.reg_num) != 0;
         (p, element_verdict(fields_ok, p.reg_set))
     }
 

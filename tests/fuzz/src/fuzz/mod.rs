@@ -154,6 +154,10 @@ pub struct Report {
     pub smpl_maps: u64,
     pub smpl_entries: u64,
     pub smpl_resyncs: u64,
+    /// `arm`'s PMDs written with `PFM_REGFL_RANDOM`, and READ_PMDS
+    /// elements returned with it, checked.
+    pub random_arms: u64,
+    pub random_reads: u64,
     /// Suspected kernel bugs per kind (`shared::FINDINGS`), non-zero ones.
     pub findings: Vec<(&'static str, u64)>,
     /// Anomalies dismissed: the fd was no longer a perfmon file.
@@ -211,6 +215,11 @@ impl Report {
             s,
             "sampling: {} buffers set up, {} mappings, {} entries drained and checked, {} garbage tails resynced",
             self.smpl_setups, self.smpl_maps, self.smpl_entries, self.smpl_resyncs
+        );
+        let _ = writeln!(
+            s,
+            "randomised periods: {} PMDs armed with PFM_REGFL_RANDOM, {} READ_PMDS elements returned with it checked",
+            self.random_arms, self.random_reads
         );
         for (what, n) in &self.findings {
             let _ = writeln!(s, "suspected kernel bug, {n} times: {what}");
@@ -595,6 +604,8 @@ pub fn run(cfg: &Config) -> Report {
         smpl_maps: s.smpl_maps.load(Ordering::Relaxed),
         smpl_entries: s.smpl_entries.load(Ordering::Relaxed),
         smpl_resyncs: s.smpl_resyncs.load(Ordering::Relaxed),
+        random_arms: s.random_arms.load(Ordering::Relaxed),
+        random_reads: s.random_reads.load(Ordering::Relaxed),
         findings: FINDINGS
             .iter()
             .zip(s.findings.iter())

@@ -316,6 +316,20 @@ impl Actor {
         // at it).
         let done: abi::PfmRegsArg = self.arena.get(haddr);
         self.check_verdicts(op, r, done.done, &verdicts, &[]);
+        // What a read returns of each PMD's period randomisation agrees
+        // with its flag and reset values, whatever a writer asked.
+        if op == Op::ReadPmds && r.is_ok() {
+            for i in 0..n {
+                let p: abi::PfmPmd = self.arena.get(raddr + i * elem);
+                if let Some(wrong) = random_output_wrong(&p) {
+                    self.anomaly(op, format!("element {i}: {wrong}"));
+                    break;
+                }
+                if p.reg_flags & abi::PFM_REGFL_RANDOM != 0 {
+                    shared().random_reads.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
     }
 
     pub(super) fn op_load(&mut self) {
@@ -925,17 +939,35 @@ impl Actor {
                 period(&mut self.rng),
                 period(&mut self.rng),
             );
+            // A quarter randomise their periods (every reset: short,
+            // long, linked; a sampling buffer's entries): a mask within
+            // both reset values (a period 0, a reset value 0, takes none).
+            let random = self.rng.chance(1, 4);
+            if random {
+                shared().random_arms.fetch_add(1, Ordering::Relaxed);
+            }
+            let (reg_random_mask, reg_random_seed) = match random {
+                true => {
+                    let seed = self.rng.next_u64();
+                    let mask = (1u64 << self.rng.below(12)) - 1;
+                    let mask = if ps != 0 && pl != 0 { mask } else { 0 };
+                    (mask, self.rng.pick(&[0u64, 1, seed]))
+                }
+                false => (0, 0),
+            };
             pmds.push(abi::PfmPmd {
                 reg_num: reg,
                 reg_flags: if self.rng.chance(4, 5) {
                     abi::PFM_REGFL_OVFL_NOTIFY
                 } else {
                     0
-                },
+                } | if random { abi::PFM_REGFL_RANDOM } else { 0 },
                 reg_value: 0u64.wrapping_sub(pv),
                 reg_short_reset: 0u64.wrapping_sub(ps),
                 reg_long_reset: 0u64.wrapping_sub(pl),
                 reg_reset_pmds: self.rng.below(16) & model.impl_pmds,
+                reg_random_mask,
+                reg_random_seed,
                 ..Default::default()
             });
         }

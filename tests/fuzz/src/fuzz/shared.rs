@@ -281,6 +281,11 @@ pub(super) struct Shared {
     pub(super) smpl_maps: AtomicU64,
     pub(super) smpl_entries: AtomicU64,
     pub(super) smpl_resyncs: AtomicU64,
+    /// Randomised periods (`PFM_REGFL_RANDOM`): `arm`'s PMDs written with
+    /// the flag (each write must succeed), and READ_PMDS elements that
+    /// came back with it and were checked.
+    pub(super) random_arms: AtomicU64,
+    pub(super) random_reads: AtomicU64,
     /// Suspected kernel bugs of whole programs, per kind (`FINDINGS`): each
     /// kind is an anomaly once, then only counted.
     pub(super) findings: [AtomicU64; FINDINGS.len()],

@@ -561,12 +561,23 @@ impl Actor {
         let pages = pick_pages(&mut self.rng);
         let mut s = self.valid_setup(pages, 0);
         let garbage = self.rng.chance(1, 8).then(|| self.rng.below(8));
-        let unimpl = |rng: &mut crate::rng::Rng| {
-            let mut b = rng.below(64);
-            while m.impl_pmds & 1 << b != 0 {
-                b = (b + 1) % 64;
+        // A PMD number below `below` (64, or `PFM_MAX_PMDS` where it
+        // indexes `smpl_pmds`) that the model does not implement; `None`
+        // if it implements them all.
+        let unimpl = |rng: &mut crate::rng::Rng, below: u64| {
+            let all = if below >= 64 {
+                u64::MAX
+            } else {
+                (1 << below) - 1
+            };
+            if m.impl_pmds & all == all {
+                return None;
             }
-            b
+            let mut b = rng.below(below);
+            while m.impl_pmds & 1 << b != 0 {
+                b = (b + 1) % below;
+            }
+            Some(b)
         };
         match garbage {
             Some(0) => {
@@ -597,7 +608,10 @@ impl Actor {
             Some(4) => {
                 // An implemented PMD's entries would record one that is not.
                 let n = self.rng.pick(&m.pmds) as usize;
-                s.smpl_pmds[n] |= 1 << unimpl(&mut self.rng);
+                match unimpl(&mut self.rng, 64) {
+                    Some(b) => s.smpl_pmds[n] |= 1 << b,
+                    None => s.pad = 1,
+                }
             }
             Some(5) => {
                 // More than PFM_SMPL_MAX_VALUES (or unimplemented ones).
@@ -605,14 +619,10 @@ impl Actor {
                 s.smpl_pmds[n] = u64::MAX >> self.rng.below(55);
             }
             Some(6) => {
-                // An unimplemented PMD's entries (one of the array's: an
-                // index past it would be the fuzzer's own panic).
-                let first = self.rng.below(abi::PFM_MAX_PMDS as u64) as usize;
-                let n = (0..abi::PFM_MAX_PMDS)
-                    .map(|k| (first + k) % abi::PFM_MAX_PMDS)
-                    .find(|&k| m.impl_pmds & 1 << k == 0);
-                match n {
-                    Some(n) => s.smpl_pmds[n] = 1 << self.rng.pick(&m.pmds),
+                // An unimplemented PMD's entries (`smpl_pmds` has a slot
+                // per PMD number below `PFM_MAX_PMDS`).
+                match unimpl(&mut self.rng, abi::PFM_MAX_PMDS as u64) {
+                    Some(n) => s.smpl_pmds[n as usize] = 1 << self.rng.pick(&m.pmds),
                     None => s.pad = 1,
                 }
             }

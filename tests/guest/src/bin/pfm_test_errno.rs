@@ -11,7 +11,10 @@
 //! (EBADFD; LOAD of a loaded context EBUSY, as documented); LOAD targets
 //! (ESRCH, EPERM); read() misuse, and read() into bad memory, which must
 //! leave every message queued (overflows and END); READ_PMDS elements'
-//! reserved fields; reg_flags bits 16-23; live_contexts right after the
+//! output fields (the period randomisation's, ignored on input);
+//! PFM_REGFL_RANDOM's mask and seed (a mask that is not 2^k - 1 or is
+//! above a reset value, a mask or a seed without the flag: EINVAL; seed 0:
+//! the kernel's); reg_flags bits 16-23; live_contexts right after the
 //! close of a self-monitoring context.
 
 use std::os::fd::AsRawFd;
@@ -615,31 +618,150 @@ fn cases() -> Vec<Case> {
             Ok(())
         }
     );
-    case!("READ_PMDS element reserved[1] != 0: EINVAL", || {
-        pmds_rejected(
-            PFM_IOC_READ_PMDS,
-            &[
-                pmd(0, 0),
+    case!(
+        "READ_PMDS: reg_random_mask/seed are outputs (garbage ignored; mask and state out)",
+        || {
+            let ctx = open()?;
+            let minus_p = 1000u64.wrapping_neg();
+            let mut w = [
                 PfmPmd {
-                    reserved: [0, 1],
-                    ..pmd(1, 0)
+                    reg_flags: PFM_REGFL_RANDOM,
+                    reg_short_reset: minus_p,
+                    reg_long_reset: minus_p,
+                    reg_random_mask: 0xff,
+                    reg_random_seed: 12345,
+                    ..pmd(0, minus_p)
                 },
-            ],
-            1,
-            PFM_REG_RETFL_EINVAL,
-        )
-    });
-    case!("PMD reserved[0] != 0: EINVAL", || {
-        pmds_rejected(
-            PFM_IOC_WRITE_PMDS,
-            &[PfmPmd {
-                reserved: [1, 0],
-                ..pmd(0, 0)
-            }],
-            0,
-            PFM_REG_RETFL_MASK,
-        )
-    });
+                pmd(1, 7),
+            ];
+            ctx.write_pmds(&mut w).ctx("WRITE_PMDS")?;
+            let garbage = |n| PfmPmd {
+                reg_random_mask: 6,
+                reg_random_seed: u64::MAX,
+                ..pmd(n, 0)
+            };
+            let (r, done, back) = regs_call(
+                &ctx,
+                PFM_IOC_READ_PMDS,
+                &[garbage(0), garbage(1)],
+                None,
+                |_| {},
+            )?;
+            ensure!(
+                r.is_ok() && done == 2,
+                "READ_PMDS: {}, done {done}",
+                name(r)
+            );
+            let got = |p: &PfmPmd| (p.reg_flags, p.reg_random_mask, p.reg_random_seed);
+            ensure!(
+                got(&back[0]) == (PFM_REGFL_RANDOM, 0xff, 12345),
+                "randomised PMD 0 read as {:?}",
+                back[0]
+            );
+            ensure!(got(&back[1]) == (0, 0, 0), "PMD 1 read as {:?}", back[1]);
+            Ok(())
+        }
+    );
+    case!(
+        "PMD reg_random_mask without PFM_REGFL_RANDOM: EINVAL",
+        || {
+            pmds_rejected(
+                PFM_IOC_WRITE_PMDS,
+                &[
+                    pmd(0, 0),
+                    PfmPmd {
+                        reg_random_mask: 1,
+                        ..pmd(1, 0)
+                    },
+                ],
+                1,
+                PFM_REG_RETFL_EINVAL,
+            )
+        }
+    );
+    case!(
+        "PMD reg_random_seed without PFM_REGFL_RANDOM: EINVAL",
+        || {
+            pmds_rejected(
+                PFM_IOC_WRITE_PMDS,
+                &[PfmPmd {
+                    reg_random_seed: 1 << 40,
+                    ..pmd(0, 0)
+                }],
+                0,
+                PFM_REG_RETFL_EINVAL,
+            )
+        }
+    );
+    case!(
+        "PMD PFM_REGFL_RANDOM with a mask not 2^k - 1 (6, 2^63): EINVAL",
+        || {
+            for mask in [6u64, 1 << 63] {
+                let minus_p = 1_000_000u64.wrapping_neg();
+                pmds_rejected(
+                    PFM_IOC_WRITE_PMDS,
+                    &[PfmPmd {
+                        reg_flags: PFM_REGFL_RANDOM,
+                        reg_short_reset: minus_p,
+                        reg_long_reset: minus_p,
+                        reg_random_mask: mask,
+                        ..pmd(0, minus_p)
+                    }],
+                    0,
+                    PFM_REG_RETFL_EINVAL,
+                )
+                .map_err(|e| format!("mask {mask:#x}: {e}"))?;
+            }
+            Ok(())
+        }
+    );
+    case!(
+        "PMD PFM_REGFL_RANDOM with a mask above a reset value (a period past 2^64): EINVAL",
+        || {
+            // Short reset -1000 (room for 2^64 - 1000), long reset 0
+            // (period 2^64: no room at all).
+            for (short, long) in [(1000u64.wrapping_neg(), 0u64), (0, 1000u64.wrapping_neg())] {
+                pmds_rejected(
+                    PFM_IOC_WRITE_PMDS,
+                    &[PfmPmd {
+                        reg_flags: PFM_REGFL_RANDOM,
+                        reg_short_reset: short,
+                        reg_long_reset: long,
+                        reg_random_mask: 1,
+                        ..pmd(0, 0)
+                    }],
+                    0,
+                    PFM_REG_RETFL_EINVAL,
+                )
+                .map_err(|e| format!("resets {short:#x}/{long:#x}: {e}"))?;
+            }
+            Ok(())
+        }
+    );
+    case!(
+        "PMD PFM_REGFL_RANDOM, seed 0: a seed of the kernel's, non-zero, one per PMD",
+        || {
+            let ctx = open()?;
+            let minus_p = 100u64.wrapping_neg();
+            let w = |n| PfmPmd {
+                reg_flags: PFM_REGFL_RANDOM,
+                reg_short_reset: minus_p,
+                reg_long_reset: minus_p,
+                reg_random_mask: 63,
+                ..pmd(n, minus_p)
+            };
+            ctx.write_pmds(&mut [w(0), w(1)]).ctx("WRITE_PMDS")?;
+            let mut r = [pmd(0, 0), pmd(1, 0)];
+            ctx.read_pmds(&mut r).ctx("READ_PMDS")?;
+            let (a, b) = (r[0].reg_random_seed, r[1].reg_random_seed);
+            ensure!(
+                a != 0 && b != 0 && a != b && r[0].reg_random_mask == 63,
+                "seeds {a:#x} and {b:#x}, mask {:#x}",
+                r[0].reg_random_mask
+            );
+            Ok(())
+        }
+    );
     case!("PMD reg_set 1: EINVAL", || {
         pmds_rejected(
             PFM_IOC_WRITE_PMDS,

@@ -34,6 +34,12 @@
 //!   with naps: entries within 2% of T/P (perf's count is reported), and the
 //!   share of IPs in each loop within ±5 points of the thread's own
 //!   measured share (`clock_sampling` derives the bounds).
+//! - Randomised periods (`PFM_REGFL_RANDOM`, period P = 3, mask M = 3, a
+//!   fixed seed) on the switches: each entry's period in [P, P + M], the
+//!   sequence the module's generator (`perfmon::random`) predicts for the
+//!   seed, each entry at the exact switch its period ends, so the entries
+//!   are exactly the period ends within S; READ_PMDS's last reset, value
+//!   and generator state after; the same seed twice, the same sequence.
 
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -46,7 +52,7 @@ use perfmon::{Context, CtxState, MessageKind, SampleBuffer};
 use pfm_guest::tap::diag;
 use pfm_guest::{ensure, module, raw, work, ResultExt, Tap, TestResult};
 
-const PLAN: usize = 9;
+const PLAN: usize = 10;
 
 /// PMD 0: task-clock; 1: context switches, sampled; 3: context switches.
 const CLOCK: u16 = 0;
@@ -59,6 +65,17 @@ fn sampling_context(
     period: u64,
     pages: u32,
     drop: bool,
+) -> Result<(Context, SampleBuffer), String> {
+    sampling_context_random(period, pages, drop, None)
+}
+
+/// [`sampling_context`], its period randomised with `random` (mask, seed)
+/// if given (`PFM_REGFL_RANDOM`).
+fn sampling_context_random(
+    period: u64,
+    pages: u32,
+    drop: bool,
+    random: Option<(u64, u64)>,
 ) -> Result<(Context, SampleBuffer), String> {
     let ctx = Context::open().ctx("open")?;
     let width = ctx.info().ctx("GET_INFO")?.counter_width;
@@ -87,11 +104,19 @@ fn sampling_context(
     } else {
         (1u64 << width) - period
     };
+    let (mask, seed) = random.unwrap_or((0, 0));
     let mut pmds = [PfmPmd {
         reg_num: SAMPLED,
+        reg_flags: if random.is_some() {
+            PFM_REGFL_RANDOM
+        } else {
+            0
+        },
         reg_value: minus_p,
         reg_short_reset: minus_p,
         reg_long_reset: minus_p,
+        reg_random_mask: mask,
+        reg_random_seed: seed,
         ..Default::default()
     }];
     ctx.write_pmds(&mut pmds).ctx("WRITE_PMDS")?;
@@ -799,6 +824,155 @@ fn clock_sampling() -> TestResult {
     Ok(())
 }
 
+/// Case 8: the randomised period (`PFM_REGFL_RANDOM`) on the exact
+/// switch counts: period P, mask M, a fixed seed.
+const RANDOM_PERIOD: u64 = 3;
+const RANDOM_MASK: u64 = 3;
+const RANDOM_SEED: u64 = 0x5eed_0016;
+
+/// One run of case 8 with `seed`: the switches S (PMD 3), the entries, and
+/// PMD 1 as READ_PMDS returns it after UNLOAD.
+fn random_run(partner: &Partner, seed: u64) -> Result<(u64, Vec<PfmSmplEntry>, PfmPmd), String> {
+    const EXCHANGES: usize = 400;
+    let (ctx, mut buf) =
+        sampling_context_random(RANDOM_PERIOD, 16, false, Some((RANDOM_MASK, seed)))?;
+    ctx.load_and_start(0).ctx("LOAD|START")?;
+    partner.exchange(EXCHANGES)?;
+    ctx.unload().ctx("UNLOAD")?;
+    let s = ctx.read_values(1 << TOTAL).ctx("READ_VALUES")?.values[0];
+    let mut pmd = [PfmPmd {
+        reg_num: SAMPLED,
+        ..Default::default()
+    }];
+    ctx.read_pmds(&mut pmd).ctx("READ_PMDS")?;
+    let entries = buf.take();
+    let stats = buf.stats();
+    ensure!(
+        stats.lost == 0 && stats.written == entries.len() as u64,
+        "{stats:?} for {} entries read",
+        entries.len()
+    );
+    ensure!(
+        s >= EXCHANGES as u64,
+        "S {s}: fewer switches than exchanges"
+    );
+    Ok((s, entries, pmd[0]))
+}
+
+/// Case 8: every reset of the sampled PMD starts a period of P + r, r in
+/// [0, M] drawn by the PMD's generator. Checked exactly, on the switches
+/// (each fold crosses at most one period):
+/// - each entry's `last_reset_val` is a period in [P, P + M] (as the
+///   distance from the written reset value -P: r = -P - last_reset_val);
+/// - the sequence of periods is the one `perfmon::random::periods` (the
+///   module's own `pfm_random.rs`) predicts for the seed: the k-th entry's
+///   reset starts the (k+1)-th period;
+/// - the k-th entry's switch count (PMD 3) is where the k-th period ends:
+///   P, then P + the first drawn period, ...; so the number of entries is
+///   the number of period ends at or below S, exactly;
+/// - READ_PMDS after: `reg_last_reset_val` the last entry's,
+///   `reg_random_seed` the generator's state after one draw per entry, and
+///   the value the last reset plus the switches since;
+/// - a second run with the same seed gives the same sequence, one with
+///   another seed another.
+fn random_periods() -> TestResult {
+    let partner = Partner::start()?;
+    let minus_p = RANDOM_PERIOD.wrapping_neg();
+    let mut runs = Vec::new();
+    for seed in [RANDOM_SEED, RANDOM_SEED, RANDOM_SEED + 1] {
+        let (s, entries, pmd) = random_run(&partner, seed)?;
+        let predicted: Vec<u64> = perfmon::random::periods(RANDOM_PERIOD, RANDOM_MASK, seed)
+            .ok_or("mask refused by the library")?
+            .take(entries.len() + 1)
+            .collect();
+        let periods: Vec<u64> = entries
+            .iter()
+            .map(|e| minus_p.wrapping_sub(e.last_reset_val) + RANDOM_PERIOD)
+            .collect();
+        diag(format!(
+            "seed {seed:#x}: S {s}, {} entries, periods {:?}...",
+            entries.len(),
+            &periods[..periods.len().min(24)]
+        ));
+        if let Some((k, p)) = periods
+            .iter()
+            .enumerate()
+            .find(|(_, &p)| !(RANDOM_PERIOD..=RANDOM_PERIOD + RANDOM_MASK).contains(&p))
+        {
+            return Err(format!(
+                "entry {k}: period {p} outside [{RANDOM_PERIOD}, {}] ({:?})",
+                RANDOM_PERIOD + RANDOM_MASK,
+                entries[k]
+            ));
+        }
+        if let Some(k) = (0..periods.len()).find(|&k| periods[k] != predicted[k]) {
+            return Err(format!(
+                "entry {k}: period {}, the generator predicts {} (periods {:?}, predicted {:?})",
+                periods[k],
+                predicted[k],
+                &periods[..=k],
+                &predicted[..=k]
+            ));
+        }
+        // Where each period ends: P, then the drawn periods one after
+        // the other.
+        let (mut end, mut last_end) = (RANDOM_PERIOD, 0);
+        for (k, e) in entries.iter().enumerate() {
+            ensure!(
+                e.seq == k as u64 && e.ovfl_pmd == SAMPLED && e.values[1] == end,
+                "entry {k}: PMD 3 {} (seq {}), expected the end of period {k}, {end}",
+                e.values[1],
+                e.seq
+            );
+            last_end = end;
+            end += predicted[k];
+        }
+        // `end` is now the end of the period the last entry's reset began.
+        let expected_n = {
+            let (mut n, mut at) = (0usize, RANDOM_PERIOD);
+            while at <= s {
+                at += predicted.get(n).copied().unwrap_or(u64::MAX / 2);
+                n += 1;
+            }
+            n
+        };
+        ensure!(
+            entries.len() == expected_n && end > s,
+            "{} entries for S {s}, the periods predict {expected_n}",
+            entries.len()
+        );
+        let mut g = perfmon::random::PeriodRandom::new(seed, RANDOM_MASK)
+            .ok_or("mask refused by the library")?;
+        for _ in 0..entries.len() {
+            g.draw();
+        }
+        let last = entries.last().ok_or("no entry")?;
+        let value = last.last_reset_val + (s - last_end);
+        ensure!(
+            pmd.reg_flags == PFM_REGFL_RANDOM
+                && pmd.reg_random_mask == RANDOM_MASK
+                && pmd.reg_random_seed == g.state()
+                && pmd.reg_last_reset_val == last.last_reset_val
+                && pmd.reg_value == value,
+            "READ_PMDS {pmd:?}: expected last reset {:#x}, value {value:#x}, state {:#x}",
+            last.last_reset_val,
+            g.state()
+        );
+        runs.push(periods);
+    }
+    let common = runs.iter().map(Vec::len).min().unwrap_or(0);
+    ensure!(common >= 50, "only {common} entries in a run");
+    ensure!(
+        runs[0][..common] == runs[1][..common],
+        "the same seed gave two sequences"
+    );
+    ensure!(
+        runs[0][..common] != runs[2][..common],
+        "another seed gave the same sequence"
+    );
+    Ok(())
+}
+
 /// The calling thread's CPU time (ns).
 fn work_clock() -> u64 {
     pfm_guest::edges::thread_cpu_ns()
@@ -830,6 +1004,10 @@ fn main() {
     t.run(
         "task-clock sampled while the thread runs: T/P entries within 2%, IPs where the time went",
         clock_sampling,
+    );
+    t.run(
+        "random periods: every entry's period in [P, P+M], the generator's sequence for the seed, entries exact",
+        random_periods,
     );
     t.run("rmmod perfmon", module::rmmod);
     t.finish();
