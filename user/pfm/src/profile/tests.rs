@@ -331,6 +331,49 @@ fn pprof_decodes_to_the_same_samples_and_functions() {
         .any(|m| prof.string(m.filename) == exe && m.has_functions));
 }
 
+/// The same file read by another implementation of profile.proto (the
+/// `pprof` crate's, as Parca's and pprof's readers would): the samples,
+/// their leaf functions and the period agree with pfm's own decoding.
+#[test]
+fn pprof_loads_with_the_pprof_crate() {
+    use ::pprof::protos::Message as _;
+    let p = Profile::build(&recording(8, 2, 1));
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(pprof::encode(&p).as_slice())
+        .read_to_end(&mut raw)
+        .expect("gzip");
+    let other =
+        ::pprof::protos::Profile::decode(raw.as_slice()).expect("the pprof crate decodes it");
+    let ours = decode_pprof(&pprof::encode(&p));
+    assert_eq!(other.sample.len(), ours.sample.len());
+    assert_eq!(other.period, 2_000_000);
+    let s = |i: i64| other.string_table[i as usize].as_str();
+    let mut by_name: HashMap<String, i64> = HashMap::new();
+    for sample in &other.sample {
+        let loc = other
+            .location
+            .iter()
+            .find(|l| l.id == sample.location_id[0])
+            .expect("the leaf's location");
+        let name = loc
+            .line
+            .first()
+            .and_then(|l| other.function.iter().find(|f| f.id == l.function_id))
+            .map_or(format!("{:#x}", loc.address), |f| s(f.name).to_string());
+        *by_name.entry(name).or_default() += sample.value[0];
+    }
+    let count = |suffix: &str| {
+        by_name
+            .iter()
+            .filter(|(n, _)| n.ends_with(suffix))
+            .map(|(_, v)| *v)
+            .sum::<i64>()
+    };
+    assert_eq!(count("report_test_hot_function"), 8, "{by_name:?}");
+    assert_eq!(count("report_test_cold_function"), 2, "{by_name:?}");
+    assert_eq!(by_name.values().sum::<i64>(), 11);
+}
+
 #[test]
 fn flamegraph_is_xml_naming_the_functions() {
     let p = Profile::build(&recording(8, 2, 0));
