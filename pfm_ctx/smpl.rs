@@ -157,16 +157,13 @@ impl CtxInner {
     /// their own ([`CtxSmpl::note_overflows`]). A sampling context has no
     /// event sets, the tally's other reader.
     pub(super) fn note_hw_overflows(&mut self) {
-        let tally = self.counters.take_tally();
-        if let Some(smpl) = self.smpl() {
-            for (pmd, &n) in tally.iter().enumerate() {
-                if n != 0 {
-                    // The folds do not keep the generator's state
-                    // before them: each entry gives the last reset.
-                    smpl.note_overflows(pmd, n, PeriodRandom::OFF);
-                }
-            }
-        }
+        let Some(Extra::Smpl(smpl)) = self.extra.as_deref() else {
+            return;
+        };
+        // The folds do not keep the generator's state before them: each
+        // entry gives the last reset.
+        self.counters
+            .drain_tally(|pmd, n| smpl.note_overflows(pmd, n, PeriodRandom::OFF));
     }
 
     /// Writes one entry per PMD of `ovfl` (overflowed now, in the monitored

@@ -241,6 +241,21 @@ impl Counters {
         }
     }
 
+    /// Calls `overflows(pmd, n)` for each PMD a hardware model's folds
+    /// found `n` 64-bit overflows of since the last take, and forgets
+    /// them; nothing for the soft model (its counts say theirs to
+    /// `advance_each`). No array is copied: a sampling context asks at
+    /// every overflow.
+    pub(crate) fn drain_tally(&mut self, mut overflows: impl FnMut(usize, u64)) {
+        if let Self::Hw(h) = self {
+            for (pmd, n) in h.tally.iter_mut().enumerate() {
+                if *n != 0 {
+                    overflows(pmd, core::mem::take(n));
+                }
+            }
+        }
+    }
+
     /// Each PMD's 64-bit overflows found by a hardware model's folds since
     /// the last call (the soft model's are counted by `advance_each`).
     pub(crate) fn take_tally(&mut self) -> [u64; abi::PFM_MAX_PMDS] {
