@@ -154,6 +154,10 @@ pub struct Report {
     pub smpl_maps: u64,
     pub smpl_entries: u64,
     pub smpl_resyncs: u64,
+    /// Of the entries, those with a call chain, and those whose walk
+    /// met an unreadable frame.
+    pub smpl_chained: u64,
+    pub smpl_broken: u64,
     /// `arm`'s PMDs written with `PFM_REGFL_RANDOM`, and READ_PMDS
     /// elements returned with it, checked.
     pub random_arms: u64,
@@ -213,8 +217,13 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "sampling: {} buffers set up, {} mappings, {} entries drained and checked, {} garbage tails resynced",
-            self.smpl_setups, self.smpl_maps, self.smpl_entries, self.smpl_resyncs
+            "sampling: {} buffers set up, {} mappings, {} entries drained and checked ({} with a call chain, {} walks BROKEN), {} garbage tails resynced",
+            self.smpl_setups,
+            self.smpl_maps,
+            self.smpl_entries,
+            self.smpl_chained,
+            self.smpl_broken,
+            self.smpl_resyncs
         );
         let _ = writeln!(
             s,
@@ -603,6 +612,8 @@ pub fn run(cfg: &Config) -> Report {
         smpl_setups: s.smpl_setups.load(Ordering::Relaxed),
         smpl_maps: s.smpl_maps.load(Ordering::Relaxed),
         smpl_entries: s.smpl_entries.load(Ordering::Relaxed),
+        smpl_chained: s.smpl_chained.load(Ordering::Relaxed),
+        smpl_broken: s.smpl_broken.load(Ordering::Relaxed),
         smpl_resyncs: s.smpl_resyncs.load(Ordering::Relaxed),
         random_arms: s.random_arms.load(Ordering::Relaxed),
         random_reads: s.random_reads.load(Ordering::Relaxed),

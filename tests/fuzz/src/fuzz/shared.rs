@@ -281,6 +281,10 @@ pub(super) struct Shared {
     pub(super) smpl_maps: AtomicU64,
     pub(super) smpl_entries: AtomicU64,
     pub(super) smpl_resyncs: AtomicU64,
+    /// Of the entries drained, those with a call chain, and those whose
+    /// chain walk met an unreadable frame (`PFM_SMPL_CHAIN_BROKEN`).
+    pub(super) smpl_chained: AtomicU64,
+    pub(super) smpl_broken: AtomicU64,
     /// Randomised periods (`PFM_REGFL_RANDOM`): `arm`'s PMDs written with
     /// the flag (each write must succeed), and READ_PMDS elements that
     /// came back with it and were checked.

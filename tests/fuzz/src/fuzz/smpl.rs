@@ -389,6 +389,10 @@ fn pick_pages(rng: &mut crate::rng::Rng) -> u32 {
 struct Drained {
     /// Entries read (and consumed).
     n: u64,
+    /// Of them, entries with a call chain read (`chain_len` > 0), and
+    /// entries whose walk met a frame it could not read (`BROKEN`).
+    chained: u64,
+    broken: u64,
     /// The first thing wrong (header or entry).
     fault: Option<String>,
     /// `tail` was garbage (or the drain lenient): set to `head`, nothing
@@ -486,6 +490,8 @@ fn drain_ring(
         prev = prev.max(e.tstamp);
         pos += es;
         d.n += 1;
+        d.chained += u64::from(e.chain_len > 0);
+        d.broken += u64::from(e.chain_flags & abi::PFM_SMPL_CHAIN_BROKEN != 0);
     }
     // After the reads: the kernel may write over them now.
     map.store(H_TAIL, head, Ordering::Release);
@@ -921,6 +927,10 @@ impl Actor {
             shared().smpl_resyncs.fetch_add(1, Ordering::Relaxed);
         }
         shared().smpl_entries.fetch_add(d.n, Ordering::Relaxed);
+        shared()
+            .smpl_chained
+            .fetch_add(d.chained, Ordering::Relaxed);
+        shared().smpl_broken.fetch_add(d.broken, Ordering::Relaxed);
         if let (Some(f), false) = (d.fault, hostile) {
             self.anomaly(op, format!("mapping of fd {fd}: {f}"));
         }
