@@ -402,12 +402,13 @@ struct pfm_page {
  * with PFM_IOC_SMPL_SETUP while UNLOADED, then mmap(NULL, (1 + data_pages)
  * * PFM_PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, PFM_SMPL_OFFSET)
  * maps a header page followed by the entries, a ring. Every overflow of a
- * PMD writes one entry per period crossed. An entry is entry_size bytes: the
- * smallest power of two that holds struct pfm_smpl_entry and chain_depth
- * return addresses (128 without a chain). The kernel writes an entry, then `head` (a release
- * store); the tool reads `head` (acquire), reads the entries before it, then
- * writes `tail` (release). The kernel reads `tail` before it writes over an
- * entry, so the tool drains while the thread runs.
+ * PMD writes one entry per period crossed. An entry is entry_size bytes:
+ * the smallest power of two that holds struct pfm_smpl_entry and
+ * chain_depth return addresses (128 without a chain). The kernel writes an
+ * entry, then `head` (a release store); the tool reads `head` (acquire),
+ * reads the entries before it, then writes `tail` (release). The kernel
+ * reads `tail` before it writes over an entry, so the tool drains while
+ * the thread runs.
  */
 #define PFM_SMPL_VERSION	1
 #define PFM_SMPL_OFFSET		(1u << 20)	/* mmap offset of the buffer (the counter page is at 0) */
