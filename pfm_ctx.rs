@@ -121,8 +121,29 @@ enum Extra {
     /// The family this context is an heir of (it monitors one of the
     /// program's other threads).
     Heir(Arc<Family>),
-    /// The sampling buffer.
+    /// The sampling buffer, and the family, if the context is the root or
+    /// an heir of a whole program that samples.
     Smpl(CtxSmpl),
+}
+
+impl Extra {
+    /// The family this context is the root of, if any.
+    fn root_of(&self) -> Option<&Arc<Family>> {
+        match self {
+            Extra::Family(f) => Some(f),
+            Extra::Smpl(s) => s.root_of(),
+            _ => None,
+        }
+    }
+
+    /// The family this context belongs to, as its root or an heir.
+    fn family(&self) -> Option<&Arc<Family>> {
+        match self {
+            Extra::Family(f) | Extra::Heir(f) => Some(f),
+            Extra::Smpl(s) => s.family(),
+            _ => None,
+        }
+    }
 }
 
 /// What a new context starts with: nothing for `open`, another context's

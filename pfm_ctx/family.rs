@@ -31,6 +31,7 @@ use kernel::sync::{Arc, Mutex};
 use kernel::task::Task;
 use kernel::types::ARef;
 
+use super::smpl::FamilySmpl;
 use super::Context;
 use crate::abi::{self, PFM_MAX_PMDS};
 use crate::pfm_ctxsw::{self, Loader};
@@ -91,6 +92,8 @@ struct Members {
     /// The template's PMD values (an heir's count is its value less these).
     base: [u64; PFM_MAX_PMDS],
     used_pmds: u32,
+    /// The root's sampling buffer, which the heirs write to too.
+    smpl: Option<FamilySmpl>,
     loader: Option<Loader>,
     /// The loader's pid namespace (the ids the rows show).
     ns: Option<PidNs>,
@@ -117,6 +120,7 @@ impl Members {
             template: None,
             base: [0; PFM_MAX_PMDS],
             used_pmds: 0,
+            smpl: None,
             loader: None,
             ns: None,
             root_tid: 0,
@@ -223,15 +227,17 @@ impl Family {
     /// may create threads as soon as it is): puts the last LOAD's heirs
     /// and rows aside in `room` (their monitoring ended, as UNLOAD ends
     /// it, if the root's thread exited and they still ran) and opens the
-    /// family with the root's registers as the template. `root`: the
-    /// loaded thread's ids. `EBUSY` while another LOAD of the context is
-    /// under way; whatever `may_load` answers (the root's state) if a LOAD
-    /// ended meanwhile. [`Family::settle`] ends what this begins.
+    /// family with the root's registers as the template and its buffer,
+    /// if it samples, as the heirs'. `root`: the loaded thread's ids.
+    /// `EBUSY` while another LOAD of the context is under way; whatever
+    /// `may_load` answers (the root's state) if a LOAD ended meanwhile.
+    /// [`Family::settle`] ends what this begins.
     pub(super) fn begin(
         &self,
         mut room: Replaced,
         template: Counters,
         used_pmds: u32,
+        smpl: Option<FamilySmpl>,
         loader: Loader,
         ns: PidNs,
         root: (u32, u32),
@@ -262,6 +268,7 @@ impl Family {
         }
         m.template = Some(template);
         m.used_pmds = used_pmds;
+        m.smpl = smpl;
         m.loader = Some(loader);
         m.ns = Some(ns);
         (m.root_tid, m.root_pid) = root;
@@ -297,6 +304,8 @@ impl Family {
         self.unwatch_process();
         let mut m = self.members.lock();
         let was_open = core::mem::replace(&mut m.open, false);
+        // The root, which it holds, holds the family: no heir joins now.
+        m.smpl = None;
         if keep {
             for h in m.heirs.iter() {
                 // An heir whose thread exited or was revoked is unloaded already.
@@ -466,8 +475,8 @@ impl Family {
         let (Some(template), Some(loader), Some(ns)) = (&m.template, m.loader, &m.ns) else {
             return Err(EINVAL);
         };
-        let heir = Context::new_heir(this, template, m.used_pmds)?;
         let (tid, pid) = ns.ids_of(&task);
+        let heir = Context::new_heir(this, template, m.used_pmds, m.smpl.as_ref(), pid)?;
         make_room(m)?;
         pfm_ctxsw::attach_heir_remote(&heir, task, tid, loader)?;
         if m.started {
@@ -515,8 +524,8 @@ impl Family {
         let (Some(template), Some(loader), Some(ns)) = (&m.template, m.loader, &m.ns) else {
             return Err(EINVAL);
         };
-        let heir = Context::new_heir(this, template, m.used_pmds)?;
         let (tid, pid) = ns.ids_of(kernel::current!());
+        let heir = Context::new_heir(this, template, m.used_pmds, m.smpl.as_ref(), pid)?;
         make_room(m)?;
         pfm_ctxsw::attach_heir(&heir, loader)?;
         heir.begin_as_heir(m.started, tid);

@@ -158,9 +158,7 @@ impl Context {
             }
             if !notified {
                 drop(inner);
-                if smpl.wake {
-                    self.wake();
-                }
+                smpl.wake_readers(self);
                 return false;
             }
             block = inner.flags & abi::PFM_CTXFL_NOTIFY_BLOCK != 0

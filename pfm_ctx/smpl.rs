@@ -5,39 +5,50 @@
 //! The ring's protocol is `pfm_smpl` (host-tested, shared with the
 //! library); this file keeps the pages and calls it.
 //!
+//! A whole program's threads (the root's and its heirs', `family.rs`)
+//! share the root's buffer ([`SmplBuffer`]); each context keeps its own
+//! part ([`CtxSmpl`]).
+//!
 //! An entry is written where the overflow is found, under the context's
-//! lock, in the monitored thread (its IP, its CPU, the PMD values of that
-//! moment, and, if the buffer asks, its user call chain): at a switch for
-//! the soft model's switch and migration counts and its task-clock folds,
-//! in the task-clock timer's interrupt, in the PMI for the hardware
-//! models. What needs more than memory writes (masking a full buffer, its
-//! message, waking a reader past the watermark) is left to the overflow
-//! interrupt that the overflow raises anyway
-//! ([`Context::take_smpl_events`]).
+//! lock and the buffer's, in the monitored thread (its IP, its CPU, the
+//! PMD values of that moment, and, if the buffer asks, its user call
+//! chain): at a switch for the soft model's switch and migration counts
+//! and its task-clock folds, in the task-clock timer's interrupt, in the
+//! PMI for the hardware models. What needs more than memory writes
+//! (masking a full buffer, its message, waking a reader past the
+//! watermark) is left to the overflow interrupt that the overflow raises
+//! anyway ([`CtxInner::take_smpl_events`]).
 
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use kernel::prelude::*;
+use kernel::sync::Arc;
 
-use super::{Context, CtxInner, Extra};
+use super::{Context, CtxInner, Extra, Family};
 use crate::abi;
 use crate::globals;
 use crate::pfm_msgq::Ring;
 use crate::pfm_random::PeriodRandom;
 use crate::pfm_smpl::{self, DataCells, Geometry, HeaderCells, SmplRing, Writer, MAX_CHAIN, PAGE};
 use crate::pfm_state::State;
-use crate::rust::{self as glue, mm, PidNs};
+use crate::rust::{self as glue, mm, new_irq_raw_spinlock, IrqRawSpinLock, PidNs, SlabArc};
 
 // SAFETY: Atomics only (all-zero is a valid value of each), 128 bytes.
 unsafe impl mm::PageContents for HeaderCells {}
 // SAFETY: Atomics only, one page.
 unsafe impl mm::PageContents for DataCells {}
 
-/// A context's sampling buffer.
+/// A sampling buffer: its pages and the writer's positions. A whole
+/// program's contexts (the root, which `PFM_IOC_SMPL_SETUP` gave it, and
+/// its heirs) share it: their threads write entries on several CPUs at
+/// once, each under its own context's lock, so the writes are serialised
+/// by `producer` (perf forbids the `mmap` of an inherited per-thread event
+/// for this; its `perf record` opens one event per CPU instead).
 ///
-/// Never borrowed mutably once installed (`mmap` maps its pages outside
-/// the lock while overflows write entries): what changes is atomic.
-pub(crate) struct CtxSmpl {
+/// Never borrowed mutably (`mmap` maps its pages outside any lock while
+/// overflows write entries): what changes is atomic.
+#[pin_data]
+pub(crate) struct SmplBuffer {
     hdr: mm::SharedPage<HeaderCells>,
     data: KVec<mm::SharedPage<DataCells>>,
     geo: Geometry,
@@ -49,8 +60,20 @@ pub(crate) struct CtxSmpl {
     /// The VMAs that map the buffer: one `mmap` at a time, but an
     /// `mremap` move or a fork (`MADV_DOFORK`) adds one for a while.
     mappings: AtomicUsize,
-    /// The loaded thread's process id in the loader's pid namespace (set
-    /// at LOAD).
+    /// Held by whoever writes the data, `writer` or the header's copies
+    /// (innermost: taken under a context's lock, nothing under it).
+    #[pin]
+    producer: IrqRawSpinLock<()>,
+}
+
+/// A context's part in a sampling buffer: the buffer, the ids its entries
+/// carry, and what a count hands the entries of its overflow.
+pub(crate) struct CtxSmpl {
+    buf: Arc<SmplBuffer>,
+    /// The whole program the context monitors a thread of, if any.
+    kin: Kin,
+    /// The thread's process id in the loader's pid namespace (set at LOAD,
+    /// or when an heir joins).
     pid: AtomicU32,
     /// PMDs whose entry filled the buffer (mask policy), since the
     /// overflow interrupt last looked.
@@ -64,6 +87,26 @@ pub(crate) struct CtxSmpl {
     /// (`PFM_REGFL_RANDOM`; 0: not randomised, or not said), from which
     /// the entries replay each crossing's reset value.
     random_before: [AtomicU64; abi::PFM_MAX_PMDS],
+}
+
+/// Where a sampling context stands in a whole program.
+pub(super) enum Kin {
+    /// One thread: no family (or not yet).
+    Alone,
+    /// The root of this family: its file is the buffer's.
+    Root(Arc<Family>),
+    /// An heir of this family, whose root's file readers and `SIGIO`
+    /// owners its entries wake. The root lives as long as its heirs: an
+    /// heir holds it, and the root's family lets the heirs go when the
+    /// root is closed, which breaks the cycle.
+    Heir(Arc<Family>, SlabArc<Context>),
+}
+
+/// What a family's new heirs sample into: the root's buffer, and the root.
+#[derive(Clone)]
+pub(super) struct FamilySmpl {
+    buf: Arc<SmplBuffer>,
+    root: SlabArc<Context>,
 }
 
 /// Entries written for one PMD's overflow at most: a count that crossed
@@ -87,6 +130,19 @@ struct Crossed {
 }
 
 impl CtxSmpl {
+    /// A context's part in `buf`: `pid` for its entries.
+    fn new(buf: Arc<SmplBuffer>, kin: Kin, pid: u32) -> Self {
+        Self {
+            buf,
+            kin,
+            pid: AtomicU32::new(pid),
+            full_pmds: AtomicU64::new(0),
+            crossed: AtomicBool::new(false),
+            crossed_periods: [const { AtomicU64::new(0) }; abi::PFM_MAX_PMDS],
+            random_before: [const { AtomicU64::new(0) }; abi::PFM_MAX_PMDS],
+        }
+    }
+
     /// PMD `pmd` overflowed `n` times in the count under way, its period
     /// generator being `random` before it (lock held).
     pub(super) fn note_overflows(&self, pmd: usize, n: u64, random: PeriodRandom) {
@@ -124,9 +180,21 @@ pub(super) struct SmplEvents {
     pub(super) full_pmds: u64,
     /// Wake `poll`ers: the watermark was reached.
     pub(super) wake: bool,
+    /// Whose: an heir's root (`None`: the context's own).
+    pub(super) root: Option<SlabArc<Context>>,
 }
 
-impl CtxSmpl {
+impl SmplEvents {
+    /// Wakes the buffer's readers if the watermark was reached: `ctx`'s,
+    /// or its root's. Not under a context's lock.
+    pub(super) fn wake_readers(&self, ctx: &Context) {
+        if self.wake {
+            self.root.as_deref().unwrap_or(ctx).wake();
+        }
+    }
+}
+
+impl SmplBuffer {
     /// The buffer as the ring protocol sees it, for `f`.
     fn with_ring<R>(&self, f: impl FnOnce(&SmplRing<'_>) -> R) -> R {
         let page = |i: usize| self.data.get(i).map(|p| p.get());
@@ -190,7 +258,7 @@ impl CtxInner {
         // new image's, which its loader may not be allowed to see.
         let visible = !self.exec_check;
         let ip = if visible { glue::current_user_ip() } else { 0 };
-        let depth = (smpl.geo.chain_depth as usize).min(MAX_CHAIN);
+        let depth = (smpl.buf.geo.chain_depth as usize).min(MAX_CHAIN);
         if depth == 0 {
             self.smpl_write(smpl, ovfl, ip, &[], 0)
         } else {
@@ -236,7 +304,7 @@ impl CtxInner {
         while bits != 0 {
             let i = bits.trailing_zeros() as usize;
             bits &= bits - 1;
-            let (Some(pmd), Some(&mask)) = (pmds.get(i), smpl.smpl_pmds.get(i)) else {
+            let (Some(pmd), Some(&mask)) = (pmds.get(i), smpl.buf.smpl_pmds.get(i)) else {
                 continue;
             };
             if pmd.flags() & abi::PFM_REGFL_OVFL_NOTIFY != 0 {
@@ -276,24 +344,25 @@ impl CtxInner {
                 periods,
                 mut random,
             } = smpl.take_crossed(i, pmd.random().mask());
+            let buf = &*smpl.buf;
+            let _producer = buf.producer.lock();
             let mut left = periods;
             while left > 0 && periods - left < MAX_ENTRIES_PER_OVERFLOW {
                 left -= 1;
                 if let Some(g) = random.as_mut() {
                     e.last_reset_val = g.reset_value(pmd.short_reset);
                 }
-                let pushed =
-                    smpl.with_ring(|r| r.push(&smpl.writer, &e, chain, smpl.geo.watermark));
+                let pushed = buf.with_ring(|r| r.push(&buf.writer, &e, chain, buf.geo.watermark));
                 if pushed.crossed_watermark {
                     smpl.crossed.store(true, Ordering::Relaxed);
                 }
-                if pushed.full && !smpl.geo.drop {
+                if pushed.full && !buf.geo.drop {
                     smpl.full_pmds.fetch_or(1 << i, Ordering::Relaxed);
                     break;
                 }
             }
             if left > 0 {
-                smpl.with_ring(|r| r.lose(&smpl.writer, left));
+                buf.with_ring(|r| r.lose(&buf.writer, left));
             }
         }
         if smpl.full_pmds.load(Ordering::Relaxed) != 0 || smpl.crossed.load(Ordering::Relaxed) {
@@ -306,13 +375,23 @@ impl CtxInner {
     /// What the buffer asks of the overflow interrupt, taken (lock held).
     pub(super) fn take_smpl_events(&self) -> SmplEvents {
         match self.smpl() {
-            Some(s) => SmplEvents {
-                full_pmds: s.full_pmds.swap(0, Ordering::Relaxed),
-                wake: s.crossed.swap(false, Ordering::Relaxed),
-            },
+            Some(s) => {
+                let wake = s.crossed.swap(false, Ordering::Relaxed);
+                SmplEvents {
+                    full_pmds: s.full_pmds.swap(0, Ordering::Relaxed),
+                    wake,
+                    // A reference more, not the last: this heir holds one
+                    // until it is freed.
+                    root: match &s.kin {
+                        Kin::Heir(_, root) if wake => Some(root.clone()),
+                        _ => None,
+                    },
+                }
+            }
             None => SmplEvents {
                 full_pmds: 0,
                 wake: false,
+                root: None,
             },
         }
     }
@@ -320,8 +399,10 @@ impl CtxInner {
     /// Whether `poll` reports the buffer readable: its unread entries are
     /// at the watermark.
     pub(super) fn smpl_readable(&self) -> bool {
-        self.smpl()
-            .is_some_and(|s| s.with_ring(|r| r.above_watermark(&s.writer, s.geo.watermark)))
+        self.smpl().is_some_and(|s| {
+            let b = &*s.buf;
+            b.with_ring(|r| r.above_watermark(&b.writer, b.geo.watermark))
+        })
     }
 }
 
@@ -366,6 +447,18 @@ impl Context {
         for _ in 0..geo.data_pages {
             data.push(mm::SharedPage::<DataCells>::new()?, GFP_KERNEL)?;
         }
+        let buf = Arc::pin_init(
+            pin_init!(SmplBuffer {
+                hdr,
+                data,
+                geo,
+                smpl_pmds: s.smpl_pmds,
+                writer: Writer::new(),
+                mappings: AtomicUsize::new(0),
+                producer <- new_irq_raw_spinlock!((), "perfmon_smpl_producer"),
+            }),
+            GFP_KERNEL_ACCOUNT,
+        )?;
         // The lock only for the look (a match on it would hold it through
         // the allocation).
         let has_ring = self.inner.lock().msgs.has_ring();
@@ -374,19 +467,7 @@ impl Context {
             false => Some(KBox::new(Ring::new(), GFP_KERNEL_ACCOUNT)?),
         };
         let mut fresh = Some(KBox::new(
-            Extra::Smpl(CtxSmpl {
-                hdr,
-                data,
-                geo,
-                smpl_pmds: s.smpl_pmds,
-                writer: Writer::new(),
-                mappings: AtomicUsize::new(0),
-                pid: AtomicU32::new(0),
-                full_pmds: AtomicU64::new(0),
-                crossed: AtomicBool::new(false),
-                crossed_periods: [const { AtomicU64::new(0) }; abi::PFM_MAX_PMDS],
-                random_before: [const { AtomicU64::new(0) }; abi::PFM_MAX_PMDS],
-            }),
+            Extra::Smpl(CtxSmpl::new(buf, Kin::Alone, 0)),
             GFP_KERNEL_ACCOUNT,
         )?);
         let r = {
@@ -416,21 +497,19 @@ impl Context {
     /// mapping that is private or not writable; `EPERM` if executable;
     /// `EBUSY` if a mapping exists.
     pub(super) fn mmap_smpl(&self, vma: &mm::Vma<'_>) -> Result {
-        let smpl: *const CtxSmpl = {
-            let inner = self.inner.lock();
-            let Some(s) = inner.smpl() else {
-                return Err(ENODEV);
-            };
-            // The header as the kernel knows it, whatever an earlier
-            // mapping wrote there; under the lock, as entries are written.
-            s.with_ring(|r| r.publish(&s.writer));
-            s as *const CtxSmpl
+        // A reference more, not the last: the context holds one.
+        let buf = match self.inner.lock().smpl() {
+            Some(s) => s.buf.clone(),
+            None => return Err(ENODEV),
         };
-        // SAFETY: `extra` is never replaced once set (nor borrowed mutably,
-        // `CtxSmpl`): the buffer lives as long as the context, which the
-        // caller's file (and then the VMA's) holds.
-        let smpl = unsafe { &*smpl };
-        if vma.len() != (1 + smpl.geo.data_pages) * PAGE {
+        {
+            // The header as the kernel knows it, whatever an earlier
+            // mapping wrote there; under the producers' lock, as entries
+            // are written.
+            let _producer = buf.producer.lock();
+            buf.with_ring(|r| r.publish(&buf.writer));
+        }
+        if vma.len() != (1 + buf.geo.data_pages) * PAGE {
             return Err(EINVAL);
         }
         if vma.exec() {
@@ -439,8 +518,67 @@ impl Context {
         if !vma.shared_writable() {
             return Err(EINVAL);
         }
-        // SAFETY: `mappings` is in the buffer, which outlives the VMA
-        // (above).
-        unsafe { vma.insert_shared_pages(&smpl.hdr, &smpl.data, &smpl.mappings) }
+        // SAFETY: `mappings` is in the buffer, which outlives the VMA:
+        // the context holds it (its sampling part is never replaced), and
+        // the VMA's file holds the context.
+        unsafe { vma.insert_shared_pages(&buf.hdr, &buf.data, &buf.mappings) }
+    }
+}
+
+impl CtxSmpl {
+    /// The family this context is the root of, if any.
+    pub(super) fn root_of(&self) -> Option<&Arc<Family>> {
+        match &self.kin {
+            Kin::Root(f) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// The family this context belongs to, as its root or an heir.
+    pub(super) fn family(&self) -> Option<&Arc<Family>> {
+        match &self.kin {
+            Kin::Root(f) | Kin::Heir(f, _) => Some(f),
+            Kin::Alone => None,
+        }
+    }
+
+    /// A whole program's LOAD of this context (lock held): the family it
+    /// is the root of, `fresh` if none yet. `EBUSY` if the buffer masks
+    /// when full: one thread's full buffer would have to mask every
+    /// thread of the program, and the program's RESTART resume them all,
+    /// which only the drop policy spares (perf's full ring drops too).
+    pub(super) fn family_to_load(&mut self, fresh: Option<&Arc<Family>>) -> Result<Arc<Family>> {
+        if !self.buf.geo.drop {
+            return Err(EBUSY);
+        }
+        match &self.kin {
+            Kin::Root(f) => Ok(f.clone()),
+            Kin::Heir(..) => Err(EBUSY),
+            Kin::Alone => {
+                let f = fresh.ok_or(EBUSY)?.clone();
+                self.kin = Kin::Root(f.clone());
+                Ok(f)
+            }
+        }
+    }
+
+    /// What the heirs of root `root` (whose part this is) sample into.
+    pub(super) fn for_heirs(&self, root: &SlabArc<Context>) -> FamilySmpl {
+        FamilySmpl {
+            buf: self.buf.clone(),
+            root: root.clone(),
+        }
+    }
+}
+
+impl FamilySmpl {
+    /// The part of a new heir of `family` whose thread's process id is
+    /// `pid`: the root's buffer.
+    pub(super) fn heir(&self, family: &Arc<Family>, pid: u32) -> CtxSmpl {
+        CtxSmpl::new(
+            self.buf.clone(),
+            Kin::Heir(family.clone(), self.root.clone()),
+            pid,
+        )
     }
 }

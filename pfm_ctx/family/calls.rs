@@ -37,10 +37,12 @@ impl CtxInner {
 impl Context {
     /// The family this context is the root of, if it has one.
     pub(in crate::pfm_ctx) fn family(&self) -> Option<Arc<Family>> {
-        match self.inner.lock().extra.as_deref() {
-            Some(Extra::Family(f)) => Some(f.clone()),
-            _ => None,
-        }
+        self.inner
+            .lock()
+            .extra
+            .as_deref()
+            .and_then(Extra::root_of)
+            .cloned()
     }
 
     /// The family a new thread of this context's thread joins: its own
@@ -50,17 +52,21 @@ impl Context {
         if !matches!(inner.state(), State::Loaded | State::Masked) {
             return None;
         }
-        match inner.extra.as_deref() {
-            Some(Extra::Family(f)) | Some(Extra::Heir(f)) if f.inheriting() => Some(f.clone()),
-            _ => None,
-        }
+        inner
+            .extra
+            .as_deref()
+            .and_then(Extra::family)
+            .filter(|f| f.inheriting())
+            .cloned()
     }
 
     /// LOAD's family, for a `whole` LOAD (inheritance or a process): the
     /// family opened with the registers as they are now, and the last
     /// LOAD's rows it put aside, for [`Family::settle`] once the LOAD's
     /// outcome is known. `EBUSY` if the context has event sets or a mapped
-    /// page (a family's reads add threads that one image cannot describe).
+    /// page (a family's reads add threads that one image cannot describe),
+    /// or a sampling buffer that masks when full (every thread then writes
+    /// to the buffer: [`super::super::smpl::CtxSmpl::family_to_load`]).
     pub(in crate::pfm_ctx) fn prepare_family(
         this: &SlabArc<Self>,
         tid: u32,
@@ -85,16 +91,18 @@ impl Context {
                 Some((f, e))
             }
         };
-        let (family, used_pmds) = {
+        let (family, used_pmds, smpl) = {
             let mut inner = this.inner.lock();
             // A concurrent LOAD may have finished since `load`'s first
             // look: no family is installed on a loaded context. `begin`
             // asks again, where it decides.
             inner.life.check(Op::Load).map_err(state_err)?;
             // The family installed, ours or a concurrent LOAD's (whose
-            // `begin` then refuses ours): a context has one.
-            let family = match inner.extra.as_deref() {
+            // `begin` then refuses ours): a context has one. A sampling
+            // context's heirs write to its buffer.
+            let family = match inner.extra.as_deref_mut() {
                 Some(Extra::Family(f)) => f.clone(),
+                Some(Extra::Smpl(s)) => s.family_to_load(fresh.as_ref().map(|(f, _)| f))?,
                 Some(_) => return Err(EBUSY),
                 None => {
                     let (f, e) = fresh.take().ok_or(EBUSY)?;
@@ -103,13 +111,14 @@ impl Context {
                 }
             };
             template.copy_registers(&inner.counters);
-            (family, inner.used_pmds)
+            let smpl = inner.smpl().map(|s| s.for_heirs(this));
+            (family, inner.used_pmds, smpl)
         };
         // Heirs send no messages: their overflows only reset.
         for pmd in template.pmds_mut() {
             pmd.clear_notify();
         }
-        let replaced = family.begin(room, template, used_pmds, loader, ns, root, || {
+        let replaced = family.begin(room, template, used_pmds, smpl, loader, ns, root, || {
             this.inner
                 .lock()
                 .life

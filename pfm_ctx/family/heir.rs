@@ -9,6 +9,7 @@ use kernel::sync::Arc;
 use super::Family;
 use crate::abi;
 use crate::globals;
+use crate::pfm_ctx::smpl::FamilySmpl;
 use crate::pfm_ctx::{Context, Extra};
 use crate::pfm_x86::counters::Counters;
 use crate::rust::{self as glue, SlabArc};
@@ -16,22 +17,32 @@ use crate::rust::{self as glue, SlabArc};
 impl Context {
     /// Whether this context is `family`'s root or one of its heirs.
     pub(super) fn in_family(&self, family: &Family) -> bool {
-        match self.inner.lock().extra.as_deref() {
-            Some(Extra::Family(f)) | Some(Extra::Heir(f)) => core::ptr::eq(&**f, family),
-            _ => false,
-        }
+        self.inner
+            .lock()
+            .extra
+            .as_deref()
+            .and_then(Extra::family)
+            .is_some_and(|f| core::ptr::eq(&**f, family))
     }
 
-    /// An heir of `family` for a new thread: the template's registers, no
-    /// messages (the loaded thread's tool reads the root's), not attached.
+    /// An heir of `family` for a new thread of process `pid`: the
+    /// template's registers, no messages (the loaded thread's tool reads
+    /// the root's), entries in the root's buffer `smpl` if it samples, not
+    /// attached.
     pub(super) fn new_heir(
         family: &Arc<Family>,
         template: &Counters,
         used_pmds: u32,
+        smpl: Option<&FamilySmpl>,
+        pid: u32,
     ) -> Result<SlabArc<Self>> {
         let mut counters = Counters::new(&globals().pmu)?;
         counters.copy_registers(template);
-        let extra = KBox::new(Extra::Heir(family.clone()), GFP_KERNEL_ACCOUNT)?;
+        let extra = match smpl {
+            Some(s) => Extra::Smpl(s.heir(family, pid)),
+            None => Extra::Heir(family.clone()),
+        };
+        let extra = KBox::new(extra, GFP_KERNEL_ACCOUNT)?;
         let ctx = Context::new()?;
         let blank = {
             let mut inner = ctx.inner.lock();

@@ -12,9 +12,14 @@ use crate::raw;
 /// `schedule()` (a slow guest) returns without a switch, and the tests
 /// that count "N sleeps" count switches.
 fn switching_sleep() {
+    switching_sleep_ms(1);
+}
+
+/// [`switching_sleep`] of `ms` ms.
+fn switching_sleep_ms(ms: u64) {
     let before = crate::edges::thread_switches();
     loop {
-        std::thread::sleep(Duration::from_millis(1));
+        std::thread::sleep(Duration::from_millis(ms));
         if crate::edges::thread_switches() != before {
             return;
         }
@@ -38,6 +43,19 @@ pub fn dispatch() {
         "busy" => loop {
             std::hint::spin_loop();
         },
+        // ARG threads besides the main one, all sleeping ARG2 ms at a time
+        // (each sleep a switch), forever.
+        "sleepers" => {
+            for _ in 0..num(3) {
+                let ms = num(4).max(1);
+                std::thread::spawn(move || loop {
+                    switching_sleep_ms(ms);
+                });
+            }
+            loop {
+                switching_sleep_ms(num(4).max(1));
+            }
+        }
         // Sleep ARG ms at a time, forever.
         "sleep" => loop {
             std::thread::sleep(Duration::from_millis(num(3).max(1)));

@@ -34,6 +34,16 @@ pub const PERF_EVENTS: [SoftwareEvent; 3] = [
     SoftwareEvent::CpuMigrations,
 ];
 
+/// -`period` in a counter of `width` bits: the value a sampling PMD is
+/// written (and reset) to, so that it overflows at the period's last event.
+pub fn minus_period(period: u64, width: u16) -> u64 {
+    if width >= 64 {
+        period.wrapping_neg()
+    } else {
+        (1u64 << width) - period
+    }
+}
+
 /// Ends the program with `Bail out!` if it runs longer than `limit`
 /// (something waits forever); the guest's own timeout is the last resort.
 pub fn watchdog(limit: Duration) {

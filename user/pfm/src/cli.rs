@@ -142,16 +142,15 @@ the memory maps of its processes, which pfm report resolves them against. \
 The events are named as for pfm stat.
 
 -c PERIOD is required, or -F FREQ for task-clock (a period of 1e9/FREQ ns). \
-A command is sampled in its initial thread only: this module refuses a \
-sampling buffer on a context that follows the threads and processes a \
-command creates (PFM_CTXFL_INHERIT, EBUSY), and pfm says so unless \
---no-inherit; a later module that accepts it gets the whole program \
-sampled, without a new pfm. -p samples the threads each process has when \
-pfm attaches, one context each (not those it creates later); -t one thread.
+A command is sampled whole: the threads and processes it creates write \
+their samples into the same buffer (PFM_CTXFL_INHERIT); --no-inherit \
+samples its initial thread only. -p samples each process whole, the \
+threads it has and those it creates (PFM_LOAD_PROCESS); -t one thread.
 
-A full buffer pauses sampling until pfm drains it (perfmon2's policy: \
-nothing is lost, the events while paused are not counted); --drop keeps \
-sampling and counts the samples that did not fit as lost instead. pfm \
+A whole program's full buffer drops samples and counts them as lost, as \
+--drop asks; one thread's (-t, --no-inherit) pauses sampling until pfm \
+drains it (perfmon2's policy: nothing is lost, the events while paused \
+are not counted). pfm \
 drains whenever the buffer is half full (the module's watermark) and every \
 50 ms, so the buffer fills only if the program outruns pfm. At the end pfm \
 prints one line to standard error: the samples written and lost.";
@@ -204,8 +203,9 @@ pub struct RecordArgs {
     )]
     pub freq: Option<u64>,
 
-    /// Sample the threads these running processes have now (one context
-    /// each), instead of running a command
+    /// Sample these running processes whole, instead of running a
+    /// command: every thread they have and create (one buffer each; full,
+    /// it drops)
     #[arg(
         short = 'p',
         long = "pid",
@@ -236,7 +236,8 @@ pub struct RecordArgs {
     pub pages: u32,
 
     /// A full buffer drops samples (counted as lost) instead of pausing
-    /// sampling until pfm drains it
+    /// sampling until pfm drains it (always so for a whole program: a
+    /// command's threads and processes, or -p)
     #[arg(long)]
     pub drop: bool,
 
@@ -258,8 +259,8 @@ pub struct RecordArgs {
     pub max_stack: u32,
 
     /// Sample the command's initial thread only, not the threads and
-    /// processes it creates (what this module does anyway, without the
-    /// warning)
+    /// processes it creates (then a full buffer pauses sampling until pfm
+    /// drains it, unless --drop)
     #[arg(long = "no-inherit", conflicts_with_all = ["tid", "pids"])]
     pub no_inherit: bool,
 

@@ -91,11 +91,13 @@ pub struct Header {
     /// `-p`: the processes attached to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pids: Option<Vec<u32>>,
-    /// `-p`, `-t`: the threads sampled.
+    /// `-t`: the thread sampled; `-p`: the processes' threads at the
+    /// start (those they create are sampled too).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tids: Option<Vec<u32>>,
-    /// Whether the threads and processes the command created were sampled
-    /// too (false: its initial thread only).
+    /// Whether the threads and processes the command (or `-p`'s
+    /// processes) created were sampled too (false: its initial thread
+    /// only).
     pub inherit: bool,
     /// Whether samples carry call chains (`-g`).
     pub call_chains: bool,

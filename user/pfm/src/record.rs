@@ -391,7 +391,13 @@ fn sampling_context(
     ctx.write_pmds(&mut regs)?;
     ctx.setup_sampling_with(&PfmSmplSetup {
         data_pages: args.pages,
-        flags: if args.drop { PFM_SMPL_DROP } else { 0 },
+        // A whole program's buffer drops when full: its threads cannot all
+        // wait for pfm's RESTART (the module refuses, EBUSY).
+        flags: if args.drop || whole_program(args) {
+            PFM_SMPL_DROP
+        } else {
+            0
+        },
         chain_depth: if args.call_graph { args.max_stack } else { 0 },
         ..Default::default()
     })?;
@@ -402,6 +408,15 @@ fn sampling_context(
         tid: 0,
         ended: false,
     })
+}
+
+/// Whether pfm samples whole programs: a command with the threads and
+/// processes it creates, or `-p`'s processes.
+fn whole_program(args: &RecordArgs) -> bool {
+    match args.tid {
+        Some(_) => false,
+        None => !args.pids.is_empty() || !args.no_inherit,
+    }
 }
 
 /// Runs `pfm record`; returns the exit status (the command's, in command
@@ -582,8 +597,8 @@ fn command(
 }
 
 /// Sets the context's flags for a command (start at its exec; follow what
-/// it creates if `inherit` and the module allows it with a buffer) and
-/// loads it on `pid`. Returns (the exec starts it, it inherits).
+/// it creates if `inherit`) and loads it on `pid`. Returns (the exec
+/// starts it, it inherits).
 fn arm_and_load(ctx: &Context, pid: u32, inherit: bool) -> Result<(bool, bool), Failure> {
     let flags = if inherit { PFM_CTXFL_INHERIT } else { 0 } | PFM_CTXFL_START_ON_EXEC;
     let on_exec = match ctx.set_flags(flags) {
@@ -607,8 +622,8 @@ fn arm_and_load(ctx: &Context, pid: u32, inherit: bool) -> Result<(bool, bool), 
         Ok(()) => Ok((true, inherit)),
         Err(e) if inherit && e.errno() == Some(libc::EBUSY) => {
             eprintln!(
-                "pfm: warning: the module does not follow a command's threads and processes \
-                 with a sampling buffer (EBUSY): sampling its initial thread only \
+                "pfm: warning: this perfmon module does not follow a command's threads and \
+                 processes with a sampling buffer (EBUSY): sampling its initial thread only \
                  (--no-inherit: the same, quietly)"
             );
             ctx.set_flags(PFM_CTXFL_START_ON_EXEC)?;
@@ -619,9 +634,11 @@ fn arm_and_load(ctx: &Context, pid: u32, inherit: bool) -> Result<(bool, bool), 
     }
 }
 
-/// Thread mode (`-t`) and process mode (`-p`: every thread each process
-/// has now, a context each): until Ctrl-C, `--duration` or the end of
-/// every thread. Returns whether a signal ended it, and the contexts.
+/// Thread mode (`-t`) and process mode (`-p`: each process whole, a
+/// context each, `PFM_LOAD_PROCESS`: the threads it has and creates):
+/// until Ctrl-C, `--duration` or the end of every thread (of every
+/// process's main thread). Returns whether a signal ended it, and the
+/// contexts.
 fn attached(
     args: &RecordArgs,
     plan: &Plan,
@@ -630,14 +647,10 @@ fn attached(
     first: Sampled,
     interrupts: &Interrupts,
 ) -> Result<(bool, Vec<Sampled>), Failure> {
-    // (thread, its process).
+    // (thread, its process): the thread, or the process's main thread.
     let targets: Vec<(u32, u32)> = match args.tid {
         Some(tid) => vec![(tid, tgid_of(tid).unwrap_or(tid))],
-        None => args
-            .pids
-            .iter()
-            .flat_map(|&pid| tasks_of(pid).into_iter().map(move |t| (t, pid)))
-            .collect(),
+        None => args.pids.iter().map(|&pid| (pid, pid)).collect(),
     };
     let mut sampled: Vec<Sampled> = Vec::with_capacity(targets.len());
     let mut first = Some(first);
@@ -646,22 +659,20 @@ fn attached(
             Some(s) => s,
             None => sampling_context(None, plan, args)?,
         };
-        match s.ctx.load(tid) {
+        let loaded = match args.tid {
+            Some(_) => s.ctx.load(tid),
+            None => s.ctx.load_process(pid),
+        };
+        match loaded {
             Ok(()) => {}
             Err(e) if e.errno() == Some(libc::ESRCH) => {
-                // A thread that ended since it was listed; a process or a
-                // thread that does not exist is an error.
-                if args.tid.is_some() || !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-                    let what = match args.tid {
-                        Some(_) => format!("thread {tid}"),
-                        None => format!("process {pid}"),
-                    };
-                    return Err(Failure::new(format!(
-                        "no such {what}: it does not exist (ESRCH)"
-                    )));
-                }
-                first = Some(s);
-                continue;
+                let what = match args.tid {
+                    Some(_) => format!("thread {tid}"),
+                    None => format!("process {pid}"),
+                };
+                return Err(Failure::new(format!(
+                    "no such {what}: it does not exist (ESRCH)"
+                )));
             }
             Err(e) => return Err(e.into()),
         }
@@ -684,12 +695,14 @@ fn attached(
         }
         s.ctx.set_nonblocking(true)?;
     }
-    let tids: Vec<u32> = sampled.iter().map(|s| s.tid).collect();
     if args.pids.is_empty() {
-        header.tids = Some(tids);
+        header.tids = Some(sampled.iter().map(|s| s.tid).collect());
     } else {
+        // The threads the processes had at the start; the ones they
+        // create are sampled too.
         header.pids = Some(args.pids.clone());
-        header.tids = Some(tids);
+        header.tids = Some(args.pids.iter().flat_map(|&p| tasks_of(p)).collect());
+        header.inherit = true;
     }
     header.start_unix_ns = clock_ns(libc::CLOCK_REALTIME);
     header.start_monotonic_ns = monotonic_ns();

@@ -158,6 +158,7 @@ pub struct Report {
     /// met an unreadable frame.
     pub smpl_chained: u64,
     pub smpl_broken: u64,
+    pub smpl_whole: u64,
     /// `arm`'s PMDs written with `PFM_REGFL_RANDOM`, and READ_PMDS
     /// elements returned with it, checked.
     pub random_arms: u64,
@@ -217,13 +218,14 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "sampling: {} buffers set up, {} mappings, {} entries drained and checked ({} with a call chain, {} walks BROKEN), {} garbage tails resynced",
+            "sampling: {} buffers set up, {} mappings, {} entries drained and checked ({} with a call chain, {} walks BROKEN), {} garbage tails resynced; {} whole programs loaded with one",
             self.smpl_setups,
             self.smpl_maps,
             self.smpl_entries,
             self.smpl_chained,
             self.smpl_broken,
-            self.smpl_resyncs
+            self.smpl_resyncs,
+            self.smpl_whole
         );
         let _ = writeln!(
             s,
@@ -614,6 +616,7 @@ pub fn run(cfg: &Config) -> Report {
         smpl_entries: s.smpl_entries.load(Ordering::Relaxed),
         smpl_chained: s.smpl_chained.load(Ordering::Relaxed),
         smpl_broken: s.smpl_broken.load(Ordering::Relaxed),
+        smpl_whole: s.smpl_whole.load(Ordering::Relaxed),
         smpl_resyncs: s.smpl_resyncs.load(Ordering::Relaxed),
         random_arms: s.random_arms.load(Ordering::Relaxed),
         random_reads: s.random_reads.load(Ordering::Relaxed),

@@ -7,6 +7,7 @@ use super::actor::*;
 
 use super::model::model;
 use super::shared::*;
+use super::smpl::Policy;
 use crate::rng::Rng;
 use crate::sys::{self, abi, PAGE};
 
@@ -989,7 +990,8 @@ impl Actor {
         // Whole programs, a quarter of the contexts without sets (LOAD
         // refuses a family with sets, EBUSY): inheritance, start on exec,
         // a third of those the target's whole process. An eighth of those
-        // with a buffer (LOAD refuses them too, EBUSY).
+        // with a buffer, whose heirs write to it (LOAD refuses one that
+        // masks when full, EBUSY).
         let mut load_flags = 0;
         let mut flags = flags;
         if sets == 1 && self.rng.chance(1, if smpl { 8 } else { 4 }) {
@@ -1052,7 +1054,11 @@ impl Actor {
         // The buffer goes on the context that is loaded (a clone has none
         // of its template's).
         let written = pmds.iter().fold(0u64, |m, p| m | 1 << (p.reg_num & 63));
-        let sampled = smpl && self.arm_smpl(fd, written);
+        let sampled = if smpl {
+            self.arm_smpl(fd, written)
+        } else {
+            None
+        };
         let tid = match target {
             Some(t) => t,
             None => match self.rng.weighted(&[40, 20, 15, 25]) {
@@ -1074,7 +1080,7 @@ impl Actor {
             load_flags |= abi::PFM_LOAD_START;
         }
         self.note(format_args!(
-            " fd={fd} flags={flags} counters={ncnt} sets={sets:#x} load_set={load_set} tid={tid} load_flags={load_flags:#x} cloned={cloned} sampled={sampled}"
+            " fd={fd} flags={flags} counters={ncnt} sets={sets:#x} load_set={load_set} tid={tid} load_flags={load_flags:#x} cloned={cloned} sampled={sampled:?}"
         ));
         self.arena.put(
             hdr,
@@ -1104,11 +1110,14 @@ impl Actor {
         }
         self.allow(Op::Arm, r, &allowed);
         let whole = load_flags & abi::PFM_LOAD_PROCESS != 0 || flags & abi::PFM_CTXFL_INHERIT != 0;
-        if r.is_ok() && sampled && whole {
+        if r.is_ok() && sampled == Some(Policy::Drop) && whole {
+            shared().smpl_whole.fetch_add(1, Ordering::Relaxed);
+        }
+        if r.is_ok() && sampled == Some(Policy::Mask) && whole {
             self.anomaly(
                 Op::Arm,
                 format!(
-                    "LOAD (flags {load_flags:#x}) of a context with a buffer and flags {flags:#x} succeeded: EBUSY expected"
+                    "LOAD (flags {load_flags:#x}) of a context with a masking buffer and flags {flags:#x} succeeded: EBUSY expected"
                 ),
             );
         }
@@ -1121,7 +1130,7 @@ impl Actor {
             // The target may have exited already (context UNLOADED again).
             self.allow(Op::Arm, r, &[libc::EBADFD]);
         }
-        if r.is_ok() && sampled {
+        if r.is_ok() && sampled.is_some() {
             // Its entries: drained (and RESTART, a full buffer masks it)
             // now and then, here and by `smpl_drain`.
             self.arm_smpl_run(fd);

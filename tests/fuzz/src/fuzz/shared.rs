@@ -285,6 +285,8 @@ pub(super) struct Shared {
     /// chain walk met an unreadable frame (`PFM_SMPL_CHAIN_BROKEN`).
     pub(super) smpl_chained: AtomicU64,
     pub(super) smpl_broken: AtomicU64,
+    /// Whole programs loaded with a buffer (their heirs write to it).
+    pub(super) smpl_whole: AtomicU64,
     /// Randomised periods (`PFM_REGFL_RANDOM`): `arm`'s PMDs written with
     /// the flag (each write must succeed), and READ_PMDS elements that
     /// came back with it and were checked.

@@ -139,6 +139,15 @@ fn legal_entry_size(size: u64) -> bool {
         && (ENTRY as u64..=entry_size_for(abi::PFM_SMPL_MAX_CHAIN)).contains(&size)
 }
 
+/// What a buffer does when full (`PFM_SMPL_DROP`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Policy {
+    /// Masks the context until RESTART.
+    Mask,
+    /// Drops the entry and counts it.
+    Drop,
+}
+
 /// One of an actor's mappings of a buffer.
 pub(super) struct Sampled {
     map: FileMap,
@@ -1339,7 +1348,7 @@ impl Actor {
     /// sets), 1 to 4 data pages mostly so that it fills, entries recording
     /// PMDs for every PMD in `written`; then its mapping. Returns whether
     /// the setup succeeded.
-    pub(super) fn arm_smpl(&mut self, fd: i32, written: u64) -> bool {
+    pub(super) fn arm_smpl(&mut self, fd: i32, written: u64) -> Option<Policy> {
         let pages = match self.rng.below(8) {
             0..=3 => 1,
             4 | 5 => 2,
@@ -1357,7 +1366,7 @@ impl Actor {
         // it (a counter page, sets, a buffer) in between.
         self.allow(Op::Arm, r, &[libc::ENOMEM, libc::EBUSY]);
         if r.is_err() {
-            return false;
+            return None;
         }
         let gen = fd_gen(fd);
         self.remember_setup(fd, gen, &s);
@@ -1372,7 +1381,11 @@ impl Actor {
                 self.keep_map(Op::Arm, map, fd, gen, pages, Some(Box::new(s.smpl_pmds)));
             }
         }
-        true
+        Some(if s.flags & abi::PFM_SMPL_DROP != 0 {
+            Policy::Drop
+        } else {
+            Policy::Mask
+        })
     }
 
     /// After `arm` loaded and started a context with a buffer: sometimes

@@ -61,11 +61,7 @@ fn chain_context(
         },
     ];
     ctx.write_pmcs(&mut pmcs).ctx("WRITE_PMCS")?;
-    let minus_p = if width >= 64 {
-        period.wrapping_neg()
-    } else {
-        (1u64 << width) - period
-    };
+    let minus_p = pfm_guest::minus_period(period, width);
     let mut pmds = [PfmPmd {
         reg_num: 0,
         reg_value: minus_p,

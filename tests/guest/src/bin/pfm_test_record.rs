@@ -11,15 +11,20 @@
 //!   share (the binomial deviation of an 80% share over ~1,000 samples is
 //!   1.3 points), and the samples (written + lost) within 2% of T/P, T the
 //!   workload's own CPU time at its end.
-//! - Context switches: `pfm record -e cs -c P -- <ping-pong mode>`, N
-//!   exchanges with a partner thread on the same CPU; the workload counts
-//!   its own switches between the start of its main and its end
-//!   (`getrusage(RUSAGE_THREAD)`), N', and does nothing that may switch
-//!   after its last reading. When the module counted exactly those (the
-//!   report's `counted`, the events pfm computed from the buffer's entries
-//!   and the counter's last value, equal to N': nothing switched between
-//!   the exec and main; up to three tries), the file holds exactly ⌊N'/P⌋
-//!   samples; in every try it holds exactly ⌊counted/P⌋.
+//! - Context switches: `pfm record -e cs -c P --no-inherit -- <ping-pong
+//!   mode>`, N exchanges with a partner thread on another CPU; the
+//!   workload counts its own switches between the start of its main and
+//!   its end (`getrusage(RUSAGE_THREAD)`), N', and does nothing that may
+//!   switch after its last reading. When the module counted exactly those
+//!   (the report's `counted`, the events pfm computed from the buffer's
+//!   entries and the counter's last value, equal to N': nothing switched
+//!   between the exec and main; up to three tries), the file holds exactly
+//!   ⌊N'/P⌋ samples; in every try it holds exactly ⌊counted/P⌋.
+//! - The same of the whole program (pfm's default, `PFM_CTXFL_INHERIT`):
+//!   the partner thread, which counts its own switches too, samples into
+//!   the same buffer. When `counted` is the two threads' own sum, the file
+//!   holds exactly ⌊N'main/P⌋ + ⌊N'partner/P⌋; in every try, ⌊counted/P⌋
+//!   or one less (two threads' floors).
 //! - `--pprof` and `--flamegraph` of the task-clock file: the pprof,
 //!   gunzipped and decoded with prost, has the report's samples and names
 //!   `hot_work` the function with the most; the SVG is XML naming it.
@@ -50,7 +55,7 @@ use pfm_guest::{edges, ensure, module, raw, work, ResultExt, Tap, TestResult};
 use pfm_json::Report;
 use prost::Message;
 
-const PLAN: usize = 8;
+const PLAN: usize = 9;
 
 /// Task-clock's period (ns) and the workload's own CPU time (ms).
 const CLOCK_PERIOD: u64 = 2_000_000;
@@ -121,9 +126,11 @@ fn hot_cold(run_ms: u64, out: &str) -> i32 {
 }
 
 /// The ping-pong workload: `n` exchanges of a byte with a partner thread,
-/// both on CPU 0, so the main thread blocks once an exchange; then it
+/// the main one on CPU 0, the partner on CPU 1 (if there is one), so each
+/// blocks once an exchange; then the main thread
 /// ends the partner and joins it, and writes to `out` its own switches
-/// from the start of main to then (getrusage), and since its creation.
+/// from the start of main to then (getrusage), and since its creation,
+/// and the partner's own, since its creation to its end.
 /// Nothing after that reading may switch: `out` is opened before the first
 /// reading, no thread is left for the exit to wake, and `_exit` skips the
 /// runtime's exit. The module counts the exit's switches up to `exit_mm`
@@ -140,13 +147,23 @@ fn ping_pong(n: u64, out: &str) -> i32 {
     let (Ok((a_r, a_w)), Ok((b_r, b_w))) = (raw::pipe(), raw::pipe()) else {
         return 3;
     };
+    // The partner on another CPU: its exit wakes the main thread, blocked
+    // in the join, where it cannot preempt the partner (a switch in
+    // `exit_mm`, which the module counts, after the partner's last reading).
+    let other = match std::thread::available_parallelism() {
+        Ok(n) if n.get() >= 2 => 1,
+        _ => 0,
+    };
     let partner = std::thread::spawn(move || {
-        let _ = work::pin_to(0);
+        let _ = work::pin_to(other);
         while let Ok(b) = raw::read_fd(a_r.as_raw_fd(), 1) {
             if b.is_empty() || raw::write_fd(b_w.as_raw_fd(), &b).is_err() {
                 break;
             }
         }
+        // Its own switches since its creation; its exit switches no more
+        // (it wakes the joiner).
+        edges::thread_switches()
     });
     for _ in 0..n {
         if raw::write_fd(a_w.as_raw_fd(), b"x").is_err()
@@ -158,12 +175,12 @@ fn ping_pong(n: u64, out: &str) -> i32 {
     // End of file for the partner, which ends; the join's switches are
     // counted on both sides.
     drop(a_w);
-    if partner.join().is_err() {
+    let Ok(partner_own) = partner.join() else {
         return 3;
-    }
+    };
     let end = edges::thread_switches();
     let ok = file
-        .write_all(format!("{} {end}\n", end - start).as_bytes())
+        .write_all(format!("{} {end} {partner_own}\n", end - start).as_bytes())
         .is_ok();
     // SAFETY: Ends the process at once; nothing of it is needed any more.
     unsafe { libc::_exit(if ok { 0 } else { 3 }) }
@@ -393,57 +410,76 @@ fn task_clock() -> TestResult {
 }
 
 fn context_switches() -> TestResult {
+    record_switches(false)
+}
+
+fn context_switches_whole() -> TestResult {
+    record_switches(true)
+}
+
+/// `pfm record -e cs -c P` of the ping-pong workload: its main thread only
+/// (`--no-inherit`), or the whole program (`whole`: the partner thread's
+/// samples too, in the same buffer).
+fn record_switches(whole: bool) -> TestResult {
     const PERIOD: u64 = 7;
     const EXCHANGES: u64 = 300;
     let file = "/tmp/pfm-record-cs.data";
     let own = "/tmp/pfm-record-cs.own";
     let me = me()?;
     let (period, n) = (PERIOD.to_string(), EXCHANGES.to_string());
+    let mut args = vec!["record", "-e", "cs", "-c", &period, "-o", file];
+    if !whole {
+        args.push("--no-inherit");
+    }
+    args.extend(["--", &me, CHILD_FLAG, "ping-pong", &n, own]);
     let mut last = String::new();
     for attempt in 0..3 {
-        let out = pfm(&[
-            "record",
-            "-e",
-            "cs",
-            "-c",
-            &period,
-            "-o",
-            file,
-            "--",
-            &me,
-            CHILD_FLAG,
-            "ping-pong",
-            &n,
-            own,
-        ])?;
+        let out = pfm(&args)?;
         ensure!(
             out.status.code() == Some(0),
             "pfm record: {} {}",
             out.status,
             text(&out.stderr)
         );
-        let v = numbers(own, 2)?;
-        let (own_n, since_fork) = (v[0], v[1]);
+        let v = numbers(own, 3)?;
+        let (own_main, since_fork, own_partner) = (v[0], v[1], v[2]);
+        // What the module should have counted, and sampled: each thread's
+        // own switches, floor(S/P) samples each.
+        let (own_n, expected) = match whole {
+            true => (
+                own_main + own_partner,
+                own_main / PERIOD + own_partner / PERIOD,
+            ),
+            false => (own_main, own_main / PERIOD),
+        };
         let r = report(file)?;
         let counted = r.counted.ok_or("no counted in the report")?;
         last = format!(
-            "attempt {attempt}: N' = {own_n} switches (the workload's own, main to end; \
-             {since_fork} since its fork), counted {counted}, samples {} (lost {}), \
-             floor(N'/P) = {}",
-            r.samples,
-            r.lost,
-            own_n / PERIOD
+            "attempt {attempt}: the workload's own switches: main {own_main} (main to end; \
+             {since_fork} since its fork), partner {own_partner}; counted {counted}, \
+             samples {} (lost {}), expected {expected} for N' = {own_n}",
+            r.samples, r.lost
         );
         diag(&last);
-        ensure!(own_n >= EXCHANGES, "{last}: fewer switches than exchanges");
-        ensure!(r.lost == 0, "{last}: lost samples");
         ensure!(
-            r.samples == counted / PERIOD,
-            "{last}: not floor(counted/P) = {}",
-            counted / PERIOD
+            own_main >= EXCHANGES && own_partner >= EXCHANGES,
+            "{last}: fewer switches than exchanges"
+        );
+        ensure!(r.lost == 0, "{last}: lost samples");
+        ensure!(r.inherit == whole, "{last}: the header's inherit");
+        // The threads' floors sum to floor(counted/P) at most, and to one
+        // less per thread beyond the first at least.
+        let floor = counted / PERIOD;
+        let threads = if whole { 2 } else { 1 };
+        ensure!(
+            r.samples <= floor && r.samples + (threads - 1) >= floor,
+            "{last}: not within {threads} threads' floors of floor(counted/P) = {floor}"
         );
         if counted == own_n {
-            ensure!(r.samples == own_n / PERIOD, "{last}: not floor(N'/P)");
+            ensure!(
+                r.samples == expected,
+                "{last}: not the threads' floor(N'/P)"
+            );
             return Ok(());
         }
     }
@@ -760,6 +796,10 @@ fn main() {
     t.run(
         "context switches: exactly floor(N'/P) samples for the workload's own N' switches",
         context_switches,
+    );
+    t.run(
+        "context switches of a whole program: the partner thread's samples too, floor(N'/P) for each thread's own N'",
+        context_switches_whole,
     );
     t.run(
         "--pprof decodes to the report's samples, --flamegraph is XML naming hot_work",

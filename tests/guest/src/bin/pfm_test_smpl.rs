@@ -99,11 +99,7 @@ fn sampling_context_random(
     ctx.write_pmcs(&mut pmcs).ctx("WRITE_PMCS")?;
     // -P in the counter's width: it overflows at the P-th switch, and
     // every short reset starts the next P.
-    let minus_p = if width >= 64 {
-        period.wrapping_neg()
-    } else {
-        (1u64 << width) - period
-    };
+    let minus_p = pfm_guest::minus_period(period, width);
     let (mask, seed) = random.unwrap_or((0, 0));
     let mut pmds = [PfmPmd {
         reg_num: SAMPLED,
