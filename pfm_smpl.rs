@@ -465,6 +465,22 @@ mod tests {
         (hdr, data)
     }
 
+    /// A ring of `$pages` fresh data pages and 128-byte entries: binds its
+    /// header `$hdr`, a writer `$w` and the ring `$ring`.
+    macro_rules! fresh_ring {
+        ($hdr:ident, $w:ident, $ring:ident, $pages:expr) => {
+            let ($hdr, data) = buffer($pages);
+            let page = |i: usize| data.get(i);
+            let $w = Writer::new();
+            let $ring = SmplRing {
+                hdr: &$hdr,
+                page: &page,
+                data_size: ($pages * PAGE) as u64,
+                entry_size: ENTRY as u64,
+            };
+        };
+    }
+
     fn entry(i: u64) -> abi::PfmSmplEntry {
         abi::PfmSmplEntry {
             tid: 7,
@@ -483,15 +499,7 @@ mod tests {
 
     #[test]
     fn lost_entries_are_counted_without_writing() {
-        let (hdr, data) = buffer(1);
-        let page = |i: usize| data.get(i);
-        let w = Writer::new();
-        let ring = SmplRing {
-            hdr: &hdr,
-            page: &page,
-            data_size: PAGE as u64,
-            entry_size: ENTRY as u64,
-        };
+        fresh_ring!(hdr, w, ring, 1);
         assert!(ring.push(&w, &entry(0), &[], PAGE as u64).written);
         ring.lose(&w, 5);
         assert!(ring.push(&w, &entry(1), &[], PAGE as u64).written);
@@ -504,15 +512,7 @@ mod tests {
 
     #[test]
     fn entries_round_trip_in_order_across_wraps() {
-        let (hdr, data) = buffer(1);
-        let page = |i: usize| data.get(i);
-        let w = Writer::new();
-        let ring = SmplRing {
-            hdr: &hdr,
-            page: &page,
-            data_size: PAGE as u64,
-            entry_size: ENTRY as u64,
-        };
+        fresh_ring!(hdr, w, ring, 1);
         let per_page = (PAGE / ENTRY) as u64;
         let mut seen = Vec::new();
         for i in 0..10 * per_page {
@@ -536,15 +536,7 @@ mod tests {
     #[test]
     fn full_buffer_drops_and_counts_or_reports_full() {
         {
-            let (hdr, data) = buffer(1);
-            let page = |i: usize| data.get(i);
-            let w = Writer::new();
-            let ring = SmplRing {
-                hdr: &hdr,
-                page: &page,
-                data_size: PAGE as u64,
-                entry_size: ENTRY as u64,
-            };
+            fresh_ring!(hdr, w, ring, 1);
             let m = PAGE / ENTRY;
             for i in 0..m {
                 let p = ring.push(&w, &entry(i as u64), &[], u64::MAX);
@@ -564,15 +556,7 @@ mod tests {
 
     #[test]
     fn watermark_is_crossed_once_per_fill() {
-        let (hdr, data) = buffer(2);
-        let page = |i: usize| data.get(i);
-        let w = Writer::new();
-        let ring = SmplRing {
-            hdr: &hdr,
-            page: &page,
-            data_size: 2 * PAGE as u64,
-            entry_size: ENTRY as u64,
-        };
+        fresh_ring!(hdr, w, ring, 2);
         let wm = 4 * ENTRY as u64;
         let crossed: Vec<bool> = (0..8)
             .map(|i| ring.push(&w, &entry(i), &[], wm).crossed_watermark)
@@ -592,15 +576,7 @@ mod tests {
 
     #[test]
     fn a_garbage_tail_reads_as_nothing_consumed() {
-        let (hdr, data) = buffer(1);
-        let page = |i: usize| data.get(i);
-        let w = Writer::new();
-        let ring = SmplRing {
-            hdr: &hdr,
-            page: &page,
-            data_size: PAGE as u64,
-            entry_size: ENTRY as u64,
-        };
+        fresh_ring!(hdr, w, ring, 1);
         ring.push(&w, &entry(0), &[], u64::MAX);
         for bad in [u64::MAX, 2 * ENTRY as u64, 1 << 40] {
             hdr.tail.store(bad, Ordering::Relaxed);
@@ -612,15 +588,7 @@ mod tests {
 
     #[test]
     fn a_hostile_header_changes_nothing_the_kernel_writes() {
-        let (hdr, data) = buffer(1);
-        let page = |i: usize| data.get(i);
-        let w = Writer::new();
-        let ring = SmplRing {
-            hdr: &hdr,
-            page: &page,
-            data_size: PAGE as u64,
-            entry_size: ENTRY as u64,
-        };
+        fresh_ring!(hdr, w, ring, 1);
         ring.push(&w, &entry(0), &[], u64::MAX);
         // The tool writes its header's kernel fields: misaligned, huge.
         hdr.head.store(PAGE as u64 - 8, Ordering::Relaxed);

@@ -88,12 +88,20 @@ extern "C" {
 /// The addresses the chain is checked against.
 #[derive(Clone, Copy, Debug)]
 pub struct Code {
-    /// `pfm_chain_c`'s loop: `[start, end)`.
+    /// `pfm_chain_c`'s loop: `[start, end]` (at `end`, its exit, the
+    /// frame is still c's).
     pub loop_start: u64,
     pub loop_end: u64,
     /// The return addresses into b and a.
     pub b_ret: u64,
     pub a_ret: u64,
+}
+
+impl Code {
+    /// Whether `ip` is in `pfm_chain_c`'s loop.
+    pub fn in_loop(&self, ip: u64) -> bool {
+        (self.loop_start..=self.loop_end).contains(&ip)
+    }
 }
 
 pub fn code() -> Code {

@@ -200,4 +200,15 @@ impl Profile {
             .and_then(|i| self.string_table.get(i))
             .map_or("", String::as_str)
     }
+
+    /// The name of the function of location `id` (its first line's, the
+    /// innermost), `""` if it has none.
+    pub fn function_name(&self, id: u64) -> &str {
+        self.location
+            .iter()
+            .find(|l| l.id == id)
+            .and_then(|l| l.line.first())
+            .and_then(|line| self.function.iter().find(|f| f.id == line.function_id))
+            .map_or("", |f| self.string(f.name))
+    }
 }

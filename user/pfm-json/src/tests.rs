@@ -271,3 +271,36 @@ fn every_field_is_documented() {
     );
     assert!(doc.contains(&format!("``schema_version`` is {SCHEMA_VERSION}")));
 }
+
+#[test]
+fn pprof_function_name_of_a_location() {
+    use pprof::{Function, Line, Location, Profile};
+    let p = Profile {
+        string_table: vec!["".into(), "leaf".into()],
+        function: vec![Function {
+            id: 7,
+            name: 1,
+            ..Default::default()
+        }],
+        location: vec![
+            Location {
+                id: 3,
+                line: vec![Line {
+                    function_id: 7,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+            Location {
+                id: 4,
+                address: 0x1234,
+                ..Default::default()
+            },
+        ],
+        ..Default::default()
+    };
+    assert_eq!(p.function_name(3), "leaf");
+    // No line (an address without a symbol), no such location.
+    assert_eq!(p.function_name(4), "");
+    assert_eq!(p.function_name(5), "");
+}

@@ -102,10 +102,7 @@ fn total(ctx: &Context) -> Result<u64, String> {
 /// How the samples in the loop look: (in the loop, with the chain b, a
 /// first, all).
 fn tally(samples: &[Sample], c: &Code) -> (usize, usize, usize) {
-    let in_loop: Vec<&Sample> = samples
-        .iter()
-        .filter(|s| (c.loop_start..=c.loop_end).contains(&s.entry.ip))
-        .collect();
+    let in_loop: Vec<&Sample> = samples.iter().filter(|s| c.in_loop(s.entry.ip)).collect();
     let chained = in_loop
         .iter()
         .filter(|s| s.chain.get(..2) == Some(&[c.b_ret, c.a_ret][..]))
@@ -270,10 +267,7 @@ fn truncated_chains() -> TestResult {
     let samples = buf.take_samples();
     ctx.unload().ctx("UNLOAD")?;
     check_lengths(&samples, 1)?;
-    let in_loop: Vec<&Sample> = samples
-        .iter()
-        .filter(|s| (c.loop_start..=c.loop_end).contains(&s.entry.ip))
-        .collect();
+    let in_loop: Vec<&Sample> = samples.iter().filter(|s| c.in_loop(s.entry.ip)).collect();
     diag(format!(
         "{} entries, {} in the loop",
         samples.len(),
@@ -336,10 +330,7 @@ fn broken_chains() -> TestResult {
         let samples = buf.take_samples();
         ctx.unload().ctx("UNLOAD")?;
         check_lengths(&samples, DEPTH)?;
-        let in_loop: Vec<&Sample> = samples
-            .iter()
-            .filter(|s| (c.loop_start..=c.loop_end).contains(&s.entry.ip))
-            .collect();
+        let in_loop: Vec<&Sample> = samples.iter().filter(|s| c.in_loop(s.entry.ip)).collect();
         let right = in_loop
             .iter()
             .filter(|s| s.chain == want && s.entry.chain_flags == PFM_SMPL_CHAIN_BROKEN)

@@ -506,13 +506,10 @@ fn sampling_through_pmis() -> TestResult {
     let total = v[1];
     let overflows = total / P;
     let tid = perfmon::process::gettid();
-    let in_loop = samples
-        .iter()
-        .filter(|s| (c.loop_start..=c.loop_end).contains(&s.entry.ip))
-        .count();
+    let in_loop = samples.iter().filter(|s| c.in_loop(s.entry.ip)).count();
     let chained = samples
         .iter()
-        .filter(|s| (c.loop_start..=c.loop_end).contains(&s.entry.ip))
+        .filter(|s| c.in_loop(s.entry.ip))
         .filter(|s| s.chain.get(..2) == Some(&[c.b_ret, c.a_ret][..]))
         .count();
     diag(format!(

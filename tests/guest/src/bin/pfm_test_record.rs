@@ -517,14 +517,7 @@ fn pprof_and_flamegraph() -> TestResult {
     let mut by_function: std::collections::HashMap<String, i64> = Default::default();
     for s in &prof.sample {
         let leaf = s.location_id.first().copied().unwrap_or(0);
-        let name = prof
-            .location
-            .iter()
-            .find(|l| l.id == leaf)
-            .and_then(|l| l.line.first())
-            .and_then(|line| prof.function.iter().find(|f| f.id == line.function_id))
-            .map(|f| prof.string(f.name).to_string())
-            .unwrap_or_default();
+        let name = prof.function_name(leaf).to_string();
         *by_function.entry(name).or_default() += s.value.first().copied().unwrap_or(0);
     }
     let total: i64 = by_function.values().sum();
@@ -623,21 +616,17 @@ fn call_graph() -> TestResult {
         .read_to_end(&mut raw)
         .ctx("gunzip the pprof file")?;
     let prof = pfm_json::pprof::Profile::decode(raw.as_slice()).ctx("decode profile.proto")?;
-    let name_of = |loc: u64| {
-        prof.location
-            .iter()
-            .find(|l| l.id == loc)
-            .and_then(|l| l.line.first())
-            .and_then(|line| prof.function.iter().find(|f| f.id == line.function_id))
-            .map(|f| prof.string(f.name).to_string())
-            .unwrap_or_default()
-    };
     let (mut in_c, mut abc, mut all) = (0i64, 0i64, 0i64);
     let mut odd = None;
     for s in &prof.sample {
         let n = s.value.first().copied().unwrap_or(0);
         all += n;
-        let names: Vec<String> = s.location_id.iter().take(3).map(|&l| name_of(l)).collect();
+        let names: Vec<String> = s
+            .location_id
+            .iter()
+            .take(3)
+            .map(|&l| prof.function_name(l).to_string())
+            .collect();
         if names.first().map(String::as_str) != Some("pfm_chain_c") {
             continue;
         }
