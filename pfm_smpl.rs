@@ -33,6 +33,10 @@ const WORDS: usize = PAGE / 8;
 pub const ENTRY: usize = core::mem::size_of::<abi::PfmSmplEntry>();
 /// 64-bit words of an entry before its chain.
 const ENTRY_WORDS: usize = ENTRY / 8;
+
+// An entry's words: 8 of fields, then the values (copied word by word).
+const _: () = assert!(ENTRY_WORDS == 8 + abi::PFM_SMPL_MAX_VALUES);
+
 /// Return addresses an entry holds at most.
 pub const MAX_CHAIN: usize = abi::PFM_SMPL_MAX_CHAIN as usize;
 
@@ -216,7 +220,8 @@ impl SmplRing<'_> {
     /// The words of the slot at byte `off` of the data, if the ring's
     /// geometry is sound (it is the writer's, or checked by `map`).
     fn slot(&self, off: u64) -> Option<&[AtomicU64]> {
-        let off = (off % self.data_size) as usize;
+        // Checked: no division (and no panic path) by a size of 0.
+        let off = off.checked_rem(self.data_size)? as usize;
         let first = (off % PAGE) / 8;
         (self.page)(off / PAGE).and_then(|p| p.0.get(first..first + self.entry_size as usize / 8))
     }
@@ -376,14 +381,20 @@ fn entry_words(e: &abi::PfmSmplEntry) -> [u64; ENTRY_WORDS] {
     w[5] = e.tstamp;
     w[6] = e.smpl_pmds;
     w[7] = u64::from(e.chain_len) | u64::from(e.chain_flags) << 16 | u64::from(e.pad) << 32;
-    w[8..].copy_from_slice(&e.values);
+    // Element by element: no length check that could panic (objtool
+    // reports the panic path of `copy_from_slice`'s).
+    for (d, v) in w.iter_mut().skip(8).zip(e.values.iter()) {
+        *d = *v;
+    }
     w
 }
 
 /// [`entry_words`]' inverse.
 fn entry_of(w: &[u64; ENTRY_WORDS]) -> abi::PfmSmplEntry {
     let mut values = [0u64; abi::PFM_SMPL_MAX_VALUES];
-    values.copy_from_slice(&w[8..]);
+    for (v, d) in values.iter_mut().zip(w.iter().skip(8)) {
+        *v = *d;
+    }
     abi::PfmSmplEntry {
         tid: w[0] as u32,
         pid: (w[0] >> 32) as u32,

@@ -228,10 +228,8 @@ impl CtxInner {
         let Some(Extra::Smpl(smpl)) = self.extra.as_deref() else {
             return;
         };
-        // The folds do not keep the generator's state before them: each
-        // entry gives the last reset.
         self.counters
-            .drain_tally(|pmd, n| smpl.note_overflows(pmd, n, PeriodRandom::OFF));
+            .drain_tally(|pmd, n, random| smpl.note_overflows(pmd, n, random));
     }
 
     /// Writes one entry per PMD of `ovfl` (overflowed now, in the monitored

@@ -64,6 +64,9 @@ pub(crate) struct HwCounters {
     /// Each PMD's 64-bit overflows since [`Counters::take_tally`] (event
     /// sets switch after a number of them; one fold can cross several).
     tally: [u64; abi::PFM_MAX_PMDS],
+    /// Each PMD's period generator before the first of them (a
+    /// sampling buffer's entries draw each period's reset value again).
+    random_before: [u64; abi::PFM_MAX_PMDS],
 }
 
 /// A context's counters.
@@ -104,6 +107,7 @@ impl Counters {
             resume: None,
             throttle: PmiThrottle::new(),
             tally: [0; abi::PFM_MAX_PMDS],
+            random_before: [0; abi::PFM_MAX_PMDS],
         };
         Ok(Self::Hw(KBox::new(hw, GFP_KERNEL_ACCOUNT)?))
     }
@@ -241,16 +245,25 @@ impl Counters {
         }
     }
 
-    /// Calls `overflows(pmd, n)` for each PMD a hardware model's folds
-    /// found `n` 64-bit overflows of since the last take, and forgets
-    /// them; nothing for the soft model (its counts say theirs to
-    /// `advance_each`). No array is copied: a sampling context asks at
-    /// every overflow.
-    pub(crate) fn drain_tally(&mut self, mut overflows: impl FnMut(usize, u64)) {
+    /// Calls `overflows(pmd, n, random)` for each PMD a hardware model's
+    /// folds found `n` 64-bit overflows of since the last take, `random`
+    /// its period generator before the first (as `advance_each` says),
+    /// and forgets them; nothing for the soft model (its counts say
+    /// theirs to `advance_each`). No array is copied: a sampling context
+    /// asks at every overflow.
+    pub(crate) fn drain_tally(&mut self, mut overflows: impl FnMut(usize, u64, PeriodRandom)) {
         if let Self::Hw(h) = self {
-            for (pmd, n) in h.tally.iter_mut().enumerate() {
+            // The fields apart, not through the box.
+            let h = &mut **h;
+            for (pmd, (n, r)) in h.tally.iter_mut().zip(h.random_before.iter()).enumerate() {
                 if *n != 0 {
-                    overflows(pmd, core::mem::take(n));
+                    // A state of 0: not randomised.
+                    let mask = h.pmds.get(pmd).map_or(0, |p| p.random().mask());
+                    let random = match *r {
+                        0 => PeriodRandom::OFF,
+                        r => PeriodRandom::new(r, mask).unwrap_or(PeriodRandom::OFF),
+                    };
+                    overflows(pmd, core::mem::take(n), random);
                 }
             }
         }
@@ -365,6 +378,7 @@ impl HwCounters {
             raw: &mut self.raw,
             used: self.used,
             tally: Some(&mut self.tally),
+            random_before: Some(&mut self.random_before),
             min_arm: self.throttle.min_arm(),
         }
     }

@@ -257,6 +257,10 @@ pub struct HwRegs<'a, M: HwPmu> {
     /// Where to add each PMD's number of 64-bit overflows (one fold can
     /// cross several periods), if the caller wants them.
     pub tally: Option<&'a mut [u64]>,
+    /// Where to keep, as a PMD's tally leaves 0, its period generator's
+    /// state before that fold (`PFM_REGFL_RANDOM`: each period's reset
+    /// value can be drawn again from it), if the caller wants it.
+    pub random_before: Option<&'a mut [u64]>,
     /// The fewest events a counter is armed for (at least
     /// [`super::model::MIN_ARM_EVENTS`]; raised while PMIs come too fast).
     pub min_arm: u64,
@@ -325,10 +329,16 @@ impl<M: HwPmu> HwRegs<'_, M> {
         let raw = out.note(bus.rdmsr(d.msr))?;
         let (p, r) = (self.pmds.get_mut(pmd)?, self.raw.get_mut(pmd)?);
         let delta = self.model.pmd_delta(pmd, *r, raw);
+        let random = p.random();
         let n = p.count(delta);
         if n != 0 {
             out.overflowed |= 1 << pmd;
             if let Some(t) = self.tally.as_mut().and_then(|t| t.get_mut(pmd)) {
+                if *t == 0 {
+                    if let Some(b) = self.random_before.as_mut().and_then(|b| b.get_mut(pmd)) {
+                        *b = random.state();
+                    }
+                }
                 *t = t.saturating_add(n);
             }
         }

@@ -52,6 +52,7 @@ impl Ctx {
             raw: &mut self.raw,
             used: 1,
             tally: None,
+            random_before: None,
             min_arm: MIN_ARM_EVENTS,
         }
     }
@@ -292,6 +293,7 @@ fn hybrid_model_runs_on_every_core_type() {
             raw: &mut raw,
             used,
             tally: None,
+            random_before: None,
             min_arm: MIN_ARM_EVENTS,
         };
         let out = regs.install(&mut sim, true);
@@ -319,4 +321,48 @@ fn hybrid_model_runs_on_every_core_type() {
     );
     // Not hybrid: no core types.
     assert_eq!(core_types(&[probe_of(&e, 0)]), 0);
+}
+
+/// A PMI held off past three periods of a randomised PMD finds three
+/// 64-bit overflows; the tally keeps the generator as it was before the
+/// first, from which a sampling buffer draws each period's reset value
+/// again (its entries each carry their own, as on the soft model).
+#[test]
+fn a_late_pmi_keeps_the_generator_before_its_first_reset() {
+    use pfm_host_tests::pfm_random::PeriodRandom;
+    const P: u64 = 1_000_000;
+    const MASK: u64 = 0xffff;
+    let cfg = IntelCfg::v(4, 4, 48, 3, 48, true);
+    let model = IntelArch::probe(cfg.cpuid(), cfg.perf_capabilities()).unwrap();
+    let mut sim = IntelSim::new(cfg);
+    let mut ctx = Ctx::new(model);
+    let seed = 0x1234_5678_9abc_def1;
+    let random = PeriodRandom::new(seed, MASK).unwrap();
+    let minus_p = period_to_value(P);
+    ctx.pmds[0].program(minus_p, minus_p, minus_p, 0, 0, random);
+    let (mut tally, mut before) = ([0u64; 2], [0u64; 2]);
+    {
+        let mut r = ctx.regs();
+        r.tally = Some(&mut tally);
+        r.random_before = Some(&mut before);
+        assert_eq!(r.install(&mut sim, true).fault, None);
+    }
+    // Three periods and a half before the PMI is taken (the first
+    // randomised period is at least P, at most P + MASK).
+    sim.count((0xc0, 0), Ring::User, 3 * P + 3 * MASK + P / 2);
+    let out = {
+        let mut r = ctx.regs();
+        r.tally = Some(&mut tally);
+        r.random_before = Some(&mut before);
+        r.pmi(&mut sim, true)
+    };
+    assert_eq!(out.fault, None);
+    assert_eq!(out.overflowed, 1);
+    assert_eq!(tally[0], 3, "three periods crossed");
+    // The written -P ended the first period; each reset drew one amount.
+    assert_eq!(before[0], seed, "the generator before the first reset");
+    let mut replay = PeriodRandom::new(before[0], MASK).unwrap();
+    let resets: Vec<u64> = (0..3).map(|_| replay.reset_value(minus_p)).collect();
+    assert_eq!(ctx.pmds[0].last_reset(), resets[2]);
+    assert_eq!(ctx.pmds[0].random().state(), replay.state());
 }

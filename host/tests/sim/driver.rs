@@ -126,6 +126,7 @@ impl<'a, M: HwPmu> Driver<'a, M> {
             raw: &mut self.raw,
             used: self.used,
             tally: Some(&mut self.tally),
+            random_before: None,
             min_arm: pfm_host_tests::pfm_x86::model::MIN_ARM_EVENTS,
         };
         let out = seq(&mut regs, &mut Strict(bus));

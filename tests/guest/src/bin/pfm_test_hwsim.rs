@@ -12,7 +12,9 @@
 //! with most switch-ins of a lone thread restoring lazily;
 //! overflow periods on a general-purpose and a fixed counter give exact
 //! overflow counts through PMIs; sampling through the PMI writes one entry
-//! per period, with the IP and call chain of the code that ran; event sets (two and three register images
+//! per period, with the IP and call chain of the code that ran, and with
+//! randomised periods each entry's own reset value, the seed's sequence;
+//! event sets (two and three register images
 //! switched every 2 ms of the thread's running time) keep their times exact
 //! and their counts to their own turns; inherited threads and processes
 //! (`PFM_CTXFL_INHERIT`) count their own cycles, each row its running time
@@ -30,7 +32,7 @@ use perfmon::Context;
 use pfm_guest::tap::diag;
 use pfm_guest::{ensure, module, work, ResultExt, Tap, TestResult};
 
-const PLAN: usize = 15;
+const PLAN: usize = 16;
 
 /// IA32_PERFEVTSEL: core cycles (0x3c) in user mode.
 const CYCLES_USR: u64 = 0x3c | 1 << 16;
@@ -552,6 +554,105 @@ fn sampling_through_pmis() -> TestResult {
     Ok(())
 }
 
+/// Randomised periods through the PMI (`PFM_REGFL_RANDOM`, P = 10^6
+/// cycles, mask 2^16 - 1, a fixed seed): one entry per period, each with
+/// its own period's reset value, the sequence `perfmon::random::periods`
+/// predicts for the seed, in order, even where one PMI, held off past a
+/// period, found several (it used to give them all the last reset); the
+/// k-th entry's total (PMD 1) at or past the k-th period's end.
+fn random_sampling_through_pmis() -> TestResult {
+    const P: u64 = 1_000_000;
+    const MASK: u64 = 0xffff;
+    const SEED: u64 = 0x5eed_0f_5a_4d_91e5;
+    let per_ms = pfm_guest::frames::iterations_per_ms();
+    let ctx = programmed(&[(0, CYCLES_USR), (1, CYCLES_USR)], &[(1, 0, false)])?;
+    let minus_p = P.wrapping_neg();
+    let mut d = [PfmPmd {
+        reg_num: 0,
+        reg_flags: PFM_REGFL_RANDOM,
+        reg_value: minus_p,
+        reg_short_reset: minus_p,
+        reg_long_reset: minus_p,
+        reg_random_mask: MASK,
+        reg_random_seed: SEED,
+        ..PfmPmd::default()
+    }];
+    ctx.write_pmds(&mut d).ctx("WRITE_PMDS")?;
+    let pages = 64;
+    let mut setup = PfmSmplSetup {
+        data_pages: pages,
+        flags: PFM_SMPL_DROP,
+        ..Default::default()
+    };
+    setup.smpl_pmds[0] = 1 << 1;
+    ctx.setup_sampling_with(&setup).ctx("SMPL_SETUP")?;
+    let mut buf = ctx.map_samples(pages).ctx("mmap of the buffer")?;
+    let irqs0 = sysfs_u64("overflow_interrupts")?;
+    ctx.load_and_start(0).ctx("LOAD|START")?;
+    pfm_guest::frames::run_chain(300 * per_ms, 0, None);
+    ctx.stop().ctx("STOP")?;
+    let irqs = sysfs_u64("overflow_interrupts")? - irqs0;
+    let (v, _) = values(&ctx, &[1])?;
+    let entries = buf.take();
+    let stats = buf.stats();
+    ctx.unload().ctx("UNLOAD")?;
+    let total = v[0];
+    let predicted: Vec<u64> = perfmon::random::periods(P, MASK, SEED)
+        .ok_or("mask refused by the library")?
+        .take(entries.len() + 1)
+        .collect();
+    // Period ends at or below the total: P, then the drawn periods.
+    let (mut ends, mut at) = (0u64, P);
+    while at <= total {
+        at += predicted
+            .get(ends as usize)
+            .copied()
+            .unwrap_or(u64::MAX / 2);
+        ends += 1;
+    }
+    let periods: Vec<u64> = entries
+        .iter()
+        .map(|e| minus_p.wrapping_sub(e.last_reset_val) + P)
+        .collect();
+    let repeats = periods.windows(2).filter(|w| w[0] == w[1]).count();
+    diag(format!(
+        "{total} cycles: {ends} period ends; entries {} + lost {}, {irqs} interrupts; {repeats} entries repeating the one before; periods {:?}...",
+        entries.len(),
+        stats.lost,
+        &periods[..periods.len().min(12)]
+    ));
+    ensure!(stats.lost == 0, "{} lost", stats.lost);
+    ensure!(
+        entries.len() as u64 == ends,
+        "{} entries for {ends} period ends",
+        entries.len()
+    );
+    ensure!(ends >= 100, "{ends} periods for ~300 ms");
+    let (mut end, mut k) = (P, 0usize);
+    for (e, &p) in entries.iter().zip(periods.iter()) {
+        ensure!(
+            (P..=P + MASK).contains(&p),
+            "entry {k}: period {p} outside [{P}, {}]",
+            P + MASK
+        );
+        ensure!(
+            p == predicted[k],
+            "entry {k}: period {p}, the generator predicts {} (periods {:?}, predicted {:?})",
+            predicted[k],
+            &periods[k.saturating_sub(3)..=k],
+            &predicted[k.saturating_sub(3)..=k]
+        );
+        ensure!(
+            e.values[0] >= end,
+            "entry {k}: PMD 1 {} before the end of its period, {end}",
+            e.values[0]
+        );
+        end += predicted[k];
+        k += 1;
+    }
+    Ok(())
+}
+
 /// The set timeout of the multiplexing cases.
 const SET_T: u64 = 2_000_000;
 /// The CPU time the multiplexing cases spin for: about 100 switches.
@@ -991,6 +1092,10 @@ fn main() {
     t.run(
         "sampling through PMIs: one entry per period, IPs in the loop with their call chains",
         sampling_through_pmis,
+    );
+    t.run(
+        "randomised periods through PMIs: each entry its own period, the seed's sequence",
+        random_sampling_through_pmis,
     );
     t.run(
         "event sets on intel_arch_sim: 2 sets switched every 2 ms (same PERFEVTSEL0), times exact, switches bounded, each set's cycles its own turns",
