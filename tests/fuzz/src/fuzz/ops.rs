@@ -1108,6 +1108,15 @@ impl Actor {
             // (loaded, then UNLOADED again).
             allowed.push(libc::EBADFD);
         }
+        if r == Err(libc::EINVAL) && sets == 1 && self.foreign_sets(fd) {
+            // Event sets arm did not create (it made none): another
+            // thread of this process, holding a pool number that was
+            // closed and reused for this context, created them, and LOAD
+            // judges them first (set 0 deleted, or switching on overflows
+            // of no PMD written: EINVAL, Documentation/perfmon.rst). As
+            // for the setup's EBUSY in `arm_smpl`.
+            allowed.push(libc::EINVAL);
+        }
         self.allow(Op::Arm, r, &allowed);
         let whole = load_flags & abi::PFM_LOAD_PROCESS != 0 || flags & abi::PFM_CTXFL_INHERIT != 0;
         if r.is_ok() && sampled == Some(Policy::Drop) && whole {
@@ -1337,6 +1346,38 @@ impl Actor {
                         v.set, out.time_running, out.time_enabled
                     ),
                 );
+            }
+        }
+    }
+}
+
+impl Actor {
+    /// Whether context `fd`, which `arm` gave no event sets, has some that
+    /// make its LOAD in set 0 invalid: set 0 missing (GETINFO_SETS says
+    /// EINVAL) or switching on overflows (`PFM_SETFL_OVFL_SWITCH`).
+    fn foreign_sets(&mut self, fd: i32) -> bool {
+        let (hdr, info) = (self.arena.at(2048), self.arena.at(2304));
+        self.arena.put(
+            info,
+            abi::PfmSetinfo {
+                set_id: 0,
+                ..Default::default()
+            },
+        );
+        self.arena.put(
+            hdr,
+            abi::PfmSetsArg {
+                sets: info as u64,
+                count: 1,
+                ..Default::default()
+            },
+        );
+        let r = sys::ioctl(fd, abi::PFM_IOC_GETINFO_SETS, hdr);
+        match self.res(Op::Arm, r) {
+            Err(e) => e == libc::EINVAL,
+            Ok(_) => {
+                let i: abi::PfmSetinfo = self.arena.get(info);
+                i.set_flags & abi::PFM_SETFL_OVFL_SWITCH != 0
             }
         }
     }
