@@ -230,6 +230,17 @@ pub struct RecordArgs {
     #[arg(long, value_name = "S", value_parser = parse_secs)]
     pub duration: Option<Duration>,
 
+    /// Randomise the period: each reset adds a pseudo-random amount in
+    /// [0, MASK] to it (PFM_REGFL_RANDOM; MASK is 2^k - 1), so that
+    /// sampling cannot fall in step with a loop
+    #[arg(long = "random", value_name = "MASK", value_parser = parse_random_mask)]
+    pub random: Option<u64>,
+
+    /// With --random: the generator's seed, for a run that draws the same
+    /// periods again (default: one the kernel picks, written in the file)
+    #[arg(long = "random-seed", value_name = "SEED", requires = "random")]
+    pub random_seed: Option<u64>,
+
     /// Pages of the sampling buffer (4 KiB each, 32 samples a page): a
     /// power of two, at most 1024
     #[arg(long, value_name = "N", default_value_t = 128, value_parser = parse_pages)]
@@ -570,6 +581,19 @@ fn parse_pages(v: &str) -> Result<u32, String> {
     match v.trim().parse::<u32>() {
         Ok(n) if n.is_power_of_two() && n <= 1024 => Ok(n),
         _ => Err(format!("'{v}' is not a power of two from 1 to 1024")),
+    }
+}
+
+/// A randomisation mask: 2^k - 1, not 0.
+fn parse_random_mask(v: &str) -> Result<u64, String> {
+    let t = v.trim();
+    let n = match t.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16),
+        None => t.parse::<u64>(),
+    };
+    match n {
+        Ok(m) if m != 0 && perfmon::random::mask_ok(m) => Ok(m),
+        _ => Err(format!("'{v}' is not 2^k - 1 (1, 3, 7, ..., 0xffff, ...)")),
     }
 }
 

@@ -106,6 +106,14 @@ pub struct Header {
     /// `--drop`: a full buffer dropped entries (else it paused sampling
     /// until pfm drained it).
     pub drop: bool,
+    /// `--random MASK`: each period was the period plus an amount in
+    /// [0, MASK] (`PFM_REGFL_RANDOM`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub random_mask: Option<u64>,
+    /// With it: the generator's seed (the first context's; `--random-seed`,
+    /// or the one the kernel picked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub random_seed: Option<u64>,
     /// When sampling began: ns since the Unix epoch.
     pub start_unix_ns: u64,
     /// The same instant on `CLOCK_MONOTONIC`, the samples' clock.
@@ -492,6 +500,8 @@ mod tests {
                 call_chains: false,
                 pages: 128,
                 drop: false,
+                random_mask: Some(3),
+                random_seed: Some(12345),
                 start_unix_ns: 1,
                 start_monotonic_ns: 2,
             },

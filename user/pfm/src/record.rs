@@ -25,7 +25,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use perfmon::abi::{
-    PfmPmd, PfmSmplEntry, PfmSmplSetup, PFM_CTXFL_INHERIT, PFM_CTXFL_START_ON_EXEC, PFM_SMPL_DROP,
+    PfmPmd, PfmSmplEntry, PfmSmplSetup, PFM_CTXFL_INHERIT, PFM_CTXFL_START_ON_EXEC,
+    PFM_REGFL_RANDOM, PFM_SMPL_DROP,
 };
 use perfmon::process::{self, ExitStatus, Interrupts, PausedChild};
 use perfmon::{Context, Generic, MessageKind, PmuInfo, SampleBuffer};
@@ -109,6 +110,47 @@ struct Sampled {
     tid: u32,
     /// The thread exited (or its monitoring was revoked).
     ended: bool,
+    /// The periods its entries ended (randomised ones each their own).
+    periods: Periods,
+    /// `--random`: its PMD's generator seed.
+    seed: Option<u64>,
+}
+
+/// The periods a context's drained entries ended, from their reset values
+/// (with `--random` each period has its own length: the one its start's
+/// reset drew).
+struct Periods {
+    /// The written period, and the counters' mask.
+    period: u64,
+    mask: u64,
+    /// Their sum.
+    ended: u64,
+    /// Per thread, the reset value of its last entry (which began the
+    /// period under way).
+    last_reset: HashMap<u32, u64>,
+}
+
+impl Periods {
+    /// None ended yet, of `plan`'s period.
+    fn new(plan: &Plan) -> Self {
+        Self {
+            period: plan.period,
+            mask: plan.mask(),
+            ended: 0,
+            last_reset: HashMap::new(),
+        }
+    }
+
+    /// An entry of thread `tid` whose overflow reset the PMD to `reset`:
+    /// it ended the period its previous entry's reset began (the first,
+    /// the written one).
+    fn note(&mut self, tid: u32, reset: u64) {
+        let period = match self.last_reset.insert(tid, reset) {
+            Some(prev) => prev.wrapping_neg() & self.mask,
+            None => self.period,
+        };
+        self.ended = self.ended.saturating_add(period);
+    }
 }
 
 /// What pfm knows of a process it has samples of.
@@ -208,6 +250,7 @@ impl Recorder {
         // Processes whose maps were read again in this drain.
         let mut refreshed = HashSet::new();
         for (e, chain) in &entries {
+            s.periods.note(e.tid, e.last_reset_val);
             self.note(e.tid, e.pid);
             let known = self
                 .processes
@@ -286,16 +329,35 @@ impl Plan {
         }
     }
 
-    /// Events a context counted: a period per entry written or lost, and
-    /// what it counted since its last overflow (`value`: its PMD now).
-    fn counted(&self, entries: u64, value: u64) -> u64 {
-        let mask = if self.width >= 64 {
+    /// The counters' values: `width` bits.
+    fn mask(&self) -> u64 {
+        if self.width >= 64 {
             u64::MAX
         } else {
             (1u64 << self.width) - 1
-        };
-        let since = value.wrapping_sub(self.minus_period()) & mask;
+        }
+    }
+
+    /// Events a context counted: a period per entry written or lost, and
+    /// what it counted since its last overflow (`value`: its PMD now).
+    fn counted(&self, entries: u64, value: u64) -> u64 {
+        let since = value.wrapping_sub(self.minus_period()) & self.mask();
         entries.saturating_mul(self.period).saturating_add(since)
+    }
+
+    /// [`Plan::counted`] of randomised periods, none lost: the periods the
+    /// entries ended, and what each thread counted since its last reset
+    /// (`value`: the PMD now, a whole program's total: each thread's value
+    /// less the written one, summed).
+    fn counted_random(&self, periods: &Periods, value: u64) -> u64 {
+        let m = self.mask();
+        let since_resets = periods
+            .last_reset
+            .values()
+            .fold(value.wrapping_sub(self.minus_period()) & m, |acc, &r| {
+                acc.wrapping_sub(r.wrapping_sub(self.minus_period()) & m)
+            });
+        periods.ended.saturating_add(since_resets)
     }
 }
 
@@ -348,12 +410,22 @@ fn plan(args: &RecordArgs, pmu: &PmuInfo) -> Result<Plan, Failure> {
             (1u64 << width) - 1
         )));
     }
-    Ok(Plan {
+    let plan = Plan {
         event,
         period,
         unit: if time { "ns" } else { "events" },
         width,
-    })
+    };
+    // The longest period, PERIOD + MASK, must fit the counter too (the
+    // module refuses a mask above the reset value, EINVAL).
+    if let Some(mask) = args.random.filter(|&m| m > plan.minus_period()) {
+        return Err(Failure::new(format!(
+            "--random {mask:#x} with period {period}: the longest period does not fit \
+             the {width}-bit counters of PMU model {}",
+            pmu.model
+        )));
+    }
+    Ok(plan)
 }
 
 /// A context programmed to sample, with its buffer mapped, not loaded.
@@ -386,9 +458,30 @@ fn sampling_context(
         reg_value: minus_p,
         reg_short_reset: minus_p,
         reg_long_reset: minus_p,
+        reg_flags: if args.random.is_some() {
+            PFM_REGFL_RANDOM
+        } else {
+            0
+        },
+        reg_random_mask: args.random.unwrap_or(0),
+        // 0: the kernel's pick (READ_PMDS shows it).
+        reg_random_seed: args.random.and(args.random_seed).unwrap_or(0),
         ..Default::default()
     }];
     ctx.write_pmds(&mut regs)?;
+    // The generator's state, before any draw: the seed (the kernel's pick
+    // if none was given).
+    let seed = match args.random {
+        Some(_) => {
+            let mut r = [PfmPmd {
+                reg_num: pmd,
+                ..Default::default()
+            }];
+            ctx.read_pmds(&mut r)?;
+            Some(r[0].reg_random_seed)
+        }
+        None => None,
+    };
     ctx.setup_sampling_with(&PfmSmplSetup {
         data_pages: args.pages,
         // A whole program's buffer drops when full: its threads cannot all
@@ -407,6 +500,8 @@ fn sampling_context(
         buf,
         tid: 0,
         ended: false,
+        periods: Periods::new(plan),
+        seed,
     })
 }
 
@@ -465,6 +560,8 @@ pub fn record(args: &RecordArgs, output: Option<&Path>) -> Result<u8, Failure> {
     let first = sampling_context(Some(ctx), &plan, args)?;
     let header = Header {
         pmd: first.ctx.programmed().first().copied().unwrap_or(0),
+        random_mask: args.random,
+        random_seed: first.seed,
         ..header
     };
     let (status, interrupted, sampled) = match &interrupts {
@@ -478,20 +575,26 @@ pub fn record(args: &RecordArgs, output: Option<&Path>) -> Result<u8, Failure> {
         }
     };
     // Every context is unloaded: its buffer holds all it will.
-    let (mut written, mut lost, mut counted) = (0u64, 0u64, 0u64);
+    let (mut written, mut lost, mut counted) = (0u64, 0u64, Some(0u64));
     for s in &sampled {
         let st = s.buf.stats();
         written += st.written;
         lost += st.lost;
         let value = s.ctx.read().map(|c| c.values[0]).unwrap_or(0);
-        counted = counted.saturating_add(plan.counted(st.written + st.lost, value));
+        let events = match args.random {
+            None => Some(plan.counted(st.written + st.lost, value)),
+            // A lost entry's period is not known: nor is the count.
+            Some(_) if st.lost > 0 => None,
+            Some(_) => Some(plan.counted_random(&s.periods, value)),
+        };
+        counted = counted.zip(events).map(|(a, b)| a.saturating_add(b));
     }
     let finish = Finish {
         end_monotonic_ns: monotonic_ns(),
         samples: rec.writer.samples,
         written,
         lost,
-        counted: Some(counted),
+        counted,
         exit_code: status.and_then(|s| s.code),
         exit_signal: status.and_then(|s| s.signal),
         interrupted,
@@ -791,6 +894,34 @@ mod tests {
         let p = plan(16, 1000);
         assert_eq!(p.minus_period(), 65536 - 1000);
         assert_eq!(p.counted(2, 65536 - 1000 + 999), 2999);
+    }
+
+    #[test]
+    fn randomised_periods_counted_from_each_entrys_reset() {
+        let p = plan(64, 3);
+        let minus = |n: u64| n.wrapping_neg();
+        let mut periods = Periods::new(&p);
+        // Thread 5: the written period (3), then one of 5 (its first
+        // reset, -5), 2 events since its last reset (-4).
+        periods.note(5, minus(5));
+        periods.note(5, minus(4));
+        assert_eq!(periods.ended, 3 + 5);
+        assert_eq!(p.counted_random(&periods, minus(4) + 2), 10);
+        // A whole program: thread 6 counted 1 event and never overflowed,
+        // thread 7 ended its written period (reset -6) and counted none
+        // since. The total the root reads: its value, plus each other
+        // thread's less the written -3.
+        periods.note(7, minus(6));
+        let total = (minus(4) + 2)
+            .wrapping_add(minus(2).wrapping_sub(minus(3)))
+            .wrapping_add(minus(6).wrapping_sub(minus(3)));
+        assert_eq!(p.counted_random(&periods, total), 10 + 1 + 3);
+        // Without randomisation the two agree.
+        let mut fixed = Periods::new(&p);
+        fixed.note(5, minus(3));
+        fixed.note(5, minus(3));
+        let v = minus(3) + 2;
+        assert_eq!(p.counted_random(&fixed, v), p.counted(2, v));
     }
 
     #[test]

@@ -408,6 +408,20 @@ fn record_command() {
     let (_, r) = record(&["record", "-c", "3", "-t", "9"]);
     assert_eq!(r.tid, Some(9));
     assert!(r.check(false).is_ok());
+    // A randomisation mask is 2^k - 1, in decimal or hex; a seed needs it.
+    let (_, r) = record(&["record", "-c", "9", "--random", "0xff", "true"]);
+    assert_eq!((r.random, r.random_seed), (Some(0xff), None));
+    let (_, r) = record(&[
+        "record",
+        "-c",
+        "9",
+        "--random",
+        "7",
+        "--random-seed",
+        "42",
+        "true",
+    ]);
+    assert_eq!((r.random, r.random_seed), (Some(7), Some(42)));
     // What clap refuses.
     for bad in [
         &["record", "-c", "0", "true"][..],
@@ -417,6 +431,9 @@ fn record_command() {
         &["record", "-c", "1", "-p", "1", "true"],
         &["record", "-c", "1", "-t", "1", "-p", "2"],
         &["record", "-c", "1", "--no-inherit", "-t", "1"],
+        &["record", "-c", "9", "--random", "6", "true"],
+        &["record", "-c", "9", "--random", "0", "true"],
+        &["record", "-c", "9", "--random-seed", "5", "true"],
     ] {
         assert!(p(bad).is_err(), "{bad:?}");
     }

@@ -21,6 +21,17 @@ pub fn render(p: &Profile, file: &str, sort: SortKey) -> String {
         h.model,
         p.lost()
     );
+    if let Some(mask) = h.random_mask {
+        let seed = h
+            .random_seed
+            .map_or(String::new(), |s| format!(", seed {s:#x}"));
+        let _ = writeln!(
+            out,
+            "# periods randomised: {} to {} events{seed}",
+            h.period,
+            h.period.saturating_add(mask)
+        );
+    }
     if let Some(cmd) = &h.command {
         let scope = if h.inherit {
             "with the processes it created"
