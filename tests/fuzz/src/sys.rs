@@ -54,6 +54,26 @@ const FD_SLOTS: usize = 1024;
 /// Per fd number: moves before and after each [`close`] of it.
 static FD_GEN: [AtomicU32; FD_SLOTS] = [const { AtomicU32::new(0) }; FD_SLOTS];
 
+/// Per fd number: moves as an operation on a pool number begins and as it
+/// ends. `arm` works on numbers it opened itself; if another thread held
+/// one of them in its pool (closed and reused since), its operations
+/// reach `arm`'s context, and this moves.
+static FD_TOUCH: [AtomicU32; FD_SLOTS] = [const { AtomicU32::new(0) }; FD_SLOTS];
+
+/// An operation on pool number `fd` begins or ends.
+pub fn touch_fd(fd: i32) {
+    if let Some(t) = usize::try_from(fd).ok().and_then(|i| FD_TOUCH.get(i)) {
+        t.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// How often pool operations reached fd number `fd` (None: not tracked).
+pub fn fd_touches(fd: i32) -> Option<u32> {
+    FD_TOUCH
+        .get(usize::try_from(fd).ok()?)
+        .map(|t| t.load(Ordering::Acquire))
+}
+
 /// The generation of fd number `fd` (None: not tracked). A number whose
 /// generation did not move between two reads held one file throughout, if
 /// every close of the process goes through [`close`]: a number is reused

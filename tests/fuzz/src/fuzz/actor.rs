@@ -134,6 +134,9 @@ pub(super) struct Actor {
     pub(super) epfd: i32,
     /// The pool fd the current operation works on (-1: none).
     pub(super) cur_fd: i32,
+    /// The pool number this operation picked (-1: none), touched again as
+    /// the operation ends ([`sys::touch_fd`]).
+    picked_fd: i32,
     /// Sampling buffers this actor mapped (`smpl.rs`), unmapped when it
     /// ends; and the setups it made, for their entries' checks.
     pub(super) maps: Vec<super::smpl::Sampled>,
@@ -166,6 +169,7 @@ impl Actor {
             calls: 0,
             epfd: -1,
             cur_fd: -1,
+            picked_fd: -1,
             maps: Vec::new(),
             setups: Vec::new(),
         }
@@ -350,7 +354,14 @@ impl Actor {
     pub(super) fn pick_fd(&mut self) -> (usize, i32) {
         let r = self.pick_fd_inner();
         self.cur_fd = r.1;
+        sys::touch_fd(r.1);
+        self.picked_fd = r.1;
         r
+    }
+
+    /// The operation on the number it picked, if any, is over.
+    pub(super) fn untouch(&mut self) {
+        sys::touch_fd(std::mem::replace(&mut self.picked_fd, -1));
     }
 
     fn pick_fd_inner(&mut self) -> (usize, i32) {

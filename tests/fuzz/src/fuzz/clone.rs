@@ -242,12 +242,20 @@ impl Actor {
     }
 
     /// `arm`'s template `fd` (private, programmed, never loaded) cloned;
-    /// `pmds`: the PMDs written (in every set), `sets`: its sets (a mask).
+    /// `pmds`: the PMDs written (in every set), `sets`: its sets (a mask);
+    /// `touches`: the pool's operations on `fd`'s number when `arm`
+    /// opened it ([`sys::fd_touches`]).
     /// Returns what `arm` goes on with: the clone, and then the template
     /// goes to the pool (unloaded: the pool's CLONE finds programmed
     /// sources) or is closed (the clone outlives it); or, if the clone was
     /// refused, the template.
-    pub(super) fn arm_clone(&mut self, fd: i32, pmds: &[abi::PfmPmd], sets: u16) -> i32 {
+    pub(super) fn arm_clone(
+        &mut self,
+        fd: i32,
+        pmds: &[abi::PfmPmd],
+        sets: u16,
+        touches: Option<u32>,
+    ) -> i32 {
         let flags = self.rng.below(u64::from(abi::PFM_CLONE_MASK) + 1) as u32;
         let a = self.arena.at(ARG_OFF);
         self.arena.put(
@@ -267,6 +275,7 @@ impl Actor {
             return fd;
         };
         let nfd = nfd as i32;
+        let clone_touches = sys::fd_touches(nfd);
         self.check_clone_fd(Op::Arm, nfd, flags, mode);
         let regs: Vec<(u16, u16)> = pmds.iter().map(|p| (p.reg_num, p.reg_set)).collect();
         let ids: Vec<u16> = (0..abi::PFM_MAX_SETS as u16)
@@ -277,6 +286,14 @@ impl Actor {
         match (want, got) {
             (Ok(want), Ok(got)) if want == got => {
                 shared().clones_exact.fetch_add(1, Ordering::Relaxed);
+            }
+            // Another thread held one of the two numbers in its pool
+            // (closed and reused since) and operated on it: the copy may
+            // differ by what it did (a WRITE_PMDS, a CREATE_SETS).
+            (Ok(_), Ok(_))
+                if sys::fd_touches(fd) != touches || sys::fd_touches(nfd) != clone_touches =>
+            {
+                shared().reused.fetch_add(1, Ordering::Relaxed);
             }
             (Ok(want), Ok(got)) => {
                 let what = if want.state != got.state {

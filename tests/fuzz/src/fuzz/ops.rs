@@ -68,6 +68,7 @@ impl Actor {
             Op::SmplUnmap => self.op_smpl_unmap(),
             Op::SmplRemap => self.op_smpl_remap(),
         }
+        self.untouch();
         self.end();
         self.rng = main;
     }
@@ -894,6 +895,9 @@ impl Actor {
                 return;
             }
         };
+        // Whether another thread reaches this number through its pool
+        // from now on (`arm_clone` judges its copy only if not).
+        let touches = sys::fd_touches(fd);
         self.calls += 1;
         let flags = match self.rng.below(10) {
             0..=2 => abi::PFM_CTXFL_NOTIFY_BLOCK,
@@ -1047,7 +1051,7 @@ impl Actor {
         // zombies, UNLOADs and RESTARTs as other contexts do.
         let cloned = self.rng.chance(1, 4);
         let fd = if cloned {
-            self.arm_clone(fd, &pmds, sets)
+            self.arm_clone(fd, &pmds, sets, touches)
         } else {
             fd
         };
