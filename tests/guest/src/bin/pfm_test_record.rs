@@ -26,7 +26,7 @@
 //!   own sum and the file holds ⌊counted/P⌋ or one less (two threads'
 //!   floors), at least ⌊N'main/P⌋ + ⌊N'partner/P⌋; when `counted` is the
 //!   sum, exactly that. The partner's exit path can switch after its last
-//!   reading (the mmap lock), which the module counts and no reading sees:
+//!   reading (on a lock), which the module counts and no reading sees:
 //!   then the bounds are what is checked (each thread's exact entries are
 //!   pfm_test_smpl_family's, with readings around a STOP).
 //! - `--random 7 --random-seed S` of the same, one thread: every period
@@ -499,9 +499,10 @@ fn record_switches(whole: bool) -> TestResult {
     }
     if whole {
         // The partner's exit path, after its last reading, can switch
-        // (it takes the mmap lock, which glibc's stack handling and pfm's
-        // reads of /proc/PID/maps contend for) up to `exit_mm`, where the
-        // module stops counting it: no reading of its own sees that
+        // (blocked on a lock: the mmap lock, which pfm's reads of
+        // /proc/PID/maps take, is the likely one; not traced) up to
+        // `exit_mm`, where the module stops counting it: no reading of
+        // its own sees that
         // (pfm_test_inherit pins such tails with the scheduler's trace;
         // pfm_test_smpl_family holds each thread's entries to readings
         // taken around a STOP, with no exit). The bounds above held.
