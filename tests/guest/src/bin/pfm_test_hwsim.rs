@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use perfmon::abi::*;
-use perfmon::Context;
+use perfmon::{Context, SampleBuffer};
 use pfm_guest::tap::diag;
 use pfm_guest::{ensure, module, work, ResultExt, Tap, TestResult};
 
@@ -479,27 +479,12 @@ fn sampling_through_pmis() -> TestResult {
     const P: u64 = 1_000_000;
     const DEPTH: u32 = 8;
     let c = pfm_guest::frames::code();
-    let per_ms = pfm_guest::frames::iterations_per_ms();
     let ctx = programmed(
         &[(0, CYCLES_USR), (1, CYCLES_USR)],
         &[(0, P.wrapping_neg(), false), (1, 0, false)],
     )?;
     ctx.set_nonblocking(true).ctx("O_NONBLOCK")?;
-    let pages = 64;
-    let mut setup = PfmSmplSetup {
-        data_pages: pages,
-        flags: PFM_SMPL_DROP,
-        chain_depth: DEPTH,
-        ..Default::default()
-    };
-    setup.smpl_pmds[0] = 1 << 1;
-    ctx.setup_sampling_with(&setup).ctx("SMPL_SETUP")?;
-    let mut buf = ctx.map_samples(pages).ctx("mmap of the buffer")?;
-    let irqs0 = sysfs_u64("overflow_interrupts")?;
-    ctx.load_and_start(0).ctx("LOAD|START")?;
-    pfm_guest::frames::run_chain(300 * per_ms, 0, None);
-    ctx.stop().ctx("STOP")?;
-    let irqs = sysfs_u64("overflow_interrupts")? - irqs0;
+    let (mut buf, irqs) = sampled_chain_run(&ctx, DEPTH)?;
     let (v, running) = values(&ctx, &[0, 1])?;
     let samples = buf.take_samples();
     let stats = buf.stats();
@@ -554,6 +539,29 @@ fn sampling_through_pmis() -> TestResult {
     Ok(())
 }
 
+/// Samples PMD 0's overflows of `ctx` (programmed, not loaded) into a
+/// 64-page buffer that drops when full, each entry with PMD 1 and
+/// `chain_depth` return addresses, over ~300 ms of `pfm_chain_c`'s loop in
+/// this thread; then STOPs it. Returns the buffer and the overflow
+/// interrupts meanwhile.
+fn sampled_chain_run(ctx: &Context, chain_depth: u32) -> Result<(SampleBuffer, u64), String> {
+    let pages = 64;
+    let mut setup = PfmSmplSetup {
+        data_pages: pages,
+        flags: PFM_SMPL_DROP,
+        chain_depth,
+        ..Default::default()
+    };
+    setup.smpl_pmds[0] = 1 << 1;
+    ctx.setup_sampling_with(&setup).ctx("SMPL_SETUP")?;
+    let buf = ctx.map_samples(pages).ctx("mmap of the buffer")?;
+    let irqs0 = sysfs_u64("overflow_interrupts")?;
+    ctx.load_and_start(0).ctx("LOAD|START")?;
+    pfm_guest::frames::run_chain(300 * pfm_guest::frames::iterations_per_ms(), 0, None);
+    ctx.stop().ctx("STOP")?;
+    Ok((buf, sysfs_u64("overflow_interrupts")? - irqs0))
+}
+
 /// Randomised periods through the PMI (`PFM_REGFL_RANDOM`, P = 10^6
 /// cycles, mask 2^16 - 1, a fixed seed): one entry per period, each with
 /// its own period's reset value, the sequence `perfmon::random::periods`
@@ -564,7 +572,6 @@ fn random_sampling_through_pmis() -> TestResult {
     const P: u64 = 1_000_000;
     const MASK: u64 = 0xffff;
     const SEED: u64 = 0x5eed_0f_5a_4d_91e5;
-    let per_ms = pfm_guest::frames::iterations_per_ms();
     let ctx = programmed(&[(0, CYCLES_USR), (1, CYCLES_USR)], &[(1, 0, false)])?;
     let minus_p = P.wrapping_neg();
     let mut d = [PfmPmd {
@@ -578,20 +585,7 @@ fn random_sampling_through_pmis() -> TestResult {
         ..PfmPmd::default()
     }];
     ctx.write_pmds(&mut d).ctx("WRITE_PMDS")?;
-    let pages = 64;
-    let mut setup = PfmSmplSetup {
-        data_pages: pages,
-        flags: PFM_SMPL_DROP,
-        ..Default::default()
-    };
-    setup.smpl_pmds[0] = 1 << 1;
-    ctx.setup_sampling_with(&setup).ctx("SMPL_SETUP")?;
-    let mut buf = ctx.map_samples(pages).ctx("mmap of the buffer")?;
-    let irqs0 = sysfs_u64("overflow_interrupts")?;
-    ctx.load_and_start(0).ctx("LOAD|START")?;
-    pfm_guest::frames::run_chain(300 * per_ms, 0, None);
-    ctx.stop().ctx("STOP")?;
-    let irqs = sysfs_u64("overflow_interrupts")? - irqs0;
+    let (mut buf, irqs) = sampled_chain_run(&ctx, 0)?;
     let (v, _) = values(&ctx, &[1])?;
     let entries = buf.take();
     let stats = buf.stats();
