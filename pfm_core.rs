@@ -13,7 +13,7 @@
 // `pin_init!` of the attachment (many fields) expands deeper than the default.
 #![recursion_limit = "256"]
 
-use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 
 use kernel::bindings;
 use kernel::prelude::*;
@@ -79,6 +79,9 @@ pub(crate) const MAX_ATTACHED: usize = 4096;
 pub(crate) struct Globals {
     /// The PMU model chosen at load.
     pub(crate) pmu: pfm_x86::Pmu,
+    /// Init is complete: `open` creates contexts (refused with `ENODEV`
+    /// until then, while the device exists but the exec watch does not).
+    pub(crate) ready: AtomicBool,
     /// Contexts alive (open fds and zombies).
     pub(crate) live_contexts: AtomicUsize,
     /// Contexts in ZOMBIE state.
@@ -340,6 +343,7 @@ impl kernel::Module for PerfmonModule {
         let globals = KBox::pin_init(
             pin_init!(Globals {
                 pmu,
+                ready: AtomicBool::new(false),
                 live_contexts: AtomicUsize::new(0),
                 zombies: AtomicUsize::new(0),
                 attached: AtomicUsize::new(0),
@@ -375,8 +379,6 @@ impl kernel::Module for PerfmonModule {
         // SAFETY: The show callbacks read `globals()`, published above
         // until after `sysfs` is dropped (field order of `PerfmonModule`).
         let sysfs = unsafe { rust::SysfsRegistration::register() }?;
-        // Before the device: no attachment exists yet, so no exec misses it.
-        let exec_watch = rust::ExecWatch::register();
         let task_probes = rust::TaskProbes::register(
             pfm_ctxsw::fork_probe::<Context>,
             pfm_ctxsw::exec_probe::<Context>,
@@ -390,6 +392,12 @@ impl kernel::Module for PerfmonModule {
         // SAFETY: `fops` is pinned in the module object and dropped after
         // the registration (field order of `PerfmonModule`).
         let misc = unsafe { rust::MiscRegistration::register(fops.table()) }?;
+        // The exec watch last, once nothing can fail: a failed init frees
+        // the module's text, and `unregister_binfmt` does not wait for an
+        // exec already in the hook. The device refuses `open` until then
+        // (`ready`), so no attachment exists that an exec could miss.
+        let exec_watch = rust::ExecWatch::register();
+        globals.ready.store(true, Ordering::Release);
         pr_info!(
             "PMU model {} ({} bits): {}\n",
             globals.pmu.name(),

@@ -62,8 +62,10 @@ pub(crate) struct CtxInner {
     active: bool,
     /// The target exited while attached.
     exited: bool,
-    /// The thread is in an exec whose credentials are not checked yet
-    /// (`pfm_ctxsw::exec_hook`): overflows wait, without user IP.
+    /// The thread's user registers may not be the loader's to see: it is
+    /// in an exec whose credentials are not checked yet
+    /// (`pfm_ctxsw::exec_hook`; overflows wait, without user IP), or its
+    /// monitoring was revoked (until the next LOAD).
     exec_check: bool,
     /// `PFM_CTXFL_START_ON_EXEC`: loaded, waiting for the thread's exec.
     exec_armed: bool,
@@ -600,9 +602,14 @@ impl Context {
         // Refused early, before the thread is looked up; `publish` asks
         // the table again under the lock.
         let (whole, sampling) = {
-            let inner = this.inner.lock();
+            let mut inner = this.inner.lock();
             inner.life.check(Op::Load).map_err(state_err)?;
             inner.check_load_sets(arg.load_set)?;
+            // Kernel-mode counting is the loader's right, not only the
+            // writer's (perf's EACCES without CAP_PERFMON).
+            if !crate::pfm_x86::Pmu::caller_policy().allow_kernel && inner.counts_kernel() {
+                return Err(EACCES);
+            }
             (
                 arg.flags & abi::PFM_LOAD_PROCESS != 0 || inner.flags & abi::PFM_CTXFL_INHERIT != 0,
                 inner.smpl().is_some(),

@@ -30,14 +30,15 @@ use kernel::types::ARef;
 use crate::globals;
 use crate::pfm_x86::HwClaim;
 use crate::rust::{
-    self as glue, impl_has_preempt_notifier, impl_has_task_work, IrqWork, ModuleRef, Notify,
-    PreemptNotifier, PreemptNotify, SlabArc, TaskWork, WorkLink, WorkListItem,
+    self as glue, impl_has_preempt_notifier, impl_has_task_work, CredFacts, CredRef, IrqWork,
+    ModuleRef, Notify, PreemptNotifier, PreemptNotify, SlabArc, TaskWork, WorkLink, WorkListItem,
 };
 
 mod access;
 mod attach;
 mod inherit;
 mod monitor;
+mod ptrace_rule;
 mod registry;
 mod works;
 
@@ -125,11 +126,12 @@ const BLOCK: u64 = 2;
 const EXEC: u64 = 3;
 
 /// The credentials a thread monitored by an unprivileged loader must keep
-/// (unused, ids 0 and no credentials, for a privileged one: see
+/// (unused, without credentials, for a privileged one: see
 /// [`Attachment::watch`]).
 struct Watch {
-    /// The loader's real uid and gid.
-    ids: (u32, u32),
+    /// The loader's credentials at LOAD, against which ptrace's rule is
+    /// decided again when the thread's change.
+    loader: Option<CredRef>,
     /// The thread's real credentials as last found acceptable (a counted
     /// reference, so comparing addresses is exact: a freed credential's
     /// address cannot come back while we hold it). Replaced only by the
@@ -232,6 +234,9 @@ impl<M: Monitor> Attachment<M> {
 
     /// A hardware PMI on the CPU whose PMU holds this context (hard IRQ).
     pub(crate) fn hw_pmi(&self) {
+        if self.revoked_in_interrupt() {
+            return;
+        }
         self.ctx.hw_pmi();
     }
 
@@ -244,7 +249,32 @@ impl<M: Monitor> Attachment<M> {
     /// The task-clock timer of the CPU this context's thread runs on
     /// (hard IRQ, the thread interrupted).
     pub(crate) fn clock_due(&self) {
+        if self.revoked_in_interrupt() {
+            return;
+        }
         self.ctx.clock_due(self.owner_token());
+    }
+
+    /// In an interrupt of the thread (a PMI, its task-clock timer, the
+    /// overflow vector), before anything is sampled or reported: ends the
+    /// monitoring at once, and takes its counters and timer off this CPU,
+    /// if the thread lost the loader's access since the last check. A
+    /// setuid() without exec would otherwise be seen only at the thread's
+    /// next switch, and every sample until then would record its IP and
+    /// call chain for a loader that may no longer see them. Whether it
+    /// ended. One address comparison when the credentials are unchanged.
+    #[inline]
+    fn revoked_in_interrupt(&self) -> bool {
+        if self.watch().is_none() || !self.life.wanted() || !glue::is_current(&self.task) {
+            return false;
+        }
+        // SAFETY: The thread is current on this CPU, interrupted: only it
+        // changes its credentials, and its mm stays, until we return.
+        if !unsafe { self.check_access() } {
+            return false;
+        }
+        self.ctx.drop_hw_here(self.owner_token());
+        true
     }
 
     /// Queues, once, the task_work that removes the notifier from the thread
@@ -266,6 +296,9 @@ impl<M: Monitor> Attachment<M> {
 
     /// The overflow interrupt of this attachment's context (hard IRQ).
     pub(crate) fn overflow_interrupt(self: &Arc<Self>) {
+        if self.revoked_in_interrupt() {
+            return;
+        }
         if self.ctx.overflow_interrupt() {
             // Block the thread on its way back to user mode, until RESTART
             // (once: a queued block covers this overflow too).
@@ -274,19 +307,24 @@ impl<M: Monitor> Attachment<M> {
     }
 
     /// Whether the thread's credentials are no longer ones the loader may
-    /// monitor (a setuid exec, or a setuid() to another user): perf's and
-    /// ptrace's rule (`__ptrace_may_access`) on the thread's real
-    /// credentials: all of its uids and gids the loader's, and its mm
-    /// dumpable. Cheap when nothing changed since the last check: one
-    /// address comparison.
+    /// monitor (a setuid exec, a setuid() to another user, capabilities
+    /// gained): ptrace's rule (`__ptrace_may_access` and commoncap's
+    /// `cap_ptrace_access_check`, [`access::allows`]) decided again on the
+    /// thread's real credentials, for the loader's credentials as at LOAD.
+    /// Cheap when nothing changed since the last check: one address
+    /// comparison.
     ///
     /// # Safety
     ///
-    /// Must run in `task` itself, in a scheduler callback of it, or with
-    /// it held off every CPU (`rust::with_blocked`): its credentials and mm
-    /// cannot change under us.
+    /// Must run in `task` itself (in process context, or in an interrupt
+    /// of it), in a scheduler callback of it, or with it held off every
+    /// CPU (`rust::with_blocked`): its credentials and mm cannot change
+    /// under us.
     unsafe fn lost_access(&self) -> bool {
         let Some(watch) = self.watch() else {
+            return false;
+        };
+        let Some(loader) = &watch.loader else {
             return false;
         };
         let task = glue::task_ptr(&self.task);
@@ -296,12 +334,10 @@ impl<M: Monitor> Attachment<M> {
         if cred == watch.cred_seen.load(Ordering::Relaxed) as *const _ {
             return false;
         }
-        let (uid, gid) = watch.ids;
-        // SAFETY: `cred` is the thread's live real credentials (see above).
-        let same_ids = unsafe { glue::cred_ids(cred) }.all_are(uid, gid);
-        // SAFETY: As above; the thread's mm cannot go away under us.
-        let dumpable = unsafe { glue::task_dumpable(task) } == Some(bindings::SUID_DUMP_USER);
-        !(same_ids && dumpable)
+        // SAFETY: `cred` is the thread's live real credentials, and its mm
+        // cannot go away, for the duration of this call (see above).
+        let (target, mm) = unsafe { (CredFacts::of(cred), glue::task_mm_facts(task)) };
+        !access::allows(loader, target, mm)
     }
 
     /// The thread (current, process context) keeps its monitoring: remember

@@ -120,6 +120,10 @@ unsafe fn file_context<'a>(file: *mut bindings::file) -> SlabArcBorrow<'a, Conte
 ///
 /// Called by the VFS with a `/dev/perfmon` file being opened.
 unsafe extern "C" fn fop_open(_inode: *mut bindings::inode, file: *mut bindings::file) -> c_int {
+    // The module is still loading (see `PerfmonModule::init`).
+    if !globals().ready.load(Ordering::Acquire) {
+        return ENODEV.to_errno();
+    }
     if let Err(e) = pfm_ctxsw::may_open() {
         return e.to_errno();
     }

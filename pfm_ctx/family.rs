@@ -472,7 +472,8 @@ impl Family {
 
     /// One walked thread joins (`adopt_walked`).
     fn adopt_one(this: &Arc<Self>, m: &mut Members, task: ARef<Task>) -> Result {
-        let (Some(template), Some(loader), Some(ns)) = (&m.template, m.loader, &m.ns) else {
+        let (Some(template), Some(loader), Some(ns)) = (&m.template, m.loader.clone(), &m.ns)
+        else {
             return Err(EINVAL);
         };
         let (tid, pid) = ns.ids_of(&task);
@@ -521,7 +522,8 @@ impl Family {
     }
 
     fn adopt(this: &Arc<Self>, m: &mut Members) -> Result {
-        let (Some(template), Some(loader), Some(ns)) = (&m.template, m.loader, &m.ns) else {
+        let (Some(template), Some(loader), Some(ns)) = (&m.template, m.loader.clone(), &m.ns)
+        else {
             return Err(EINVAL);
         };
         let (tid, pid) = ns.ids_of(kernel::current!());

@@ -452,6 +452,14 @@ impl CtxInner {
         per_set
     }
 
+    /// Whether a PMC of any set's image counts in kernel mode.
+    pub(super) fn counts_kernel(&mut self) -> bool {
+        let pmu = &globals().pmu;
+        let mut kernel = false;
+        self.for_each_image(|c| kernel |= c.counts_kernel(pmu));
+        kernel
+    }
+
     /// Applies `f` to every set's image.
     pub(super) fn for_each_image(&mut self, mut f: impl FnMut(&mut Counters)) {
         f(&mut self.counters);

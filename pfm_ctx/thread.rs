@@ -413,6 +413,9 @@ impl CtxInner {
     /// The thread gained privileges the tool lacks: stop monitoring it,
     /// keep the counts, tell the tool (`PFM_MSG_REVOKED`). In the thread.
     fn revoke(&mut self) {
+        // The thread's registers are no longer the loader's to see: the
+        // last fold samples and reports without its user IP or chain.
+        self.exec_check = true;
         let cpu = glue::this_cpu();
         self.fold_running(cpu);
         if self.end(Op::Revoke, FINAL_REVOKED) {

@@ -8,82 +8,114 @@ use kernel::bindings;
 use kernel::prelude::*;
 use kernel::task::Task;
 
+use super::ptrace_rule::{self, Creds, MmFacts, UserNs};
 use crate::globals;
-use crate::rust::{self as glue, CredRef};
+use crate::rust::{self as glue, CredFacts, CredRef, MmRef, UserNsRef};
 
 /// What a LOAD was allowed, as checked: handed to the attachment.
 pub(super) struct Access {
-    /// The loader's real uid and gid if it is not privileged.
-    pub(super) tool_ids: Option<(u32, u32)>,
-    /// The loader's real uid.
-    pub(super) owner_uid: u32,
-    /// The target's real credentials as checked (`None` if privileged).
+    /// Who loads.
+    pub(super) loader: Loader,
+    /// The target's real credentials as checked (`None` if the loader is
+    /// privileged, or nothing was checked yet: the first check then
+    /// compares everything).
     pub(super) cred: Option<CredRef>,
 }
 
 /// Who loads: what every attachment a LOAD makes is charged to and
-/// watched for, the LOAD's own and those of the threads inheritance adds.
-#[derive(Clone, Copy, Debug)]
+/// decided for, the LOAD's own and those of the threads inheritance adds,
+/// for as long as they last (the loader itself may be gone by then).
+#[derive(Clone)]
 pub(crate) struct Loader {
-    /// The loader's real uid and gid if it is not privileged.
-    pub(super) tool_ids: Option<(u32, u32)>,
-    /// The loader's real uid.
+    /// The loader's credentials at LOAD, referenced, if it is not
+    /// privileged: ptrace's rule is decided again against these whenever
+    /// a monitored thread's credentials change.
+    pub(super) cred: Option<CredRef>,
+    /// The loader's real uid (the per-user limit's account).
     pub(super) owner_uid: u32,
 }
 
 /// The calling thread as a loader.
 pub(crate) fn loader() -> Result<Loader> {
     let me = kernel::current!();
-    let mine = CredRef::of_task(&me)?.ids();
-    let ids = (mine.uids[0], mine.gids[0]);
+    let cred = CredRef::of_task(&me)?;
+    let owner_uid = cred.ids().uids[0];
     let privileged = glue::capable(bindings::CAP_PERFMON)
         || glue::capable(bindings::CAP_SYS_ADMIN)
         || glue::capable(bindings::CAP_SYS_PTRACE);
     Ok(Loader {
-        tool_ids: (!privileged).then_some(ids),
-        owner_uid: ids.0,
+        cred: (!privileged).then_some(cred),
+        owner_uid,
     })
+}
+
+impl UserNs for UserNsRef<'_> {
+    fn level(self) -> u32 {
+        UserNsRef::level(self)
+    }
+    fn parent(self) -> Option<Self> {
+        UserNsRef::parent(self)
+    }
+    fn owner(self) -> u32 {
+        UserNsRef::owner(self)
+    }
+}
+
+/// A cred's facts as the rule takes them.
+fn creds(f: CredFacts<'_>) -> Creds<UserNsRef<'_>> {
+    Creds {
+        uids: f.ids.uids,
+        gids: f.ids.gids,
+        permitted: f.permitted,
+        effective: f.effective,
+        user_ns: f.user_ns,
+    }
+}
+
+/// Whether `loader` may monitor a thread whose real credentials are
+/// `target` and whose mm is `mm` (`get_dumpable` and its user namespace):
+/// ptrace's read rule in full ([`ptrace_rule::may_read`]): ids, dumpable,
+/// and commoncap's capability and user namespace test.
+pub(super) fn allows(
+    loader: &CredRef,
+    target: CredFacts<'_>,
+    mm: Option<(u32, UserNsRef<'_>)>,
+) -> bool {
+    let mm = mm.map(|(dumpable, user_ns)| MmFacts { dumpable, user_ns });
+    ptrace_rule::may_read(&creds(loader.facts()), &creds(target), mm).is_ok()
 }
 
 /// Whether the caller may monitor `task` (itself included): perf_events'
 /// rule (`ptrace_may_access(task, PTRACE_MODE_READ_REALCREDS)`, or
 /// CAP_PERFMON / CAP_SYS_ADMIN). `ptrace_may_access` is not exported to
-/// modules, so its credential test is done here, on real credentials: the
-/// same thread group, or the caller's real uid/gid equal to all of the
-/// target's uids/gids and the target dumpable; CAP_SYS_PTRACE in the initial
-/// user namespace (stricter than ptrace's target namespace).
+/// modules, so its rule is applied here ([`allows`]): the same thread
+/// group, or the caller's real uid/gid equal to all of the target's
+/// uids/gids, the target dumpable, its permitted capabilities a subset of
+/// the caller's and its user namespace the caller's (else CAP_SYS_PTRACE
+/// in the target's namespace, as commoncap requires); CAP_SYS_PTRACE in
+/// the initial user namespace allows everything.
 ///
 /// The caller holds the target's `exec_update_lock` (or is the target), so
 /// what is checked is what an exec would have to change afterwards, and
-/// the attachment then watches for exactly that. `Err(EACCES)`: refused.
+/// the attachment then watches for exactly that. `Err(EACCES)`: refused
+/// (perf_event_open's errno for the same observer and target).
 pub(super) fn may_monitor(task: &Task) -> Result<Access> {
-    let Loader {
-        tool_ids,
-        owner_uid,
-    } = loader()?;
-    let Some(ids) = tool_ids else {
-        return Ok(Access {
-            tool_ids: None,
-            owner_uid,
-            cred: None,
-        });
+    let loader = loader()?;
+    let Some(mine) = &loader.cred else {
+        return Ok(Access { loader, cred: None });
     };
     // SAFETY: `task` is referenced (we hold a reference to it).
     let same_process = unsafe { glue::same_thread_group_as_current(glue::task_ptr(task)) };
     let tcred = CredRef::of_task(task)?;
     if !same_process {
         yama_allows(task)?;
-    }
-    // A setuid program that dropped to the caller's ids is still not
-    // dumpable: refuse it, as ptrace does.
-    let allowed =
-        same_process || (tcred.ids().all_are(ids.0, ids.1) && glue::task_mm_user_dumpable(task));
-    if !allowed {
-        return Err(EACCES);
+        let mm = MmRef::of_task(task);
+        if !allows(mine, tcred.facts(), mm.as_ref().map(MmRef::facts)) {
+            return Err(EACCES);
+        }
     }
     Ok(Access {
-        tool_ids: Some(ids),
-        owner_uid: ids.0,
+        loader,
         cred: Some(tcred),
     })
 }

@@ -44,23 +44,21 @@ impl<M: Monitor> Attachment<M> {
         access: Access,
         module: ModuleRef,
     ) -> Result<Arc<Self>> {
-        let Access {
-            tool_ids,
+        let Access { loader, cred } = access;
+        let Loader {
+            cred: loader_cred,
             owner_uid,
-            cred,
-        } = access;
-        let life = match tool_ids {
+        } = loader;
+        let life = match loader_cred {
             Some(_) => Life::WANTED | Life::WATCHED,
             None => Life::WANTED,
         };
         let watch = Watch {
-            ids: tool_ids.unwrap_or((0, 0)),
+            loader: loader_cred,
             // The reference moves into the field (put by `Drop`).
-            cred_seen: AtomicPtr::new(cred.map_or(core::ptr::null_mut(), |c| {
-                let p = c.as_ptr() as *mut _;
-                core::mem::forget(c);
-                p
-            })),
+            cred_seen: AtomicPtr::new(
+                cred.map_or(core::ptr::null_mut(), |c| c.into_raw() as *mut _),
+            ),
         };
         Arc::pin_init(
             pin_init!(Self {
@@ -160,7 +158,7 @@ pub(crate) fn attach<M: Monitor>(ctx: &SlabArc<M>, tid: u32, load_set: u16) -> R
         return Err(e);
     }
     if let Err(e) = publish_waiting(&**ctx, &att, shown_tid, load_set, is_self) {
-        release(att);
+        refuse(att);
         return Err(e);
     }
     if is_self {
@@ -168,6 +166,15 @@ pub(crate) fn attach<M: Monitor>(ctx: &SlabArc<M>, tid: u32, load_set: u16) -> R
         return Ok(());
     }
     install_remote(ctx, att)
+}
+
+/// Drops a refused LOAD's attachment, which never reached a PMU, giving
+/// its hardware claim back first: before the LOAD returns, as the manual
+/// says, not when the reaper gets to the attachment (its drop would).
+/// Process context, no lock held (the claim's lock sleeps).
+fn refuse<M: Monitor>(att: Arc<Attachment<M>>) {
+    globals().pmu.hw_unclaim(&att.hw_claim);
+    release(att);
 }
 
 /// A published remote LOAD's install: here if the thread is blocked, else
@@ -183,7 +190,7 @@ fn install_remote<M: Monitor>(ctx: &SlabArc<M>, att: Arc<Attachment<M>>) -> Resu
         att.life.clear(Life::WANTED);
         ctx.load_failed(&att);
         att.retire();
-        release(att);
+        refuse(att);
         return Err(ESRCH);
     }
     release(att);
@@ -400,11 +407,7 @@ pub(crate) fn attach_heir<M: Monitor>(ctx: &SlabArc<M>, loader: Loader) -> Resul
     // SAFETY: This module is live: we run its code.
     let module = unsafe { ModuleRef::try_get(crate::this_module()) }.ok_or(ENODEV)?;
     // No credentials seen yet: the first check below compares everything.
-    let access = Access {
-        tool_ids: loader.tool_ids,
-        owner_uid: loader.owner_uid,
-        cred: None,
-    };
+    let access = Access { loader, cred: None };
     let att = Attachment::new(ARef::from(&*me), ctx.clone(), access, module)?;
     globals().attached.fetch_add(1, Ordering::Relaxed);
     // SAFETY: We are the attachment's thread.
@@ -417,7 +420,7 @@ pub(crate) fn attach_heir<M: Monitor>(ctx: &SlabArc<M>, loader: Loader) -> Resul
         return Err(e);
     }
     if let Err(e) = publish(&**ctx, &att, glue::current_tid(), 0, true) {
-        release(att);
+        refuse(att);
         return Err(e);
     }
     // SAFETY: We are the thread, in process context.
@@ -442,11 +445,7 @@ pub(crate) fn attach_heir_remote<M: Monitor>(
     }
     // SAFETY: This module is live: we run its code.
     let module = unsafe { ModuleRef::try_get(crate::this_module()) }.ok_or(ENODEV)?;
-    let access = Access {
-        tool_ids: loader.tool_ids,
-        owner_uid: loader.owner_uid,
-        cred: None,
-    };
+    let access = Access { loader, cred: None };
     let att = Attachment::new(task, ctx.clone(), access, module)?;
     globals().attached.fetch_add(1, Ordering::Relaxed);
     if let Err(e) = globals().pmu.hw_claim(&att.hw_claim) {
@@ -454,7 +453,7 @@ pub(crate) fn attach_heir_remote<M: Monitor>(
         return Err(e);
     }
     if let Err(e) = publish(&**ctx, &att, tid, 0, false) {
-        release(att);
+        refuse(att);
         return Err(e);
     }
     install_remote(ctx, att)

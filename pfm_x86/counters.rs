@@ -15,6 +15,7 @@ use core::sync::atomic::Ordering;
 use kernel::prelude::*;
 
 use super::driver::{HwModel, HwRegs, PmiThrottle};
+use super::model::Policy;
 use super::soft::soft_count_each;
 use super::{count_clock_unless_overflow, soft_count, Pmu, ThreadDeltas, SOFT_COUNTERS};
 use crate::abi;
@@ -276,6 +277,26 @@ impl Counters {
             Self::Soft(_) => [0; abi::PFM_MAX_PMDS],
             Self::Hw(h) => core::mem::take(&mut h.tally),
         }
+    }
+
+    /// Whether a written PMC counts in kernel mode (a hardware model's OS
+    /// bits), which only a loader with CAP_PERFMON may have counted: LOAD
+    /// asks again, since the writer (checked at WRITE_PMCS) may not be the
+    /// loader (another holder of the file, or a CLONE's source).
+    pub(crate) fn counts_kernel(&self, pmu: &Pmu) -> bool {
+        let Self::Hw(h) = self else {
+            return false;
+        };
+        let user_only = Policy {
+            allow_kernel: false,
+        };
+        let any = Policy { allow_kernel: true };
+        h.pmcs.iter().enumerate().any(|(reg, &v)| {
+            reg < 64
+                && h.pmc_used & (1u64 << reg) != 0
+                && pmu.validate_pmc(reg, v, user_only).is_err()
+                && pmu.validate_pmc(reg, v, any).is_ok()
+        })
     }
 
     /// The PMCs written (the soft model's: those selecting an event).

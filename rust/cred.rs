@@ -41,6 +41,30 @@ impl CredRef {
     pub(crate) fn as_ptr(&self) -> *const bindings::cred {
         self.0.as_ptr()
     }
+
+    /// What ptrace's rule reads of these credentials.
+    pub(crate) fn facts(&self) -> CredFacts<'_> {
+        // SAFETY: Referenced (type invariant) for as long as `self` is borrowed.
+        unsafe { CredFacts::of(self.0.as_ptr()) }
+    }
+
+    /// Gives up the reference to the caller, as a raw pointer (put it with
+    /// [`put_cred`]).
+    pub(crate) fn into_raw(self) -> *const bindings::cred {
+        let p = self.0.as_ptr();
+        core::mem::forget(self);
+        p
+    }
+}
+
+impl Clone for CredRef {
+    fn clone(&self) -> Self {
+        // SAFETY: Referenced (type invariant), so live during the call;
+        // `get_cred` takes one more reference on the same cred.
+        unsafe { get_cred(self.0.as_ptr()) };
+        // INVARIANT: the copy owns the reference just taken.
+        Self(self.0)
+    }
 }
 
 impl Drop for CredRef {
@@ -53,16 +77,7 @@ impl Drop for CredRef {
 /// `task`'s mm is dumpable by its owner (`SUID_DUMP_USER`), as ptrace and
 /// perf require of an unprivileged observer; `false` without an mm.
 pub(crate) fn task_mm_user_dumpable(task: &Task) -> bool {
-    // SAFETY: `task` is live; `get_task_mm` returns a referenced mm or NULL.
-    let mm = unsafe { bindings::get_task_mm(task_ptr(task)) };
-    if mm.is_null() {
-        return false;
-    }
-    // SAFETY: `mm` is referenced.
-    let dumpable = unsafe { mm_dumpable(mm) };
-    // SAFETY: Drops the `get_task_mm` reference.
-    unsafe { bindings::mmput(mm) };
-    dumpable == bindings::SUID_DUMP_USER
+    MmRef::of_task(task).is_some_and(|mm| mm.facts().0 == bindings::SUID_DUMP_USER)
 }
 
 /// `capable(cap)` for the calling thread.
@@ -251,4 +266,135 @@ pub(crate) unsafe fn mm_dumpable(mm: *mut bindings::mm_struct) -> u32 {
 pub(crate) unsafe fn put_cred(cred: *const bindings::cred) {
     // SAFETY: Forwarded from the caller's guarantees.
     unsafe { ffi::pfm_put_cred(cred) }
+}
+
+/// A user namespace, borrowed for `'a` from a referenced cred or mm (which
+/// hold a reference on it, and their namespace holds its parents).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct UserNsRef<'a>(
+    core::ptr::NonNull<bindings::user_namespace>,
+    core::marker::PhantomData<&'a bindings::user_namespace>,
+);
+
+impl<'a> UserNsRef<'a> {
+    /// # Safety
+    ///
+    /// `ns`, if not null, must stay live for `'a`.
+    unsafe fn new(ns: *mut bindings::user_namespace) -> Option<Self> {
+        Some(Self(
+            core::ptr::NonNull::new(ns)?,
+            core::marker::PhantomData,
+        ))
+    }
+
+    /// Its depth (0: the initial namespace).
+    pub(crate) fn level(self) -> u32 {
+        // SAFETY: Live for `'a` (constructor).
+        let level = unsafe { ffi::pfm_user_ns_level(self.0.as_ptr()) };
+        u32::try_from(level).unwrap_or(0)
+    }
+
+    /// The namespace it was created in: `None` for the initial one.
+    pub(crate) fn parent(self) -> Option<Self> {
+        // SAFETY: Live for `'a`; a namespace holds its parent.
+        unsafe { Self::new(ffi::pfm_user_ns_parent(self.0.as_ptr())) }
+    }
+
+    /// Its creator's kuid.
+    pub(crate) fn owner(self) -> u32 {
+        // SAFETY: Live for `'a`.
+        unsafe { ffi::pfm_user_ns_owner(self.0.as_ptr()) }
+    }
+}
+
+/// What ptrace's rule reads of a `struct cred`: ids, the permitted and
+/// effective capability sets, the user namespace.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CredFacts<'a> {
+    pub(crate) ids: CredIds,
+    pub(crate) permitted: u64,
+    pub(crate) effective: u64,
+    pub(crate) user_ns: UserNsRef<'a>,
+}
+
+impl<'a> CredFacts<'a> {
+    /// # Safety
+    ///
+    /// `cred` must be live for `'a` (referenced, or the credentials of a
+    /// thread that cannot change them meanwhile: current, in a scheduler
+    /// callback, or held off every CPU).
+    pub(crate) unsafe fn of(cred: *const bindings::cred) -> Self {
+        // SAFETY: Live (caller); a cred's user_ns is never null and is
+        // referenced by it.
+        unsafe {
+            let ns = ffi::pfm_cred_user_ns(cred);
+            Self {
+                ids: cred_ids(cred),
+                permitted: ffi::pfm_cred_cap_permitted(cred),
+                effective: ffi::pfm_cred_cap_effective(cred),
+                user_ns: UserNsRef(
+                    core::ptr::NonNull::new_unchecked(ns),
+                    core::marker::PhantomData,
+                ),
+            }
+        }
+    }
+}
+
+/// `task`'s mm as ptrace's rule reads it: `get_dumpable(mm)` and
+/// `mm->user_ns`; `None` without an mm.
+///
+/// # Safety
+///
+/// `task` must be the current thread, or a thread in a scheduler callback
+/// or held off every CPU (its mm cannot go away under us), for `'a`.
+pub(crate) unsafe fn task_mm_facts<'a>(
+    task: *mut bindings::task_struct,
+) -> Option<(u32, UserNsRef<'a>)> {
+    // SAFETY: Forwarded; the mm holds its user_ns.
+    unsafe {
+        let ns = UserNsRef::new(ffi::pfm_task_mm_user_ns(task))?;
+        Some((task_dumpable(task)?, ns))
+    }
+}
+
+/// A counted reference to a task's mm (`get_task_mm`), put when dropped.
+///
+/// # Invariants
+///
+/// `0` is a referenced mm.
+pub(crate) struct MmRef(core::ptr::NonNull<bindings::mm_struct>);
+
+impl MmRef {
+    /// `task`'s mm, referenced; `None` for a thread without one (a kernel
+    /// thread, or one past `exit_mm`).
+    pub(crate) fn of_task(task: &Task) -> Option<Self> {
+        // SAFETY: `task` is live; `get_task_mm` returns a referenced mm or NULL.
+        let mm = unsafe { bindings::get_task_mm(task_ptr(task)) };
+        // INVARIANT: referenced when not null.
+        Some(Self(core::ptr::NonNull::new(mm)?))
+    }
+
+    /// `get_dumpable(mm)` and `mm->user_ns`, borrowed with the mm.
+    pub(crate) fn facts(&self) -> (u32, UserNsRef<'_>) {
+        // SAFETY: Referenced (type invariant); the mm holds its user_ns,
+        // which is never null.
+        unsafe {
+            let ns = ffi::pfm_mm_user_ns(self.0.as_ptr());
+            (
+                mm_dumpable(self.0.as_ptr()),
+                UserNsRef(
+                    core::ptr::NonNull::new_unchecked(ns),
+                    core::marker::PhantomData,
+                ),
+            )
+        }
+    }
+}
+
+impl Drop for MmRef {
+    fn drop(&mut self) {
+        // SAFETY: The reference this value owned (type invariant).
+        unsafe { bindings::mmput(self.0.as_ptr()) };
+    }
 }

@@ -139,6 +139,21 @@ mod ffi {
         pub(crate) fn pfm_cred_ids(cred: *const bindings::cred, ids: *mut u32);
         pub(crate) fn pfm_task_dumpable(task: *mut bindings::task_struct) -> c_int;
         pub(crate) fn pfm_mm_dumpable(mm: *mut bindings::mm_struct) -> c_int;
+        pub(crate) fn pfm_cred_cap_permitted(cred: *const bindings::cred) -> u64;
+        pub(crate) fn pfm_cred_cap_effective(cred: *const bindings::cred) -> u64;
+        pub(crate) fn pfm_cred_user_ns(
+            cred: *const bindings::cred,
+        ) -> *mut bindings::user_namespace;
+        pub(crate) fn pfm_mm_user_ns(mm: *mut bindings::mm_struct)
+            -> *mut bindings::user_namespace;
+        pub(crate) fn pfm_task_mm_user_ns(
+            task: *mut bindings::task_struct,
+        ) -> *mut bindings::user_namespace;
+        pub(crate) fn pfm_user_ns_level(ns: *const bindings::user_namespace) -> c_int;
+        pub(crate) fn pfm_user_ns_parent(
+            ns: *const bindings::user_namespace,
+        ) -> *mut bindings::user_namespace;
+        pub(crate) fn pfm_user_ns_owner(ns: *const bindings::user_namespace) -> u32;
         pub(crate) static pfm_c_layout: [core::ffi::c_ulong; 0];
         pub(crate) static pfm_c_layout_len: core::ffi::c_ulong;
         pub(crate) fn pfm_rdmsr_safe(msr: u32, value: *mut u64) -> c_int;

@@ -14,6 +14,7 @@
 #include <linux/sched/coredump.h>
 #include <linux/workqueue.h>
 #include <linux/cred.h>
+#include <linux/user_namespace.h>
 #include <linux/hrtimer.h>
 #include <linux/irq.h>
 #include <linux/irq_work.h>
@@ -229,6 +230,14 @@ bool pfm_same_thread_group_as_current(struct task_struct *t) { return same_threa
 void pfm_cred_ids(const struct cred *c, u32 ids[6]) { ids[0] = c->uid.val; ids[1] = c->euid.val; ids[2] = c->suid.val; ids[3] = c->gid.val; ids[4] = c->egid.val; ids[5] = c->sgid.val; }
 int pfm_task_dumpable(struct task_struct *t) { return t->mm ? get_dumpable(t->mm) : -1; }
 int pfm_mm_dumpable(struct mm_struct *mm) { return get_dumpable(mm); }
+u64 pfm_cred_cap_permitted(const struct cred *c) { return c->cap_permitted.val; }
+u64 pfm_cred_cap_effective(const struct cred *c) { return c->cap_effective.val; }
+struct user_namespace *pfm_cred_user_ns(const struct cred *c) { return c->user_ns; }
+struct user_namespace *pfm_mm_user_ns(struct mm_struct *mm) { return mm->user_ns; }
+struct user_namespace *pfm_task_mm_user_ns(struct task_struct *t) { return t->mm ? t->mm->user_ns : NULL; }
+int pfm_user_ns_level(const struct user_namespace *ns) { return ns->level; }
+struct user_namespace *pfm_user_ns_parent(const struct user_namespace *ns) { return ns->parent; }
+u32 pfm_user_ns_owner(const struct user_namespace *ns) { return ns->owner.val; }
 
 /*
  * The overflow vector (rust/irq.rs, for pfm_intr.rs): struct irq_alloc_info,

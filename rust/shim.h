@@ -14,6 +14,8 @@
 #include <linux/spinlock.h>
 #include <linux/wait.h>
 
+struct user_namespace;
+
 const char *pfm_param_pmu(void);
 unsigned int pfm_param_soft_width(void);
 unsigned int pfm_param_soft_counters(void);
@@ -68,6 +70,14 @@ bool pfm_same_thread_group_as_current(struct task_struct *t);
 void pfm_cred_ids(const struct cred *c, u32 ids[6]);
 int pfm_task_dumpable(struct task_struct *t);
 int pfm_mm_dumpable(struct mm_struct *mm);
+u64 pfm_cred_cap_permitted(const struct cred *c);
+u64 pfm_cred_cap_effective(const struct cred *c);
+struct user_namespace *pfm_cred_user_ns(const struct cred *c);
+struct user_namespace *pfm_mm_user_ns(struct mm_struct *mm);
+struct user_namespace *pfm_task_mm_user_ns(struct task_struct *t);
+int pfm_user_ns_level(const struct user_namespace *ns);
+struct user_namespace *pfm_user_ns_parent(const struct user_namespace *ns);
+u32 pfm_user_ns_owner(const struct user_namespace *ns);
 extern const unsigned long pfm_c_layout[];
 extern const unsigned long pfm_c_layout_len;
 int pfm_irq_alloc_on_cpu(unsigned int cpu);

@@ -16,21 +16,6 @@ use kernel::bindings;
 use kernel::prelude::*;
 use kernel::str::CStr;
 
-/// The value of an integer sysctl file, opened and read now: `Ok(None)` if
-/// it does not exist (`ENOENT`), `Err` if it could not be read or parsed.
-/// Process context.
-pub(crate) fn read_sysctl_int(path: &CStr) -> Result<Option<i32>> {
-    match open(path)? {
-        Some(file) => {
-            let r = read_int(file);
-            // SAFETY: Opened above; no owner (not an fd table's file).
-            unsafe { bindings::filp_close(file, core::ptr::null_mut()) };
-            r.map(Some)
-        }
-        None => Ok(None),
-    }
-}
-
 /// `path` opened read-only: `None` if it does not exist.
 fn open(path: &CStr) -> Result<Option<*mut bindings::file>> {
     // SAFETY: `path` is a NUL-terminated string; read-only open.
@@ -70,8 +55,11 @@ enum Found {
     /// It does not exist (no Yama): it will not appear later (sysctl
     /// tables of built-in code are registered at boot).
     Absent,
-    /// Not readable at load (say, no /proc in the root of `insmod`):
-    /// opened at each check, as the caller's root allows.
+    /// Not readable at load (say, no /proc in the root of `insmod`): never
+    /// read, and every check takes the strictest reading. Opening the path
+    /// at a check would resolve it in the caller's root and mount
+    /// namespace, where an unprivileged user (with a user and mount
+    /// namespace of its own) can put any file there.
     Unavailable,
 }
 
@@ -82,7 +70,6 @@ enum Found {
 /// A `Found::Open` file was opened by [`SysctlFile::open`] and is closed
 /// only by `drop`.
 pub(crate) struct SysctlFile {
-    path: &'static CStr,
     found: Found,
 }
 
@@ -101,15 +88,17 @@ impl SysctlFile {
             Err(_) => Found::Unavailable,
         };
         // INVARIANT: an open file comes from `open`.
-        Self { path, found }
+        Self { found }
     }
 
-    /// Its value now, as [`read_sysctl_int`] reads it. Process context.
+    /// Its value now: `Ok(None)` if it does not exist, `Err(EACCES)` if it
+    /// could not be opened at load (callers take the strictest reading).
+    /// Process context.
     pub(crate) fn read(&self) -> Result<Option<i32>> {
         match self.found {
             Found::Open(file) => read_int(file).map(Some),
             Found::Absent => Ok(None),
-            Found::Unavailable => read_sysctl_int(self.path),
+            Found::Unavailable => Err(EACCES),
         }
     }
 }

@@ -440,6 +440,79 @@ pub fn set_dumpable() {
     unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1 as libc::c_ulong) };
 }
 
+/// Root becomes `uid`/`gid` keeping the capabilities `caps` (below 32)
+/// permitted and effective, as a KEEPCAPS daemon does: a target that
+/// ptrace's rule keeps from a loader of the same user without them.
+pub fn become_user_keeping(uid: u32, gid: u32, caps: u32) -> Result<(), i32> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    // SAFETY: no memory is involved.
+    check(unsafe { libc::prctl(libc::PR_SET_KEEPCAPS, 1 as libc::c_ulong) } as i64)?;
+    become_user(uid, gid)?;
+    let h = Header {
+        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
+        pid: 0,
+    };
+    let mut d = [Data {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    d[0] = Data {
+        effective: caps,
+        permitted: caps,
+        inheritable: 0,
+    };
+    // SAFETY: a valid header and the two data words version 3 takes.
+    check(unsafe { libc::syscall(libc::SYS_capset, &h, d.as_ptr()) })?;
+    Ok(())
+}
+
+/// A user namespace of the caller's own, with its uid mapped to itself
+/// (so ids read the same inside): a loader there may not monitor the
+/// same user's processes outside, and they may monitor it (its creator's
+/// rule). The caller must be single-threaded.
+pub fn enter_own_user_ns(uid: u32) -> Result<(), i32> {
+    // SAFETY: no memory is involved.
+    check(unsafe { libc::unshare(libc::CLONE_NEWUSER) } as i64)?;
+    IN_OWN_USER_NS.store(true, std::sync::atomic::Ordering::Relaxed);
+    std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1"))
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+static IN_OWN_USER_NS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether this process entered a user namespace of its own
+/// ([`enter_own_user_ns`]).
+pub fn in_own_user_ns() -> bool {
+    IN_OWN_USER_NS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// A thread's permitted capabilities (`CapPrm` of /proc/TID/status).
+pub fn cap_permitted(tid: u32) -> Option<u64> {
+    let s = read_text(&format!("/proc/{tid}/status"))?;
+    let line = s.lines().find(|l| l.starts_with("CapPrm:"))?;
+    u64::from_str_radix(line.split_whitespace().nth(1)?, 16).ok()
+}
+
+/// The user namespace a thread is in (the link /proc/TID/ns/user names),
+/// if the caller may read it.
+pub fn user_ns_of(tid: u32) -> Option<String> {
+    std::fs::read_link(format!("/proc/{tid}/ns/user"))
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned())
+}
+
 /// `setpgid(pid, pgid)`.
 pub fn setpgid(pid: i32, pgid: i32) -> Result<i64, i32> {
     // SAFETY: no memory is involved.

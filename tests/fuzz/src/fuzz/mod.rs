@@ -275,13 +275,26 @@ fn actor_loop(seed: u64, name: String) {
     a.op_reap(true);
 }
 
+/// `CAP_NET_RAW`: the capability some unprivileged workers keep.
+const CAP_NET_RAW: u32 = 13;
+
 /// A worker process: `threads` actors, then cleanup.
 fn worker_main(cfg: &Config, index: usize, generation: u64, pgid: i32) -> ! {
     sys::die_with_parent(libc::SIGKILL);
     let _ = sys::setpgid(0, pgid);
     process_signals();
-    if cfg.unpriv && index % 3 == 2 && sys::become_user(1000, 1000).is_ok() {
-        sys::set_dumpable();
+    if cfg.unpriv && index % 3 == 2 {
+        // Unprivileged workers of three kinds, which ptrace's rule keeps
+        // apart: plain uid 1000, uid 1000 holding CAP_NET_RAW (a KEEPCAPS
+        // daemon), and uid 1000 in a user namespace of its own.
+        let ok = match (index / 3) % 3 {
+            1 => sys::become_user_keeping(1000, 1000, 1 << CAP_NET_RAW).is_ok(),
+            2 => sys::become_user(1000, 1000).is_ok() && sys::enter_own_user_ns(1000).is_ok(),
+            _ => sys::become_user(1000, 1000).is_ok(),
+        };
+        if ok {
+            sys::set_dumpable();
+        }
     }
     let mut handles = Vec::new();
     for t in 1..cfg.threads {

@@ -474,6 +474,35 @@ impl Actor {
                     );
                 }
             }
+            self.check_ptrace_rule(tid);
+        }
+    }
+
+    /// After an unprivileged LOAD of another process's thread: ptrace's
+    /// capability and namespace rule held (commoncap). The target's
+    /// permitted capabilities are within ours if it is in our user
+    /// namespace; a loader in a namespace of its own sees no thread
+    /// outside it. Unreadable facts (the thread gone, its ns link not
+    /// ours to read) are no finding.
+    fn check_ptrace_rule(&mut self, tid: u32) {
+        let me = sys::gettid();
+        let (Some(mine), Some(theirs)) = (sys::user_ns_of(me), sys::user_ns_of(tid)) else {
+            return;
+        };
+        if mine == theirs {
+            if let (Some(own), Some(target)) = (sys::cap_permitted(me), sys::cap_permitted(tid)) {
+                if target & !own != 0 {
+                    self.anomaly(
+                        Op::Load,
+                        format!("attached to tid {tid} holding capabilities {target:#x} beyond ours {own:#x}"),
+                    );
+                }
+            }
+        } else if sys::in_own_user_ns() {
+            self.anomaly(
+                Op::Load,
+                format!("attached from user namespace {mine} to tid {tid} in {theirs}"),
+            );
         }
     }
 
