@@ -37,11 +37,6 @@ impl CredRef {
         unsafe { cred_ids(self.0.as_ptr()) }
     }
 
-    /// The address, for identity comparisons.
-    pub(crate) fn as_ptr(&self) -> *const bindings::cred {
-        self.0.as_ptr()
-    }
-
     /// What ptrace's rule reads of these credentials.
     pub(crate) fn facts(&self) -> CredFacts<'_> {
         // SAFETY: Referenced (type invariant) for as long as `self` is borrowed.
@@ -74,12 +69,6 @@ impl Drop for CredRef {
     }
 }
 
-/// `task`'s mm is dumpable by its owner (`SUID_DUMP_USER`), as ptrace and
-/// perf require of an unprivileged observer; `false` without an mm.
-pub(crate) fn task_mm_user_dumpable(task: &Task) -> bool {
-    MmRef::of_task(task).is_some_and(|mm| mm.facts().0 == bindings::SUID_DUMP_USER)
-}
-
 /// `capable(cap)` for the calling thread.
 pub(crate) fn capable(cap: u32) -> bool {
     // SAFETY: No preconditions.
@@ -93,13 +82,6 @@ pub(crate) struct CredIds {
     pub(crate) uids: [u32; 3],
     /// gid, egid, sgid.
     pub(crate) gids: [u32; 3],
-}
-
-impl CredIds {
-    /// Whether every uid is `uid` and every gid is `gid`.
-    pub(crate) fn all_are(&self, uid: u32, gid: u32) -> bool {
-        self.uids.iter().all(|&u| u == uid) && self.gids.iter().all(|&g| g == gid)
-    }
 }
 
 /// The ids of `cred`.

@@ -12,14 +12,15 @@
 //!   cannot monitor a uid-1000 process outside it; a uid-1000 loader
 //!   outside may monitor a process in a namespace it created.
 //! - Revocation without exec: a thread of a uid-1000 process (which holds
-//!   CAP_SETUID, as its loader does) sampled by the task-clock timer calls
+//!   CAP_SETUID, as its loader does) sampled by the task-clock timer (and
+//!   by PMIs on `intel_arch_sim`) calls
 //!   setresuid(2) to another user, without exec: REVOKED, and no entry
 //!   from the code it runs after the call returns.
 //! - The kernel-mode bit is the loader's right: a context whose PMC counts
 //!   in kernel mode, written by root, is refused to a uid-1000 LOAD of it
 //!   and of its CLONE (EACCES; `intel_arch_sim`).
-//! - `perf_event_paranoid` unreadable at `insmod` (no /proc in its root):
-//!   the strictest reading, never the caller's /proc.
+//! - `perf_event_paranoid` unreadable at `insmod` (its root's /proc is not
+//!   a directory): the strictest reading, never the caller's /proc.
 //! - A LOAD refused after the hardware claim gives the claim back before
 //!   it returns (`hw_claimed`, `intel_arch_sim`).
 
@@ -37,7 +38,7 @@ use pfm_guest::raw;
 use pfm_guest::tap::diag;
 use pfm_guest::{ensure, module, work, ResultExt, Tap, TestResult};
 
-const PLAN: usize = 11;
+const PLAN: usize = 12;
 const UID: u32 = 1000;
 const CAP_NET_RAW: u32 = 13;
 const CAP_SETUID: u32 = 7;
@@ -113,18 +114,29 @@ fn errno_name_of<T>(r: &perfmon::Result<T>) -> &'static str {
     }
 }
 
-/// A context sampling task-clock every `period_ns` (PMD 0) with call
-/// chains of depth 4, the buffer mapped; not loaded.
-fn sampling_context(period_ns: u64) -> Result<(Context, SampleBuffer), String> {
+/// `intel_arch_sim`'s unhalted cycles in user mode (EN | USR, event
+/// 0x3c): one per nanosecond the thread runs.
+const SIM_CYCLES_USR: u64 = 0x41_003c;
+
+/// A context sampling PMC 0's `event` every `period` (PMD 0; task-clock
+/// ns on the soft model) with call chains of depth 4, the buffer mapped;
+/// not loaded.
+fn sampling_context(event: u64, period: u64) -> Result<(Context, SampleBuffer), String> {
     let ctx = Context::open().ctx("open")?;
     let width = ctx.info().ctx("GET_INFO")?.counter_width;
     ctx.write_pmcs(&mut [PfmPmc {
         reg_num: 0,
-        reg_value: PFM_SOFT_EV_TASK_CLOCK,
+        reg_value: event,
         ..Default::default()
     }])
     .ctx("WRITE_PMCS")?;
-    let minus_p = pfm_guest::minus_period(period_ns, width);
+    // The soft model's PMDs are `width` bits wide; a hardware model's
+    // are virtualised to 64 bits whatever its counters' width.
+    let minus_p = if event == SIM_CYCLES_USR {
+        period.wrapping_neg()
+    } else {
+        pfm_guest::minus_period(period, width)
+    };
     ctx.write_pmds(&mut [PfmPmd {
         reg_num: 0,
         reg_value: minus_p,
@@ -160,6 +172,11 @@ fn target(kind: &str) -> i32 {
         println!("error={e}");
         return 3;
     }
+    // A uid change made the process non-dumpable, which ptrace refuses
+    // for a reason of its own: a user's processes started normally are
+    // dumpable.
+    // SAFETY: a plain prctl.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) };
     // After the credential change, which clears the parent-death signal.
     raw::die_with_parent();
     println!("ready");
@@ -186,7 +203,7 @@ fn observe(pid: u32, kind: &str) -> i32 {
         }
     }
     let perf = PerfCounter::open(SoftwareEvent::TaskClock, pid);
-    let (ctx, mut buf) = match sampling_context(1_000_000) {
+    let (ctx, mut buf) = match sampling_context(PFM_SOFT_EV_TASK_CLOCK, 1_000_000) {
         Ok(c) => c,
         Err(e) => {
             println!("error={}", e.replace(' ', "_"));
@@ -204,18 +221,20 @@ fn observe(pid: u32, kind: &str) -> i32 {
     0
 }
 
-/// Child mode `ptrace-setuid`: a uid-1000 process holding CAP_SETUID
-/// samples (task-clock timer, 1 ms) one of its threads, which spins, then
+/// Child mode `ptrace-setuid EVENT`: a uid-1000 process holding CAP_SETUID
+/// samples (EVENT every 1 ms of it: task-clock through the timer on the
+/// soft model, simulated cycles through PMIs) one of its threads, which
+/// spins, then
 /// calls setresuid(2) to uid 1001 for itself alone (the raw system call:
 /// no exec, and not glibc's all-threads broadcast), then runs the chain
 /// loop for 300 ms. Prints the entries before and in the loop, and the
 /// messages.
-fn setuid_case_child() -> i32 {
+fn setuid_case_child(event: u64) -> i32 {
     if let Err(e) = become_user_with(1 << CAP_SETUID) {
         println!("error={}", e.replace(' ', "_"));
         return 3;
     }
-    let (ctx, mut buf) = match sampling_context(1_000_000) {
+    let (ctx, mut buf) = match sampling_context(event, 1_000_000) {
         Ok(c) => c,
         Err(e) => {
             println!("error={}", e.replace(' ', "_"));
@@ -298,7 +317,7 @@ fn own_dispatch() {
     let code = match arg(2) {
         "ptrace-target" => target(arg(3)),
         "ptrace-observe" => observe(arg(3).parse().unwrap_or(0), arg(4)),
-        "ptrace-setuid" => setuid_case_child(),
+        "ptrace-setuid" => setuid_case_child(arg(3).parse().unwrap_or(0)),
         "ptrace-kernel-bit" => kernel_bit_child(arg(3).parse().unwrap_or(-1)),
         _ => return,
     };
@@ -443,8 +462,9 @@ fn userns_creator_case() -> TestResult {
     Ok(())
 }
 
-fn setuid_case() -> TestResult {
-    let out = run_child(&["ptrace-setuid"], Duration::from_secs(120))?;
+/// The setresuid case with PMC 0 counting `event`.
+fn setuid_case(event: u64) -> TestResult {
+    let out = run_child(&["ptrace-setuid", &event.to_string()], Duration::from_secs(120))?;
     ensure!(field(&out, "error").is_none(), "{out}");
     ensure!(num_field(&out, "setuid")? == 0, "setresuid failed: {out}");
     ensure!(num_field(&out, "revoked")? == 1, "REVOKED messages: {out}");
@@ -495,12 +515,14 @@ fn kernel_bit_case() -> TestResult {
     res
 }
 
-/// `insmod` where /proc does not exist (an empty root): the module cannot
-/// open `perf_event_paranoid` and must take the strictest reading, even
-/// though the callers' /proc says 1.
+/// `insmod` where /proc is not a directory (a root whose `proc` is a
+/// plain file): the module cannot open `perf_event_paranoid` (ENOTDIR, not
+/// ENOENT, which would read as "no such setting") and must take the
+/// strictest reading, even though the callers' /proc says 1.
 fn noproc_case() -> TestResult {
     module::rmmod()?;
     let _ = std::fs::create_dir_all(NOPROC_ROOT);
+    std::fs::write(format!("{NOPROC_ROOT}/proc"), "not a directory\n").ctx("write proc")?;
     let ko = std::fs::File::open(module::module_path()).ctx("open perfmon.ko")?;
     let fd = ko.as_raw_fd();
     let status = raw::in_forked_child(|| {
@@ -617,15 +639,26 @@ fn main() {
         userns_creator_case,
     );
     t.run(
-        "setresuid(2) without exec: REVOKED, no entry from the code after it returns",
-        setuid_case,
+        "setresuid(2) without exec, task-clock timer: REVOKED, no entry from the code after it returns",
+        || setuid_case(PFM_SOFT_EV_TASK_CLOCK),
+    );
+    t.run(
+        "setresuid(2) without exec, PMIs of intel_arch_sim: REVOKED, no entry after it returns",
+        || {
+            module::rmmod()?;
+            module::insmod(&["pmu=intel_arch_sim"])?;
+            let r = setuid_case(SIM_CYCLES_USR);
+            module::rmmod()?;
+            module::insmod(&[])?;
+            r
+        },
     );
     t.run(
         "a context counting in kernel mode, written by root: uid 1000's LOAD and CLONE's LOAD are EACCES",
         kernel_bit_case,
     );
     t.run(
-        "perf_event_paranoid unreadable at insmod: the strictest reading, not the caller's /proc",
+        "perf_event_paranoid unreadable at insmod (ENOTDIR): the strictest reading, not the caller's /proc",
         noproc_case,
     );
     t.run(
