@@ -112,6 +112,17 @@ impl SysctlFile {
             Found::Unavailable => read_sysctl_int(self.path),
         }
     }
+
+    /// Its value now if it was opened at load, `Ok(None)` if not: never
+    /// opened from the caller's root, whose `/proc` the caller may
+    /// control (a mount namespace of its own). For settings whose
+    /// absence has a safe reading of the caller's choosing.
+    pub(crate) fn read_if_open(&self) -> Result<Option<i32>> {
+        match self.found {
+            Found::Open(file) => read_int(file).map(Some),
+            Found::Absent | Found::Unavailable => Ok(None),
+        }
+    }
 }
 
 impl Drop for SysctlFile {
