@@ -842,7 +842,13 @@ mod tests {
         // The largest buffer: the allowance, then 767 pages pinned, over
         // an RLIMIT_MEMLOCK of 64 KiB (16 pages), within 8 MiB.
         let big = locked_split(1025, 0, allowance);
-        assert_eq!(big, LockedSplit { user: 258, pinned: 767 });
+        assert_eq!(
+            big,
+            LockedSplit {
+                user: 258,
+                pinned: 767
+            }
+        );
         assert!(over_memlock(big, 0, 64 << 10));
         assert!(!over_memlock(big, 0, 8 << 20));
         assert!(!over_memlock(big, 0, u64::MAX));
@@ -867,17 +873,31 @@ mod tests {
             locked_split(5, 0, mlock_allowance(0, 4)),
             LockedSplit { user: 0, pinned: 5 }
         );
-        assert!(!over_memlock(LockedSplit { user: 0, pinned: 5 }, 10, 64 << 10));
-        assert!(over_memlock(LockedSplit { user: 0, pinned: 5 }, 15, 64 << 10));
+        assert!(!over_memlock(
+            LockedSplit { user: 0, pinned: 5 },
+            10,
+            64 << 10
+        ));
+        assert!(over_memlock(
+            LockedSplit { user: 0, pinned: 5 },
+            15,
+            64 << 10
+        ));
         // The setting lowered below what the user holds: as if at it.
         assert_eq!(
             locked_split(10, 300, allowance),
-            LockedSplit { user: 0, pinned: 10 }
+            LockedSplit {
+                user: 0,
+                pinned: 10
+            }
         );
         // A negative setting: an allowance without bound, as in perf.
         assert_eq!(
             locked_split(1025, 1 << 20, mlock_allowance(-1, 2)),
-            LockedSplit { user: 1025, pinned: 0 }
+            LockedSplit {
+                user: 1025,
+                pinned: 0
+            }
         );
         // Sizes that are not perf's: still exact.
         assert_eq!(mlock_allowance(7, 1), 1);

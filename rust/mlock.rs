@@ -100,7 +100,8 @@ impl LockedCharge {
             user_locked: usize::try_from(unsafe { ffi::pfm_user_perf_mlock(user.as_ptr()) })
                 .unwrap_or(0),
             // SAFETY: `mm` is referenced (type invariant).
-            pinned: mm.map_or(0, |mm| unsafe { ffi::pfm_mm_pinned_vm(mm.as_ptr()) })
+            pinned: mm
+                .map_or(0, |mm| unsafe { ffi::pfm_mm_pinned_vm(mm.as_ptr()) })
                 .max(0) as u64,
             // SAFETY: No precondition.
             rlimit: unsafe { ffi::pfm_rlimit_memlock() } as u64,

@@ -673,13 +673,23 @@ impl Actor {
         // An unprivileged worker's buffers are locked memory, refused
         // past its share and RLIMIT_MEMLOCK as perf refuses a ring
         // (EPERM); root has CAP_IPC_LOCK.
-        let memlock = if self.uid != 0 { libc::EPERM } else { libc::EBUSY };
+        let memlock = if self.uid != 0 {
+            libc::EPERM
+        } else {
+            libc::EBUSY
+        };
         if p == Ptr::ReadOnly {
             // The read-only page's random bytes: almost always garbage.
             return self.allow(
                 Op::SmplSetup,
                 r,
-                &[libc::EINVAL, libc::EBADFD, libc::EBUSY, libc::ENOMEM, memlock],
+                &[
+                    libc::EINVAL,
+                    libc::EBADFD,
+                    libc::EBUSY,
+                    libc::ENOMEM,
+                    memlock,
+                ],
             );
         }
         if garbage.is_some() {
@@ -1370,7 +1380,11 @@ impl Actor {
         // it (a counter page, sets, a buffer) in between.
         // EPERM: an unprivileged worker past its locked memory (see
         // `op_smpl_setup`).
-        let memlock = if self.uid != 0 { libc::EPERM } else { libc::EBUSY };
+        let memlock = if self.uid != 0 {
+            libc::EPERM
+        } else {
+            libc::EBUSY
+        };
         self.allow(Op::Arm, r, &[libc::ENOMEM, libc::EBUSY, memlock]);
         if r.is_err() {
             return None;

@@ -348,7 +348,10 @@ fn perf_fits(pages: i64, allowance: i64, limit: i64, max: i64) -> (i64, i64) {
 }
 
 fn largest_refused() -> TestResult {
-    let out = run_child(&["memlock-seq", "1000", "64", "1024", "1"], Duration::from_secs(60))?;
+    let out = run_child(
+        &["memlock-seq", "1000", "64", "1024", "1"],
+        Duration::from_secs(60),
+    )?;
     ensure!(
         num(&out, "perf_n")? == 0 && num(&out, "perf_err")? == EPERM as i64,
         "perf's oracle did not refuse its 1024-page ring with EPERM: {out}"
@@ -385,7 +388,10 @@ fn allowance_as_perf() -> TestResult {
         online_cpus(),
         pinned * 4
     ));
-    let out = run_child(&["memlock-seq", "1000", "64", "64", "64"], Duration::from_secs(120))?;
+    let out = run_child(
+        &["memlock-seq", "1000", "64", "64", "64"],
+        Duration::from_secs(120),
+    )?;
     ensure!(
         num(&out, "perf_n")? == n && num(&out, "perf_vmpin")? == pinned * 4,
         "perf's rings do not follow perf's arithmetic ({n}, {} kB): {out}",
@@ -413,7 +419,10 @@ fn allowance_as_perf() -> TestResult {
 
 fn no_allowance() -> TestResult {
     with_mlock_kb(0, || {
-        let out = run_child(&["memlock-seq", "1000", "64", "4", "8"], Duration::from_secs(60))?;
+        let out = run_child(
+            &["memlock-seq", "1000", "64", "4", "8"],
+            Duration::from_secs(60),
+        )?;
         ensure!(
             num(&out, "perf_n")? == 3 && num(&out, "perf_vmpin")? == 60,
             "perf's oracle: {out}"
@@ -440,7 +449,14 @@ fn no_allowance() -> TestResult {
 fn charge_follows_pages() -> TestResult {
     with_mlock_kb(0, || {
         let out = run_child(&["memlock-life"], Duration::from_secs(60))?;
-        for key in ["setup", "mapped", "unmapped", "remapped", "cloned", "closed_mapped"] {
+        for key in [
+            "setup",
+            "mapped",
+            "unmapped",
+            "remapped",
+            "cloned",
+            "closed_mapped",
+        ] {
             ensure!(
                 num(&out, key)? == 20,
                 "VmPin {} kB {key}, expected 20 (one 5-page buffer, charged once): {out}",
@@ -459,7 +475,10 @@ fn charge_follows_pages() -> TestResult {
 fn heirs_share() -> TestResult {
     with_mlock_kb(0, || {
         let out = run_child(&["memlock-heirs"], Duration::from_secs(60))?;
-        ensure!(num(&out, "rows")? >= 5, "the threads were not inherited: {out}");
+        ensure!(
+            num(&out, "rows")? >= 5,
+            "the threads were not inherited: {out}"
+        );
         for key in ["root", "heirs", "joined"] {
             ensure!(
                 num(&out, key)? == 20,
@@ -478,7 +497,10 @@ fn heirs_share() -> TestResult {
 
 fn root_exempt() -> TestResult {
     with_mlock_kb(0, || {
-        let out = run_child(&["memlock-seq", "0", "64", "1024", "1"], Duration::from_secs(60))?;
+        let out = run_child(
+            &["memlock-seq", "0", "64", "1024", "1"],
+            Duration::from_secs(60),
+        )?;
         ensure!(
             num(&out, "perf_n")? == 1 && num(&out, "perf_vmpin")? == 4100,
             "perf's oracle: {out}"
