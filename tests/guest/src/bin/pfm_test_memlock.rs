@@ -42,7 +42,7 @@ use pfm_guest::child::CHILD_FLAG;
 use pfm_guest::tap::diag;
 use pfm_guest::{ensure, module, raw, ResultExt, Tap, TestResult};
 
-const PLAN: usize = 8;
+const PLAN: usize = 9;
 /// The tools' `RLIMIT_MEMLOCK`, KiB.
 const LIMIT_KB: u64 = 64;
 const MLOCK_KB: &str = "/proc/sys/kernel/perf_event_mlock_kb";
@@ -81,6 +81,10 @@ fn become_limited(uid: u32, limit_kb: u64) -> Result<(), String> {
     }
     if uid != 0 {
         raw::become_user(uid, uid).map_err(|e| format!("setuid {uid}: errno {e}"))?;
+        // Dropping from root left the process undumpable, which a uid-1000
+        // tool may not monitor; a real one is dumpable.
+        // SAFETY: PR_SET_DUMPABLE takes an integer.
+        unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1) };
     }
     Ok(())
 }
@@ -239,8 +243,10 @@ fn heirs_child() -> i32 {
             rx.recv_timeout(Duration::from_secs(10))
                 .map_err(|e| format!("thread: {e}"))?;
         }
-        let rows = ctx.read_threads(1).map(|r| r.rows.len()).unwrap_or(0);
-        out += &format!("rows={rows} heirs={} ", vmpin_kb());
+        let (rows, lost) = ctx
+            .read_threads(1)
+            .map_or((0, 0), |r| (r.rows.len(), r.lost_threads));
+        out += &format!("rows={rows} lost={lost} heirs={} ", vmpin_kb());
         for t in threads {
             let _ = t.join();
         }
