@@ -113,6 +113,10 @@ pub(crate) struct Globals {
     /// load (`pfm_ctxsw/access.rs`).
     pub(crate) paranoid: rust::SysctlFile,
     pub(crate) ptrace_scope: rust::SysctlFile,
+    /// `kernel.perf_event_mlock_kb`, opened at load: the free allowance
+    /// of locked memory sampling buffers share with perf's rings
+    /// (`pfm_ctx/smpl.rs`).
+    pub(crate) mlock_kb: rust::SysctlFile,
     /// The overflow vectors.
     pub(crate) intr: pfm_intr::Vectors<Attachment>,
     /// Where contexts are allocated: a cache of their exact size (see
@@ -358,6 +362,9 @@ impl kernel::Module for PerfmonModule {
                 )),
                 ptrace_scope: rust::SysctlFile::open(kernel::c_str!(
                     "/proc/sys/kernel/yama/ptrace_scope"
+                )),
+                mlock_kb: rust::SysctlFile::open(kernel::c_str!(
+                    "/proc/sys/kernel/perf_event_mlock_kb"
                 )),
                 intr,
                 contexts,

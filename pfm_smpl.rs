@@ -453,6 +453,52 @@ pub fn walk_frames(
     }
 }
 
+/// How a buffer's pages are charged as locked memory: `perf_mmap`'s
+/// arithmetic (`kernel/events/core.c`, 6.12), so that a user gets from
+/// perfmon what perf would give it for a ring of as many pages, and no
+/// more (Documentation/perfmon.rst, "Permissions").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LockedSplit {
+    /// Pages charged to the user (perf's `user->perf_mlock`), within the
+    /// user's free allowance (`perf_event_mlock_kb` per online CPU).
+    pub user: usize,
+    /// Pages beyond the allowance, charged to the caller's `mm->pinned_vm`
+    /// (`VmPin`) and held to `RLIMIT_MEMLOCK`.
+    pub pinned: usize,
+}
+
+/// `perf_event_mlock_kb` as `perf_mmap` turns it into the user's free
+/// allowance in pages: `kb >> (PAGE_SHIFT - 10)`, times the online CPUs,
+/// in `unsigned long` (a negative setting wraps to an allowance without
+/// bound, as in perf).
+pub fn mlock_allowance(mlock_kb: i32, online_cpus: u32) -> usize {
+    let shift = PAGE.trailing_zeros() - 10;
+    ((mlock_kb >> shift) as isize as usize).wrapping_mul(online_cpus as usize)
+}
+
+/// The charge of `pages` more pages for a user who has `user_locked`
+/// charged within an `allowance` ([`mlock_allowance`]): the user's
+/// counter up to the allowance, the rest pinned. A counter above the
+/// allowance (the setting was lowered) counts as at it, as in perf.
+pub fn locked_split(pages: usize, user_locked: usize, allowance: usize) -> LockedSplit {
+    let after = user_locked.min(allowance).saturating_add(pages);
+    let pinned = after.saturating_sub(allowance).min(pages);
+    LockedSplit {
+        user: pages - pinned,
+        pinned,
+    }
+}
+
+/// Whether `perf_mmap` would refuse a charge that pins `split.pinned`
+/// more pages in an mm that has `pinned_now` pinned, under an
+/// `RLIMIT_MEMLOCK` of `rlimit` bytes, before it asks `perf_event_paranoid`
+/// (-1 allows) and `CAP_IPC_LOCK` (which exempts): the pinned pages would
+/// exceed the limit.
+pub fn over_memlock(split: LockedSplit, pinned_now: u64, rlimit: u64) -> bool {
+    let limit = rlimit >> PAGE.trailing_zeros();
+    pinned_now.saturating_add(split.pinned as u64) > limit
+}
+
 // The word layout above is the ABI's on a little-endian machine.
 const _: () = assert!(
     core::mem::offset_of!(abi::PfmSmplEntry, seq) == 16
@@ -786,5 +832,75 @@ mod tests {
             walk_frames(base, &mut [], stack(3, 0)),
             (0, abi::PFM_SMPL_CHAIN_TRUNCATED)
         );
+    }
+
+    #[test]
+    fn locked_memory_as_perf_mmap() {
+        // perf's default, 516 KiB: 129 pages per online CPU.
+        let allowance = mlock_allowance(516, 2);
+        assert_eq!(allowance, 258);
+        // The largest buffer: the allowance, then 767 pages pinned, over
+        // an RLIMIT_MEMLOCK of 64 KiB (16 pages), within 8 MiB.
+        let big = locked_split(1025, 0, allowance);
+        assert_eq!(
+            big,
+            LockedSplit {
+                user: 258,
+                pinned: 767
+            }
+        );
+        assert!(over_memlock(big, 0, 64 << 10));
+        assert!(!over_memlock(big, 0, 8 << 20));
+        assert!(!over_memlock(big, 0, u64::MAX));
+        // 65-page buffers one after the other: three within the
+        // allowance, the fourth pins 2 pages, the fifth pins 65 (2 + 65
+        // over 16: refused).
+        let mut user = 0;
+        let mut pinned = 0u64;
+        let mut fitted = 0;
+        for _ in 0..8 {
+            let s = locked_split(65, user, allowance);
+            if over_memlock(s, pinned, 64 << 10) {
+                break;
+            }
+            user += s.user;
+            pinned += s.pinned as u64;
+            fitted += 1;
+        }
+        assert_eq!((fitted, user, pinned), (4, 258, 2));
+        // No allowance (`perf_event_mlock_kb` 0): every page pinned.
+        assert_eq!(
+            locked_split(5, 0, mlock_allowance(0, 4)),
+            LockedSplit { user: 0, pinned: 5 }
+        );
+        assert!(!over_memlock(
+            LockedSplit { user: 0, pinned: 5 },
+            10,
+            64 << 10
+        ));
+        assert!(over_memlock(
+            LockedSplit { user: 0, pinned: 5 },
+            15,
+            64 << 10
+        ));
+        // The setting lowered below what the user holds: as if at it.
+        assert_eq!(
+            locked_split(10, 300, allowance),
+            LockedSplit {
+                user: 0,
+                pinned: 10
+            }
+        );
+        // A negative setting: an allowance without bound, as in perf.
+        assert_eq!(
+            locked_split(1025, 1 << 20, mlock_allowance(-1, 2)),
+            LockedSplit {
+                user: 1025,
+                pinned: 0
+            }
+        );
+        // Sizes that are not perf's: still exact.
+        assert_eq!(mlock_allowance(7, 1), 1);
+        assert_eq!(mlock_allowance(3, 8), 0);
     }
 }

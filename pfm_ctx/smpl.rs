@@ -31,7 +31,7 @@ use crate::pfm_msgq::Ring;
 use crate::pfm_random::PeriodRandom;
 use crate::pfm_smpl::{self, DataCells, Geometry, HeaderCells, SmplRing, Writer, MAX_CHAIN, PAGE};
 use crate::pfm_state::State;
-use crate::rust::{self as glue, mm, new_irq_raw_spinlock, IrqRawSpinLock, PidNs, SlabArc};
+use crate::rust::{self as glue, mlock, mm, new_irq_raw_spinlock, IrqRawSpinLock, PidNs, SlabArc};
 
 // SAFETY: Atomics only (all-zero is a valid value of each), 128 bytes.
 unsafe impl mm::PageContents for HeaderCells {}
@@ -64,6 +64,13 @@ pub(crate) struct SmplBuffer {
     /// (innermost: taken under a context's lock, nothing under it).
     #[pin]
     producer: IrqRawSpinLock<()>,
+    /// The pages, charged as locked memory to the user and the mm that
+    /// set the buffer up ([`charge_locked`]), for as long as they exist:
+    /// the buffer goes after its last mapping (each holds the file, which
+    /// holds the context) and after its last context (the root's and its
+    /// heirs'), and gives the charge back once, whatever closed, cloned
+    /// or mapped it before.
+    _locked: mlock::LockedCharge,
 }
 
 /// A context's part in a sampling buffer: the buffer, the ids its entries
@@ -424,7 +431,9 @@ impl Context {
     /// `PFM_IOC_SMPL_SETUP`: the context's buffer, once, while UNLOADED.
     /// `EINVAL` for a bad setup, `EBADFD` if loaded, `EBUSY` if the context
     /// has a buffer already, or a mapped counter page, event sets or a
-    /// whole program's family (one of them per context).
+    /// whole program's family (one of them per context); `EPERM` if its
+    /// pages are more locked memory than the caller may have
+    /// ([`charge_locked`]).
     pub(crate) fn smpl_setup(&self, s: &abi::PfmSmplSetup) -> Result {
         let geo = Geometry::of(s, globals().pmu.impl_mask()).map_err(|_| EINVAL)?;
         // Refused early, before up to 4 MiB are allocated; asked again
@@ -438,6 +447,8 @@ impl Context {
                 return Err(EBUSY);
             }
         }
+        // Charged before anything is allocated: a refusal leaves nothing.
+        let locked = charge_locked(1 + geo.data_pages)?;
         // Everything that may sleep, before the lock.
         let hdr = mm::SharedPage::<HeaderCells>::new()?;
         SmplRing::init(hdr.get(), geo.data_size, geo.entry_size);
@@ -454,6 +465,7 @@ impl Context {
                 writer: Writer::new(),
                 mappings: AtomicUsize::new(0),
                 producer <- new_irq_raw_spinlock!((), "perfmon_smpl_producer"),
+                _locked: locked,
             }),
             GFP_KERNEL_ACCOUNT,
         )?;
@@ -521,6 +533,43 @@ impl Context {
         // the VMA's file holds the context.
         unsafe { vma.insert_shared_pages(&buf.hdr, &buf.data, &buf.mappings) }
     }
+}
+
+/// Charges a buffer of `pages` pages (its header and its data) to the
+/// caller as locked memory, as `perf_mmap` charges a ring of as many
+/// pages, with the same counters (Documentation/perfmon.rst,
+/// "Permissions"): the user's share of `kernel.perf_event_mlock_kb` (per
+/// online CPU, shared with the user's perf rings), the rest pinned in the
+/// caller's mm (`VmPin`) and held to its `RLIMIT_MEMLOCK` unless
+/// `perf_event_paranoid` is -1 or the caller has `CAP_IPC_LOCK`; `EPERM`
+/// past it, perf's errno. Perf charges at `mmap`, where it allocates; the
+/// module allocates here, so it charges here, and the pages stay charged
+/// until they are freed (not at `munmap`: the buffer outlives its
+/// mappings until its last context goes).
+///
+/// Both settings are read from the files opened at module load, never
+/// from the caller's root (which a mount namespace of the caller's could
+/// fake): if `/proc` could not be read at load, no allowance and paranoid
+/// (the strictest reading). The module could keep an allowance of its own
+/// (a parameter like `max_attached_per_user`), but then a user would get
+/// perf's allowance and the module's; reading perf's setting and charging
+/// perf's counter gives the user one budget, as perf's own rings share it.
+fn charge_locked(pages: usize) -> Result<mlock::LockedCharge> {
+    let g = globals();
+    mlock::LockedCharge::charge(|now| {
+        let kb = g.mlock_kb.read().ok().flatten().unwrap_or(0);
+        let allowance = pfm_smpl::mlock_allowance(kb, mlock::online_cpus());
+        let split = pfm_smpl::locked_split(pages, now.user_locked, allowance);
+        // perf_is_paranoid(): any level but -1.
+        let paranoid = || !matches!(g.paranoid.read(), Ok(Some(p)) if p <= -1);
+        if pfm_smpl::over_memlock(split, now.pinned, now.rlimit)
+            && paranoid()
+            && !mlock::ipc_lock_capable()
+        {
+            return Err(EPERM);
+        }
+        Ok((split.user, split.pinned))
+    })
 }
 
 impl CtxSmpl {

@@ -41,6 +41,7 @@ pub(crate) mod clock;
 pub(crate) mod cpu;
 pub(crate) mod hrtimer;
 pub(crate) mod irq;
+pub(crate) mod mlock;
 pub(crate) mod mm;
 
 pub(crate) use cpu::{call_on_cpu, current_ptr, on_each_cpu, this_cpu};

@@ -408,7 +408,10 @@ struct pfm_page {
  * entry, then `head` (a release store); the tool reads `head` (acquire),
  * reads the entries before it, then writes `tail` (release). The kernel
  * reads `tail` before it writes over an entry, so the tool drains while
- * the thread runs.
+ * the thread runs. The 1 + data_pages pages are locked memory, charged at
+ * PFM_IOC_SMPL_SETUP as perf charges a ring of as many pages at mmap (the
+ * user's share of perf_event_mlock_kb, then RLIMIT_MEMLOCK; CAP_IPC_LOCK
+ * exempt): EPERM past it, as perf. Given back when the buffer is freed.
  */
 #define PFM_SMPL_VERSION	1
 #define PFM_SMPL_OFFSET		(1u << 20)	/* mmap offset of the buffer (the counter page is at 0) */

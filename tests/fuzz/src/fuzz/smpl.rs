@@ -670,12 +670,26 @@ impl Actor {
                 "the argument is not readable",
             );
         }
+        // An unprivileged worker's buffers are locked memory, refused
+        // past its share and RLIMIT_MEMLOCK as perf refuses a ring
+        // (EPERM); root has CAP_IPC_LOCK.
+        let memlock = if self.uid != 0 {
+            libc::EPERM
+        } else {
+            libc::EBUSY
+        };
         if p == Ptr::ReadOnly {
             // The read-only page's random bytes: almost always garbage.
             return self.allow(
                 Op::SmplSetup,
                 r,
-                &[libc::EINVAL, libc::EBADFD, libc::EBUSY, libc::ENOMEM],
+                &[
+                    libc::EINVAL,
+                    libc::EBADFD,
+                    libc::EBUSY,
+                    libc::ENOMEM,
+                    memlock,
+                ],
             );
         }
         if garbage.is_some() {
@@ -686,7 +700,7 @@ impl Actor {
                 "bad pages, flags, pad, reserved, smpl_pmds or watermark",
             );
         }
-        let errs = [libc::EBADFD, libc::EBUSY, libc::ENOMEM];
+        let errs = [libc::EBADFD, libc::EBUSY, libc::ENOMEM, memlock];
         match (r, known) {
             (Ok(_), Some(pages)) => self.smpl_anomaly(
                 Op::SmplSetup,
@@ -1364,7 +1378,14 @@ impl Actor {
         // another thread of this process, holding a pool fd number that
         // was closed and reused for this context, set something up on
         // it (a counter page, sets, a buffer) in between.
-        self.allow(Op::Arm, r, &[libc::ENOMEM, libc::EBUSY]);
+        // EPERM: an unprivileged worker past its locked memory (see
+        // `op_smpl_setup`).
+        let memlock = if self.uid != 0 {
+            libc::EPERM
+        } else {
+            libc::EBUSY
+        };
+        self.allow(Op::Arm, r, &[libc::ENOMEM, libc::EBUSY, memlock]);
         if r.is_err() {
             return None;
         }
