@@ -136,3 +136,26 @@ fuzz: deps kernel module guest
 .PHONY: hw-check
 hw-check:
 	@scripts/hw-check.sh
+
+# ---- installing on a machine: make install, make deb (Documentation/install.rst) ----
+#
+#   make install [KDIR=...] [KERNELRELEASE=...] [INSTALL_MOD_PATH=...]
+#       builds perfmon.ko against KDIR (default /lib/modules/KERNELRELEASE/build,
+#       KERNELRELEASE defaulting to KDIR's own release, else `uname -r`) with
+#       that kernel's toolchain (scripts/kmod.sh), installs it as
+#       INSTALL_MOD_PATH/lib/modules/KERNELRELEASE/extra/perfmon.ko and runs
+#       depmod; a kernel perfmon does not build for is refused in one line.
+#   make uninstall      the same variables: removes it, runs depmod
+#   make deb            the Debian packages perfmon-dkms and pfm in build/deb/,
+#                       checked by lintian (scripts/deb.sh)
+.PHONY: install uninstall deb
+install uninstall: export KDIR := $(KDIR)
+install uninstall: export KERNELRELEASE := $(KERNELRELEASE)
+install uninstall: export INSTALL_MOD_PATH := $(INSTALL_MOD_PATH)
+install:
+	@scripts/install.sh install
+uninstall:
+	@scripts/install.sh uninstall
+
+deb:
+	@scripts/deb.sh >/dev/null

@@ -64,6 +64,8 @@ check() {
 		refuse "Linux $v.$p is not supported, only $PFM_SERIES.y ($why_series)"
 	[ "$(cfg CONFIG_RUST)" = y ] ||
 		refuse "the kernel has no CONFIG_RUST (perfmon is a Rust module; a kernel built with CONFIG_RUST=y is needed: Debian's stock kernels have none, Ubuntu's have it)"
+	[ "$(cfg CONFIG_PREEMPT_NOTIFIERS)" = y ] ||
+		refuse "the kernel has no CONFIG_PREEMPT_NOTIFIERS (selected by CONFIG_KVM), the hook of perfmon's context switch"
 	local f
 	for f in rust/libkernel.rmeta rust/libmacros.so rust/libcore.rmeta scripts/target.json; do
 		[ -e "$kdir/$f" ] ||
