@@ -69,10 +69,16 @@ initramfs: module guest
 	@EXTRA_TESTS="$(if $(EXTRA_TESTS),$(abspath $(EXTRA_TESTS)))" scripts/initramfs.sh $(VARIANT) >/dev/null
 
 # vm.sh removes check-latest.log before booting, so check-log.sh never judges a stale log.
+# The install test (scripts/install-test.sh, Documentation/install.rst): the
+# packages built and installed in a fresh root, DKMS building the module for
+# the test kernel packaged as a distribution's, and that root's guest booted;
+# its host steps' TAP and its guest's console join the summary.
 check: deps host-test kernel module guest initramfs
 	@scripts/check-layers.sh
 	@scripts/vm.sh $(VARIANT) check; \
-	 scripts/check-log.sh --host $(LOGS)/host-test.log $(LOGS)/check-latest.log
+	 scripts/install-test.sh $(VARIANT); \
+	 scripts/check-log.sh --host $(LOGS)/host-test.log --tap $(LOGS)/install-test.tap \
+		$(LOGS)/check-latest.log $(LOGS)/install-latest.log
 
 run: deps kernel module guest initramfs
 	@scripts/vm.sh $(VARIANT) run
