@@ -6,7 +6,7 @@
 #
 # KDIR selects the kernel tree to build the module against (default: the
 # project's cached test kernel of VARIANT); LLVM, RUSTC, RUSTDOC and BINDGEN
-# are passed to it, so the module also builds against any Rust-enabled 6.12+
+# are passed to it, so the module also builds against any Rust-enabled 6.12.y
 # tree: `make module KDIR=/path/to/linux LLVM=1`.
 
 PFM_TOP   := $(CURDIR)
