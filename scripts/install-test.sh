@@ -210,5 +210,7 @@ echo "1..$n" >>"$tap"
 echo "install-test: host steps done in $((SECONDS - start)) s: $(grep -c '^ok' "$tap") ok, $(grep -c '^not ok' "$tap" || true) not ok" >&2
 
 # ---- the guest ----
+# kmemleak=off: the module's leaks are the guest tests' business (their
+# boot scans); this boot is about the installation, and saves the scans' 40 s.
 PFM_LOG_JOB=install PFM_INITRD=$top/initramfs.cpio.gz PFM_KERNEL=$top/vmlinuz GUEST_TIMEOUT=${INSTALL_GUEST_TIMEOUT:-600} \
-	"$PFM_TOP/scripts/vm.sh" "$variant" check
+	PFM_CMDLINE="kmemleak=off ${PFM_CMDLINE:-}" "$PFM_TOP/scripts/vm.sh" "$variant" check

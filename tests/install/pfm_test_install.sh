@@ -6,8 +6,10 @@
 # modprobe, /etc/modprobe.d/perfmon.conf and the pfm package's /usr/bin/pfm.
 # No insmod of a build path: the module comes through modprobe, and first
 # through the kernel's autoload on the first open of /dev/perfmon.
+# modprobe is named by its path: busybox's sh runs its own applets first.
 # TAP on stdout.
 krel=$(uname -r)
+modprobe=/sbin/modprobe
 n=0 failed=0
 ok() { n=$((n + 1)); echo "ok $n - $*"; }
 not_ok() { n=$((n + 1)); failed=$((failed + 1)); echo "not ok $n - $*"; }
@@ -20,10 +22,10 @@ loaded() { grep -q '^perfmon ' /proc/modules; }
 
 echo "1..9"
 
-check "modprobe is kmod's ($(modprobe --version 2>&1 | head -n 1))" \
-	sh -c 'modprobe --version | grep -q "^kmod version"'
+check "/sbin/modprobe, which the kernel's autoload runs, is kmod's ($($modprobe --version 2>&1 | head -n 1))" \
+	sh -c '/sbin/modprobe --version | grep -q "^kmod version"'
 
-dep=$(modprobe --show-depends perfmon 2>&1)
+dep=$($modprobe --show-depends perfmon 2>&1)
 echo "# modprobe --show-depends perfmon: $dep"
 if [ "$dep" = "insmod /lib/modules/$krel/updates/dkms/perfmon.ko " ] ||
 	[ "$dep" = "insmod /lib/modules/$krel/updates/dkms/perfmon.ko" ]; then
@@ -34,7 +36,8 @@ fi
 
 # What systemd-tmpfiles does at boot with kmod static-nodes' list, and the
 # mode the package's udev rule gives that node (static_node=perfmon).
-nodes=$(kmod static-nodes --format=tmpfiles 2>&1)
+kmod static-nodes --format=tmpfiles --output=/tmp/static-nodes.conf 2>&1
+nodes=$(cat /tmp/static-nodes.conf)
 echo "$nodes" | sed 's/^/# static-nodes: /'
 line=$(echo "$nodes" | grep ' /dev/perfmon ')
 if [ -n "$line" ]; then
@@ -53,7 +56,7 @@ loaded && not_ok "perfmon is not loaded before the first open" || ok "perfmon is
 
 out=$(pfm stat -e task-clock,cs -- sh -c 'sleep 0.1; sleep 0.1' 2>&1); rc=$?
 echo "$out" | sed 's/^/# pfm stat: /'
-if [ $rc = 0 ] && loaded && echo "$out" | grep -q 'task-clock' && echo "$out" | grep -q ' cs'; then
+if [ $rc = 0 ] && loaded && echo "$out" | grep -q 'task-clock' && echo "$out" | grep -q 'context-switches'; then
 	ok "pfm stat's first open of /dev/perfmon loaded the module (char-major-10-249 autoload) and counted"
 else
 	not_ok "pfm stat's first open of /dev/perfmon loaded the module and counted (rc=$rc)"
@@ -67,14 +70,14 @@ else
 	not_ok "/etc/modprobe.d/perfmon.conf applied at the autoload: pmu_model '$pmu', soft_counters '$sc'"
 fi
 
-check "modprobe -r perfmon unloads it" sh -c 'modprobe -r perfmon && ! grep -q "^perfmon " /proc/modules && [ ! -e /sys/module/perfmon ]'
+check "modprobe -r perfmon unloads it" sh -c '/sbin/modprobe -r perfmon && ! grep -q "^perfmon " /proc/modules && [ ! -e /sys/module/perfmon ]'
 
 check "modprobe perfmon loads it again; /dev/perfmon is crw-rw-rw- 10,249" sh -c '
-	modprobe perfmon && grep -q "^perfmon " /proc/modules &&
+	/sbin/modprobe perfmon && grep -q "^perfmon " /proc/modules &&
 	ls -l /dev/perfmon && ls -l /dev/perfmon | grep -q "^crw-rw-rw- .* 10, *249 "'
 
 check "pfm stat counts through the modprobe'd module; modprobe -r cleans up" sh -c '
-	pfm stat -e cs -- sleep 0.1 && modprobe -r perfmon &&
+	pfm stat -e cs -- sleep 0.1 && /sbin/modprobe -r perfmon &&
 	! grep -q "^perfmon " /proc/modules && [ ! -e /sys/module/perfmon ] && [ ! -e /sys/kernel/perfmon ]'
 
 [ $failed = 0 ]
