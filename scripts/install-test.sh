@@ -48,7 +48,7 @@ start=$SECONDS
 
 # ---- 1, 2: the packages ----
 if changes=$("$PFM_TOP/scripts/deb.sh"); then
-	ok "make deb: $(cd "${changes%/*}" && ls ./*.deb | sed 's|^\./||' | tr '\n' ' ')"
+	ok "make deb in $((SECONDS - start)) s: $(cd "${changes%/*}" && ls ./*.deb | sed 's|^\./||' | tr '\n' ' ')"
 	ok "lintian: $(grep -c '^E: ' "$logs/lintian.log" || true) errors, $(grep -c '^W: ' "$logs/lintian.log" || true) warnings ($(grep '^W: ' "$logs/lintian.log" | cut -d' ' -f3 | sort -u | tr '\n' ' '))"
 else
 	ls "$PFM_BUILD"/deb/*.deb >/dev/null 2>&1 || bail "make deb built the packages" "see $logs/deb.log"
