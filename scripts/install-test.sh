@@ -73,7 +73,11 @@ umount_all() {
 	return 0
 }
 [ ! -d "$mnt" ] || umount_all
-rm -rf "$top"
+# Never delete through a mount that is still there (the root's /dev is the host's).
+if awk -v t="$top/" 'index($2 "/", t) == 1 { found = 1 } END { exit !found }' /proc/self/mounts; then
+	bail "a fresh root: $top still has mounts from an earlier run; unmount them first"
+fi
+rm -rf --one-file-system "$top"
 mkdir -p "$top/upper" "$top/work" "$mnt"
 trap umount_all EXIT
 mount -t overlay overlay -o "lowerdir=/,upperdir=$top/upper,workdir=$top/work" "$mnt" ||
