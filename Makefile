@@ -6,7 +6,7 @@
 #
 # KDIR selects the kernel tree to build the module against (default: the
 # project's cached test kernel of VARIANT); LLVM, RUSTC, RUSTDOC and BINDGEN
-# are passed to it, so the module also builds against any Rust-enabled 6.12+
+# are passed to it, so the module also builds against any Rust-enabled 6.12.y
 # tree: `make module KDIR=/path/to/linux LLVM=1`.
 
 PFM_TOP   := $(CURDIR)
@@ -69,10 +69,16 @@ initramfs: module guest
 	@EXTRA_TESTS="$(if $(EXTRA_TESTS),$(abspath $(EXTRA_TESTS)))" scripts/initramfs.sh $(VARIANT) >/dev/null
 
 # vm.sh removes check-latest.log before booting, so check-log.sh never judges a stale log.
+# The install test (scripts/install-test.sh, Documentation/install.rst): the
+# packages built and installed in a fresh root, DKMS building the module for
+# the test kernel packaged as a distribution's, and that root's guest booted;
+# its host steps' TAP and its guest's console join the summary.
 check: deps host-test kernel module guest initramfs
 	@scripts/check-layers.sh
 	@scripts/vm.sh $(VARIANT) check; \
-	 scripts/check-log.sh --host $(LOGS)/host-test.log $(LOGS)/check-latest.log
+	 scripts/install-test.sh $(VARIANT); \
+	 scripts/check-log.sh --host $(LOGS)/host-test.log --tap $(LOGS)/install-test.tap \
+		$(LOGS)/check-latest.log $(LOGS)/install-latest.log
 
 run: deps kernel module guest initramfs
 	@scripts/vm.sh $(VARIANT) run
@@ -136,3 +142,26 @@ fuzz: deps kernel module guest
 .PHONY: hw-check
 hw-check:
 	@scripts/hw-check.sh
+
+# ---- installing on a machine: make install, make deb (Documentation/install.rst) ----
+#
+#   make install [KDIR=...] [KERNELRELEASE=...] [INSTALL_MOD_PATH=...]
+#       builds perfmon.ko against KDIR (default /lib/modules/KERNELRELEASE/build,
+#       KERNELRELEASE defaulting to KDIR's own release, else `uname -r`) with
+#       that kernel's toolchain (scripts/kmod.sh), installs it as
+#       INSTALL_MOD_PATH/lib/modules/KERNELRELEASE/extra/perfmon.ko and runs
+#       depmod; a kernel perfmon does not build for is refused in one line.
+#   make uninstall      the same variables: removes it, runs depmod
+#   make deb            the Debian packages perfmon-dkms and pfm in build/deb/,
+#                       checked by lintian (scripts/deb.sh)
+.PHONY: install uninstall deb
+install uninstall: export KDIR := $(KDIR)
+install uninstall: export KERNELRELEASE := $(KERNELRELEASE)
+install uninstall: export INSTALL_MOD_PATH := $(INSTALL_MOD_PATH)
+install:
+	@scripts/install.sh install
+uninstall:
+	@scripts/install.sh uninstall
+
+deb:
+	@scripts/deb.sh >/dev/null

@@ -56,6 +56,10 @@ module! {
     author: "The perfmon developers",
     description: "Per-thread performance counters through /dev/perfmon (perfmon2 revived)",
     license: "GPL",
+    // Autoload on the first open of /dev/perfmon: kmod's static-nodes makes
+    // the node at boot from `devname:`, and the kernel asks modprobe for
+    // `char-major-10-MINOR` when it is opened (`rust::MISC_MINOR`).
+    alias: ["devname:perfmon", "char-major-10-249"],
 }
 
 /// `EBADFD`: the context is in the wrong state for the operation (6.12's

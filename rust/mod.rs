@@ -60,7 +60,10 @@ mod ffi {
         pub(crate) fn pfm_param_soft_counters() -> c_uint;
         pub(crate) fn pfm_param_max_attached_per_user() -> c_uint;
         pub(crate) fn pfm_param_sim_no_vector_cpu() -> c_int;
-        pub(crate) fn pfm_misc_register(fops: *const bindings::file_operations) -> c_int;
+        pub(crate) fn pfm_misc_register(
+            fops: *const bindings::file_operations,
+            minor: c_int,
+        ) -> c_int;
         pub(crate) fn pfm_misc_deregister();
         // <linux/anon_inodes.h>, which the kernel's bindings leave out.
         pub(crate) fn anon_inode_getfd(
@@ -218,11 +221,22 @@ mod ffi {
     pub(crate) struct IrqWorkRaw(pub(crate) [u8; 32]);
 }
 
+/// `/dev/perfmon`'s misc minor: fixed, from the range devices.txt reserves
+/// for local use (243-254), so that the module's `char-major-10-249` and
+/// `devname:perfmon` aliases (`pfm_core.rs`, `module!`) let kmod create the
+/// node at boot and the kernel load the module on its first open.
+pub(crate) const MISC_MINOR: i32 = 249;
+
+/// `MISC_DYNAMIC_MINOR`.
+const MISC_DYNAMIC_MINOR: i32 = 255;
+
 /// `/dev/perfmon`, registered (`misc_register`) until dropped.
 pub(crate) struct MiscRegistration(());
 
 impl MiscRegistration {
-    /// Registers `/dev/perfmon` with the file operations `fops`.
+    /// Registers `/dev/perfmon` with the file operations `fops`, at
+    /// [`MISC_MINOR`], or at a dynamic minor if another driver holds that
+    /// one (then only autoload on open is lost: udev still makes the node).
     ///
     /// # Safety
     ///
@@ -230,7 +244,14 @@ impl MiscRegistration {
     pub(crate) unsafe fn register(fops: &bindings::file_operations) -> Result<Self> {
         // SAFETY: The caller keeps `fops` alive for the registration; a
         // failed `misc_register` leaves nothing registered.
-        let err = unsafe { ffi::pfm_misc_register(fops) };
+        let mut err = unsafe { ffi::pfm_misc_register(fops, MISC_MINOR) };
+        if err == -(bindings::EBUSY as c_int) {
+            pr_warn!(
+                "misc minor {MISC_MINOR} is taken: /dev/perfmon gets a dynamic minor (no autoload on open)\n"
+            );
+            // SAFETY: As above; the failed registration left nothing behind.
+            err = unsafe { ffi::pfm_misc_register(fops, MISC_DYNAMIC_MINOR) };
+        }
         if err != 0 {
             return Err(Error::from_errno(err));
         }

@@ -85,14 +85,16 @@ module_param(sim_no_vector_cpu, int, 0444);
 MODULE_PARM_DESC(sim_no_vector_cpu, "pmu=intel_arch_sim test hook: CPU left without an overflow vector (default -1, none)");
 int pfm_param_sim_no_vector_cpu(void) { return sim_no_vector_cpu; }
 
-/* /dev/perfmon: the file operations are a Rust table (pfm_core.rs). */
+/* /dev/perfmon: the file operations are a Rust table (pfm_core.rs), the
+ * minor Rust's choice (rust/mod.rs: fixed, for autoload on first open). */
 static struct miscdevice pfm_miscdev = {
 	.minor = MISC_DYNAMIC_MINOR, .name = "perfmon", .mode = 0666,
 };
 
-int pfm_misc_register(const struct file_operations *fops)
+int pfm_misc_register(const struct file_operations *fops, int minor)
 {
 	pfm_miscdev.fops = fops;
+	pfm_miscdev.minor = minor;
 	return misc_register(&pfm_miscdev);
 }
 void pfm_misc_deregister(void) { misc_deregister(&pfm_miscdev); }

@@ -21,7 +21,7 @@ unsigned int pfm_param_soft_width(void);
 unsigned int pfm_param_soft_counters(void);
 int pfm_param_sim_no_vector_cpu(void);
 unsigned int pfm_param_max_attached_per_user(void);
-int pfm_misc_register(const struct file_operations *fops);
+int pfm_misc_register(const struct file_operations *fops, int minor);
 void pfm_tracepoint_synchronize_unregister(void);
 struct pid_namespace *pfm_get_pid_ns(struct pid_namespace *ns);
 void pfm_put_pid_ns(struct pid_namespace *ns);

@@ -4,8 +4,13 @@
 # reports, module unload, taint, and whether the guest finished at all.
 # Optionally adds the counts of a host `cargo test` log (scripts/host-test.sh).
 #
-# usage: check-log.sh [--host HOSTLOG] [--quiet] CONSOLE_LOG
+# usage: check-log.sh [--host HOSTLOG] [--tap TAPFILE]... [--quiet] CONSOLE_LOG...
 #   --quiet  print only problems and no summary (used by vm.sh for run/cmd jobs)
+#   --tap    a host-side TAP file to count too (scripts/install-test.sh's):
+#            each ok/not ok is one case; a Bail out!, a missing file or
+#            fewer results than its plan add one failure
+# Several console logs (make check: the guest tests', then the install
+# test's guest) are judged one by one, into the one summary line.
 # Prints each test's result and every problem found, then exactly one summary
 # line "N passed, N failed, N skipped". Exit status 1 on any failure.
 # Counting: every TAP test case is one; a test binary without any TAP case counts
@@ -27,15 +32,59 @@
 # bash + awk only (mawk-compatible): python3 is not on a fresh machine.
 set -euo pipefail
 
-host= quiet=0
+host= quiet=0 taps=()
 while [ $# -gt 1 ]; do
 	case $1 in
 	--host) host=$2; shift 2 ;;
+	--tap) taps+=("$2"); shift 2 ;;
 	--quiet) quiet=1; shift ;;
 	*) break ;;
 	esac
 done
-log=${1:?usage: check-log.sh [--host HOSTLOG] [--quiet] CONSOLE_LOG}
+[ $# -ge 1 ] || { echo "usage: check-log.sh [--host HOSTLOG] [--tap TAPFILE]... [--quiet] CONSOLE_LOG..." >&2; exit 2; }
+if [ $# -gt 1 ] || [ ${#taps[@]} -gt 0 ]; then
+	# Each part judged alone (its own lines and counts), then one summary.
+	P=0 F=0 S=0
+	add() { P=$((P + $1)); F=$((F + $2)); S=$((S + $3)); }
+	for t in "${taps[@]}"; do
+		if [ ! -f "$t" ]; then
+			echo "FAIL $t: no such TAP file (the step did not run)"; add 0 1 0; continue
+		fi
+		read -r p f sk bail plan < <(awk '
+			/^ok / { if (toupper($0) ~ /# *(SKIP|TODO)/) s++; else p++ }
+			/^not ok / { f++ }
+			/^Bail out!/ { b = 1 }
+			/^1\.\.[0-9]+/ { plan = substr($1, 4) + 0 }
+			END { print p + 0, f + 0, s + 0, b + 0, plan + 0 }' "$t")
+		why=
+		[ "$bail" = 0 ] || { why="$why; bailed out: $(sed -n 's/^Bail out! //p' "$t")"; [ "$f" != 0 ] || f=1; }
+		if [ "$bail" = 0 ] && [ $((p + f + sk)) -lt "$plan" ]; then why="$why; planned $plan"; f=$((f + 1)); fi
+		[ "$bail" = 1 ] || [ "$plan" != 0 ] || { why="$why; no plan (did not finish)"; f=$((f + 1)); }
+		[ "$quiet" = 1 ] || printf '%s %s: %d passed, %d failed, %d skipped%s\n' \
+			"$([ "$f" = 0 ] && echo 'ok  ' || echo FAIL)" "$(basename "$t")" "$p" "$f" "$sk" "$why"
+		[ "$quiet" = 1 ] || awk '/^not ok / { print "    " $0; d = 1; next } d && /^# / { print "      " $0; next } { d = 0 }' "$t"
+		add "$p" "$f" "$sk"
+	done
+	first=1
+	for l in "$@"; do
+		set +e
+		if [ $first = 1 ] && [ -n "$host" ]; then
+			out=$("$0" --host "$host" "$l")
+		else
+			out=$("$0" "$l")
+		fi
+		set -e
+		first=0
+		counts=$(echo "$out" | tail -n 1)
+		[ "$quiet" = 1 ] || echo "$out" | sed '$d'
+		read -r p _ f _ sk _ <<<"$counts"
+		add "${p:-0}" "${f:-1}" "${sk:-0}"
+	done
+	[ "$quiet" = 1 ] || echo "$P passed, $F failed, $S skipped"
+	[ "$F" = 0 ]
+	exit
+fi
+log=$1
 [ -f "$log" ] || { echo "check-log: no console log $log (the guest did not run)"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
 
 # Host cargo test: sum the "test result:" lines of every test binary.

@@ -9,7 +9,10 @@ PFM_TOP=$(cd "$(dirname "$0")/.." && pwd)
 debs=(linux-source-6.12 rustc-web rust-web-src libclang-dev clang lld llvm
       clang-22 lld-22 llvm-22 libclang1-22 flex bison bc libelf-dev libssl-dev cpio
       busybox-static qemu-system-x86 libc6-dev make gcc
-      libpfm4-dev)   # libpfm4-dev: libpfm.a, linked statically into pfm (event names)
+      libpfm4-dev    # libpfm4-dev: libpfm.a, linked statically into pfm (event names)
+      # make deb and the install test (scripts/deb.sh, install-test.sh):
+      # debian/'s Build-Depends, lintian, and DKMS with kmod in the test root
+      debhelper dh-dkms dpkg-dev fakeroot cargo-web lintian dkms kmod)
 
 missing=()
 for p in "${debs[@]}"; do

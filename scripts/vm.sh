@@ -23,6 +23,9 @@
 #      TEST_TIMEOUT   per-test (per-command) seconds inside the guest
 #                     (default: check 600, run/cmd GUEST_TIMEOUT-60)
 #      PFM_CMDLINE    more kernel command line
+#      PFM_KERNEL, PFM_INITRD   another kernel image or guest image (the
+#                     install test's, scripts/install-test.sh)
+#      PFM_LOG_JOB    the logs' name instead of JOB (JOB-latest.log)
 set -euo pipefail
 PFM_TOP=$(cd "$(dirname "$0")/.." && pwd)
 . "$PFM_TOP/scripts/env.sh"
@@ -34,12 +37,13 @@ case $job in check|run|shell) ;; cmd) [ $# -ge 3 ] || usage ;; *) usage ;; esac
 
 logdir=$PFM_BUILD/logs
 mkdir -p "$logdir"
-rm -f "$logdir/$job-latest.log"
+logjob=${PFM_LOG_JOB:-$job}
+rm -f "$logdir/$logjob-latest.log"
 
 kdir=${KDIR:-$(pfm_kernel_dir "$variant")}
-kernel=$kdir/arch/x86/boot/bzImage
+kernel=${PFM_KERNEL:-$kdir/arch/x86/boot/bzImage}
 [ -f "$kernel" ] || { echo "vm: no kernel at $kernel (run: make kernel VARIANT=$variant)" >&2; exit 1; }
-initrd=$PFM_BUILD/initramfs-$variant.cpio.gz
+initrd=${PFM_INITRD:-$PFM_BUILD/initramfs-$variant.cpio.gz}
 [ -f "$initrd" ] || { echo "vm: no $initrd (run: scripts/initramfs.sh $variant)" >&2; exit 1; }
 
 case $job in
@@ -57,8 +61,8 @@ if [ "$job" = cmd ]; then
 	initrd=$tmp/initrd.cpio.gz
 fi
 
-log=$logdir/$job-$(date +%Y%m%d-%H%M%S)-$$.log
-ln -sfn "${log##*/}" "$logdir/$job-latest.log"
+log=$logdir/$logjob-$(date +%Y%m%d-%H%M%S)-$$.log
+ln -sfn "${log##*/}" "$logdir/$logjob-latest.log"
 
 # watchdog_thresh=30: a soft lockup is reported after 60 s instead of 20.
 # Under TCG a vCPU whose host thread is not scheduled sees its clock jump on

@@ -420,7 +420,7 @@ impl fmt::Display for Error {
         match self {
             Error::NotLoaded { path, errno } => write!(
                 f,
-                "perfmon module not loaded (insmod perfmon.ko): {path}: {}",
+                "perfmon module not loaded (modprobe perfmon): {path}: {}",
                 errno_text(*errno)
             ),
             Error::Os {
@@ -623,7 +623,7 @@ mod tests {
         };
         assert!(e
             .to_string()
-            .starts_with("perfmon module not loaded (insmod perfmon.ko)"));
+            .starts_with("perfmon module not loaded (modprobe perfmon)"));
         let e = Error::os_tid(Op::Load, libc::EACCES, 42);
         let s = e.to_string();
         assert!(

@@ -945,7 +945,7 @@ fn not_loaded(pfm: &Pfm) -> TestResult {
         let err = text(&out.stderr);
         show("stderr", &err);
         ensure!(out.status.code() == Some(1), "exit {:?}", out.status);
-        one_line(&err, "perfmon module not loaded (insmod perfmon.ko)")?;
+        one_line(&err, "perfmon module not loaded (modprobe perfmon)")?;
     }
     Ok(())
 }
@@ -2346,7 +2346,7 @@ fn main() {
     );
     hw_case(&mut t, "rmmod perfmon (intel_arch_sim)", &module::rmmod);
     t.run(
-        "without the module: 'perfmon module not loaded (insmod perfmon.ko)'",
+        "without the module: 'perfmon module not loaded (modprobe perfmon)'",
         || not_loaded(&pfm),
     );
     let _ = std::fs::remove_dir_all(&dir);
