@@ -31,10 +31,17 @@ fn find() -> Option<PathBuf> {
 fn main() {
     println!("cargo:rerun-if-env-changed=LIBPFM_A");
     println!("cargo::rustc-check-cfg=cfg(libpfm)");
-    for c in CANDIDATES {
-        println!("cargo:rerun-if-changed={c}");
+    let found = find();
+    // The archive in use; without one, every candidate, so that installing
+    // libpfm4-dev rebuilds. (A candidate that is missing makes cargo rerun
+    // this at every build, and relink pfm: only while none is found.)
+    match &found {
+        Some(archive) => println!("cargo:rerun-if-changed={}", archive.display()),
+        None => CANDIDATES
+            .iter()
+            .for_each(|c| println!("cargo:rerun-if-changed={c}")),
     }
-    match find() {
+    match found {
         Some(archive) => {
             let dir = archive.parent().unwrap_or(Path::new("."));
             println!("cargo:rustc-link-search=native={}", dir.display());
