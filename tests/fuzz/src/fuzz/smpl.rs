@@ -673,24 +673,11 @@ impl Actor {
         // An unprivileged worker's buffers are locked memory, refused
         // past its share and RLIMIT_MEMLOCK as perf refuses a ring
         // (EPERM); root has CAP_IPC_LOCK.
-        let memlock = if self.uid != 0 {
-            libc::EPERM
-        } else {
-            libc::EBUSY
-        };
+        let memlock: &[i32] = if self.uid != 0 { &[libc::EPERM] } else { &[] };
         if p == Ptr::ReadOnly {
             // The read-only page's random bytes: almost always garbage.
-            return self.allow(
-                Op::SmplSetup,
-                r,
-                &[
-                    libc::EINVAL,
-                    libc::EBADFD,
-                    libc::EBUSY,
-                    libc::ENOMEM,
-                    memlock,
-                ],
-            );
+            let errs = [libc::EINVAL, libc::EBADFD, libc::EBUSY, libc::ENOMEM];
+            return self.allow(Op::SmplSetup, r, &[&errs[..], memlock].concat());
         }
         if garbage.is_some() {
             return self.expect_err(
@@ -700,7 +687,7 @@ impl Actor {
                 "bad pages, flags, pad, reserved, smpl_pmds or watermark",
             );
         }
-        let errs = [libc::EBADFD, libc::EBUSY, libc::ENOMEM, memlock];
+        let errs = [&[libc::EBADFD, libc::EBUSY, libc::ENOMEM][..], memlock].concat();
         match (r, known) {
             (Ok(_), Some(pages)) => self.smpl_anomaly(
                 Op::SmplSetup,
@@ -1380,12 +1367,12 @@ impl Actor {
         // it (a counter page, sets, a buffer) in between.
         // EPERM: an unprivileged worker past its locked memory (see
         // `op_smpl_setup`).
-        let memlock = if self.uid != 0 {
-            libc::EPERM
-        } else {
-            libc::EBUSY
-        };
-        self.allow(Op::Arm, r, &[libc::ENOMEM, libc::EBUSY, memlock]);
+        let memlock: &[i32] = if self.uid != 0 { &[libc::EPERM] } else { &[] };
+        self.allow(
+            Op::Arm,
+            r,
+            &[&[libc::ENOMEM, libc::EBUSY][..], memlock].concat(),
+        );
         if r.is_err() {
             return None;
         }
