@@ -4,7 +4,7 @@
 //! runs their `#[cfg(test)]` modules and the simulator tests in `tests/`.
 //!
 //! The module tree mirrors the kernel crate's: `abi`, `pfm_state`,
-//! `pfm_counter`, `pfm_random`, `pfm_msgq`, `pfm_page` and `pfm_sets` at the root, the
+//! `pfm_counter`, `pfm_random`, `pfm_msgq`, `pfm_page`, `pfm_sets` and `pfm_index` at the root, the
 //! hardware models under `pfm_x86`, so the files' `crate::` and `super::`
 //! paths mean the same thing in both.
 
@@ -48,3 +48,6 @@ pub mod pfm_page;
 
 #[path = "../../pfm_sets.rs"]
 pub mod pfm_sets;
+
+#[path = "../../pfm_index.rs"]
+pub mod pfm_index;

@@ -158,6 +158,13 @@ impl Context {
         })
     }
 
+    /// Whether this context's monitoring ended for good: its thread exited,
+    /// or an exec revoked it (cheap: no live read).
+    pub(in crate::pfm_ctx) fn monitoring_ended(&self) -> bool {
+        let inner = self.inner.lock();
+        inner.exited || inner.msgs.final_type() == FINAL_REVOKED
+    }
+
     /// Whether the context waits for its thread's exec to start.
     pub(crate) fn waits_for_exec(&self) -> bool {
         self.inner.lock().exec_armed
@@ -210,15 +217,24 @@ impl Context {
         }
         let mut failed = Ok(());
         if let Some(f) = &family {
-            f.heir_rows(|tid, pid, s, base| {
+            // Ended threads' rows come first from the family: in the order
+            // the threads joined, as documented, once sorted.
+            let mut heirs = KVec::new();
+            f.heir_rows(|seq, tid, pid, s, base| {
                 let r = row(tid, pid, thread_flags(s), s, base, mask);
                 if failed.is_ok() {
-                    failed = rows.push(r, GFP_KERNEL).map_err(Error::from);
+                    failed = heirs.push((seq, r), GFP_KERNEL).map_err(Error::from);
                 }
             });
             arg.lost_threads = f.counts().1;
+            failed?;
+            heirs.sort_unstable_by_key(|(seq, _)| *seq);
+            rows.reserve(heirs.len(), GFP_KERNEL)?;
+            for (_, r) in heirs.iter() {
+                // Within the room reserved: no allocation.
+                rows.push(*r, GFP_ATOMIC)?;
+            }
         }
-        failed?;
         arg.needed = u32::try_from(rows.len()).unwrap_or(u32::MAX);
         if (arg.count as usize) < rows.len() {
             return Err(E2BIG);
