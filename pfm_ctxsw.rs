@@ -46,7 +46,9 @@ pub(crate) use access::{loader, may_load, may_open, Loader};
 pub(crate) use attach::{attach, attach_heir, attach_heir_remote, let_go, monitored_by};
 pub(crate) use inherit::{exec_probe, exit_probe, fork_probe, rename_probe};
 pub(crate) use monitor::Monitor;
-pub(crate) use processes::{unwatch as unwatch_process, watch as watch_process, Processes};
+pub(crate) use processes::{
+    unwatch as unwatch_process, watch as watch_process, watched_processes, Processes,
+};
 pub(crate) use registry::Registry;
 pub(crate) use works::exec_hook;
 

@@ -37,6 +37,11 @@ use crate::{edquot, MAX_ATTACHED};
 /// returns at once.
 static LISTED: AtomicUsize = AtomicUsize::new(0);
 
+/// Processes listed now (`/sys/kernel/perfmon/watched_processes`).
+pub(crate) fn watched_processes() -> usize {
+    LISTED.load(Ordering::Relaxed)
+}
+
 /// One process monitored whole.
 struct Entry<M: Monitor> {
     /// The process's key (`glue::thread_group_key`).
