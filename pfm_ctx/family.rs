@@ -13,11 +13,20 @@
 //! attaches its heir before its first instruction in user mode
 //! ([`Family::adopt_current`]).
 //!
+//! Memory: an heir whose monitoring ended (its thread exited, or an exec
+//! revoked it) is folded into the family's totals and a compact row
+//! (`rows.rs`, at most `PFM_MAX_ENDED_ROWS` of them; the rest only
+//! counted) and let go, when the list has grown to twice what it kept at
+//! its last sweep (and at least [`SWEEP_MIN`]), or at the next read: a
+//! family holds at most `max(2 × live heirs, SWEEP_MIN)` heir contexts
+//! whatever the number of threads that came and went.
+//!
 //! Locking: `Family::members`, a mutex, serialises the tool's operations on
 //! the family with heirs joining. Under it a heir's calls take the
 //! registry and the heir's own lock as any context's do, and the root's
 //! calls take the root's lock (never the other way round: the mutex is
-//! never taken under a context's lock). Lifetimes: the root holds the family, the family
+//! never taken under a context's lock); the list of processes monitored
+whole (`pfm_ctxsw::watch_process`) is taken under it. Lifetimes: the root holds the family, the family
 //! its heirs, each heir the family: the root's close (or its next LOAD)
 //! empties the list, which breaks the cycle.
 
