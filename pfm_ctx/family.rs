@@ -26,9 +26,10 @@
 //! registry and the heir's own lock as any context's do, and the root's
 //! calls take the root's lock (never the other way round: the mutex is
 //! never taken under a context's lock); the list of processes monitored
-//! whole (`pfm_ctxsw::watch_process`) is taken under it. Lifetimes: the root holds the family, the family
-//! its heirs, each heir the family: the root's close (or its next LOAD)
-//! empties the list, which breaks the cycle.
+//! whole (`pfm_ctxsw::watch_process`) is taken under it. Lifetimes: the
+//! root holds the family, the family its heirs, each heir the family: the
+//! root's close (or its next LOAD) empties the list, which breaks the
+//! cycle.
 
 mod calls;
 mod heir;

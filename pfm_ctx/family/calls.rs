@@ -216,33 +216,39 @@ impl Context {
             )?;
         }
         let mut failed = Ok(());
+        // The family gives ended threads' rows first: they are written in
+        // the order the threads joined, as documented (`order`: each heir
+        // row's place in that order, and in `rows`).
+        let mut order = KVec::new();
         if let Some(f) = &family {
-            // Ended threads' rows come first from the family: in the order
-            // the threads joined, as documented, once sorted.
-            let mut heirs = KVec::new();
             f.heir_rows(|seq, tid, pid, s, base| {
-                let r = row(tid, pid, thread_flags(s), s, base, mask);
                 if failed.is_ok() {
-                    failed = heirs.push((seq, r), GFP_KERNEL).map_err(Error::from);
+                    let at = rows.len();
+                    failed = rows
+                        .push(row(tid, pid, thread_flags(s), s, base, mask), GFP_KERNEL)
+                        .and_then(|()| order.push((seq, at), GFP_KERNEL))
+                        .map_err(Error::from);
                 }
             });
             arg.lost_threads = f.counts().1;
-            failed?;
-            heirs.sort_unstable_by_key(|(seq, _)| *seq);
-            rows.reserve(heirs.len(), GFP_KERNEL)?;
-            for (_, r) in heirs.iter() {
-                // Within the room reserved: no allocation.
-                rows.push(*r, GFP_ATOMIC)?;
-            }
         }
+        failed?;
+        order.sort_unstable_by_key(|(seq, _)| *seq);
         arg.needed = u32::try_from(rows.len()).unwrap_or(u32::MAX);
         if (arg.count as usize) < rows.len() {
             return Err(E2BIG);
         }
         let size = rows.len() * core::mem::size_of::<abi::PfmThread>();
         let mut out = UserSlice::new(arg.threads as usize, size).writer();
-        for r in rows.iter() {
+        // The loaded thread's row, if any, then the others.
+        let loaded = rows.len() - order.len();
+        for r in rows.iter().take(loaded) {
             out.write(r)?;
+        }
+        for (_, at) in order.iter() {
+            if let Some(r) = rows.get(*at) {
+                out.write(r)?;
+            }
         }
         Ok(())
     }
