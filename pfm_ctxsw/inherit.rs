@@ -49,6 +49,16 @@ impl_has_task_work! {
     impl{M: Monitor} HasTaskWork<0> for Deferred<M> { self.work }
 }
 
+// SAFETY: The task_work's head is touched only by the one `TaskWork::queue`
+// whose exchange won and by the task_work list it is then on, until it has
+// run; the job is `Send + Sync` (contexts and families are), and so is the
+// module reference. A `Deferred` held in the list of processes monitored
+// whole (`processes`) is shared between the LOAD that made it, the exit
+// probe that queues it and the thread that runs it.
+unsafe impl<M: Monitor> Send for Deferred<M> {}
+// SAFETY: See `Send`.
+unsafe impl<M: Monitor> Sync for Deferred<M> {}
+
 impl<M: Monitor> Deferred<M> {
     /// `job`, ready to be queued (allocated with `flags`).
     pub(super) fn new(job: Job<M>, flags: kernel::alloc::Flags) -> Option<Arc<Self>> {
