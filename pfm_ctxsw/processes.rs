@@ -192,7 +192,7 @@ pub(crate) fn lineage_of_current<M: Monitor>() -> Option<Arc<M::Lineage>> {
     if LISTED.load(Ordering::Relaxed) == 0 {
         return None;
     }
-    let key = glue::thread_group_key(&kernel::current!());
+    let key = glue::thread_group_key(kernel::current!());
     let list = M::processes().lock();
     list.find(key, None)
         .map(|d| list.entries[d as usize].lineage.clone())

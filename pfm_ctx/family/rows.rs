@@ -97,7 +97,7 @@ impl EndedRows {
             t.running,
         ];
         // Within the room reserved: no allocation, no failure.
-        for w in head.iter().chain(t.counts.iter().filter(|c| **c != 0)) {
+        for w in Iterator::chain(head.iter(), t.counts.iter().filter(|c| **c != 0)) {
             self.words.push(*w, GFP_ATOMIC)?;
         }
         // INVARIANT: one more row, of `HEAD` words and one per mask bit.
