@@ -64,6 +64,14 @@ const REAP_LAG: u64 = 16;
 /// so the threshold stays `SWEEP_MIN`), the heir joining, the reaper's lag.
 const LIVE_BOUND: u64 = 1 + SWEEP_MIN + 1 + REAP_LAG;
 
+/// `NAME` from the environment, else `default`.
+fn env_num(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 fn set_limit(n: u64) -> TestResult {
     std::fs::write(PARAM_LIMIT, n.to_string()).ctx("write max_attached_per_user")
 }
@@ -107,36 +115,80 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// A child process that shares our descriptor table (no copy of the
-/// thousands of contexts a tool holds) and blocks reading `r` until every
-/// write end is closed, then exits. Only raw system calls run in it.
-fn blocked_child(r: &OwnedFd) -> Result<i32, String> {
-    let rfd = r.as_raw_fd();
-    // SAFETY: a raw clone without CLONE_VM: the child has a copy of our
-    // memory and runs only `read` and `_exit`, touching nothing shared.
-    let pid = unsafe {
-        libc::syscall(
-            libc::SYS_clone,
-            libc::CLONE_FILES | libc::SIGCHLD,
-            0usize,
-            0usize,
-            0usize,
-            0usize,
-        )
-    };
+/// A stack for a child made by [`clone_child`].
+struct Stack(Vec<u64>);
+
+impl Stack {
+    fn new() -> Self {
+        Stack(vec![0u64; 8192])
+    }
+
+    /// The top, 16-byte aligned (the stack grows down).
+    fn top(&mut self) -> *mut libc::c_void {
+        let end = self.0.as_mut_ptr_range().end as usize;
+        (end & !15) as *mut libc::c_void
+    }
+}
+
+/// A child process that shares our memory and descriptor table (so
+/// neither is copied: a tool holding thousands of contexts makes it as
+/// cheaply as any) and runs `f(arg)` on `stack`, then exits with its
+/// value. `vfork`: we wait until it has exited (its memory released).
+fn clone_child(
+    f: extern "C" fn(*mut libc::c_void) -> libc::c_int,
+    arg: usize,
+    stack: &mut Stack,
+    vfork: bool,
+) -> Result<i32, String> {
+    let mut flags = libc::CLONE_VM | libc::CLONE_FILES | libc::SIGCHLD;
+    if vfork {
+        flags |= libc::CLONE_VFORK;
+    }
+    // SAFETY: `f` runs on its own stack, which outlives it (the caller
+    // keeps it until it waited for the child), and touches only what
+    // `arg` names and its own locals.
+    let pid = unsafe { libc::clone(f, stack.top(), flags, arg as *mut libc::c_void) };
     if pid < 0 {
         return Err(format!("clone: errno {}", raw::errno()));
     }
-    if pid == 0 {
-        let mut b = 0u8;
-        // SAFETY: reads into a local byte; then ends the child at once.
-        unsafe {
-            libc::read(rfd, (&mut b as *mut u8).cast(), 1);
-            libc::syscall(libc::SYS_exit_group, 0);
-        }
-        unreachable!();
+    Ok(pid)
+}
+
+/// A child's body: blocks reading descriptor `arg` until every write end
+/// is closed, then exits.
+extern "C" fn block_on(arg: *mut libc::c_void) -> libc::c_int {
+    let mut b = 0u8;
+    // SAFETY: reads into a local byte.
+    unsafe { libc::read(arg as usize as i32, (&mut b as *mut u8).cast(), 1) };
+    0
+}
+
+/// A process that blocks reading `r` until every write end is closed,
+/// then exits. `stack` must outlive it.
+fn blocked_child(r: &OwnedFd, stack: &mut Stack) -> Result<i32, String> {
+    clone_child(block_on, r.as_raw_fd() as usize, stack, false)
+}
+
+/// A cycle's child: reads its own CPU time and switch count last thing
+/// and writes them (16 bytes) to descriptor `arg`, then exits.
+extern "C" fn report_self(arg: *mut libc::c_void) -> libc::c_int {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: zeroed plain data, then filled by the kernel.
+    let mut ru: libc::rusage = unsafe { core::mem::zeroed() };
+    // SAFETY: valid out-pointers; a 16-byte write of a local array.
+    unsafe {
+        libc::getrusage(libc::RUSAGE_THREAD, &mut ru);
+        libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts);
+        let msg = [
+            ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64,
+            (ru.ru_nvcsw + ru.ru_nivcsw) as u64,
+        ];
+        libc::write(arg as usize as i32, msg.as_ptr().cast(), 16);
     }
-    Ok(pid as i32)
+    0
 }
 
 fn wait_child(pid: i32) {
@@ -208,6 +260,7 @@ fn lp_churn(uid: u32, n: u64) -> i32 {
         return 3;
     }
     let t = Instant::now();
+    let mut stack = Stack::new();
     let mut held = Vec::new();
     let mut ok = 0u64;
     let mut first_err = 0;
@@ -217,7 +270,7 @@ fn lp_churn(uid: u32, n: u64) -> i32 {
             println!("error=pipe");
             return 3;
         };
-        let Ok(pid) = blocked_child(&r) else {
+        let Ok(pid) = blocked_child(&r, &mut stack) else {
             println!("error=clone");
             return 3;
         };
@@ -263,10 +316,11 @@ fn lp_hold(uid: u32, n: u64) -> i32 {
         return 3;
     };
     let mut pids = Vec::new();
+    let mut stacks: Vec<Stack> = (0..n).map(|_| Stack::new()).collect();
     let mut held = Vec::new();
     let mut errnos = Vec::new();
-    for _ in 0..n {
-        let Ok(pid) = blocked_child(&r) else {
+    for stack in stacks.iter_mut() {
+        let Ok(pid) = blocked_child(&r, stack) else {
             println!("error=clone");
             return 3;
         };
@@ -291,6 +345,7 @@ fn lp_hold(uid: u32, n: u64) -> i32 {
     for pid in pids {
         wait_child(pid);
     }
+    drop(stacks);
     drop(held);
     0
 }
@@ -343,32 +398,12 @@ fn fork_cycles(n: u64) -> i32 {
     let (rfd, wfd) = (r.as_raw_fd(), w.as_raw_fd());
     let t = Instant::now();
     let (mut own_ns, mut own_sw) = (0u64, 0u64);
+    let mut stack = Stack::new();
     for _ in 0..n {
-        // SAFETY: the child runs only system calls, then `_exit`.
-        let pid = unsafe { libc::fork() };
-        if pid < 0 {
-            println!("error=fork");
+        let Ok(pid) = clone_child(report_self, wfd as usize, &mut stack, true) else {
+            println!("error=clone");
             return 3;
-        }
-        if pid == 0 {
-            let mut ts = libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            };
-            // SAFETY: zeroed plain data, then filled by the kernel.
-            let mut ru: libc::rusage = unsafe { core::mem::zeroed() };
-            // SAFETY: valid out-pointers; a 16-byte write; then `_exit`.
-            unsafe {
-                libc::getrusage(libc::RUSAGE_THREAD, &mut ru);
-                libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts);
-                let msg = [
-                    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64,
-                    (ru.ru_nvcsw + ru.ru_nivcsw) as u64,
-                ];
-                libc::write(wfd, msg.as_ptr().cast(), 16);
-                libc::_exit(0);
-            }
-        }
+        };
         wait_child(pid);
         let mut msg = [0u64; 2];
         // SAFETY: reads 16 bytes into `msg`.
@@ -476,29 +511,31 @@ fn run(args: &[&str], timeout: Duration) -> Result<String, String> {
 
 fn churn_case() -> TestResult {
     let t = Instant::now();
-    let mut holder = spawn(&["lp-churn", "1000", &CHURN.to_string()])?;
+    let churn = env_num("PFM_LIMITS_CHURN", CHURN);
+    let mut holder = spawn(&["lp-churn", "1000", &churn.to_string()])?;
     let out = line_of(&mut holder, Duration::from_secs(600));
     let res = (|| {
         let out = out?;
         diag(format!("uid 1000: {out} ({} s)", t.elapsed().as_secs()));
         ensure!(
-            num_field(&out, "loaded")? == CHURN,
-            "uid 1000 could not load {CHURN} short-lived processes one after the other: {out}"
+            num_field(&out, "loaded")? == churn,
+            "uid 1000 could not load {churn} short-lived processes one after the other: {out}"
         );
         let listed = module::sysfs_num("watched_processes");
         diag(format!(
-            "watched_processes={listed:?} while uid 1000 holds {CHURN} contexts"
+            "watched_processes={listed:?} while uid 1000 holds {churn} contexts"
         ));
         // Root loads a process whole while uid 1000 still holds every context.
         let (r, w) = pipe()?;
-        let pid = blocked_child(&r)?;
+        let mut stack = Stack::new();
+        let pid = blocked_child(&r, &mut stack)?;
         let (ctx, _) = soft_context()?;
         let res = ctx.load_process(pid as u32);
         drop(w);
         wait_child(pid);
         ensure!(
             res.is_ok(),
-            "root's PFM_LOAD_PROCESS after uid 1000's {CHURN} processes exited: {}",
+            "root's PFM_LOAD_PROCESS after uid 1000's {churn} processes exited: {}",
             perfmon::errno_name(errno_of(&res))
         );
         drop(ctx);
@@ -546,7 +583,8 @@ fn limit_case() -> TestResult {
 fn cycles_case() -> TestResult {
     let mem0 = mem_available_kb();
     let slab0 = slab_contexts();
-    let mut p = spawn(&["fork-cycles", &CYCLES.to_string()])?;
+    let cycles = env_num("PFM_LIMITS_CYCLES", CYCLES);
+    let mut p = spawn(&["fork-cycles", &cycles.to_string()])?;
     let res = (|| {
         let (ctx, _) = soft_context()?;
         ctx.set_flags(PFM_CTXFL_INHERIT).ctx("SET_FLAGS INHERIT")?;
@@ -591,7 +629,7 @@ fn cycles_case() -> TestResult {
         };
         let line = line.trim().to_string();
         diag(format!(
-            "{CYCLES} cycles: {line}; live_contexts max {max_live} (bound {LIVE_BOUND}), perfmon_context slab active max {max_slab} (before {slab0:?}), MemAvailable before {mem0:?} kB"
+            "{cycles} cycles: {line}; live_contexts max {max_live} (bound {LIVE_BOUND}), perfmon_context slab active max {max_slab} (before {slab0:?}), MemAvailable before {mem0:?} kB"
         ));
         ensure!(
             field(&line, "done") == Some("1"),
@@ -604,7 +642,7 @@ fn cycles_case() -> TestResult {
         let settled = module::wait_for(Duration::from_secs(10), || match ctx.read_threads(0b11) {
             Ok(r) => {
                 rows = r;
-                rows.rows.len() == 1 + PFM_MAX_ENDED_ROWS
+                rows.rows.len() as u64 == 1 + cycles.min(PFM_MAX_ENDED_ROWS as u64)
                     && rows.rows[1..].iter().all(|r| r.has_exited())
             }
             Err(_) => false,
@@ -617,11 +655,11 @@ fn cycles_case() -> TestResult {
         ensure!(rows.rows[0].is_loaded(), "first row not LOADED");
         let st = ctx.state().ctx("GET_STATE")?;
         ensure!(
-            u64::from(st.threads) == 1 + CYCLES && st.lost_threads == 0 && rows.lost_threads == 0,
+            u64::from(st.threads) == 1 + cycles && st.lost_threads == 0 && rows.lost_threads == 0,
             "GET_STATE threads={} lost={} (expected {} and 0)",
             st.threads,
             st.lost_threads,
-            1 + CYCLES
+            1 + cycles
         );
         let total = ctx.read().ctx("READ")?;
         let root = &rows.rows[0];
