@@ -13,7 +13,8 @@
 //!   and `EDQUOT` twice while uid 65534 loads 2; once uid 1000's processes
 //!   exited, it loads 4 again.
 //! - An inheriting context's memory is bounded: one context inherits
-//!   10,000 fork+exit cycles of its process. Live contexts (sysfs) and the
+//!   3,000 fork+exit cycles of its process (`PFM_LIMITS_CYCLES=10000` for
+//!   the issue's 10,000: see `CYCLES`). Live contexts (sysfs) and the
 //!   module's slab cache stay within the documented bound all along (the
 //!   tool's own context, `SWEEP_MIN` heirs between two sweeps, the one
 //!   joining, and the reap workqueue's lag); the family's totals for the
@@ -23,7 +24,7 @@
 //!   `getrusage(RUSAGE_CHILDREN)` says their whole lives were (the parent
 //!   is SCHED_IDLE on the children's one CPU, so it reaps each child only
 //!   after its final switch: 2 us of rounding, nothing else, separates the
-//!   two for task-clock); GET_STATE counts 10,001 threads, none lost;
+//!   two for task-clock); GET_STATE counts every child, none lost;
 //!   READ_THREADS keeps the loaded thread's row and `PFM_MAX_ENDED_ROWS`
 //!   rows of ended threads.
 //! - A privileged loader's heirs cannot take every registry slot from
@@ -48,10 +49,18 @@ const PARAM_LIMIT: &str = "/sys/module/perfmon/parameters/max_attached_per_user"
 /// The system's `PFM_LOAD_PROCESS` entries and attachments (`MAX_ATTACHED`).
 const SYSTEM_SLOTS: u64 = 4096;
 /// Short-lived processes uid 1000 loads whole in the first case: more than
-/// the system has entries.
+/// the system has entries (about 55 ms each on the debug kernel under TCG:
+/// 230 s; `PFM_LIMITS_CHURN` asks for another number).
 const CHURN: u64 = SYSTEM_SLOTS + 100;
-/// Fork+exit cycles under one inheriting descriptor (issue 32 item 5).
-const CYCLES: u64 = 10_000;
+/// Fork+exit cycles under one inheriting descriptor (issue 32 item 5) in
+/// `make check`: about 30 ms each on the debug kernel under TCG, so
+/// 10,000 (the issue's figure, `PFM_LIMITS_CYCLES=10000`: 290 s) would
+/// take half the per-test timeout with the first case's 230 s. 3,000 keep
+/// the claim: the bound is checked every 20 ms all along and does not
+/// depend on the number of cycles (about 90 sweeps of the list here), and
+/// more than twice `PFM_MAX_ENDED_ROWS` threads end (rows kept, then only
+/// summed).
+const CYCLES: u64 = 3_000;
 /// The module's sweep threshold (`pfm_ctx/family.rs`, `SWEEP_MIN`): a
 /// family holds at most `max(2 × live heirs, SWEEP_MIN)` heir contexts.
 const SWEEP_MIN: u64 = 32;
@@ -767,7 +776,7 @@ fn main() {
         limit_case,
     );
     t.run(
-        "10,000 inherited fork+exit cycles under one descriptor: live contexts bounded, totals between the children's own readings and rusage",
+        "inherited fork+exit cycles under one descriptor: live contexts bounded, totals between the children's own readings and rusage",
         cycles_case,
     );
     t.run(
