@@ -97,7 +97,8 @@ pub(crate) struct Globals {
     /// Every attachment, by thread.
     #[pin]
     pub(crate) registry: IrqSpinLock<pfm_ctxsw::Registry<Context>>,
-    /// The processes monitored whole (`PFM_LOAD_PROCESS`).
+    /// The processes monitored whole (`PFM_LOAD_PROCESS`), by process;
+    /// taken under a family's mutex at most, nothing taken under it.
     #[pin]
     pub(crate) processes: IrqSpinLock<pfm_ctxsw::Processes<Context>>,
     /// Where attachments finish in process context: their final drop, a

@@ -61,7 +61,11 @@ struct Entry<M: Monitor> {
     gone: Arc<Deferred<M>>,
 }
 
-/// The processes monitored whole.
+/// The processes monitored whole, under an IRQ-off spinlock
+/// (`Monitor::processes`): taken by the fork and exit probes (preemption
+/// disabled) and by LOAD under a family's mutex at most; no lock is taken
+/// under it (the exit probe's task_work queueing takes none), nothing is
+/// allocated or freed under it.
 ///
 /// # Invariants
 ///
