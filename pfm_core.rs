@@ -28,6 +28,9 @@ pub mod pfm_counter;
 mod pfm_ctx;
 mod pfm_ctxsw;
 mod pfm_dev;
+/// Hash indexes of the registry and the processes monitored whole: pure,
+/// host-tested.
+pub mod pfm_index;
 mod pfm_intr;
 #[allow(dead_code)]
 pub mod pfm_msgq;
@@ -101,9 +104,10 @@ pub(crate) struct Globals {
     /// Every attachment, by thread.
     #[pin]
     pub(crate) registry: IrqSpinLock<pfm_ctxsw::Registry<Context>>,
-    /// The processes monitored whole (`PFM_LOAD_PROCESS`).
+    /// The processes monitored whole (`PFM_LOAD_PROCESS`), by process;
+    /// taken under a family's mutex at most, nothing taken under it.
     #[pin]
-    pub(crate) processes: IrqSpinLock<pfm_ctx::Processes>,
+    pub(crate) processes: IrqSpinLock<pfm_ctxsw::Processes<Context>>,
     /// Where attachments finish in process context: their final drop, a
     /// dead thread's unregistering (its workqueue set by
     /// [`ReapQueueInstalled`]).
@@ -346,7 +350,7 @@ impl kernel::Module for PerfmonModule {
         // a hardware model takes it while it holds the counters.
         let intr = pfm_intr::Vectors::new(pmu.hw.is_none() && !pfm_x86::cpu_has_pmu())?;
         let registry = pfm_ctxsw::Registry::<Context>::new()?;
-        let processes = pfm_ctx::Processes::new()?;
+        let processes = pfm_ctxsw::Processes::<Context>::new()?;
         let contexts = rust::SlabCache::new(kernel::c_str!("perfmon_context"))?;
         let globals = KBox::pin_init(
             pin_init!(Globals {
@@ -394,10 +398,11 @@ impl kernel::Module for PerfmonModule {
             pfm_ctxsw::fork_probe::<Context>,
             pfm_ctxsw::exec_probe::<Context>,
             pfm_ctxsw::rename_probe::<Context>,
+            pfm_ctxsw::exit_probe::<Context>,
         )
         .inspect_err(|_| {
             pr_err!(
-                "no sched_process_fork/exec tracepoints (CONFIG_TRACEPOINTS): refusing to load\n"
+                "no sched_process_fork/exec/exit tracepoints (CONFIG_TRACEPOINTS): refusing to load\n"
             )
         })?;
         // SAFETY: `fops` is pinned in the module object and dropped after

@@ -44,7 +44,6 @@ mod smpl;
 mod thread;
 
 use family::Family;
-pub(crate) use family::Processes;
 use mailbox::{Mailbox, Reader};
 use page::CtxPage;
 use sets::CtxSets;

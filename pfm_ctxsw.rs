@@ -38,14 +38,18 @@ mod access;
 mod attach;
 mod inherit;
 mod monitor;
+mod processes;
 mod ptrace_rule;
 mod registry;
 mod works;
 
 pub(crate) use access::{loader, may_load, may_open, Loader};
 pub(crate) use attach::{attach, attach_heir, attach_heir_remote, let_go, monitored_by};
-pub(crate) use inherit::{exec_probe, fork_probe, rename_probe};
+pub(crate) use inherit::{exec_probe, exit_probe, fork_probe, rename_probe};
 pub(crate) use monitor::Monitor;
+pub(crate) use processes::{
+    unwatch as unwatch_process, watch as watch_process, watched_processes, Processes,
+};
 pub(crate) use registry::Registry;
 pub(crate) use works::exec_hook;
 
@@ -84,6 +88,7 @@ pub(crate) enum Installed {
 /// the final drop was handed to the reaper. `REVOKED`: a scheduler
 /// callback revoked; the irq_work queues the cleanup. `WATCHED`, set at
 /// creation only: the loader is unprivileged, and `watch` is in use.
+/// `HEIR`, set before publication only: an heir's attachment.
 struct Life(AtomicU8);
 
 impl Life {
@@ -94,6 +99,10 @@ impl Life {
     const REAPING: u8 = 1 << 4;
     const REVOKED: u8 = 1 << 5;
     const WATCHED: u8 = 1 << 6;
+    /// Set at creation only: an heir's attachment (a thread that
+    /// inheritance or `PFM_LOAD_PROCESS`'s walk added), counted against
+    /// its loader's per-user limit whoever the loader is.
+    const HEIR: u8 = 1 << 7;
 
     fn has(&self, flag: u8) -> bool {
         self.0.load(Ordering::Acquire) & flag != 0
@@ -214,6 +223,17 @@ impl<M: Monitor> Attachment<M> {
     /// What is watched: `None` if the loader is privileged.
     fn watch(&self) -> Option<&Watch> {
         self.life.has(Life::WATCHED).then_some(&self.watch)
+    }
+
+    /// Whether the attachment counts against its owner's per-user limit
+    /// (`max_attached_per_user`): an unprivileged loader's, and every
+    /// heir's. A privileged loader's own LOADs are not counted (perf's
+    /// per-user limits exempt them too); the threads a monitored program
+    /// creates are, whoever loaded it: that program, not the loader,
+    /// decides how many there are, and it must not be able to take every
+    /// registry slot from everyone (Documentation/perfmon.rst, Limits).
+    fn counted(&self) -> bool {
+        self.life.has(Life::WATCHED | Life::HEIR)
     }
 
     /// The monitored thread.

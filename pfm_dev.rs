@@ -490,7 +490,7 @@ enum SysfsValue {
 /// `/sys/kernel/perfmon`'s files, the one list of them: name and value.
 /// `shim.c` creates one read-only file per entry ([`pfm_sysfs_count`],
 /// [`pfm_sysfs_name`]) and asks [`pfm_sysfs_show`] for entry `i`'s value.
-const SYSFS_FILES: [(&CStr, fn(&Globals) -> SysfsValue); 19] = {
+const SYSFS_FILES: [(&CStr, fn(&Globals) -> SysfsValue); 20] = {
     use SysfsValue::{Num, Text};
     [
         (c_str!("abi_version"), |_| Num(abi::PFM_ABI_VERSION as u64)),
@@ -509,6 +509,9 @@ const SYSFS_FILES: [(&CStr, fn(&Globals) -> SysfsValue); 19] = {
         }),
         (c_str!("exec_armed_contexts"), |g| {
             Num(g.exec_armed.load(Ordering::Relaxed) as u64)
+        }),
+        (c_str!("watched_processes"), |_| {
+            Num(crate::pfm_ctxsw::watched_processes() as u64)
         }),
         (c_str!("context_bytes"), |g| {
             Num(g.contexts.object_size() as u64)

@@ -13,18 +13,29 @@
 //! attaches its heir before its first instruction in user mode
 //! ([`Family::adopt_current`]).
 //!
+//! Memory: an heir whose monitoring ended (its thread exited, or an exec
+//! revoked it) is folded into the family's totals and a compact row
+//! (`rows.rs`, at most `PFM_MAX_ENDED_ROWS` of them; the rest only
+//! counted) and let go, when the list has grown to twice what it kept at
+//! its last sweep (and at least [`SWEEP_MIN`]), or at the next read: a
+//! family holds at most `max(2 × live heirs, SWEEP_MIN)` heir contexts
+//! whatever the number of threads that came and went.
+//!
 //! Locking: `Family::members`, a mutex, serialises the tool's operations on
 //! the family with heirs joining. Under it a heir's calls take the
 //! registry and the heir's own lock as any context's do, and the root's
 //! calls take the root's lock (never the other way round: the mutex is
-//! never taken under a context's lock). Lifetimes: the root holds the family, the family
-//! its heirs, each heir the family: the root's close (or its next LOAD)
-//! empties the list, which breaks the cycle.
+//! never taken under a context's lock); the list of processes monitored
+//! whole (`pfm_ctxsw::watch_process`) is taken under it. Lifetimes: the
+//! root holds the family, the family its heirs, each heir the family: the
+//! root's close (or its next LOAD) empties the list, which breaks the
+//! cycle.
 
 mod calls;
 mod heir;
+mod rows;
 
-use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use kernel::prelude::*;
 use kernel::sync::{Arc, Mutex};
@@ -34,10 +45,11 @@ use kernel::types::ARef;
 use super::smpl::FamilySmpl;
 use super::Context;
 use crate::abi::{self, PFM_MAX_PMDS};
+use crate::globals;
 use crate::pfm_ctxsw::{self, Loader};
 use crate::pfm_x86::counters::Counters;
-use crate::rust::{self as glue, PidNs, SlabArc};
-use crate::{globals, MAX_ATTACHED};
+use crate::rust::{PidNs, SlabArc};
+use rows::EndedRows;
 
 /// A thread of the family other than the loaded one.
 struct Heir {
@@ -46,7 +58,24 @@ struct Heir {
     /// Its thread id and process id in the loader's pid namespace.
     tid: u32,
     pid: u32,
+    /// Its place in the order heirs joined (the rows' order).
+    seq: u64,
 }
+
+/// Rows of ended threads a family keeps (`PFM_MAX_ENDED_ROWS`): an heir
+/// whose monitoring ended is folded into the family's totals and its
+/// context freed; its row stays while there are fewer than this many,
+/// else it is only counted (`spilled_threads`). At most 1024 × (40 + 8 ×
+/// counting PMDs) bytes a family: 72 KiB with 4 PMDs, against 2.6 KB a
+/// context.
+const MAX_ENDED_ROWS: usize = abi::PFM_MAX_ENDED_ROWS;
+
+/// The list of heirs is swept of ended ones (their contexts freed, their
+/// rows folded) when it reaches twice the heirs it kept at the last sweep,
+/// and at least this many: amortised O(1) per joining thread, and at most
+/// `max(2 × live, SWEEP_MIN)` heir contexts held by a family, whatever
+/// its number of forks and exits.
+pub(crate) const SWEEP_MIN: usize = 32;
 
 /// What a thread counted: each PMD's count, and its times.
 #[derive(Clone, Copy)]
@@ -106,10 +135,16 @@ struct Members {
     open: bool,
     /// A LOAD is under way (from [`Family::begin`] to [`Family::settle`]).
     loading: bool,
-    /// Heirs whose rows were dropped at the row limit: their counts, and
-    /// how many they were.
-    spilled: Tally,
+    /// Heirs whose monitoring ended, folded: their rows (the first
+    /// `MAX_ENDED_ROWS`), how many more there were (no row), and what they
+    /// all counted.
+    ended: EndedRows,
     spilled_threads: usize,
+    ended_total: Tally,
+    /// The list's length at which it is swept of ended heirs next.
+    sweep_at: usize,
+    /// The next heir's place in the join order.
+    next_seq: u64,
 }
 
 impl Members {
@@ -128,8 +163,11 @@ impl Members {
             started: false,
             open: false,
             loading: false,
-            spilled: Tally::ZERO,
+            ended: EndedRows::new(),
             spilled_threads: 0,
+            ended_total: Tally::ZERO,
+            sweep_at: SWEEP_MIN,
+            next_seq: 0,
         }
     }
 }
@@ -162,32 +200,10 @@ pub(crate) struct Family {
     inheriting: AtomicBool,
     /// Threads that should have joined and could not, since LOAD.
     lost: AtomicU32,
-    /// In the list of processes monitored whole (`PFM_LOAD_PROCESS`).
+    /// In the list of processes monitored whole (`PFM_LOAD_PROCESS`),
+    /// under the key `watched_key` (`pfm_ctxsw::watch_process`).
     whole_process: AtomicBool,
-}
-
-/// The processes monitored whole: a thread created in one joins its
-/// family even if its creator is not monitored yet (LOAD's walk of the
-/// threads has not reached it). Each entry holds a thread of the process,
-/// referenced, so that its thread group cannot be freed and its address
-/// taken by another process while listed.
-///
-/// # Invariants
-///
-/// `entries.len() <= MAX_ATTACHED <= entries.capacity()` (nothing
-/// allocates under the lock).
-pub(crate) struct Processes {
-    entries: KVec<(ARef<Task>, Arc<Family>)>,
-}
-
-impl Processes {
-    /// An empty list, with room for one process per attachment.
-    pub(crate) fn new() -> Result<Self> {
-        // INVARIANT: empty, with the capacity of the limit.
-        Ok(Self {
-            entries: KVec::with_capacity(MAX_ATTACHED, GFP_KERNEL)?,
-        })
-    }
+    watched_key: AtomicU64,
 }
 
 /// Rows a family keeps, the root's included.
@@ -202,6 +218,7 @@ impl Family {
                 inheriting: AtomicBool::new(false),
                 lost: AtomicU32::new(0),
                 whole_process: AtomicBool::new(false),
+                watched_key: AtomicU64::new(0),
             }),
             GFP_KERNEL,
         )
@@ -347,11 +364,12 @@ impl Family {
         }
     }
 
-    /// What every heir counted, live ones read live, plus the heirs past
-    /// the row limit.
+    /// What every heir counted, live ones read live, ended ones as they
+    /// ended (folded first: their contexts freed).
     pub(super) fn heirs_tally(&self) -> Tally {
-        let m = self.members.lock();
-        let mut total = m.spilled;
+        let mut m = self.members.lock();
+        fold_ended(&mut m);
+        let mut total = m.ended_total;
         for h in m.heirs.iter() {
             if let Ok(t) = tally_of(&h.ctx, &m.base) {
                 total.add(&t);
@@ -363,20 +381,28 @@ impl Family {
     /// Threads monitored since LOAD (the root's included) and threads lost.
     pub(super) fn counts(&self) -> (u32, u32) {
         let m = self.members.lock();
-        let threads = 1 + m.heirs.len() + m.spilled_threads;
+        let threads = 1 + m.heirs.len() + m.ended.len() + m.spilled_threads;
         (
             u32::try_from(threads).unwrap_or(u32::MAX),
             self.lost.load(Ordering::Relaxed),
         )
     }
 
-    /// `PFM_IOC_READ_THREADS`'s rows after the root's: each heir's, in the
-    /// order they joined, through `row` (its values are its counts).
-    pub(super) fn heir_rows(&self, mut row: impl FnMut(u32, u32, &Snapshot, &[u64; PFM_MAX_PMDS])) {
-        let m = self.members.lock();
+    /// `PFM_IOC_READ_THREADS`'s rows after the root's: each heir's (ended
+    /// ones folded first), with its place in the order they joined,
+    /// through `row` (its values are its counts).
+    pub(super) fn heir_rows(
+        &self,
+        mut row: impl FnMut(u64, u32, u32, &Snapshot, &[u64; PFM_MAX_PMDS]),
+    ) {
+        let mut m = self.members.lock();
+        fold_ended(&mut m);
+        for e in m.ended.iter() {
+            row(e.seq, e.tid, e.pid, &e.snapshot(&m.base), &m.base);
+        }
         for h in m.heirs.iter() {
             if let Ok(s) = h.ctx.snapshot() {
-                row(h.tid, h.pid, &s, &m.base);
+                row(h.seq, h.tid, h.pid, &s, &m.base);
             }
         }
     }
@@ -394,30 +420,21 @@ impl Family {
         self.end(false);
         let mut m = self.members.lock();
         (m.root_tid, m.root_pid) = (0, 0);
-        m.spilled = Tally::ZERO;
+        m.ended = EndedRows::new();
         m.spilled_threads = 0;
+        m.ended_total = Tally::ZERO;
     }
 
-    /// The family of a process monitored whole (`PFM_LOAD_PROCESS`) that
-    /// the calling thread belongs to, if any.
-    pub(crate) fn of_current_process() -> Option<Arc<Self>> {
-        let list = globals().processes.lock();
-        list.entries
-            .iter()
-            // SAFETY: The listed thread is referenced.
-            .find(|(t, _)| unsafe { glue::same_thread_group_as_current(glue::task_ptr(t)) })
-            .map(|(_, f)| f.clone())
-    }
-
-    /// Lists the process of `task` as monitored whole by this family, from
-    /// now until the family ends.
+    /// Lists the process of `task` as monitored whole by this family, for
+    /// its loader, from now until the family ends or the process is gone
+    /// (`pfm_ctxsw::watch_process`: `ENOSPC`, `EDQUOT`).
     pub(super) fn watch_process(self: &Arc<Self>, task: ARef<Task>) -> Result {
-        let mut list = globals().processes.lock();
-        if list.entries.len() >= MAX_ATTACHED {
-            return Err(ENOSPC);
-        }
-        // Within the capacity (type invariant): no allocation.
-        list.entries.push((task, self.clone()), GFP_ATOMIC)?;
+        let key = {
+            let m = self.members.lock();
+            let loader = m.loader.as_ref().ok_or(EINVAL)?;
+            pfm_ctxsw::watch_process::<Context>(task, self, loader)?
+        };
+        self.watched_key.store(key, Ordering::Relaxed);
         self.whole_process.store(true, Ordering::Release);
         Ok(())
     }
@@ -427,27 +444,8 @@ impl Family {
         if !self.whole_process.swap(false, Ordering::AcqRel) {
             return;
         }
-        let removed = {
-            let mut list = globals().processes.lock();
-            let Some(i) = list
-                .entries
-                .iter()
-                .position(|(_, f)| core::ptr::eq(&**f, self))
-            else {
-                return;
-            };
-            let last = list.entries.len() - 1;
-            list.entries.as_mut_slice().swap(i, last);
-            // SAFETY: `last` is within the initialised length; reading the
-            // element out and then shortening the length by one moves it
-            // out exactly once.
-            let e = unsafe { core::ptr::read(list.entries.as_ptr().add(last)) };
-            // SAFETY: `last < len`; the element at `last` was moved out.
-            unsafe { list.entries.set_len(last) };
-            e
-        };
-        // The task and family references go outside the lock.
-        drop(removed);
+        // Gone already if the process exited.
+        pfm_ctxsw::unwatch_process::<Context>(self.watched_key.load(Ordering::Relaxed), self);
     }
 
     /// `PFM_LOAD_PROCESS`'s walk: every thread of `threads` that no
@@ -484,12 +482,15 @@ impl Family {
             // Counting from its install, which the thread does at once.
             let _ = heir.start_one();
         }
+        let seq = m.next_seq;
+        m.next_seq += 1;
         // Within the capacity `make_room` reserved: no allocation.
         m.heirs.push(
             Heir {
                 ctx: heir,
                 tid,
                 pid,
+                seq,
             },
             GFP_ATOMIC,
         )?;
@@ -531,12 +532,15 @@ impl Family {
         make_room(m)?;
         pfm_ctxsw::attach_heir(&heir, loader)?;
         heir.begin_as_heir(m.started, tid);
+        let seq = m.next_seq;
+        m.next_seq += 1;
         // Within the capacity reserved above: no allocation, no failure.
         m.heirs.push(
             Heir {
                 ctx: heir,
                 tid,
                 pid,
+                seq,
             },
             GFP_ATOMIC,
         )?;
@@ -546,9 +550,13 @@ impl Family {
 
 /// Room in the list for one more heir, reserved: once attached, an heir
 /// must be listed (START, STOP and UNLOAD reach it only through the list).
+/// The list is swept of ended heirs first when it has grown enough
+/// ([`SWEEP_MIN`]). Live heirs are bounded by the registry, far below
+/// the row limit, which is only a last guard.
 fn make_room(m: &mut Members) -> Result {
-    if m.heirs.len() + 1 >= MAX_ROWS {
-        spill_ended(m);
+    if m.heirs.len() >= m.sweep_at {
+        fold_ended(m);
+        m.sweep_at = (2 * m.heirs.len()).max(SWEEP_MIN);
     }
     if m.heirs.len() + 1 >= MAX_ROWS {
         return Err(ENOSPC);
@@ -566,20 +574,36 @@ fn close_heirs(m: &mut Members) {
     m.heirs = KVec::new();
 }
 
-/// Makes room at the row limit: heirs whose monitoring ended leave the
-/// list, their counts summed in `spilled`.
-fn spill_ended(m: &mut Members) {
+/// Folds every heir whose monitoring ended (its thread exited, or an exec
+/// revoked it) into the family's totals and its row, if there is room for
+/// one ([`MAX_ENDED_ROWS`]), and lets its context go (freed once its
+/// attachment is reaped). Heirs still monitored stay, in their order.
+fn fold_ended(m: &mut Members) {
+    if !m.heirs.iter().any(|h| h.ctx.monitoring_ended()) {
+        return;
+    }
     let Ok(mut kept) = KVec::with_capacity(m.heirs.len(), GFP_KERNEL) else {
         return;
     };
     for h in core::mem::replace(&mut m.heirs, KVec::new()) {
-        match h.ctx.snapshot() {
-            Ok(s) if s.exited || s.revoked => {
-                m.spilled.add(&tally_from(&s, &m.base));
-                m.spilled_threads += 1;
+        // Only an ended heir is read (a live one may be on another CPU).
+        let ended = match h.ctx.monitoring_ended().then(|| h.ctx.snapshot()) {
+            Some(Ok(s)) if s.exited || s.revoked => Some(s),
+            _ => None,
+        };
+        match ended {
+            Some(s) => {
+                let t = tally_from(&s, &m.base);
+                m.ended_total.add(&t);
+                let rowed = m.ended.len() < MAX_ENDED_ROWS
+                    && m.ended.push(h.seq, (h.tid, h.pid), &s, &t).is_ok();
+                if !rowed {
+                    m.spilled_threads += 1;
+                }
+                // `h` goes: its context is freed with its last reference.
             }
             // Within the capacity: no allocation, no failure.
-            _ => {
+            None => {
                 let _ = kept.push(h, GFP_ATOMIC);
             }
         }

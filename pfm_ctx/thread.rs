@@ -10,7 +10,7 @@ use kernel::sync::Arc;
 
 use super::{state_err, Context, CtxInner, Family};
 use crate::globals;
-use crate::pfm_ctxsw::{Attachment, Installed, Monitor, Registry, Verdict};
+use crate::pfm_ctxsw::{Attachment, Installed, Monitor, Processes, Registry, Verdict};
 use crate::pfm_msgq::{FinalMsg, FINAL_END, FINAL_REVOKED};
 use crate::pfm_state::{Op, State};
 use crate::pfm_x86::ThreadDeltas;
@@ -236,8 +236,8 @@ impl Monitor for Context {
         self.joinable_family()
     }
 
-    fn process_lineage() -> Option<Arc<Family>> {
-        Family::of_current_process()
+    fn processes() -> &'static IrqSpinLock<Processes<Self>> {
+        &globals().processes
     }
 
     fn adopt_current(lineage: &Arc<Family>) {

@@ -84,16 +84,14 @@ impl<M: Monitor> Attachment<M> {
 
 /// Why a LOAD's checks under the registry lock refuse it.
 fn registry_refusal<M: Monitor>(reg: &super::Registry<M>, att: &Attachment<M>) -> Result {
-    // One user cannot take every slot from the others (privileged loaders
-    // are not counted, as perf's per-user limits exempt them). A full
-    // registry is ENOSPC for everyone, whoever holds it.
-    if att.watch().is_some() && !reg.is_full() {
+    // One user cannot take every slot from the others (privileged loaders'
+    // own LOADs are not counted, as perf's per-user limits exempt them;
+    // heirs are, whoever loaded: `Attachment::counted`). A full registry
+    // is ENOSPC for everyone, whoever holds it. O(1): the registry keeps
+    // each user's count.
+    if att.counted() && !reg.is_full() {
         let limit = glue::param_max_attached_per_user() as usize;
-        let mine = reg
-            .iter()
-            .filter(|a| a.watch().is_some() && a.owner_uid == att.owner_uid)
-            .count();
-        if mine >= limit {
+        if reg.user_count(att.owner_uid) >= limit {
             return Err(edquot());
         }
     }
@@ -397,8 +395,9 @@ pub(crate) fn let_go<M: Monitor>(att: Arc<Attachment<M>>, prompt: bool) {
 /// this thread) to the calling thread, for `loader`. The thread's
 /// credentials are checked as an install checks them after an exec (it
 /// may have been created by a thread that had just gained privileges):
-/// `EACCES` if the loader may not see it. The per-user limit and the
-/// registry's apply as to any LOAD (`EDQUOT`, `ENOSPC`).
+/// `EACCES` if the loader may not see it. The per-user limit (which
+/// counts every heir, a privileged loader's too) and the registry's apply
+/// as to any LOAD (`EDQUOT`, `ENOSPC`).
 pub(crate) fn attach_heir<M: Monitor>(ctx: &SlabArc<M>, loader: Loader) -> Result {
     let me = kernel::current!();
     if glue::is_exiting(&me) {
@@ -409,6 +408,7 @@ pub(crate) fn attach_heir<M: Monitor>(ctx: &SlabArc<M>, loader: Loader) -> Resul
     // No credentials seen yet: the first check below compares everything.
     let access = Access { loader, cred: None };
     let att = Attachment::new(ARef::from(&*me), ctx.clone(), access, module)?;
+    att.life.set(Life::HEIR);
     globals().attached.fetch_add(1, Ordering::Relaxed);
     // SAFETY: We are the attachment's thread.
     if unsafe { att.lost_access() } {
@@ -447,6 +447,7 @@ pub(crate) fn attach_heir_remote<M: Monitor>(
     let module = unsafe { ModuleRef::try_get(crate::this_module()) }.ok_or(ENODEV)?;
     let access = Access { loader, cred: None };
     let att = Attachment::new(task, ctx.clone(), access, module)?;
+    att.life.set(Life::HEIR);
     globals().attached.fetch_add(1, Ordering::Relaxed);
     if let Err(e) = globals().pmu.hw_claim(&att.hw_claim) {
         release(att);

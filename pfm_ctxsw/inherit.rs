@@ -7,7 +7,8 @@
 //! for every task of the system: they cost one atomic load while no
 //! context inherits or waits for an exec. What they start runs in a
 //! task_work of the task concerned, in process context, before its next
-//! (for a child: its first) instruction in user mode.
+//! (for a child: its first) instruction in user mode. The exit probe ends
+//! a process monitored whole (`processes`).
 
 use core::sync::atomic::Ordering;
 
@@ -23,16 +24,20 @@ use crate::rust::{
 };
 
 /// What a probe leaves for a task_work to do.
-enum Job<M: Monitor> {
+pub(super) enum Job<M: Monitor> {
     /// A new task joins this family.
     Adopt(Arc<M::Lineage>),
     /// This context's thread completed its exec: start it.
     StartOnExec(SlabArc<M>),
+    /// The process of this key, which this family monitors whole, is gone
+    /// (run at the exit of its last thread): its entry leaves the list
+    /// (`processes`).
+    ProcessGone(Arc<M::Lineage>, u64),
 }
 
 /// A probe's job, queued on the task it concerns.
 #[pin_data]
-struct Deferred<M: Monitor> {
+pub(super) struct Deferred<M: Monitor> {
     #[pin]
     work: TaskWork<Self, 0>,
     job: Job<M>,
@@ -44,20 +49,33 @@ impl_has_task_work! {
     impl{M: Monitor} HasTaskWork<0> for Deferred<M> { self.work }
 }
 
+// SAFETY: The task_work's head is touched only by the one `TaskWork::queue`
+// whose exchange won and by the task_work list it is then on, until it has
+// run; the job is `Send + Sync` (contexts and families are), and so is the
+// module reference. A `Deferred` held in the list of processes monitored
+// whole (`processes`) is shared between the LOAD that made it, the exit
+// probe that queues it and the thread that runs it.
+unsafe impl<M: Monitor> Send for Deferred<M> {}
+// SAFETY: See `Send`.
+unsafe impl<M: Monitor> Sync for Deferred<M> {}
+
 impl<M: Monitor> Deferred<M> {
-    /// Queues `job` on `task`, from a probe (no sleeping allocation).
-    /// Whether it was queued.
-    fn queue(task: &kernel::task::Task, job: Job<M>) -> bool {
+    /// `job`, ready to be queued (allocated with `flags`).
+    pub(super) fn new(job: Job<M>, flags: kernel::alloc::Flags) -> Option<Arc<Self>> {
         // SAFETY: This module is live: we run its code.
-        let Some(module) = (unsafe { ModuleRef::try_get(crate::this_module()) }) else {
-            return false;
-        };
+        let module = unsafe { ModuleRef::try_get(crate::this_module()) }?;
         let init = pin_init!(Self {
             work <- TaskWork::new(),
             job,
             _module: module,
         });
-        let Ok(d) = Arc::pin_init(init, GFP_ATOMIC) else {
+        Arc::pin_init(init, flags).ok()
+    }
+
+    /// Queues `job` on `task`, from a probe (no sleeping allocation).
+    /// Whether it was queued.
+    fn queue(task: &kernel::task::Task, job: Job<M>) -> bool {
+        let Some(d) = Self::new(job, GFP_ATOMIC) else {
             return false;
         };
         // Refused only if the task is past its exit's task_works: it will
@@ -69,12 +87,14 @@ impl<M: Monitor> Deferred<M> {
 impl<M: Monitor> TaskWorkItem<0> for Deferred<M> {
     fn run(this: Arc<Self>) {
         // A task killed before it ever ran runs its task_works from its
-        // exit: nothing to monitor.
-        if !glue::is_exiting(kernel::current!()) {
-            match &this.job {
-                Job::Adopt(lineage) => M::adopt_current(lineage),
-                Job::StartOnExec(ctx) => ctx.start_on_exec(),
-            }
+        // exit: nothing to monitor. A process's end runs from its last
+        // thread's exit, by design.
+        let exiting = glue::is_exiting(kernel::current!());
+        match &this.job {
+            Job::Adopt(lineage) if !exiting => M::adopt_current(lineage),
+            Job::StartOnExec(ctx) if !exiting => ctx.start_on_exec(),
+            Job::ProcessGone(lineage, key) => super::processes::unwatch::<M>(*key, lineage),
+            _ => {}
         }
         // The last reference may go with the module's: return at once
         // (see `release`).
@@ -117,7 +137,7 @@ pub(crate) unsafe fn on_fork<M: Monitor>(child: *mut bindings::task_struct) {
         Some(ctx) => ctx.lineage(),
         None => None,
     };
-    let Some(lineage) = lineage.or_else(|| M::process_lineage()) else {
+    let Some(lineage) = lineage.or_else(super::processes::lineage_of_current::<M>) else {
         return;
     };
     let lost = lineage.clone();
@@ -185,6 +205,18 @@ pub(crate) unsafe extern "C" fn exec_probe<M: Monitor>(
     _bprm: *mut bindings::linux_binprm,
 ) {
     on_exec::<M>();
+}
+
+/// The exit probe's C signature.
+///
+/// # Safety
+///
+/// Called by the `sched_process_exit` tracepoint only, in the exiting task.
+pub(crate) unsafe extern "C" fn exit_probe<M: Monitor>(
+    _data: *mut c_void,
+    _task: *mut bindings::task_struct,
+) {
+    super::processes::on_exit::<M>();
 }
 
 /// The rename probe's C signature.

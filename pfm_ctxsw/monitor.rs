@@ -6,7 +6,7 @@
 use kernel::prelude::*;
 use kernel::sync::Arc;
 
-use super::{Attachment, Installed, Registry, Verdict};
+use super::{Attachment, Installed, Processes, Registry, Verdict};
 use crate::rust::{InSlab, IrqSpinLock, WorkList};
 
 /// What the thread side asks of the context it attaches. Every method
@@ -80,9 +80,8 @@ pub(crate) trait Monitor: InSlab + Send + Sync + Sized + 'static {
     /// The family a new thread of this context's thread joins, if the
     /// context inherits.
     fn lineage(&self) -> Option<Arc<Self::Lineage>>;
-    /// The family of a process monitored whole that the calling thread
-    /// belongs to, if any.
-    fn process_lineage() -> Option<Arc<Self::Lineage>>;
+    /// The processes monitored whole (`PFM_LOAD_PROCESS`).
+    fn processes() -> &'static IrqSpinLock<Processes<Self>>;
     /// In a new thread (current), before its first instruction in user
     /// mode: it joins `lineage`.
     fn adopt_current(lineage: &Arc<Self::Lineage>);

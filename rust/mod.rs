@@ -140,6 +140,8 @@ mod ffi {
         ) -> c_int;
         pub(crate) fn pfm_current_tid() -> c_int;
         pub(crate) fn pfm_same_thread_group_as_current(task: *mut bindings::task_struct) -> bool;
+        pub(crate) fn pfm_thread_group_key(task: *mut bindings::task_struct) -> c_ulong;
+        pub(crate) fn pfm_current_group_dead() -> bool;
         pub(crate) fn pfm_cred_ids(cred: *const bindings::cred, ids: *mut u32);
         pub(crate) fn pfm_task_dumpable(task: *mut bindings::task_struct) -> c_int;
         pub(crate) fn pfm_mm_dumpable(mm: *mut bindings::mm_struct) -> c_int;

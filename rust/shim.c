@@ -229,6 +229,10 @@ void pfm_preempt_notifier_add(struct task_struct *t, struct preempt_notifier *n)
 void pfm_cpu_relax(void) { cpu_relax(); }
 int pfm_current_tid(void) { return task_pid_vnr(current); }
 bool pfm_same_thread_group_as_current(struct task_struct *t) { return same_thread_group(t, current); }
+/* A thread group's identity (rust/task.rs): its signal_struct, put only by __put_task_struct. */
+unsigned long pfm_thread_group_key(struct task_struct *t) { return (unsigned long)t->signal; }
+/* In do_exit: no thread of current's group is live any more (group_dead's counter). */
+bool pfm_current_group_dead(void) { return atomic_read(&current->signal->live) == 0; }
 void pfm_cred_ids(const struct cred *c, u32 ids[6]) { ids[0] = c->uid.val; ids[1] = c->euid.val; ids[2] = c->suid.val; ids[3] = c->gid.val; ids[4] = c->egid.val; ids[5] = c->sgid.val; }
 int pfm_task_dumpable(struct task_struct *t) { return t->mm ? get_dumpable(t->mm) : -1; }
 int pfm_mm_dumpable(struct mm_struct *mm) { return get_dumpable(mm); }

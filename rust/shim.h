@@ -67,6 +67,8 @@ void pfm_exec_watch_register(void);
 void pfm_exec_watch_unregister(void);
 int pfm_current_tid(void);
 bool pfm_same_thread_group_as_current(struct task_struct *t);
+unsigned long pfm_thread_group_key(struct task_struct *t);
+bool pfm_current_group_dead(void);
 void pfm_cred_ids(const struct cred *c, u32 ids[6]);
 int pfm_task_dumpable(struct task_struct *t);
 int pfm_mm_dumpable(struct mm_struct *mm);

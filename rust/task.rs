@@ -304,6 +304,25 @@ impl<T: HasTaskWork<ID> + TaskWorkItem<ID>, const ID: u64> TaskWork<T, ID> {
     }
 }
 
+/// The identity of `task`'s process (thread group): the address of its
+/// `signal_struct`, which every thread of the process shares and which is
+/// freed only with the last `task_struct` that refers to it
+/// (`__put_task_struct`): while a reference on `task` is held, no other
+/// process can have this key.
+pub(crate) fn thread_group_key(task: &Task) -> u64 {
+    // SAFETY: `task` is live (the caller holds it); its `signal` is set at
+    // its creation and stays until it is freed.
+    unsafe { ffi::pfm_thread_group_key(task_ptr(task)) as u64 }
+}
+
+/// In `do_exit` of the calling thread: whether no thread of its process is
+/// live any more (the count `do_exit` decrements to find `group_dead`). A
+/// process whose count reached 0 creates no thread again.
+pub(crate) fn current_group_dead() -> bool {
+    // SAFETY: The calling thread's `signal` is live while it runs.
+    unsafe { ffi::pfm_current_group_dead() }
+}
+
 /// Whether `task` is a user thread: not a kernel thread nor an io_uring
 /// worker (which never returns to user mode).
 pub(crate) fn is_user_thread(task: &Task) -> bool {

@@ -7,7 +7,9 @@
 //! child is complete and before it first runs), and start-on-exec of a
 //! successful exec from `task_rename` (in the execing task, right after
 //! `perf_event_exec`, where perf's `enable_on_exec` starts counting) and
-//! `sched_process_exec` (once the new image is loaded).
+//! `sched_process_exec` (once the new image is loaded). A process
+//! monitored whole (`PFM_LOAD_PROCESS`) leaves the list of such processes
+//! when its last thread reaches `sched_process_exit`.
 
 use core::ffi::CStr;
 
@@ -36,18 +38,31 @@ pub(crate) type ExecProbe = unsafe extern "C" fn(
 pub(crate) type RenameProbe =
     unsafe extern "C" fn(*mut c_void, *mut bindings::task_struct, *const c_char);
 
+/// `sched_process_exit`'s probe: `(data, task)`, in `do_exit` of `task`
+/// (current) after `exit_mm` and before `exit_task_work`. Runs with
+/// preemption disabled.
+pub(crate) type ExitProbe = unsafe extern "C" fn(*mut c_void, *mut bindings::task_struct);
+
+/// How many tracepoints we probe.
+const PROBES: usize = 4;
+
 /// The tracepoints we probe, by name, in the order of [`TaskProbes`]'s.
-const NAMES: [&[u8]; 3] = [b"sched_process_fork", b"sched_process_exec", b"task_rename"];
+const NAMES: [&[u8]; PROBES] = [
+    b"sched_process_fork",
+    b"sched_process_exec",
+    b"task_rename",
+    b"sched_process_exit",
+];
 
 /// `for_each_kernel_tracepoint`'s callback: remembers the ones we want.
 ///
 /// # Safety
 ///
-/// `tp` is a kernel tracepoint and `data` the `[*mut tracepoint; 3]` that
+/// `tp` is a kernel tracepoint and `data` the `[*mut tracepoint; PROBES]` that
 /// `register` passes.
 unsafe extern "C" fn match_tracepoint(tp: *mut bindings::tracepoint, data: *mut c_void) {
     // SAFETY: The caller's guarantee: `data` is `register`'s array.
-    let found = unsafe { &mut *data.cast::<[*mut bindings::tracepoint; 3]>() };
+    let found = unsafe { &mut *data.cast::<[*mut bindings::tracepoint; PROBES]>() };
     // SAFETY: A kernel tracepoint's name is a static NUL-terminated string.
     let name = unsafe { CStr::from_ptr((*tp).name.cast()) }.to_bytes();
     if let Some(i) = NAMES.iter().position(|n| *n == name) {
@@ -55,15 +70,15 @@ unsafe extern "C" fn match_tracepoint(tp: *mut bindings::tracepoint, data: *mut 
     }
 }
 
-/// Our probes on `sched_process_fork`, `sched_process_exec` and
-/// `task_rename` while this lives; dropping it unregisters them and waits
+/// Our probes on `sched_process_fork`, `sched_process_exec`,
+/// `task_rename` and `sched_process_exit` while this lives; dropping it unregisters them and waits
 /// until no probe runs.
 ///
 /// # Invariants
 ///
 /// Each probe is registered on its (static) kernel tracepoint.
 pub(crate) struct TaskProbes {
-    probes: [(*mut bindings::tracepoint, *mut c_void); 3],
+    probes: [(*mut bindings::tracepoint, *mut c_void); PROBES],
 }
 
 // SAFETY: The tracepoints are static kernel objects and the probes module
@@ -73,15 +88,23 @@ unsafe impl Send for TaskProbes {}
 unsafe impl Sync for TaskProbes {}
 
 impl TaskProbes {
-    /// Registers `fork`, `exec` and `rename`. `ENOENT` if the kernel lacks
-    /// one of the tracepoints (it is built without `CONFIG_TRACEPOINTS`, or
-    /// they were renamed).
-    pub(crate) fn register(fork: ForkProbe, exec: ExecProbe, rename: RenameProbe) -> Result<Self> {
-        let mut found: [*mut bindings::tracepoint; 3] = [core::ptr::null_mut(); 3];
+    /// Registers `fork`, `exec`, `rename` and `exit`. `ENOENT` if the
+    /// kernel lacks one of the tracepoints (it is built without
+    /// `CONFIG_TRACEPOINTS`, or they were renamed).
+    pub(crate) fn register(
+        fork: ForkProbe,
+        exec: ExecProbe,
+        rename: RenameProbe,
+        exit: ExitProbe,
+    ) -> Result<Self> {
+        let mut found: [*mut bindings::tracepoint; PROBES] = [core::ptr::null_mut(); PROBES];
         // SAFETY: The callback only reads each tracepoint's name and
         // writes `found`, which outlives the call.
         unsafe {
-            ffi::for_each_kernel_tracepoint(match_tracepoint, (&mut found as *mut [_; 3]).cast())
+            ffi::for_each_kernel_tracepoint(
+                match_tracepoint,
+                (&mut found as *mut [_; PROBES]).cast(),
+            )
         };
         if found.iter().any(|tp| tp.is_null()) {
             return Err(ENOENT);
@@ -90,6 +113,7 @@ impl TaskProbes {
             (found[0], fork as *mut c_void),
             (found[1], exec as *mut c_void),
             (found[2], rename as *mut c_void),
+            (found[3], exit as *mut c_void),
         ];
         for (i, &(tp, probe)) in probes.iter().enumerate() {
             // SAFETY: A kernel tracepoint, and a probe of its prototype

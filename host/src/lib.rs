@@ -4,9 +4,10 @@
 //! runs their `#[cfg(test)]` modules and the simulator tests in `tests/`.
 //!
 //! The module tree mirrors the kernel crate's: `abi`, `pfm_state`,
-//! `pfm_counter`, `pfm_random`, `pfm_msgq`, `pfm_page`, `pfm_sets` and `ptrace_rule` at the root, the
-//! hardware models under `pfm_x86`, so the files' `crate::` and `super::`
-//! paths mean the same thing in both.
+//! `pfm_counter`, `pfm_random`, `pfm_msgq`, `pfm_page`, `pfm_sets`,
+//! `pfm_index` and `ptrace_rule` at the root, the hardware models under
+//! `pfm_x86`, so the files' `crate::` and `super::` paths mean the same
+//! thing in both.
 
 // `core` only, as in the kernel; the tests link std.
 #![cfg_attr(not(test), no_std)]
@@ -48,6 +49,9 @@ pub mod pfm_page;
 
 #[path = "../../pfm_sets.rs"]
 pub mod pfm_sets;
+
+#[path = "../../pfm_index.rs"]
+pub mod pfm_index;
 
 /// ptrace's read rule (the kernel-free part of `pfm_ctxsw/access.rs`).
 #[path = "../../pfm_ctxsw/ptrace_rule.rs"]

@@ -158,6 +158,13 @@ impl Context {
         })
     }
 
+    /// Whether this context's monitoring ended for good: its thread exited,
+    /// or an exec revoked it (cheap: no live read).
+    pub(in crate::pfm_ctx) fn monitoring_ended(&self) -> bool {
+        let inner = self.inner.lock();
+        inner.exited || inner.msgs.final_type() == FINAL_REVOKED
+    }
+
     /// Whether the context waits for its thread's exec to start.
     pub(crate) fn waits_for_exec(&self) -> bool {
         self.inner.lock().exec_armed
@@ -209,24 +216,39 @@ impl Context {
             )?;
         }
         let mut failed = Ok(());
+        // The family gives ended threads' rows first: they are written in
+        // the order the threads joined, as documented (`order`: each heir
+        // row's place in that order, and in `rows`).
+        let mut order = KVec::new();
         if let Some(f) = &family {
-            f.heir_rows(|tid, pid, s, base| {
-                let r = row(tid, pid, thread_flags(s), s, base, mask);
+            f.heir_rows(|seq, tid, pid, s, base| {
                 if failed.is_ok() {
-                    failed = rows.push(r, GFP_KERNEL).map_err(Error::from);
+                    let at = rows.len();
+                    failed = rows
+                        .push(row(tid, pid, thread_flags(s), s, base, mask), GFP_KERNEL)
+                        .and_then(|()| order.push((seq, at), GFP_KERNEL))
+                        .map_err(Error::from);
                 }
             });
             arg.lost_threads = f.counts().1;
         }
         failed?;
+        order.sort_unstable_by_key(|(seq, _)| *seq);
         arg.needed = u32::try_from(rows.len()).unwrap_or(u32::MAX);
         if (arg.count as usize) < rows.len() {
             return Err(E2BIG);
         }
         let size = rows.len() * core::mem::size_of::<abi::PfmThread>();
         let mut out = UserSlice::new(arg.threads as usize, size).writer();
-        for r in rows.iter() {
+        // The loaded thread's row, if any, then the others.
+        let loaded = rows.len() - order.len();
+        for r in rows.iter().take(loaded) {
             out.write(r)?;
+        }
+        for (_, at) in order.iter() {
+            if let Some(r) = rows.get(*at) {
+                out.write(r)?;
+            }
         }
         Ok(())
     }

@@ -270,7 +270,9 @@ struct pfm_ctx_info {
  * PMD order (at most PFM_THREAD_VALUES of them).
  */
 #define PFM_THREAD_VALUES	16
-#define PFM_MAX_THREAD_ROWS	65536	/* rows kept; more threads are summed, not listed */
+#define PFM_MAX_THREAD_ROWS	65536	/* most rows there can be (the loaded thread, live threads:
+					 * at most 4096 attached system-wide, ended threads) */
+#define PFM_MAX_ENDED_ROWS	1024	/* rows of ended threads kept; more are summed, not listed */
 
 /* struct pfm_thread.flags */
 #define PFM_THRFL_EXITED	(1u << 0)	/* the thread exited; values are final */

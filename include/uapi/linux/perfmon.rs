@@ -378,8 +378,14 @@ pub struct PfmCtxInfo {
 
 /// Values per row of `PFM_IOC_READ_THREADS`.
 pub const PFM_THREAD_VALUES: usize = 16;
-/// Rows a context keeps; more threads are summed, not listed.
+/// Most rows `PFM_IOC_READ_THREADS` returns (a buffer of this many always
+/// suffices): the loaded thread's, the live threads' (at most the 4096
+/// threads attached system-wide) and at most [`PFM_MAX_ENDED_ROWS`] of
+/// ended threads.
 pub const PFM_MAX_THREAD_ROWS: usize = 65536;
+/// Rows of ended threads (exited, or revoked at an exec) a context keeps;
+/// more ended threads are summed into the totals and counted, not listed.
+pub const PFM_MAX_ENDED_ROWS: usize = 1024;
 /// [`PfmThread::flags`]: the thread exited; its values are final.
 pub const PFM_THRFL_EXITED: u32 = 1 << 0;
 /// [`PfmThread::flags`]: its monitoring ended at an exec it may not see.

@@ -241,7 +241,10 @@ mod abi_tests {
             (PFM_THRFL_EXITED, PFM_THRFL_REVOKED, PFM_THRFL_LOADED),
             (1, 2, 4)
         );
-        assert_eq!((PFM_THREAD_VALUES, PFM_MAX_THREAD_ROWS), (16, 65536));
+        assert_eq!(
+            (PFM_THREAD_VALUES, PFM_MAX_THREAD_ROWS, PFM_MAX_ENDED_ROWS),
+            (16, 65536, 1024)
+        );
         assert_eq!(
             (
                 PFM_SOFT_EV_TASK_CLOCK,
