@@ -79,6 +79,17 @@ pub fn thread_switches() -> u64 {
     (ru.ru_nvcsw + ru.ru_nivcsw) as u64
 }
 
+/// The calling thread's voluntary context switches so far (`ru_nvcsw`
+/// of `getrusage(RUSAGE_THREAD)`): its blocking system calls that did
+/// switch (a nap whose timer expired before `schedule()` did not).
+pub fn thread_voluntary_switches() -> u64 {
+    // SAFETY: A zeroed rusage is valid; getrusage writes within it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is valid for writes.
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    ru.ru_nvcsw as u64
+}
+
 fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,

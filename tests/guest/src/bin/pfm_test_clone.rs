@@ -205,7 +205,10 @@ fn load_start_self() -> TestResult {
         c.1 - b.1,
         d.1 - a.1
     );
-    ensure!(v[1] >= 20, "{} switches for 20 naps", v[1]);
+    // The bound is the thread's own count above: a nap whose timer
+    // expires before `schedule()` does not switch, so the 20 naps bound
+    // nothing. That some did is what makes the case one about switches.
+    ensure!(c.1 > b.1, "none of the 20 naps switched");
     Ok(())
 }
 
