@@ -19,7 +19,7 @@
 #      QEMU_CPU       -cpu value (default max)
 #      QEMU_SMP, QEMU_MEM   (default 2, 2G)
 #      QEMU_EXTRA     more qemu arguments
-#      GUEST_TIMEOUT  seconds (default: check 1500, run/cmd 300)
+#      GUEST_TIMEOUT  seconds (default: check 2700, run/cmd 300)
 #      TEST_TIMEOUT   per-test (per-command) seconds inside the guest
 #                     (default: check 600, run/cmd GUEST_TIMEOUT-60)
 #      PFM_CMDLINE    more kernel command line
@@ -47,7 +47,7 @@ initrd=${PFM_INITRD:-$PFM_BUILD/initramfs-$variant.cpio.gz}
 [ -f "$initrd" ] || { echo "vm: no $initrd (run: scripts/initramfs.sh $variant)" >&2; exit 1; }
 
 case $job in
-check) : "${GUEST_TIMEOUT:=1500}"; : "${TEST_TIMEOUT:=600}" ;;
+check) : "${GUEST_TIMEOUT:=2700}"; : "${TEST_TIMEOUT:=600}" ;;
 *)     : "${GUEST_TIMEOUT:=300}";  : "${TEST_TIMEOUT:=$(( GUEST_TIMEOUT > 120 ? GUEST_TIMEOUT - 60 : GUEST_TIMEOUT ))}" ;;
 esac
 

@@ -661,8 +661,11 @@ fn cold_loop(n: u64) -> (u64, u64) {
 ///   within ±5 points of the thread's own measured share (an IP is where
 ///   the time went, so the shares converge at 1/√n: with ~1,000 samples
 ///   the binomial standard deviation of an 80% share is 1.3 points), and
-///   at least 90% of the entries in one of the two loops (the rest:
-///   the clock reads and naps between them). Without the timer every entry
+///   the share outside both loops (the clock reads and the naps' system
+///   calls between them, about a tenth of the time on the debug kernel)
+///   within the same ±5 points of the thread's own time there (it was a
+///   fixed "90% in the loops", which 887 of 1,001 missed once the naps
+///   cost more). Without the timer every entry
 ///   is taken at a switch-out, its IP in the nap's system call;
 /// - perf_event's task-clock with `sample_period` P on the same thread
 ///   over the same window is reported, not checked: its hrtimer restarts
@@ -769,7 +772,8 @@ fn clock_sampling() -> TestResult {
     diag(format!(
         "task-clock P = {CLOCK_PERIOD} ns: T = {t} ns (own clock), counted {total} ns, {naps} naps; \
          entries {} + lost {} (T/P = {expect}, counted/P = {}); perf {} samples ({} lost); \
-         hot {n_hot} cold {n_cold} other {}: hot share {}.{}% of the loops' samples, own {}.{}%",
+         hot {n_hot} cold {n_cold} other {}: hot share {}.{}% of the loops' samples, own {}.{}%; \
+         loops' own time {} ns",
         entries.len(),
         stats.lost,
         total / CLOCK_PERIOD,
@@ -779,15 +783,20 @@ fn clock_sampling() -> TestResult {
         share_smpl / 10,
         share_smpl % 10,
         share_own / 10,
-        share_own % 10
+        share_own % 10,
+        hot_ns + cold_ns
     ));
     let within = |x: u64| x.abs_diff(expect) * 50 <= expect;
     ensure!(within(n), "{n} entries, not within 2% of T/P = {expect}");
+    // Outside the loops the thread runs its clock reads and the naps'
+    // system calls (on the debug kernel, a tenth of its time): their share
+    // of the entries is held to their share of the thread's own time, as
+    // the hot share below is, not to a fixed fraction.
+    let other_own = t.saturating_sub(hot_ns + cold_ns) * 1000 / t.max(1);
+    let other_smpl = (entries.len() as u64 - n_hot - n_cold) * 1000 / (entries.len() as u64).max(1);
     ensure!(
-        (n_hot + n_cold) * 10 >= entries.len() as u64 * 9,
-        "only {} of {} entries in the loops",
-        n_hot + n_cold,
-        entries.len()
+        other_smpl.abs_diff(other_own) <= 50,
+        "{other_smpl}‰ of the entries outside the loops, {other_own}‰ of the thread's own time"
     );
     ensure!(
         share_smpl.abs_diff(share_own) <= 50,
