@@ -138,16 +138,18 @@ impl Drop for LockedCharge {
         // invariant); taken back once, here.
         unsafe { ffi::pfm_user_perf_mlock_add(self.user.as_ptr(), -user_delta) };
         if let Some(mm) = self.mm {
+            // The structure outlives its address space, so the uncharge is
+            // right after the process's exit too (its counter is then read
+            // by nobody).
             // SAFETY: `mm` is referenced, `pinned` charged to it (type
-            // invariant). The structure outlives its address space, so
-            // this is right after the process's exit too (its counter is
-            // then read by nobody). The last reference may free the
-            // structure: `__mmdrop`, process context without locks (as
-            // every free of a sampling buffer, `pfm_ctx/smpl.rs`).
-            unsafe {
-                ffi::pfm_mm_pinned_vm_add(mm.as_ptr(), -pinned_delta);
-                ffi::pfm_mmdrop(mm.as_ptr());
-            }
+            // invariant); taken back once, here.
+            unsafe { ffi::pfm_mm_pinned_vm_add(mm.as_ptr(), -pinned_delta) };
+            // The last reference may free the structure (`__mmdrop`): we
+            // run in process context without locks, as every free of a
+            // sampling buffer does (`pfm_ctx/smpl.rs`).
+            // SAFETY: The `mmgrab` reference taken by `charge` (type
+            // invariant), put once.
+            unsafe { ffi::pfm_mmdrop(mm.as_ptr()) };
         }
         // SAFETY: The reference taken by `charge` (type invariant), put once.
         unsafe { ffi::free_uid(self.user.as_ptr()) };
