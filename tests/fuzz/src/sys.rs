@@ -11,7 +11,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 pub use pfm_test_support::raw::{abi, check, errno, ioctl_ref};
-pub use pfm_test_support::user::{become_user, privileged};
+pub use pfm_test_support::user::{become_user, become_user_keeping, privileged};
 
 /// Page size (x86-64).
 pub const PAGE: usize = 4096;
@@ -438,44 +438,6 @@ pub fn set_child_subreaper() {
 pub fn set_dumpable() {
     // SAFETY: no memory is involved.
     unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1 as libc::c_ulong) };
-}
-
-/// Root becomes `uid`/`gid` keeping the capabilities `caps` (below 32)
-/// permitted and effective, as a KEEPCAPS daemon does: a target that
-/// ptrace's rule keeps from a loader of the same user without them.
-pub fn become_user_keeping(uid: u32, gid: u32, caps: u32) -> Result<(), i32> {
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: i32,
-    }
-    #[repr(C)]
-    #[derive(Clone, Copy)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    // SAFETY: no memory is involved.
-    check(unsafe { libc::prctl(libc::PR_SET_KEEPCAPS, 1 as libc::c_ulong) } as i64)?;
-    become_user(uid, gid)?;
-    let h = Header {
-        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
-        pid: 0,
-    };
-    let mut d = [Data {
-        effective: 0,
-        permitted: 0,
-        inheritable: 0,
-    }; 2];
-    d[0] = Data {
-        effective: caps,
-        permitted: caps,
-        inheritable: 0,
-    };
-    // SAFETY: a valid header and the two data words version 3 takes.
-    check(unsafe { libc::syscall(libc::SYS_capset, &h, d.as_ptr()) })?;
-    Ok(())
 }
 
 /// A user namespace of the caller's own, with its uid mapped to itself

@@ -301,3 +301,50 @@ pub fn proc_state(tid: u32) -> Option<char> {
     let after = &stat[stat.rfind(')')? + 1..];
     after.trim_start().chars().next()
 }
+
+/// Runs this program again in its own child mode `args` (a test's own
+/// `CHILD_FLAG` modes, beside [`dispatch`]'s shared ones); its stdout, all
+/// of it (also from processes it forked), once it has exited, or an error
+/// if it has not within `timeout` (it is killed then). The output goes to
+/// the TAP log as a diagnostic.
+pub fn run_self(args: &[&str], timeout: Duration) -> Result<String, String> {
+    use std::io::Read;
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let mut child = Command::new(exe)
+        .arg(CHILD_FLAG)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("spawn: {e}"))?;
+    let mut out = child.stdout.take().ok_or("no stdout")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        let _ = tx.send(s);
+    });
+    let text = rx.recv_timeout(timeout);
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = text.map_err(|_| format!("{args:?}: no end of output within {timeout:?}"))?;
+    crate::tap::diag(format!(
+        "{}: {}",
+        args.first().unwrap_or(&""),
+        text.trim().replace('\n', " | ")
+    ));
+    Ok(text)
+}
+
+/// The value of `key=VALUE` in a child's output.
+pub fn field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+}
+
+/// The number of `key=N` in a child's output.
+pub fn num_field(text: &str, key: &str) -> Result<u64, String> {
+    field(text, key)
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| format!("no {key}= in {text:?}"))
+}

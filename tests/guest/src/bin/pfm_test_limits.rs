@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use perfmon::abi::*;
 use perfmon::Context;
-use pfm_guest::child::CHILD_FLAG;
+use pfm_guest::child::{field, num_field, CHILD_FLAG};
 use pfm_guest::raw;
 use pfm_guest::tap::diag;
 use pfm_guest::{ensure, module, soft_context, ResultExt, Tap, TestResult};
@@ -83,17 +83,6 @@ fn env_num(name: &str, default: u64) -> u64 {
 
 fn set_limit(n: u64) -> TestResult {
     std::fs::write(PARAM_LIMIT, n.to_string()).ctx("write max_attached_per_user")
-}
-
-fn field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
-    text.split_whitespace()
-        .find_map(|w| w.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
-}
-
-fn num_field(text: &str, key: &str) -> Result<u64, String> {
-    field(text, key)
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| format!("no {key}= in {text:?}"))
 }
 
 /// The module's context slab cache's active objects (`/proc/slabinfo`).

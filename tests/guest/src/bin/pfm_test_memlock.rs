@@ -31,14 +31,12 @@
 //! Before the charge existed, the buffers were refused nowhere and `VmPin`
 //! stayed 0: cases 1 to 6 failed.
 
-use std::io::Read;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use perfmon::abi::*;
 use perfmon::perf::{PerfSampler, SoftwareEvent};
 use perfmon::{Context, SampleBuffer};
-use pfm_guest::child::CHILD_FLAG;
+use pfm_guest::child::{run_self, CHILD_FLAG};
 use pfm_guest::tap::diag;
 use pfm_guest::{ensure, module, raw, ResultExt, Tap, TestResult};
 
@@ -284,32 +282,6 @@ fn own_dispatch() {
     std::process::exit(code);
 }
 
-/// Runs this program in child mode `args`; its stdout once it has exited.
-fn run_child(args: &[&str], timeout: Duration) -> Result<String, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-    let mut child = Command::new(exe)
-        .arg(CHILD_FLAG)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("spawn: {e}"))?;
-    let mut out = child.stdout.take().ok_or("no stdout")?;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        let _ = tx.send(s);
-    });
-    let text = rx.recv_timeout(timeout);
-    let _ = child.kill();
-    let _ = child.wait();
-    let text = text.map_err(|_| format!("{args:?}: no end of output within {timeout:?}"))?;
-    diag(format!("{}: {}", args[0], text.trim()));
-    ensure!(!text.contains("error="), "{}", text.trim());
-    Ok(text)
-}
-
 fn num(text: &str, key: &str) -> Result<i64, String> {
     text.split_whitespace()
         .find_map(|w| w.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
@@ -523,6 +495,13 @@ fn root_exempt() -> TestResult {
         );
         Ok(())
     })
+}
+
+/// [`run_self`], failing on a child that reports `error=`.
+fn run_child(args: &[&str], timeout: Duration) -> Result<String, String> {
+    let text = run_self(args, timeout)?;
+    ensure!(!text.contains("error="), "{}", text.trim());
+    Ok(text)
 }
 
 fn main() {

@@ -24,7 +24,7 @@
 //! - A LOAD refused after the hardware claim gives the claim back before
 //!   it returns (`hw_claimed`, `intel_arch_sim`).
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::os::fd::AsRawFd;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -32,10 +32,9 @@ use std::time::{Duration, Instant};
 use perfmon::abi::*;
 use perfmon::perf::{PerfCounter, SoftwareEvent};
 use perfmon::{Context, MessageKind, SampleBuffer};
-use pfm_guest::child::CHILD_FLAG;
+use pfm_guest::child::{run_self as run_child, field, num_field, CHILD_FLAG};
 use pfm_guest::frames::{code, iterations_per_ms, run_chain};
 use pfm_guest::raw;
-use pfm_guest::tap::diag;
 use pfm_guest::{ensure, module, work, ResultExt, Tap, TestResult};
 
 const PLAN: usize = 12;
@@ -45,52 +44,13 @@ const CAP_SETUID: u32 = 7;
 /// Where `insmod` runs without /proc.
 const NOPROC_ROOT: &str = "/tmp/pfm-noproc-root";
 
-/// `capset(2)` of the calling thread: `permitted` and `effective` (bit
-/// masks of capabilities below 32), nothing inheritable.
-fn set_caps(permitted: u32, effective: u32) -> Result<(), i32> {
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: i32,
-    }
-    #[repr(C)]
-    #[derive(Clone, Copy)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    let h = Header {
-        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
-        pid: 0,
-    };
-    let mut d = [Data {
-        effective: 0,
-        permitted: 0,
-        inheritable: 0,
-    }; 2];
-    d[0].effective = effective;
-    d[0].permitted = permitted;
-    // SAFETY: a valid header and the two data words version 3 takes.
-    let r = unsafe { libc::syscall(libc::SYS_capset, &h, d.as_ptr()) };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(raw::errno())
-    }
-}
-
 /// Root drops to `UID` keeping the capabilities `caps` (permitted and
 /// effective), and stays dumpable (a uid change makes a process
 /// non-dumpable, which ptrace refuses for its own reason).
 fn become_user_with(caps: u32) -> Result<(), String> {
-    // SAFETY: plain prctl calls.
-    if unsafe { libc::prctl(libc::PR_SET_KEEPCAPS, 1, 0, 0, 0) } != 0 {
-        return Err(format!("PR_SET_KEEPCAPS: errno {}", raw::errno()));
-    }
-    raw::become_user(UID, UID).map_err(|e| format!("setresuid: errno {e}"))?;
-    set_caps(caps, caps).map_err(|e| format!("capset: errno {e}"))?;
-    // SAFETY: as above.
+    pfm_test_support::user::become_user_keeping(UID, UID, caps)
+        .map_err(|e| format!("keepcaps, setresuid, capset: errno {e}"))?;
+    // SAFETY: a plain prctl.
     if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) } != 0 {
         return Err(format!("PR_SET_DUMPABLE: errno {}", raw::errno()));
     }
@@ -324,31 +284,6 @@ fn own_dispatch() {
     std::process::exit(code);
 }
 
-/// Runs this program in child mode `args`; its stdout once it has exited.
-fn run_child(args: &[&str], timeout: Duration) -> Result<String, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-    let mut child = Command::new(exe)
-        .arg(CHILD_FLAG)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("spawn: {e}"))?;
-    let mut out = child.stdout.take().ok_or("no stdout")?;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        let _ = tx.send(s);
-    });
-    let text = rx.recv_timeout(timeout);
-    let _ = child.kill();
-    let _ = child.wait();
-    let text = text.map_err(|_| format!("{args:?}: no end of output within {timeout:?}"))?;
-    diag(format!("{}: {}", args[0], text.trim().replace('\n', " | ")));
-    Ok(text)
-}
-
 /// A spinning target of `kind`, once it says it is ready.
 struct Target(Child);
 
@@ -379,17 +314,6 @@ impl Drop for Target {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
-    text.split_whitespace()
-        .find_map(|w| w.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
-}
-
-fn num_field(text: &str, key: &str) -> Result<u64, String> {
-    field(text, key)
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| format!("no {key}= in {text:?}"))
 }
 
 /// An observer of `kind` against a target of `target_kind`: perf's answer,

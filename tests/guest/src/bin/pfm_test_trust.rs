@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use perfmon::abi::*;
 use perfmon::{Context, MessageKind};
-use pfm_guest::child::CHILD_FLAG;
+use pfm_guest::child::{run_self as run_child, field, num_field, CHILD_FLAG};
 use pfm_guest::raw;
 use pfm_guest::tap::diag;
 use pfm_guest::{ensure, module, ResultExt, Tap, TestResult};
@@ -481,43 +481,6 @@ fn own_dispatch() {
         _ => return,
     };
     std::process::exit(code);
-}
-
-/// Runs this program in child mode `args`; its stdout (all of it, also
-/// from processes it forked) once it has exited.
-fn run_child(args: &[&str], timeout: Duration) -> Result<String, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-    let mut child = Command::new(exe)
-        .arg(CHILD_FLAG)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("spawn: {e}"))?;
-    let mut out = child.stdout.take().ok_or("no stdout")?;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        let _ = tx.send(s);
-    });
-    let text = rx.recv_timeout(timeout);
-    let _ = child.kill();
-    let _ = child.wait();
-    let text = text.map_err(|_| format!("{args:?}: no end of output within {timeout:?}"))?;
-    diag(format!("{}: {}", args[0], text.trim().replace('\n', " | ")));
-    Ok(text)
-}
-
-fn field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
-    text.split_whitespace()
-        .find_map(|w| w.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
-}
-
-fn num_field(text: &str, key: &str) -> Result<u64, String> {
-    field(text, key)
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| format!("no {key}= in {text:?}"))
 }
 
 fn make_suid_copy() -> TestResult {
