@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use perfmon::abi::*;
 use perfmon::perf::{PerfCounter, SoftwareEvent};
 use perfmon::{Context, MessageKind, SampleBuffer};
-use pfm_guest::child::{run_self as run_child, field, num_field, CHILD_FLAG};
+use pfm_guest::child::{field, num_field, run_self as run_child, CHILD_FLAG};
 use pfm_guest::frames::{code, iterations_per_ms, run_chain};
 use pfm_guest::raw;
 use pfm_guest::{ensure, module, work, ResultExt, Tap, TestResult};
@@ -388,7 +388,10 @@ fn userns_creator_case() -> TestResult {
 
 /// The setresuid case with PMC 0 counting `event`.
 fn setuid_case(event: u64) -> TestResult {
-    let out = run_child(&["ptrace-setuid", &event.to_string()], Duration::from_secs(120))?;
+    let out = run_child(
+        &["ptrace-setuid", &event.to_string()],
+        Duration::from_secs(120),
+    )?;
     ensure!(field(&out, "error").is_none(), "{out}");
     ensure!(num_field(&out, "setuid")? == 0, "setresuid failed: {out}");
     ensure!(num_field(&out, "revoked")? == 1, "REVOKED messages: {out}");

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use perfmon::abi::*;
 use perfmon::{Context, MessageKind};
-use pfm_guest::child::{run_self as run_child, field, num_field, CHILD_FLAG};
+use pfm_guest::child::{field, num_field, run_self as run_child, CHILD_FLAG};
 use pfm_guest::raw;
 use pfm_guest::tap::diag;
 use pfm_guest::{ensure, module, ResultExt, Tap, TestResult};
