@@ -38,6 +38,7 @@ mod control;
 mod family;
 mod mailbox;
 mod page;
+mod parts;
 mod regs;
 mod sets;
 mod smpl;
@@ -45,9 +46,7 @@ mod thread;
 
 use family::Family;
 use mailbox::{Mailbox, Reader};
-use page::CtxPage;
-use sets::CtxSets;
-use smpl::CtxSmpl;
+use parts::Parts;
 
 /// The part of a context protected by its lock.
 pub(crate) struct CtxInner {
@@ -103,48 +102,10 @@ pub(crate) struct CtxInner {
     pending_ovfl: u64,
     /// User instruction pointer of the thread when they overflowed.
     pending_ip: u64,
-    /// The mapped counter page, from the first `mmap` on, or the event
-    /// sets, from the first `CREATE_SETS` on (a page describes one image:
-    /// a context has one or the other, and keeps it).
-    extra: Option<KBox<Extra>>,
-}
-
-/// What a context may have beyond counting, allocated when first asked
-/// for: one pointer in every context.
-enum Extra {
-    /// The mapped counter page.
-    Page(CtxPage),
-    /// Event sets.
-    Sets(CtxSets),
-    /// A whole program's family, of which this context is the root (the
-    /// one the tool loaded).
-    Family(Arc<Family>),
-    /// The family this context is an heir of (it monitors one of the
-    /// program's other threads).
-    Heir(Arc<Family>),
-    /// The sampling buffer, and the family, if the context is the root or
-    /// an heir of a whole program that samples.
-    Smpl(CtxSmpl),
-}
-
-impl Extra {
-    /// The family this context is the root of, if any.
-    fn root_of(&self) -> Option<&Arc<Family>> {
-        match self {
-            Extra::Family(f) => Some(f),
-            Extra::Smpl(s) => s.root_of(),
-            _ => None,
-        }
-    }
-
-    /// The family this context belongs to, as its root or an heir.
-    fn family(&self) -> Option<&Arc<Family>> {
-        match self {
-            Extra::Family(f) | Extra::Heir(f) => Some(f),
-            Extra::Smpl(s) => s.family(),
-            _ => None,
-        }
-    }
+    /// What the context has beyond counting (`parts.rs`): the mapped
+    /// page, event sets, a sampling buffer, a place in a whole program;
+    /// each from the first call that asks for it on.
+    parts: Option<KBox<Parts>>,
 }
 
 /// What a new context starts with: nothing for `open`, another context's
@@ -153,8 +114,8 @@ struct Programming {
     flags: u32,
     used_pmds: u32,
     counters: Counters,
-    /// An [`Extra::Sets`], or nothing.
-    sets: Option<KBox<Extra>>,
+    /// Parts holding a copy of the source's event sets, or nothing.
+    parts: Option<KBox<Parts>>,
 }
 
 impl Programming {
@@ -164,7 +125,7 @@ impl Programming {
             flags: 0,
             used_pmds: 0,
             counters: Counters::new(&globals().pmu)?,
-            sets: None,
+            parts: None,
         })
     }
 }
@@ -256,7 +217,7 @@ impl CtxInner {
         if !self.counters.read_only_where_running() {
             return;
         }
-        if self.extra.is_some() {
+        if self.has_table() {
             return self.sync_hw_sets();
         }
         let (counting, on_cpu, owner) = (self.counting(), self.on_cpu, self.owner_token());
@@ -309,12 +270,12 @@ impl CtxInner {
         if self.multiplexed() {
             return self.advance_sets(d);
         }
-        let ovfl = match self.extra.as_deref() {
+        let ovfl = match self.parts.as_deref().and_then(|p| p.smpl.as_deref()) {
             // A sampling buffer takes an entry per period crossed.
-            Some(Extra::Smpl(smpl)) => self
+            Some(smpl) => self
                 .counters
                 .advance_each(d, |pmd, n, random| smpl.note_overflows(pmd, n, random)),
-            _ => self.counters.advance(d),
+            None => self.counters.advance(d),
         };
         self.overflowed(ovfl);
     }
@@ -335,14 +296,17 @@ impl CtxInner {
     /// [`CtxInner::overflowed`]'s work, when there is some.
     #[cold]
     fn raise_overflow(&mut self, ovfl: u64) {
+        // A hardware model's overflow counts since the last, once, to the
+        // parts that use them (sampling's entries, the sets' overflow
+        // switches).
+        if self.has_parts() {
+            self.hand_out_hw_tally();
+        }
         // A sampling buffer takes each overflow as an entry; only what
         // needs more (a message, a full buffer, a reader to wake) goes on
         // to the interrupt.
         let ovfl = match self.smpl() {
-            Some(_) => {
-                self.note_hw_overflows();
-                self.smpl_overflowed(ovfl)
-            }
+            Some(_) => self.smpl_overflowed(ovfl),
             None => ovfl,
         };
         if ovfl == 0 {
@@ -359,7 +323,7 @@ impl CtxInner {
             };
         }
         self.pending_ovfl |= ovfl;
-        if self.extra.is_some() {
+        if self.multiplexed() {
             self.sets_overflowed(ovfl);
         }
         if let Some(att) = &self.attach {
@@ -463,7 +427,7 @@ impl Context {
             flags,
             used_pmds,
             counters,
-            sets,
+            parts,
         } = p;
         let ctx = SlabArc::pin_init(pin_init!(Self {
             inner <- new_irq_raw_spinlock!(
@@ -489,7 +453,7 @@ impl Context {
                     reader: Reader::Idle,
                     pending_ovfl: 0,
                     pending_ip: 0,
-                    extra: sets,
+                    parts,
                 },
                 "perfmon_ctx"
             ),

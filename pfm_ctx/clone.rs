@@ -9,8 +9,9 @@
 
 use kernel::prelude::*;
 
+use super::parts::Parts;
 use super::sets::{sets_of, CtxSets};
-use super::{Context, CtxInner, Extra, Programming};
+use super::{Context, CtxInner, Programming};
 use crate::globals;
 use crate::pfm_sets::PFM_MAX_SETS;
 use crate::pfm_state::State;
@@ -50,7 +51,9 @@ impl Context {
                 }
             }
             if shape.table {
-                p.sets = Some(KBox::new(Extra::Sets(CtxSets::new()), GFP_KERNEL_ACCOUNT)?);
+                let mut parts = Parts::new_boxed()?;
+                parts.sets = Some(CtxSets::new_boxed()?);
+                p.parts = Some(parts);
             }
             let copied = {
                 let inner = self.inner.lock();
@@ -59,9 +62,10 @@ impl Context {
                     p.flags = inner.flags;
                     p.used_pmds = inner.used_pmds;
                     p.counters.copy_registers(&inner.counters);
-                    if let (Some(from), Some(Extra::Sets(to))) =
-                        (sets_of(&inner.extra), p.sets.as_deref_mut())
-                    {
+                    if let (Some(from), Some(to)) = (
+                        sets_of(&inner.parts),
+                        p.parts.as_deref_mut().and_then(|p| p.sets.as_deref_mut()),
+                    ) {
                         from.copy_into(to, &mut images);
                     }
                 }
@@ -85,7 +89,7 @@ fn shape_of(inner: &CtxInner) -> Result<Shape> {
     if inner.state() != State::Unloaded {
         return Err(crate::ebadfd());
     }
-    let sets = sets_of(&inner.extra);
+    let sets = sets_of(&inner.parts);
     Ok(Shape {
         table: sets.is_some(),
         images: sets.map_or(0, |s| s.image_mask()),

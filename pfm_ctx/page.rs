@@ -14,7 +14,8 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use kernel::prelude::*;
 
-use super::{Context, CtxInner, Extra};
+use super::parts::spare_parts;
+use super::{Context, CtxInner};
 use crate::abi;
 use crate::globals;
 use crate::pfm_page::{cycles_to_ns, sched_clock_scale, PageCells, PmdUpdate, Update};
@@ -116,10 +117,7 @@ impl CtxInner {
     /// The mapped page, if there is one.
     #[inline(always)]
     pub(super) fn page(&self) -> Option<&CtxPage> {
-        match self.extra.as_deref() {
-            Some(Extra::Page(p)) => Some(p),
-            _ => None,
-        }
+        self.parts()?.page.as_deref()
     }
 
     /// The least runtime the thread's task-clock may be folded to now (0:
@@ -273,38 +271,35 @@ impl Context {
             return Err(EPERM);
         }
         // Made outside the lock (it may sleep); a racing mmap's may win.
-        let mut fresh = match self.has_page() {
+        let (has_parts, has_page) = {
+            let inner = self.inner.lock();
+            (inner.has_parts(), inner.page().is_some())
+        };
+        let mut spare = spare_parts(has_parts)?;
+        let mut fresh = match has_page {
             true => None,
-            false => Some(KBox::new(Extra::Page(CtxPage::new()?), GFP_KERNEL_ACCOUNT)?),
+            false => Some(KBox::new(CtxPage::new()?, GFP_KERNEL_ACCOUNT)?),
         };
-        let mem: Option<*const mm::SharedPage<PageCells>> = {
+        let mem: Result<*const mm::SharedPage<PageCells>> = {
             let mut inner = self.inner.lock();
-            match inner.extra {
-                // The page describes one image: a context that has event
-                // sets is read through READ_VALUES (and its set flag), and
-                // so is a whole program's (its reads add every thread).
-                Some(ref e) if !matches!(**e, Extra::Page(_)) => return Err(EBUSY),
-                Some(_) => {}
-                None => {
-                    inner.extra = fresh.take();
-                    inner.page_update();
-                }
+            // The page shows the loaded thread's counters, whatever else
+            // the context has (Documentation/perfmon.rst, "How the parts
+            // combine"): with event sets, the active set's, which it names.
+            let parts = inner.parts_for_adding(&mut spare)?;
+            if parts.page.is_none() {
+                parts.page = fresh.take();
+                inner.page_update();
             }
-            inner.page().map(|p| &p.mem as *const _)
+            inner.page().map(|p| &p.mem as *const _).ok_or(ENOMEM)
         };
-        drop(fresh);
-        let mem = mem.ok_or(ENOMEM)?;
-        // `extra` is never replaced once set, and CREATE_SETS refuses a
-        // context with a page: the page stays until the context is dropped.
+        // What was not installed is freed after the raw lock.
+        drop((spare, fresh));
+        let mem = mem?;
+        // The page stays until the context is dropped (`parts.rs`).
         // Outside the lock: `insert_ro_page` may sleep.
         // SAFETY: The page is never freed nor borrowed mutably before the
         // context is dropped (above, `CtxPage`); the caller's file holds it.
         let page = unsafe { &*mem };
         vma.insert_ro_page(page)
-    }
-
-    /// Whether the page exists.
-    fn has_page(&self) -> bool {
-        self.inner.lock().page().is_some()
     }
 }

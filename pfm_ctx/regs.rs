@@ -536,8 +536,8 @@ impl CtxInner {
         pmd_mask: u64,
         out: &mut [core::mem::MaybeUninit<u64>; abi::PFM_MAX_PMDS],
     ) -> Option<(usize, [u64; 2])> {
-        // One test for the page and the sets: neither takes this path.
-        if self.counters.read_only_where_running() || self.extra.is_some() {
+        // One test for every part (the page and the sets take the fold).
+        if self.counters.read_only_where_running() || self.has_parts() {
             return None;
         }
         let now = match self.on_cpu {

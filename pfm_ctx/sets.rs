@@ -28,7 +28,8 @@ use core::mem::MaybeUninit;
 
 use kernel::prelude::*;
 
-use super::{CtxInner, Extra};
+use super::parts::Parts;
+use super::CtxInner;
 use crate::abi;
 use crate::globals;
 use crate::pfm_sets::{Boundary, SetDesc, SetError, SetTable, PFM_MAX_SETS};
@@ -61,29 +62,22 @@ pub(crate) struct CtxSets {
     hw_overflows: [u32; abi::PFM_MAX_PMDS],
 }
 
-// The table and its tag stay one `kmalloc-2048` object (without lock
-// debugging, as the context's own size check).
+// The table stays one `kmalloc-2048` object (without lock debugging, as
+// the context's own size check).
 #[cfg(not(CONFIG_DEBUG_LOCK_ALLOC))]
-const _: () = assert!(core::mem::size_of::<Extra>() <= 2048);
+const _: () = assert!(core::mem::size_of::<CtxSets>() <= 2048);
 
-/// The context's sets, if it has a table.
-pub(super) fn sets_of(extra: &Option<KBox<Extra>>) -> Option<&CtxSets> {
-    match extra.as_deref() {
-        Some(Extra::Sets(s)) => Some(s),
-        _ => None,
-    }
+/// The context's sets, if it has a table (a function of the field, not of
+/// the context: its callers borrow `counters` at the same time).
+#[inline(always)]
+pub(super) fn sets_of(parts: &Option<KBox<Parts>>) -> Option<&CtxSets> {
+    parts.as_deref()?.sets.as_deref()
 }
 
-/// [`sets_of`], to change. A page is never borrowed mutably: `mmap`
-/// hands it to the VMA code outside the lock.
-pub(super) fn sets_of_mut(extra: &mut Option<KBox<Extra>>) -> Option<&mut CtxSets> {
-    if !matches!(extra.as_deref(), Some(Extra::Sets(_))) {
-        return None;
-    }
-    match extra.as_deref_mut() {
-        Some(Extra::Sets(s)) => Some(s),
-        _ => None,
-    }
+/// [`sets_of`], to change.
+#[inline(always)]
+pub(super) fn sets_of_mut(parts: &mut Option<KBox<Parts>>) -> Option<&mut CtxSets> {
+    parts.as_deref_mut()?.sets.as_deref_mut()
 }
 
 /// Maps a set table refusal to its errno.
@@ -142,7 +136,11 @@ impl Segments {
 
 impl CtxSets {
     /// The table of a context whose registers so far are all set 0's.
-    pub(super) fn new() -> Self {
+    pub(super) fn new_boxed() -> Result<KBox<Self>> {
+        Ok(KBox::new(Self::new(), GFP_KERNEL_ACCOUNT)?)
+    }
+
+    fn new() -> Self {
         Self {
             table: SetTable::new(globals().pmu.impl_mask()),
             images: [const { None }; PFM_MAX_SETS],
@@ -184,23 +182,41 @@ impl CtxSets {
         }
         Ok(())
     }
+
+    /// A hardware model's `n` 64-bit overflows of PMD `pmd` of the
+    /// resident set, found by a fold: they count toward an overflow switch
+    /// at the next charge (the soft model's count in `advance_set`).
+    pub(super) fn note_hw_overflows(&mut self, pmd: usize, n: u64) {
+        if !self.table.multiplexed() {
+            return;
+        }
+        if let Some(acc) = self.hw_overflows.get_mut(pmd) {
+            *acc = acc.saturating_add(u32::try_from(n).unwrap_or(u32::MAX));
+        }
+    }
 }
 
 impl CtxInner {
     /// Whether the context's time is charged to several sets.
     #[inline(always)]
     pub(super) fn multiplexed(&self) -> bool {
-        matches!(sets_of(&self.extra), Some(s) if s.table.multiplexed())
+        matches!(sets_of(&self.parts), Some(s) if s.table.multiplexed())
+    }
+
+    /// The set whose image is `counters` (0 without a table).
+    #[inline]
+    pub(super) fn resident_set(&self) -> usize {
+        sets_of(&self.parts).map_or(0, |s| s.resident)
     }
 
     /// Whether the context has a set table (once `CREATE_SETS` made one).
     pub(super) fn has_table(&self) -> bool {
-        sets_of(&self.extra).is_some()
+        sets_of(&self.parts).is_some()
     }
 
     /// The image of set `set` (which exists): `counters` if resident.
     pub(super) fn image(&self, set: usize) -> Option<&Counters> {
-        match sets_of(&self.extra) {
+        match sets_of(&self.parts) {
             None => (set == 0).then_some(&self.counters),
             Some(s) if s.resident == set => Some(&self.counters),
             Some(s) => s.images.get(set)?.as_deref(),
@@ -209,7 +225,7 @@ impl CtxInner {
 
     /// [`CtxInner::image`], to change.
     pub(super) fn image_mut(&mut self, set: usize) -> Option<&mut Counters> {
-        match sets_of_mut(&mut self.extra) {
+        match sets_of_mut(&mut self.parts) {
             None => (set == 0).then_some(&mut self.counters),
             Some(s) if s.resident == set => Some(&mut self.counters),
             Some(s) => s.images.get_mut(set)?.as_deref_mut(),
@@ -218,12 +234,12 @@ impl CtxInner {
 
     /// Bit n: set n exists (set 0 alone without a table).
     pub(super) fn sets_mask(&self) -> u16 {
-        sets_of(&self.extra).map_or(1, |s| s.table.exists_mask())
+        sets_of(&self.parts).map_or(1, |s| s.table.exists_mask())
     }
 
     /// Whether set `reg_set` exists.
     pub(super) fn set_exists(&self, reg_set: u16) -> bool {
-        match sets_of(&self.extra) {
+        match sets_of(&self.parts) {
             None => reg_set == 0,
             Some(s) => s.table.set_index(reg_set).is_ok(),
         }
@@ -231,7 +247,7 @@ impl CtxInner {
 
     /// Records a register write in set `reg_set` (which exists).
     pub(super) fn note_reg(&mut self, reg_set: u16, pmd: bool, reg: usize) {
-        if let Some(s) = sets_of_mut(&mut self.extra) {
+        if let Some(s) = sets_of_mut(&mut self.parts) {
             let _ = s.table.use_reg(reg_set, pmd, reg);
         }
     }
@@ -239,12 +255,12 @@ impl CtxInner {
     /// Makes set `set`'s image the context's `counters` (a hardware
     /// model's leave the PMU first, if they are on it).
     fn make_resident(&mut self, set: usize) {
-        if sets_of(&self.extra).map_or(true, |s| s.resident == set) {
+        if sets_of(&self.parts).map_or(true, |s| s.resident == set) {
             return;
         }
         let ovfl = self.counters.uninstall_here(&globals().pmu);
         self.overflowed(ovfl);
-        let Some(s) = sets_of_mut(&mut self.extra) else {
+        let Some(s) = sets_of_mut(&mut self.parts) else {
             return;
         };
         let Some(mut image) = s.images.get_mut(set).and_then(Option::take) else {
@@ -259,7 +275,7 @@ impl CtxInner {
 
     /// Whether a LOAD may start in set `load_set`; changes nothing.
     pub(super) fn check_load_sets(&self, load_set: u16) -> Result {
-        match sets_of(&self.extra) {
+        match sets_of(&self.parts) {
             None if load_set == 0 => Ok(()),
             None => Err(EINVAL),
             Some(s) => s.table.check_load(load_set).map_err(set_err),
@@ -273,7 +289,7 @@ impl CtxInner {
         self.for_each_image(|c| {
             c.take_tally();
         });
-        let Some(s) = sets_of_mut(&mut self.extra) else {
+        let Some(s) = sets_of_mut(&mut self.parts) else {
             return;
         };
         // Checked by the caller: cannot fail.
@@ -286,7 +302,7 @@ impl CtxInner {
     /// Forgets the overflows pending in every set (the context's
     /// `pending_ovfl` was taken without delivering them).
     pub(super) fn drop_pending_sets(&mut self) {
-        if let Some(s) = sets_of_mut(&mut self.extra) {
+        if let Some(s) = sets_of_mut(&mut self.parts) {
             s.pending = [0; PFM_MAX_SETS];
         }
     }
@@ -294,7 +310,7 @@ impl CtxInner {
     /// The monitoring ended (UNLOAD, the thread's exit, a revoke): the
     /// sets may change again; their bookkeeping stays readable.
     pub(super) fn unload_sets(&mut self) {
-        if let Some(s) = sets_of_mut(&mut self.extra) {
+        if let Some(s) = sets_of_mut(&mut self.parts) {
             s.table.unload();
         }
     }
@@ -314,7 +330,7 @@ impl CtxInner {
             true => Boundary::WholeDelta,
             false => Boundary::Split,
         };
-        if let Some(s) = sets_of_mut(&mut self.extra) {
+        if let Some(s) = sets_of_mut(&mut self.parts) {
             let from = s.table.active();
             s.table
                 .charge(d.task_clock, boundary, |set, ns| segs.push(set, ns));
@@ -344,10 +360,10 @@ impl CtxInner {
             ..*d
         };
         if points != ThreadDeltas::default() {
-            let active = sets_of(&self.extra).map_or(0, |s| s.table.active());
+            let active = sets_of(&self.parts).map_or(0, |s| s.table.active());
             self.advance_set(active, &points);
         }
-        let active = sets_of(&self.extra).map_or(0, |s| s.table.active());
+        let active = sets_of(&self.parts).map_or(0, |s| s.table.active());
         self.make_resident(active);
     }
 
@@ -358,37 +374,35 @@ impl CtxInner {
         // The soft model's PMDs only: a hardware model's advance counts
         // nothing (its overflows come through `sets_overflowed`).
         let mut counts = [0u64; SOFT_COUNTERS];
-        let ovfl = self.counters.advance_each(d, |pmd, n, _| {
+        // A sampling buffer takes an entry per period crossed, in this set.
+        let smpl = self.parts.as_deref().and_then(|p| p.smpl.as_deref());
+        let ovfl = self.counters.advance_each(d, |pmd, n, random| {
             if let Some(c) = counts.get_mut(pmd) {
                 *c = n;
+            }
+            if let Some(s) = smpl {
+                s.note_overflows(pmd, n, random);
             }
         });
         if ovfl == 0 {
             return;
         }
-        if let Some(s) = sets_of_mut(&mut self.extra) {
+        if let Some(s) = sets_of_mut(&mut self.parts) {
             let _ = s.table.overflowed(set, &counts);
         }
         // Pending in set `set`, the resident one (`sets_overflowed`).
         self.overflowed(ovfl);
     }
 
-    /// Overflows `ovfl` of the resident set's PMDs (every model's go
-    /// through `overflowed`): pending in that set, for the overflow
-    /// interrupt; a hardware model's numbers of them kept for the next
-    /// charge (the soft model's count in `advance_set`).
+    /// Overflows `ovfl` of the resident set's PMDs of a multiplexed
+    /// context (every model's go through `overflowed`): pending in that
+    /// set, for the overflow interrupt. A hardware model's numbers of them
+    /// came through [`CtxSets::note_hw_overflows`].
     #[cold]
     pub(super) fn sets_overflowed(&mut self, ovfl: u64) {
-        if !self.multiplexed() {
-            return;
-        }
-        let counts = self.counters.take_tally();
-        if let Some(s) = sets_of_mut(&mut self.extra) {
+        if let Some(s) = sets_of_mut(&mut self.parts) {
             if let Some(p) = s.pending.get_mut(s.resident) {
                 *p |= ovfl;
-            }
-            for (acc, &c) in s.hw_overflows.iter_mut().zip(counts.iter()) {
-                *acc = acc.saturating_add(u32::try_from(c).unwrap_or(u32::MAX));
             }
         }
     }
@@ -396,7 +410,7 @@ impl CtxInner {
     /// Whether a hardware model's overflows wait for a charge (that may
     /// switch sets).
     pub(super) fn hw_overflows_waiting(&self) -> bool {
-        sets_of(&self.extra).is_some_and(|s| s.hw_overflows.iter().any(|&c| c != 0))
+        sets_of(&self.parts).is_some_and(|s| s.hw_overflows.iter().any(|&c| c != 0))
     }
 
     /// `sync_hw` for a hardware model's context with event sets: the
@@ -408,7 +422,7 @@ impl CtxInner {
     #[cold]
     pub(super) fn sync_hw_sets(&mut self) {
         let pmu = &globals().pmu;
-        if let Some(active) = sets_of(&self.extra).map(|s| s.table.active()) {
+        if let Some(active) = sets_of(&self.parts).map(|s| s.table.active()) {
             self.make_resident(active);
         }
         let was_on = self.counters.on_pmu_here();
@@ -420,7 +434,7 @@ impl CtxInner {
         }
         // The timer fires for whoever owns this PMU then, who checks its
         // own time: one left armed for a context gone from it is harmless.
-        if let Some(ns) = sets_of(&self.extra).and_then(|s| s.table.timer_ns()) {
+        if let Some(ns) = sets_of(&self.parts).and_then(|s| s.table.timer_ns()) {
             pmu.mux_arm_here(ns);
         }
     }
@@ -439,7 +453,7 @@ impl CtxInner {
     /// resident set's for a context that counts in one set.
     pub(super) fn take_pending(&mut self, ovfl: u64) -> [u64; PFM_MAX_SETS] {
         let mut per_set = [0u64; PFM_MAX_SETS];
-        match sets_of_mut(&mut self.extra) {
+        match sets_of_mut(&mut self.parts) {
             Some(s) if s.table.multiplexed() => per_set = core::mem::take(&mut s.pending),
             // Loaded with one set: the resident one counted.
             Some(s) => {
@@ -463,7 +477,7 @@ impl CtxInner {
     /// Applies `f` to every set's image.
     pub(super) fn for_each_image(&mut self, mut f: impl FnMut(&mut Counters)) {
         f(&mut self.counters);
-        if let Some(s) = sets_of_mut(&mut self.extra) {
+        if let Some(s) = sets_of_mut(&mut self.parts) {
             for image in s.images.iter_mut().flatten() {
                 f(image);
             }

@@ -24,7 +24,8 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering
 use kernel::prelude::*;
 use kernel::sync::Arc;
 
-use super::{Context, CtxInner, Extra, Family};
+use super::parts::spare_parts;
+use super::{Context, CtxInner};
 use crate::abi;
 use crate::globals;
 use crate::pfm_msgq::Ring;
@@ -77,8 +78,11 @@ pub(crate) struct SmplBuffer {
 /// carry, and what a count hands the entries of its overflow.
 pub(crate) struct CtxSmpl {
     buf: Arc<SmplBuffer>,
-    /// The whole program the context monitors a thread of, if any.
-    kin: Kin,
+    /// An heir's root, whose file's readers and `SIGIO` owners its entries
+    /// wake (`None`: the context's own). The root lives as long as its
+    /// heirs: an heir holds it, and the root's family lets the heirs go
+    /// when the root is closed, which breaks the cycle.
+    root: Option<SlabArc<Context>>,
     /// The thread's process id in the loader's pid namespace (set at LOAD,
     /// or when an heir joins).
     pid: AtomicU32,
@@ -94,19 +98,6 @@ pub(crate) struct CtxSmpl {
     /// (`PFM_REGFL_RANDOM`; 0: not randomised, or not said), from which
     /// the entries replay each crossing's reset value.
     random_before: [AtomicU64; abi::PFM_MAX_PMDS],
-}
-
-/// Where a sampling context stands in a whole program.
-pub(super) enum Kin {
-    /// One thread: no family (or not yet).
-    Alone,
-    /// The root of this family: its file is the buffer's.
-    Root(Arc<Family>),
-    /// An heir of this family, whose root's file readers and `SIGIO`
-    /// owners its entries wake. The root lives as long as its heirs: an
-    /// heir holds it, and the root's family lets the heirs go when the
-    /// root is closed, which breaks the cycle.
-    Heir(Arc<Family>, SlabArc<Context>),
 }
 
 /// What a family's new heirs sample into: the root's buffer, and the root.
@@ -137,11 +128,12 @@ struct Crossed {
 }
 
 impl CtxSmpl {
-    /// A context's part in `buf`: `pid` for its entries.
-    fn new(buf: Arc<SmplBuffer>, kin: Kin, pid: u32) -> Self {
+    /// A context's part in `buf`: `pid` for its entries, `root` the
+    /// context whose readers they wake if not its own.
+    fn new(buf: Arc<SmplBuffer>, root: Option<SlabArc<Context>>, pid: u32) -> Self {
         Self {
             buf,
-            kin,
+            root,
             pid: AtomicU32::new(pid),
             full_pmds: AtomicU64::new(0),
             crossed: AtomicBool::new(false),
@@ -219,24 +211,7 @@ impl CtxInner {
     /// The sampling buffer, if there is one.
     #[inline(always)]
     pub(super) fn smpl(&self) -> Option<&CtxSmpl> {
-        match self.extra.as_deref() {
-            Some(Extra::Smpl(s)) => Some(s),
-            _ => None,
-        }
-    }
-
-    /// Tells the buffer how many periods each PMD of a hardware model
-    /// crossed since the last overflow, as the folds counted them (a PMI
-    /// held off by more than a period finds several): one entry each, as
-    /// on the soft model. Nothing for the soft model, whose counts note
-    /// their own ([`CtxSmpl::note_overflows`]). A sampling context has no
-    /// event sets, the tally's other reader.
-    pub(super) fn note_hw_overflows(&mut self) {
-        let Some(Extra::Smpl(smpl)) = self.extra.as_deref() else {
-            return;
-        };
-        self.counters
-            .drain_tally(|pmd, n, random| smpl.note_overflows(pmd, n, random));
+        self.parts()?.smpl.as_deref()
     }
 
     /// Writes one entry per PMD of `ovfl` (overflowed now, in the monitored
@@ -320,7 +295,7 @@ impl CtxInner {
                 pid: smpl.pid.load(Ordering::Relaxed),
                 cpu: glue::this_cpu() as u16,
                 ovfl_pmd: i as u16,
-                set: 0,
+                set: self.resident_set() as u16,
                 nvalues: mask.count_ones() as u16,
                 last_reset_val: pmd.last_reset(),
                 ip,
@@ -387,9 +362,9 @@ impl CtxInner {
                     wake,
                     // A reference more, not the last: this heir holds one
                     // until it is freed.
-                    root: match &s.kin {
-                        Kin::Heir(_, root) if wake => Some(root.clone()),
-                        _ => None,
+                    root: match wake {
+                        true => s.root.clone(),
+                        false => None,
                     },
                 }
             }
@@ -430,8 +405,7 @@ impl Context {
 impl Context {
     /// `PFM_IOC_SMPL_SETUP`: the context's buffer, once, while UNLOADED.
     /// `EINVAL` for a bad setup, `EBADFD` if loaded, `EBUSY` if the context
-    /// has a buffer already, or a mapped counter page, event sets or a
-    /// whole program's family (one of them per context); `EPERM` if its
+    /// has a buffer already; `EPERM` if its
     /// pages are more locked memory than the caller may have
     /// ([`charge_locked`]).
     pub(crate) fn smpl_setup(&self, s: &abi::PfmSmplSetup) -> Result {
@@ -443,7 +417,7 @@ impl Context {
             if inner.state() != State::Unloaded {
                 return Err(crate::ebadfd());
             }
-            if inner.extra.is_some() {
+            if inner.smpl().is_some() {
                 return Err(EBUSY);
             }
         }
@@ -471,33 +445,34 @@ impl Context {
         )?;
         // The lock only for the look (a match on it would hold it through
         // the allocation).
-        let has_ring = self.inner.lock().msgs.has_ring();
+        let (has_ring, has_parts) = {
+            let inner = self.inner.lock();
+            (inner.msgs.has_ring(), inner.has_parts())
+        };
+        let mut spare = spare_parts(has_parts)?;
         let mut ring = match has_ring {
             true => None,
             false => Some(KBox::new(Ring::new(), GFP_KERNEL_ACCOUNT)?),
         };
-        let mut fresh = Some(KBox::new(
-            Extra::Smpl(CtxSmpl::new(buf, Kin::Alone, 0)),
-            GFP_KERNEL_ACCOUNT,
-        )?);
-        let r = {
+        let mut fresh = Some(KBox::new(CtxSmpl::new(buf, None, 0), GFP_KERNEL_ACCOUNT)?);
+        let r = (|| {
             let mut inner = self.inner.lock();
             if inner.state() != State::Unloaded {
-                Err(crate::ebadfd())
-            } else if inner.extra.is_some() {
-                Err(EBUSY)
-            } else {
-                inner.extra = fresh.take();
-                // The ring PFM_MSG_SMPL_FULL goes through; one another
-                // call installed first wins, ours is freed below.
-                if let Some(r) = ring.take() {
-                    ring = inner.msgs.set_ring(r);
-                }
-                Ok(())
+                return Err(crate::ebadfd());
             }
-        };
+            if inner.smpl().is_some() {
+                return Err(EBUSY);
+            }
+            inner.parts_for_adding(&mut spare)?.smpl = fresh.take();
+            // The ring PFM_MSG_SMPL_FULL goes through; one another call
+            // installed first wins, ours is freed below.
+            if let Some(r) = ring.take() {
+                ring = inner.msgs.set_ring(r);
+            }
+            Ok(())
+        })();
         // Whatever was not installed is freed after the raw lock.
-        drop((fresh, ring));
+        drop((fresh, ring, spare));
         r
     }
 
@@ -573,40 +548,12 @@ fn charge_locked(pages: usize) -> Result<mlock::LockedCharge> {
 }
 
 impl CtxSmpl {
-    /// The family this context is the root of, if any.
-    pub(super) fn root_of(&self) -> Option<&Arc<Family>> {
-        match &self.kin {
-            Kin::Root(f) => Some(f),
-            _ => None,
-        }
-    }
-
-    /// The family this context belongs to, as its root or an heir.
-    pub(super) fn family(&self) -> Option<&Arc<Family>> {
-        match &self.kin {
-            Kin::Root(f) | Kin::Heir(f, _) => Some(f),
-            Kin::Alone => None,
-        }
-    }
-
-    /// A whole program's LOAD of this context (lock held): the family it
-    /// is the root of, `fresh` if none yet. `EBUSY` if the buffer masks
-    /// when full: one thread's full buffer would have to mask every
-    /// thread of the program, and the program's RESTART resume them all,
-    /// which only the drop policy spares (perf's full ring drops too).
-    pub(super) fn family_to_load(&mut self, fresh: Option<&Arc<Family>>) -> Result<Arc<Family>> {
-        if !self.buf.geo.drop {
-            return Err(EBUSY);
-        }
-        match &self.kin {
-            Kin::Root(f) => Ok(f.clone()),
-            Kin::Heir(..) => Err(EBUSY),
-            Kin::Alone => {
-                let f = fresh.ok_or(EBUSY)?.clone();
-                self.kin = Kin::Root(f.clone());
-                Ok(f)
-            }
-        }
+    /// Whether the buffer drops entries when full. A whole program may
+    /// sample only into such a buffer: one thread's full buffer would
+    /// otherwise have to mask every thread of the program, and the
+    /// program's RESTART resume them all (perf's full ring drops too).
+    pub(super) fn drops_when_full(&self) -> bool {
+        self.buf.geo.drop
     }
 
     /// What the heirs of root `root` (whose part this is) sample into.
@@ -619,13 +566,9 @@ impl CtxSmpl {
 }
 
 impl FamilySmpl {
-    /// The part of a new heir of `family` whose thread's process id is
-    /// `pid`: the root's buffer.
-    pub(super) fn heir(&self, family: &Arc<Family>, pid: u32) -> CtxSmpl {
-        CtxSmpl::new(
-            self.buf.clone(),
-            Kin::Heir(family.clone(), self.root.clone()),
-            pid,
-        )
+    /// The part of a new heir whose thread's process id is `pid`: the
+    /// root's buffer.
+    pub(super) fn heir(&self, pid: u32) -> CtxSmpl {
+        CtxSmpl::new(self.buf.clone(), Some(self.root.clone()), pid)
     }
 }

@@ -341,7 +341,7 @@ impl CtxInner {
     fn sched_out(&mut self, cpu: i32) {
         let ovfl = self.counters.uninstall_here(&globals().pmu);
         self.overflowed(ovfl);
-        if self.counters.read_only_where_running() && self.extra.is_some() {
+        if self.counters.read_only_where_running() && self.has_parts() {
             self.sets_off_cpu();
         }
         let runtime = glue::current_sum_exec_runtime();

@@ -13,7 +13,8 @@ use kernel::uaccess::UserSlice;
 use super::{Family, Replaced, Snapshot};
 use crate::abi::{self, PFM_MAX_PMDS};
 use crate::globals;
-use crate::pfm_ctx::{state_err, Context, CtxInner, Extra};
+use crate::pfm_ctx::parts::{spare_parts, Parts, Role};
+use crate::pfm_ctx::{state_err, Context, CtxInner};
 use crate::pfm_ctxsw;
 use crate::pfm_msgq::FINAL_REVOKED;
 use crate::pfm_state::{Op, State};
@@ -34,15 +35,23 @@ impl CtxInner {
     }
 }
 
+impl CtxInner {
+    /// Whether a whole program may be loaded on this context: `EBUSY` for
+    /// event sets (each thread would need the table: not yet), and for a
+    /// sampling buffer that masks when full
+    /// ([`super::super::smpl::CtxSmpl::drops_when_full`]).
+    fn may_have_family(&self) -> Result {
+        if self.has_table() || self.smpl().is_some_and(|s| !s.drops_when_full()) {
+            return Err(EBUSY);
+        }
+        Ok(())
+    }
+}
+
 impl Context {
     /// The family this context is the root of, if it has one.
     pub(in crate::pfm_ctx) fn family(&self) -> Option<Arc<Family>> {
-        self.inner
-            .lock()
-            .extra
-            .as_deref()
-            .and_then(Extra::root_of)
-            .cloned()
+        self.inner.lock().parts().and_then(Parts::root_of).cloned()
     }
 
     /// The family a new thread of this context's thread joins: its own
@@ -53,9 +62,8 @@ impl Context {
             return None;
         }
         inner
-            .extra
-            .as_deref()
-            .and_then(Extra::family)
+            .parts()
+            .and_then(Parts::family)
             .filter(|f| f.inheriting())
             .cloned()
     }
@@ -63,10 +71,7 @@ impl Context {
     /// LOAD's family, for a `whole` LOAD (inheritance or a process): the
     /// family opened with the registers as they are now, and the last
     /// LOAD's rows it put aside, for [`Family::settle`] once the LOAD's
-    /// outcome is known. `EBUSY` if the context has event sets or a mapped
-    /// page (a family's reads add threads that one image cannot describe),
-    /// or a sampling buffer that masks when full (every thread then writes
-    /// to the buffer: [`super::super::smpl::CtxSmpl::family_to_load`]).
+    /// outcome is known. `EBUSY` as [`CtxInner::may_have_family`] says.
     pub(in crate::pfm_ctx) fn prepare_family(
         this: &SlabArc<Self>,
         tid: u32,
@@ -85,28 +90,26 @@ impl Context {
         let room = Replaced::new()?;
         let mut fresh = match this.family() {
             Some(_) => None,
-            None => {
-                let f = Family::new()?;
-                let e = KBox::new(Extra::Family(f.clone()), GFP_KERNEL_ACCOUNT)?;
-                Some((f, e))
-            }
+            None => Some(Family::new()?),
         };
+        let mut spare = spare_parts(this.inner.lock().has_parts())?;
         let (family, used_pmds, smpl) = {
             let mut inner = this.inner.lock();
             // A concurrent LOAD may have finished since `load`'s first
             // look: no family is installed on a loaded context. `begin`
             // asks again, where it decides.
             inner.life.check(Op::Load).map_err(state_err)?;
+            inner.may_have_family()?;
             // The family installed, ours or a concurrent LOAD's (whose
             // `begin` then refuses ours): a context has one. A sampling
             // context's heirs write to its buffer.
-            let family = match inner.extra.as_deref_mut() {
-                Some(Extra::Family(f)) => f.clone(),
-                Some(Extra::Smpl(s)) => s.family_to_load(fresh.as_ref().map(|(f, _)| f))?,
-                Some(_) => return Err(EBUSY),
-                None => {
-                    let (f, e) = fresh.take().ok_or(EBUSY)?;
-                    inner.extra = Some(e);
+            let parts = inner.parts_for_adding(&mut spare)?;
+            let family = match &parts.role {
+                Role::Root(f) => f.clone(),
+                Role::Heir(_) => return Err(EBUSY),
+                Role::Alone => {
+                    let f = fresh.take().ok_or(EBUSY)?;
+                    parts.role = Role::Root(f.clone());
                     f
                 }
             };

@@ -9,8 +9,9 @@ use kernel::sync::Arc;
 use super::Family;
 use crate::abi;
 use crate::globals;
+use crate::pfm_ctx::parts::{Parts, Role};
 use crate::pfm_ctx::smpl::FamilySmpl;
-use crate::pfm_ctx::{Context, Extra};
+use crate::pfm_ctx::Context;
 use crate::pfm_x86::counters::Counters;
 use crate::rust::{self as glue, SlabArc};
 
@@ -19,9 +20,8 @@ impl Context {
     pub(super) fn in_family(&self, family: &Family) -> bool {
         self.inner
             .lock()
-            .extra
-            .as_deref()
-            .and_then(Extra::family)
+            .parts()
+            .and_then(Parts::family)
             .is_some_and(|f| core::ptr::eq(&**f, family))
     }
 
@@ -38,17 +38,17 @@ impl Context {
     ) -> Result<SlabArc<Self>> {
         let mut counters = Counters::new(&globals().pmu)?;
         counters.copy_registers(template);
-        let extra = match smpl {
-            Some(s) => Extra::Smpl(s.heir(family, pid)),
-            None => Extra::Heir(family.clone()),
-        };
-        let extra = KBox::new(extra, GFP_KERNEL_ACCOUNT)?;
+        let mut parts = Parts::new_boxed()?;
+        parts.role = Role::Heir(family.clone());
+        if let Some(s) = smpl {
+            parts.smpl = Some(KBox::new(s.heir(pid), GFP_KERNEL_ACCOUNT)?);
+        }
         let ctx = Context::new()?;
         let blank = {
             let mut inner = ctx.inner.lock();
             inner.used_pmds = used_pmds;
             inner.flags = abi::PFM_CTXFL_NO_MSG;
-            inner.extra = Some(extra);
+            inner.parts = Some(parts);
             core::mem::replace(&mut inner.counters, counters)
         };
         // The new context's own counters (a hardware model's are boxed),

@@ -11,7 +11,8 @@ use kernel::uaccess::UserSlice;
 use super::{set_err, sets_of, sets_of_mut, CtxSets};
 use crate::abi;
 use crate::globals;
-use crate::pfm_ctx::{state_err, Context, Extra};
+use crate::pfm_ctx::parts::spare_parts;
+use crate::pfm_ctx::{state_err, Context};
 use crate::pfm_sets::{SetDesc, SetError, SetTable, SwitchCause, PFM_MAX_SETS};
 use crate::pfm_state::Op;
 use crate::pfm_x86::counters::Counters;
@@ -67,7 +68,15 @@ impl Context {
             writer.write(d)?;
         }
         // What may sleep first: the table, and an image per new set.
-        let mut table = Some(KBox::new(Extra::Sets(CtxSets::new()), GFP_KERNEL_ACCOUNT)?);
+        let (has_parts, has_table) = {
+            let inner = self.inner.lock();
+            (inner.has_parts(), inner.has_table())
+        };
+        let mut spare = spare_parts(has_parts)?;
+        let mut table = match has_table {
+            true => None,
+            false => Some(CtxSets::new_boxed()?),
+        };
         let mut fresh: [Option<KBox<Counters>>; PFM_MAX_SETS] = [const { None }; PFM_MAX_SETS];
         for slot in fresh.iter_mut().take(descs.len()) {
             *slot = Some(KBox::new(
@@ -82,40 +91,30 @@ impl Context {
         {
             let mut inner = self.inner.lock();
             inner.life.check(Op::SetFlags).map_err(state_err)?;
-            let created = match inner.extra.as_deref() {
-                // A page describes one image (see `mmap`); a whole
-                // program's threads are counted in one image each; a
-                // sampling buffer is the one extra its context has.
-                Some(Extra::Page(_))
-                | Some(Extra::Family(_))
-                | Some(Extra::Heir(_))
-                | Some(Extra::Smpl(_)) => return Err(EBUSY),
-                Some(Extra::Sets(_)) => match sets_of_mut(&mut inner.extra) {
-                    Some(s) => s.create(&mut table_descs, &mut fresh),
-                    None => return Err(ENOMEM),
-                },
+            let pmcs = inner.counters.written_pmcs();
+            let pmds = u64::from(inner.used_pmds);
+            let parts = inner.parts_for_adding(&mut spare)?;
+            let created = match (parts.sets.as_deref_mut(), table.as_deref_mut()) {
+                (Some(s), _) => s.create(&mut table_descs, &mut fresh),
                 // The first sets: the table goes in only if they are
                 // valid; set 0 holds what was written so far.
-                None => {
-                    let pmcs = inner.counters.written_pmcs();
-                    let pmds = u64::from(inner.used_pmds);
-                    match table.as_deref_mut() {
-                        Some(Extra::Sets(s)) => {
-                            s.seed_set0(pmcs, pmds);
-                            s.create(&mut table_descs, &mut fresh)
-                        }
-                        _ => return Err(ENOMEM),
-                    }
+                (None, Some(s)) => {
+                    s.seed_set0(pmcs, pmds);
+                    s.create(&mut table_descs, &mut fresh)
                 }
+                // A table installed since the look, by another call.
+                (None, None) => return Err(EAGAIN),
             };
             if let Err((i, e)) = created {
                 arg.done = i as u32;
                 return Err(set_err(e));
             }
-            if inner.extra.is_none() {
-                inner.extra = table.take();
+            if parts.sets.is_none() {
+                parts.sets = table.take();
             }
         }
+        // What was not installed is freed after the raw lock.
+        drop((spare, table));
         for (out, d) in descs.iter_mut().zip(table_descs.iter()) {
             out.set_timeout = d.timeout;
         }
@@ -135,7 +134,7 @@ impl Context {
         let mut gone_images: KVec<KBox<Counters>> = KVec::with_capacity(ids.len(), GFP_KERNEL)?;
         let mut inner = self.inner.lock();
         inner.life.check(Op::SetFlags).map_err(state_err)?;
-        let Some(s) = sets_of_mut(&mut inner.extra) else {
+        let Some(s) = sets_of_mut(&mut inner.parts) else {
             // Only set 0 exists, which cannot go.
             arg.done = 0;
             return Err(EINVAL);
@@ -152,7 +151,7 @@ impl Context {
         if gone & (1 << s.resident) != 0 {
             inner.make_resident(0);
         }
-        if let Some(s) = sets_of_mut(&mut inner.extra) {
+        if let Some(s) = sets_of_mut(&mut inner.parts) {
             for (i, slot) in s.images.iter_mut().enumerate() {
                 if gone & (1 << i) != 0 {
                     if let Some(img) = slot.take() {
@@ -177,7 +176,7 @@ impl Context {
             inner.transition(Op::Read)?;
             let running = inner.time_running;
             for (i, out) in infos.iter_mut().enumerate() {
-                let info = match sets_of(&inner.extra) {
+                let info = match sets_of(&inner.parts) {
                     Some(s) => s.table.info(out.set_id, running),
                     None if out.set_id == 0 => one_set_info(running),
                     None => Err(SetError::NoSet),
@@ -233,7 +232,7 @@ impl Context {
         let times = self.with_live(|inner, _| -> Result<[u64; 2]> {
             inner.transition(Op::Read)?;
             let running = inner.time_running;
-            let info = match sets_of(&inner.extra) {
+            let info = match sets_of(&inner.parts) {
                 Some(s) => s.table.info(set, running),
                 None if set == 0 => one_set_info(running),
                 None => Err(SetError::NoSet),
