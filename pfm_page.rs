@@ -52,7 +52,7 @@ pub struct PageCells {
     time_mult: AtomicU32,
     shift_width: AtomicU32,
     state: AtomicU32,
-    pad: AtomicU32,
+    set: AtomicU32,
     time_pmds: AtomicU64,
     slow_pmds: AtomicU64,
     reserved: [AtomicU64; 6],
@@ -157,6 +157,8 @@ pub struct Update {
     pub time_pmds: u64,
     /// The PMDs with an `rdpmc` index or `PFM_PAGE_PMD_STALE`.
     pub slow_pmds: u64,
+    /// The event set whose values the page shows (0 without sets).
+    pub set: u32,
 }
 
 /// One PMD as an update writes it.
@@ -196,6 +198,8 @@ pub struct Meta {
     pub flags: u32,
     /// `PFM_STATE_*`.
     pub state: u32,
+    /// The event set whose values these are (0 without sets).
+    pub set: u32,
     /// PMDs the page describes.
     pub pmd_mask: u64,
     /// The reader is the monitored thread, running: the values are as of
@@ -253,6 +257,7 @@ impl PageCells {
         self.shift_width
             .store(width | u32::from(u.time_shift), Ordering::Relaxed);
         self.state.store(u.state, Ordering::Relaxed);
+        self.set.store(u.set, Ordering::Relaxed);
         self.time_pmds.store(u.time_pmds, Ordering::Relaxed);
         self.slow_pmds.store(u.slow_pmds, Ordering::Relaxed);
         for (cell, p) in self.pmds.iter().zip(pmds) {
@@ -381,6 +386,7 @@ impl PageCells {
                 .wrapping_add(delta),
             flags,
             state: self.state.load(Ordering::Relaxed),
+            set: self.set.load(Ordering::Relaxed),
             pmd_mask,
             live,
             retries: 0,

@@ -187,6 +187,7 @@ impl CtxInner {
             state: self.state().abi_value(),
             time_pmds: 0,
             slow_pmds: 0,
+            set: 0,
         };
         if counting {
             u.flags |= abi::PFM_PAGE_COUNTING;
@@ -222,8 +223,16 @@ impl CtxInner {
             None => {}
         }
         u.time_running += pending;
-        let clock_pmds = self.counters.clock_pmds();
+        // With event sets that take turns, the active set's share of the
+        // time ahead ends where its timeout falls, which a reader cannot
+        // see: its task-clock PMDs are not extended but marked stale.
+        let (clock_pmds, held_clock) = match self.multiplexed() {
+            false => (self.counters.clock_pmds(), 0),
+            true => (0, self.counters.clock_pmds()),
+        };
         u.time_pmds = clock_pmds;
+        u.set = self.resident_set() as u32;
+        u.slow_pmds = held_clock;
         // `index` stays 0: a hardware counter is not offered to `rdpmc`
         // (Documentation/perfmon.rst, "Reading without a system call"), so
         // while it counts on the PMU the page's value is stale.
@@ -247,6 +256,8 @@ impl CtxInner {
                 index: 0,
                 flags: if i < 64 && clock_pmds & (1 << i) != 0 {
                     abi::PFM_PAGE_PMD_TIME
+                } else if i < 64 && held_clock & (1 << i) != 0 {
+                    abi::PFM_PAGE_PMD_STALE
                 } else {
                     stale
                 },

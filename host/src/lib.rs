@@ -54,5 +54,8 @@ pub mod pfm_sets;
 pub mod pfm_index;
 
 /// ptrace's read rule (the kernel-free part of `pfm_ctxsw/access.rs`).
+/// Its items are `pub(crate)` for the module's other files; here only its
+/// own tests use them.
 #[path = "../../pfm_ctxsw/ptrace_rule.rs"]
+#[allow(dead_code)]
 pub mod ptrace_rule;

@@ -134,6 +134,7 @@ fn running_update(cpu: u32, tsc: u64) -> Update {
         state: PFM_STATE_LOADED,
         time_pmds: 1,
         slow_pmds: 0,
+        set: 0,
     }
 }
 

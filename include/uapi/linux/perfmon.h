@@ -391,7 +391,7 @@ struct pfm_page {
 				 * rem = cycles & (2^shift - 1) (at most 1 ns less) */
 	__u16 pmc_width;	/* bits of the counters rdpmc reads */
 	__u32 state;		/* PFM_STATE_* */
-	__u32 pad;
+	__u32 set;		/* the event set whose values pmds[] shows (0 without sets) */
 	__u64 time_pmds;	/* the PMDs with PFM_PAGE_PMD_TIME */
 	__u64 slow_pmds;	/* the PMDs with index != 0 or PFM_PAGE_PMD_STALE: a reader
 				 * that reads none of them needs no per-PMD flag */

@@ -591,8 +591,8 @@ pub struct PfmPage {
     pub pmc_width: u16,
     /// `PFM_STATE_*`.
     pub state: u32,
-    /// Zero.
-    pub pad: u32,
+    /// The event set whose values `pmds` shows (0 without sets).
+    pub set: u32,
     /// The PMDs with `PFM_PAGE_PMD_TIME`.
     pub time_pmds: u64,
     /// The PMDs with `index != 0` or `PFM_PAGE_PMD_STALE`.
@@ -618,7 +618,7 @@ impl Default for PfmPage {
             time_shift: 0,
             pmc_width: 0,
             state: 0,
-            pad: 0,
+            set: 0,
             time_pmds: 0,
             slow_pmds: 0,
             reserved: [0; 6],

@@ -82,6 +82,13 @@ impl MappedStatus {
         self.meta.state
     }
 
+    /// The event set whose values these are: the active one (0 without
+    /// sets). While sets take turns, task-clock PMDs are not extended
+    /// between updates: a live reader gets them from the system call.
+    pub fn set(&self) -> u16 {
+        self.meta.set as u16
+    }
+
     /// Whether the values equal what `PFM_IOC_READ_VALUES` would return
     /// now: a live reading, or one of a context that does not count (then
     /// nothing changes until a call on the context).
