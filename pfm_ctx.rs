@@ -582,7 +582,12 @@ impl Context {
         // create threads as soon as it is.
         let process = arg.flags & abi::PFM_LOAD_PROCESS != 0;
         let prepared = if whole {
-            Some(Context::prepare_family(this, arg.tid, process)?)
+            Some(Context::prepare_family(
+                this,
+                arg.tid,
+                arg.load_set,
+                process,
+            )?)
         } else {
             None
         };

@@ -37,6 +37,13 @@ impl Context {
     /// messages, mapped page or threads). This context must be UNLOADED
     /// (`EBADFD`), as for every call that changes its programming.
     pub(crate) fn clone_unloaded(&self) -> Result<SlabArc<Self>> {
+        Self::new_programmed(self.copy_programming()?)
+    }
+
+    /// A copy of this context's flags, registers and event sets, as they
+    /// are now; `EBADFD` unless UNLOADED (a whole program's template is
+    /// taken the same way, at its LOAD).
+    pub(super) fn copy_programming(&self) -> Result<Programming> {
         for _ in 0..CLONE_TRIES {
             let shape = shape_of(&self.inner.lock())?;
             // Everything that may sleep, before the lock.
@@ -76,7 +83,7 @@ impl Context {
             // under it, the guard being dropped first.
             drop(images);
             if copied {
-                return Self::new_programmed(p);
+                return Ok(p);
             }
         }
         Err(EBUSY)

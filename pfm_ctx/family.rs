@@ -34,6 +34,7 @@
 mod calls;
 mod heir;
 mod rows;
+mod template;
 
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
@@ -47,9 +48,10 @@ use super::Context;
 use crate::abi::{self, PFM_MAX_PMDS};
 use crate::globals;
 use crate::pfm_ctxsw::{self, Loader};
-use crate::pfm_x86::counters::Counters;
+use crate::pfm_sets::PFM_MAX_SETS;
 use crate::rust::{PidNs, SlabArc};
 use rows::EndedRows;
+pub(super) use template::Template;
 
 /// A thread of the family other than the loaded one.
 struct Heir {
@@ -77,13 +79,17 @@ const MAX_ENDED_ROWS: usize = abi::PFM_MAX_ENDED_ROWS;
 /// its number of forks and exits.
 pub(crate) const SWEEP_MIN: usize = 32;
 
-/// What a thread counted: each PMD's count, and its times.
+/// What a thread counted in one event set: each PMD's count, its times,
+/// and the set's (the thread's, without sets).
 #[derive(Clone, Copy)]
 pub(super) struct Tally {
     /// Per PMD, what the thread counted (its value less the template's).
     pub(super) counts: [u64; PFM_MAX_PMDS],
     pub(super) enabled: u64,
     pub(super) running: u64,
+    /// The set's times (`PFM_VALFL_SET`'s).
+    pub(super) set_enabled: u64,
+    pub(super) set_running: u64,
 }
 
 impl Tally {
@@ -91,6 +97,8 @@ impl Tally {
         counts: [0; PFM_MAX_PMDS],
         enabled: 0,
         running: 0,
+        set_enabled: 0,
+        set_running: 0,
     };
 
     fn add(&mut self, other: &Tally) {
@@ -99,15 +107,20 @@ impl Tally {
         }
         self.enabled = self.enabled.wrapping_add(other.enabled);
         self.running = self.running.wrapping_add(other.running);
+        self.set_enabled = self.set_enabled.wrapping_add(other.set_enabled);
+        self.set_running = self.set_running.wrapping_add(other.set_running);
     }
 }
 
-/// One thread's row, as the context reads it.
+/// One thread's row in one event set, as the context reads it.
 pub(super) struct Snapshot {
-    /// Its PMD values.
+    /// Its PMD values in the set.
     pub(super) values: [u64; PFM_MAX_PMDS],
+    /// The thread's times, and the set's.
     pub(super) enabled: u64,
     pub(super) running: u64,
+    pub(super) set_enabled: u64,
+    pub(super) set_running: u64,
     /// Its monitoring ended: the thread exited, or an exec revoked it.
     pub(super) exited: bool,
     pub(super) revoked: bool,
@@ -116,11 +129,8 @@ pub(super) struct Snapshot {
 /// The family's list and what a new heir starts from.
 struct Members {
     heirs: KVec<Heir>,
-    /// The root's registers at LOAD (every heir starts from a copy).
-    template: Option<Counters>,
-    /// The template's PMD values (an heir's count is its value less these).
-    base: [u64; PFM_MAX_PMDS],
-    used_pmds: u32,
+    /// The root's programming at LOAD (every heir starts from a copy).
+    template: Option<Template>,
     /// The root's sampling buffer, which the heirs write to too.
     smpl: Option<FamilySmpl>,
     loader: Option<Loader>,
@@ -140,7 +150,9 @@ struct Members {
     /// all counted.
     ended: EndedRows,
     spilled_threads: usize,
-    ended_total: Tally,
+    /// Per event set, what the ended heirs counted in it (set 0's alone
+    /// without sets).
+    ended_total: KVec<Tally>,
     /// The list's length at which it is swept of ended heirs next.
     sweep_at: usize,
     /// The next heir's place in the join order.
@@ -153,8 +165,6 @@ impl Members {
         Self {
             heirs: KVec::new(),
             template: None,
-            base: [0; PFM_MAX_PMDS],
-            used_pmds: 0,
             smpl: None,
             loader: None,
             ns: None,
@@ -165,7 +175,7 @@ impl Members {
             loading: false,
             ended: EndedRows::new(),
             spilled_threads: 0,
-            ended_total: Tally::ZERO,
+            ended_total: KVec::new(),
             sweep_at: SWEEP_MIN,
             next_seq: 0,
         }
@@ -181,12 +191,15 @@ pub(super) struct Replaced {
 }
 
 impl Replaced {
-    /// Room for what a LOAD will put aside (allocated before any lock).
-    pub(super) fn new() -> Result<Self> {
-        Ok(Self {
-            members: KBox::new(Members::empty(), GFP_KERNEL)?,
-            lost: 0,
-        })
+    /// Room for what a LOAD will put aside, and for the totals of the
+    /// family it opens, which counts in `sets` (bit n: set n) (allocated
+    /// before any lock).
+    pub(super) fn new(sets: u16) -> Result<Self> {
+        let mut members = KBox::new(Members::empty(), GFP_KERNEL)?;
+        // Indexed by set id: up to the highest set.
+        let n = (u16::BITS - sets.leading_zeros()) as usize;
+        members.ended_total = KVec::from_elem(Tally::ZERO, n.max(1), GFP_KERNEL)?;
+        Ok(Self { members, lost: 0 })
     }
 }
 
@@ -252,8 +265,7 @@ impl Family {
     pub(super) fn begin(
         &self,
         mut room: Replaced,
-        template: Counters,
-        used_pmds: u32,
+        template: Template,
         smpl: Option<FamilySmpl>,
         loader: Loader,
         ns: PidNs,
@@ -280,11 +292,7 @@ impl Family {
         room.members.loading = false;
         room.lost = self.lost.swap(0, Ordering::Relaxed);
         m.loading = true;
-        for (b, p) in m.base.iter_mut().zip(template.pmds().iter()) {
-            *b = p.value;
-        }
         m.template = Some(template);
-        m.used_pmds = used_pmds;
         m.smpl = smpl;
         m.loader = Some(loader);
         m.ns = Some(ns);
@@ -364,15 +372,19 @@ impl Family {
         }
     }
 
-    /// What every heir counted, live ones read live, ended ones as they
-    /// ended (folded first: their contexts freed).
-    pub(super) fn heirs_tally(&self) -> Tally {
+    /// What every heir counted in set `set`, live ones read live, ended
+    /// ones as they ended (folded first: their contexts freed).
+    pub(super) fn heirs_tally(&self, set: usize) -> Tally {
         let mut m = self.members.lock();
         fold_ended(&mut m);
-        let mut total = m.ended_total;
+        let mut total = m.ended_total.get(set).copied().unwrap_or(Tally::ZERO);
+        let base = m
+            .template
+            .as_ref()
+            .map_or([0; PFM_MAX_PMDS], |t| t.base(set));
         for h in m.heirs.iter() {
-            if let Ok(t) = tally_of(&h.ctx, &m.base) {
-                total.add(&t);
+            if let Ok(s) = h.ctx.snapshot(set) {
+                total.add(&tally_from(&s, &base));
             }
         }
         total
@@ -388,21 +400,26 @@ impl Family {
         )
     }
 
-    /// `PFM_IOC_READ_THREADS`'s rows after the root's: each heir's (ended
-    /// ones folded first), with its place in the order they joined,
-    /// through `row` (its values are its counts).
+    /// `PFM_IOC_READ_THREADS`'s rows after the root's, in set `set`: each
+    /// heir's (ended ones folded first), with its place in the order they
+    /// joined, through `row` (its values less the base are its counts).
     pub(super) fn heir_rows(
         &self,
+        set: usize,
         mut row: impl FnMut(u64, u32, u32, &Snapshot, &[u64; PFM_MAX_PMDS]),
     ) {
         let mut m = self.members.lock();
         fold_ended(&mut m);
+        let base = m
+            .template
+            .as_ref()
+            .map_or([0; PFM_MAX_PMDS], |t| t.base(set));
         for e in m.ended.iter() {
-            row(e.seq, e.tid, e.pid, &e.snapshot(&m.base), &m.base);
+            row(e.seq, e.tid, e.pid, &e.snapshot(set, &base), &base);
         }
         for h in m.heirs.iter() {
-            if let Ok(s) = h.ctx.snapshot() {
-                row(h.seq, h.tid, h.pid, &s, &m.base);
+            if let Ok(s) = h.ctx.snapshot(set) {
+                row(h.seq, h.tid, h.pid, &s, &base);
             }
         }
     }
@@ -422,7 +439,9 @@ impl Family {
         (m.root_tid, m.root_pid) = (0, 0);
         m.ended = EndedRows::new();
         m.spilled_threads = 0;
-        m.ended_total = Tally::ZERO;
+        for t in m.ended_total.iter_mut() {
+            *t = Tally::ZERO;
+        }
     }
 
     /// Lists the process of `task` as monitored whole by this family, for
@@ -475,9 +494,10 @@ impl Family {
             return Err(EINVAL);
         };
         let (tid, pid) = ns.ids_of(&task);
-        let heir = Context::new_heir(this, template, m.used_pmds, m.smpl.as_ref(), pid)?;
+        let heir = Context::new_heir(this, template, m.smpl.as_ref(), pid)?;
+        let load_set = template.load_set();
         make_room(m)?;
-        pfm_ctxsw::attach_heir_remote(&heir, task, tid, loader)?;
+        pfm_ctxsw::attach_heir_remote(&heir, task, tid, loader, load_set)?;
         if m.started {
             // Counting from its install, which the thread does at once.
             let _ = heir.start_one();
@@ -528,9 +548,10 @@ impl Family {
             return Err(EINVAL);
         };
         let (tid, pid) = ns.ids_of(kernel::current!());
-        let heir = Context::new_heir(this, template, m.used_pmds, m.smpl.as_ref(), pid)?;
+        let heir = Context::new_heir(this, template, m.smpl.as_ref(), pid)?;
+        let load_set = template.load_set();
         make_room(m)?;
-        pfm_ctxsw::attach_heir(&heir, loader)?;
+        pfm_ctxsw::attach_heir(&heir, loader, load_set)?;
         heir.begin_as_heir(m.started, tid);
         let seq = m.next_seq;
         m.next_seq += 1;
@@ -585,18 +606,22 @@ fn fold_ended(m: &mut Members) {
     let Ok(mut kept) = KVec::with_capacity(m.heirs.len(), GFP_KERNEL) else {
         return;
     };
+    let sets = m.template.as_ref().map_or(1, Template::sets_mask);
     for h in core::mem::replace(&mut m.heirs, KVec::new()) {
         // Only an ended heir is read (a live one may be on another CPU).
-        let ended = match h.ctx.monitoring_ended().then(|| h.ctx.snapshot()) {
-            Some(Ok(s)) if s.exited || s.revoked => Some(s),
-            _ => None,
+        let ended = match h.ctx.monitoring_ended() {
+            true => ended_tallies(&h.ctx, m.template.as_ref(), sets),
+            false => None,
         };
         match ended {
-            Some(s) => {
-                let t = tally_from(&s, &m.base);
-                m.ended_total.add(&t);
+            Some((s, tallies)) => {
+                for (set, t) in tallies.iter() {
+                    if let Some(total) = m.ended_total.get_mut(usize::from(*set)) {
+                        total.add(t);
+                    }
+                }
                 let rowed = m.ended.len() < MAX_ENDED_ROWS
-                    && m.ended.push(h.seq, (h.tid, h.pid), &s, &t).is_ok();
+                    && m.ended.push(h.seq, (h.tid, h.pid), &s, &tallies).is_ok();
                 if !rowed {
                     m.spilled_threads += 1;
                 }
@@ -611,6 +636,30 @@ fn fold_ended(m: &mut Members) {
     m.heirs = kept;
 }
 
+/// An ended heir's last snapshot (set 0's) and what it counted in each set
+/// of `sets`; `None` if it cannot be read or did not end.
+fn ended_tallies(
+    ctx: &Context,
+    template: Option<&Template>,
+    sets: u16,
+) -> Option<(Snapshot, KVec<(u16, Tally)>)> {
+    let mut tallies = KVec::with_capacity(sets.count_ones() as usize, GFP_KERNEL).ok()?;
+    let mut first = None;
+    for set in (0..PFM_MAX_SETS).filter(|i| sets & (1 << i) != 0) {
+        let s = ctx.snapshot(set).ok()?;
+        if !(s.exited || s.revoked) {
+            return None;
+        }
+        let base = template.map_or([0; PFM_MAX_PMDS], |t| t.base(set));
+        // Within the capacity: no allocation, no failure.
+        tallies
+            .push((set as u16, tally_from(&s, &base)), GFP_ATOMIC)
+            .ok()?;
+        first.get_or_insert(s);
+    }
+    Some((first?, tallies))
+}
+
 /// What `s` counted from `base`.
 fn tally_from(s: &Snapshot, base: &[u64; PFM_MAX_PMDS]) -> Tally {
     let mut t = Tally::ZERO;
@@ -619,10 +668,7 @@ fn tally_from(s: &Snapshot, base: &[u64; PFM_MAX_PMDS]) -> Tally {
     }
     t.enabled = s.enabled;
     t.running = s.running;
+    t.set_enabled = s.set_enabled;
+    t.set_running = s.set_running;
     t
-}
-
-/// What heir `ctx` counted from `base`.
-fn tally_of(ctx: &Context, base: &[u64; PFM_MAX_PMDS]) -> Result<Tally> {
-    Ok(tally_from(&ctx.snapshot()?, base))
 }

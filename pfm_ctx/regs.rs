@@ -7,6 +7,7 @@
 use kernel::prelude::*;
 use kernel::uaccess::UserSlice;
 
+use super::family::Tally;
 use super::{state_err, Context, CtxInner};
 use crate::abi;
 use crate::globals;
@@ -331,9 +332,23 @@ impl Context {
             }
         };
         // A whole program's other threads, read first (outside this
-        // context's lock), added to the loaded thread's values.
-        let heirs = self.family().map(|f| f.heirs_tally());
-        let apply = |inner: &mut CtxInner, now, pmds: &mut [abi::PfmPmd], _: &mut ()| {
+        // context's lock) in each set the elements name, added to the
+        // loaded thread's values.
+        let family = self.family();
+        let prepare = |pmds: &[abi::PfmPmd]| -> Result<KVec<(u16, Tally)>> {
+            let mut tallies = KVec::new();
+            if let Some(f) = &family {
+                let sets = pmds.iter().fold(1u16, |m, p| m | 1 << (p.reg_set & 15));
+                for set in (0..16u16).filter(|s| sets & (1 << s) != 0) {
+                    tallies.push((set, f.heirs_tally(set.into())), GFP_KERNEL)?;
+                }
+            }
+            Ok(tallies)
+        };
+        let apply = |inner: &mut CtxInner,
+                     now,
+                     pmds: &mut [abi::PfmPmd],
+                     heirs: &mut KVec<(u16, Tally)>| {
             inner.transition(Op::Read)?;
             for p in pmds.iter_mut() {
                 let Some(image) = inner.image(p.reg_set.into()) else {
@@ -354,19 +369,20 @@ impl Context {
                 let random = pmd.random();
                 p.reg_random_mask = random.mask();
                 p.reg_random_seed = random.state();
-                if let Some(t) = &heirs {
+                if let Some((_, t)) = heirs.iter().find(|(s, _)| *s == p.reg_set) {
                     let count = t.counts.get(p.reg_num as usize).copied().unwrap_or(0);
                     p.reg_value = p.reg_value.wrapping_add(count);
                 }
             }
             let (mut enabled, mut running) = (inner.time_enabled(now), inner.time_running);
-            if let Some(t) = &heirs {
+            // Every tally has the threads' own times: set 0's is always there.
+            if let Some((_, t)) = heirs.first() {
                 enabled = enabled.wrapping_add(t.enabled);
                 running = running.wrapping_add(t.running);
             }
             Ok((enabled, running))
         };
-        let (enabled, running) = self.reg_array_call(arg, regs, false, check, |_| Ok(()), apply)?;
+        let (enabled, running) = self.reg_array_call(arg, regs, false, check, prepare, apply)?;
         arg.time_enabled = enabled;
         arg.time_running = running;
         Ok(())
@@ -457,7 +473,7 @@ impl Context {
     ) -> Result<(usize, [u64; 2])> {
         let mut n = 0;
         // A whole program's other threads (see `read_pmds`).
-        let heirs = self.family().map(|f| f.heirs_tally());
+        let heirs = self.family().map(|f| f.heirs_tally(0));
         let mut times = self.with_live(|inner, now| -> Result<[u64; 2]> {
             inner.transition(Op::Read)?;
             // Set 0's values (the active set's, unless the context has
@@ -467,19 +483,30 @@ impl Context {
             Ok([inner.time_enabled(now), inner.time_running])
         })?;
         if let Some(t) = heirs {
-            let mut m = pmd_mask;
-            for slot in values.iter_mut().take(n) {
-                let i = m.trailing_zeros() as usize;
-                m &= m.wrapping_sub(1);
-                let count = t.counts.get(i).copied().unwrap_or(0);
-                // SAFETY: The first `n` were written by `collect_values`.
-                let v = unsafe { slot.assume_init() };
-                slot.write(v.wrapping_add(count));
-            }
+            add_counts(values, n, pmd_mask, &t.counts);
             times[0] = times[0].wrapping_add(t.enabled);
             times[1] = times[1].wrapping_add(t.running);
         }
         Ok((n, times))
+    }
+}
+
+/// Adds `counts` (by PMD number) to the first `n` of `values`, which
+/// [`collect_values`] wrote for the PMDs of `pmd_mask`.
+pub(in crate::pfm_ctx) fn add_counts(
+    values: &mut [core::mem::MaybeUninit<u64>; abi::PFM_MAX_PMDS],
+    n: usize,
+    pmd_mask: u64,
+    counts: &[u64; abi::PFM_MAX_PMDS],
+) {
+    let mut m = pmd_mask;
+    for slot in values.iter_mut().take(n) {
+        let i = m.trailing_zeros() as usize;
+        m &= m.wrapping_sub(1);
+        let count = counts.get(i).copied().unwrap_or(0);
+        // SAFETY: The first `n` were written by `collect_values`.
+        let v = unsafe { slot.assume_init() };
+        slot.write(v.wrapping_add(count));
     }
 }
 

@@ -80,6 +80,21 @@ pub(super) fn sets_of_mut(parts: &mut Option<KBox<Parts>>) -> Option<&mut CtxSet
     parts.as_deref_mut()?.sets.as_deref_mut()
 }
 
+/// The image of set `set` of a context whose resident image is `counters`
+/// and whose table is `sets`: `counters` if resident (or without a table,
+/// set 0).
+pub(super) fn image_of<'a>(
+    sets: Option<&'a CtxSets>,
+    counters: &'a Counters,
+    set: usize,
+) -> Option<&'a Counters> {
+    match sets {
+        None => (set == 0).then_some(counters),
+        Some(s) if s.resident == set => Some(counters),
+        Some(s) => s.images.get(set)?.as_deref(),
+    }
+}
+
 /// Maps a set table refusal to its errno.
 fn set_err(e: SetError) -> Error {
     match e {
@@ -216,11 +231,7 @@ impl CtxInner {
 
     /// The image of set `set` (which exists): `counters` if resident.
     pub(super) fn image(&self, set: usize) -> Option<&Counters> {
-        match sets_of(&self.parts) {
-            None => (set == 0).then_some(&self.counters),
-            Some(s) if s.resident == set => Some(&self.counters),
-            Some(s) => s.images.get(set)?.as_deref(),
-        }
+        image_of(sets_of(&self.parts), &self.counters, set)
     }
 
     /// [`CtxInner::image`], to change.
@@ -494,6 +505,37 @@ impl CtxSets {
             .enumerate()
             .filter(|(_, image)| image.is_some())
             .fold(0, |mask, (id, _)| mask | 1 << id)
+    }
+
+    /// A copy of this table (which does not change meanwhile: a whole
+    /// program's template), its images allocated. May sleep.
+    pub(super) fn copy_boxed(&self) -> Result<KBox<CtxSets>> {
+        let mut fresh: [Option<KBox<Counters>>; PFM_MAX_SETS] = [const { None }; PFM_MAX_SETS];
+        let mask = self.image_mask();
+        for (id, slot) in fresh.iter_mut().enumerate() {
+            if mask & (1 << id) != 0 {
+                *slot = Some(KBox::new(
+                    Counters::new(&globals().pmu)?,
+                    GFP_KERNEL_ACCOUNT,
+                )?);
+            }
+        }
+        let mut to = Self::new_boxed()?;
+        self.copy_into(&mut to, &mut fresh);
+        Ok(to)
+    }
+
+    /// Applies `f` to every image kept here (every set's but the resident
+    /// one's).
+    pub(super) fn for_each_image_mut(&mut self, mut f: impl FnMut(&mut Counters)) {
+        for image in self.images.iter_mut().flatten() {
+            f(image);
+        }
+    }
+
+    /// Bit n: set n exists.
+    pub(super) fn exists_mask(&self) -> u16 {
+        self.table.exists_mask()
     }
 
     /// Makes `to` (a new table) a copy of this one, for a context that is

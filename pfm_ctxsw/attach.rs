@@ -397,8 +397,9 @@ pub(crate) fn let_go<M: Monitor>(att: Arc<Attachment<M>>, prompt: bool) {
 /// may have been created by a thread that had just gained privileges):
 /// `EACCES` if the loader may not see it. The per-user limit (which
 /// counts every heir, a privileged loader's too) and the registry's apply
-/// as to any LOAD (`EDQUOT`, `ENOSPC`).
-pub(crate) fn attach_heir<M: Monitor>(ctx: &SlabArc<M>, loader: Loader) -> Result {
+/// as to any LOAD (`EDQUOT`, `ENOSPC`). Monitoring starts in event set
+/// `load_set`, as the family's LOAD did.
+pub(crate) fn attach_heir<M: Monitor>(ctx: &SlabArc<M>, loader: Loader, load_set: u16) -> Result {
     let me = kernel::current!();
     if glue::is_exiting(&me) {
         return Err(ESRCH);
@@ -419,7 +420,7 @@ pub(crate) fn attach_heir<M: Monitor>(ctx: &SlabArc<M>, loader: Loader) -> Resul
         release(att);
         return Err(e);
     }
-    if let Err(e) = publish(&**ctx, &att, glue::current_tid(), 0, true) {
+    if let Err(e) = publish(&**ctx, &att, glue::current_tid(), load_set, true) {
         refuse(att);
         return Err(e);
     }
@@ -433,12 +434,13 @@ pub(crate) fn attach_heir<M: Monitor>(ctx: &SlabArc<M>, loader: Loader) -> Resul
 /// with `ctx` (an heir context made for it), for `loader`: as a remote
 /// LOAD, except that the one permission check of the process stands for
 /// it; the thread's own credentials are checked by its install, in the
-/// thread (`Verdict::Lost` ends it there).
+/// thread (`Verdict::Lost` ends it there). In event set `load_set`.
 pub(crate) fn attach_heir_remote<M: Monitor>(
     ctx: &SlabArc<M>,
     task: ARef<Task>,
     tid: u32,
     loader: Loader,
+    load_set: u16,
 ) -> Result {
     if glue::is_exiting(&task) {
         return Err(ESRCH);
@@ -453,7 +455,7 @@ pub(crate) fn attach_heir_remote<M: Monitor>(
         release(att);
         return Err(e);
     }
-    if let Err(e) = publish(&**ctx, &att, tid, 0, false) {
+    if let Err(e) = publish(&**ctx, &att, tid, load_set, false) {
         refuse(att);
         return Err(e);
     }

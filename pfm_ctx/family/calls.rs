@@ -10,7 +10,7 @@ use kernel::prelude::*;
 use kernel::sync::Arc;
 use kernel::uaccess::UserSlice;
 
-use super::{Family, Replaced, Snapshot};
+use super::{Family, Replaced, Snapshot, Template};
 use crate::abi::{self, PFM_MAX_PMDS};
 use crate::globals;
 use crate::pfm_ctx::parts::{spare_parts, Parts, Role};
@@ -18,7 +18,6 @@ use crate::pfm_ctx::{state_err, Context, CtxInner};
 use crate::pfm_ctxsw;
 use crate::pfm_msgq::FINAL_REVOKED;
 use crate::pfm_state::{Op, State};
-use crate::pfm_x86::counters::Counters;
 use crate::rust::{self as glue, PidNs, SlabArc};
 
 impl CtxInner {
@@ -37,11 +36,10 @@ impl CtxInner {
 
 impl CtxInner {
     /// Whether a whole program may be loaded on this context: `EBUSY` for
-    /// event sets (each thread would need the table: not yet), and for a
-    /// sampling buffer that masks when full
+    /// a sampling buffer that masks when full
     /// ([`super::super::smpl::CtxSmpl::drops_when_full`]).
     fn may_have_family(&self) -> Result {
-        if self.has_table() || self.smpl().is_some_and(|s| !s.drops_when_full()) {
+        if self.smpl().is_some_and(|s| !s.drops_when_full()) {
             return Err(EBUSY);
         }
         Ok(())
@@ -75,10 +73,19 @@ impl Context {
     pub(in crate::pfm_ctx) fn prepare_family(
         this: &SlabArc<Self>,
         tid: u32,
+        load_set: u16,
         process: bool,
     ) -> Result<(Arc<Family>, Replaced)> {
-        // Everything that may sleep, before the lock.
-        let mut template = Counters::new(&globals().pmu)?;
+        // Everything that may sleep, before the lock: the template first
+        // (`EBADFD` unless UNLOADED, as LOAD).
+        // A LOAD that raced ours is refused by the state table's errno.
+        let programming =
+            this.copy_programming()
+                .map_err(|e| match this.inner.lock().life.check(Op::Load) {
+                    Err(refused) => state_err(refused),
+                    Ok(_) => e,
+                })?;
+        let template = Template::new(programming, load_set);
         let loader = pfm_ctxsw::loader()?;
         let ns = PidNs::of_current().ok_or(ESRCH)?;
         let target = if tid == 0 {
@@ -87,13 +94,13 @@ impl Context {
             glue::find_task(tid)?
         };
         let root = ns.ids_of(&target);
-        let room = Replaced::new()?;
+        let room = Replaced::new(template.sets_mask())?;
         let mut fresh = match this.family() {
             Some(_) => None,
             None => Some(Family::new()?),
         };
         let mut spare = spare_parts(this.inner.lock().has_parts())?;
-        let (family, used_pmds, smpl) = {
+        let (family, smpl) = {
             let mut inner = this.inner.lock();
             // A concurrent LOAD may have finished since `load`'s first
             // look: no family is installed on a loaded context. `begin`
@@ -113,15 +120,10 @@ impl Context {
                     f
                 }
             };
-            template.copy_registers(&inner.counters);
             let smpl = inner.smpl().map(|s| s.for_heirs(this));
-            (family, inner.used_pmds, smpl)
+            (family, smpl)
         };
-        // Heirs send no messages: their overflows only reset.
-        for pmd in template.pmds_mut() {
-            pmd.clear_notify();
-        }
-        let replaced = family.begin(room, template, used_pmds, smpl, loader, ns, root, || {
+        let replaced = family.begin(room, template, smpl, loader, ns, root, || {
             this.inner
                 .lock()
                 .life
@@ -142,19 +144,23 @@ impl Context {
         Ok((family, replaced))
     }
 
-    /// This context's thread as one row: its values and times, and whether
-    /// its monitoring ended.
-    pub(in crate::pfm_ctx) fn snapshot(&self) -> Result<Snapshot> {
+    /// This context's thread as one row in event set `set`: its values
+    /// and times there, and whether its monitoring ended.
+    pub(in crate::pfm_ctx) fn snapshot(&self, set: usize) -> Result<Snapshot> {
         self.with_live(|inner, now| -> Result<Snapshot> {
             inner.transition(Op::Read)?;
+            let [set_enabled, set_running] = inner.set_times(set as u16)?;
+            let image = inner.image(set).ok_or(EINVAL)?;
             let mut values = [0u64; PFM_MAX_PMDS];
-            for (v, p) in values.iter_mut().zip(inner.counters.pmds().iter()) {
+            for (v, p) in values.iter_mut().zip(image.pmds().iter()) {
                 *v = p.value;
             }
             Ok(Snapshot {
                 values,
                 enabled: inner.time_enabled(now),
                 running: inner.time_running,
+                set_enabled,
+                set_running,
                 exited: inner.exited,
                 revoked: inner.msgs.final_type() == FINAL_REVOKED,
             })
@@ -194,13 +200,19 @@ impl Context {
     pub(crate) fn read_threads(&self, arg: &mut abi::PfmThreadsArg) -> Result {
         let implemented = globals().pmu.impl_mask();
         if arg.flags != 0
-            || arg.reserved != [0; 3]
+            || arg.reserved != [0; 2]
+            || arg.pad != 0
+            || !matches!(arg.vflags, 0 | abi::PFM_VALFL_SET)
+            || (arg.vflags == 0 && arg.set != 0)
             || arg.pmd_mask == 0
             || arg.pmd_mask & !implemented != 0
             || arg.pmd_mask.count_ones() as usize > abi::PFM_THREAD_VALUES
         {
             return Err(EINVAL);
         }
+        // A set that does not exist is `EINVAL` from the first snapshot.
+        let set = usize::from(arg.set);
+        let set_times = arg.vflags == abi::PFM_VALFL_SET;
         let mask = arg.pmd_mask;
         let family = self.family();
         let mut rows = KVec::new();
@@ -210,13 +222,16 @@ impl Context {
             None => self.plain_ids(),
         };
         if let Some((tid, pid)) = root_ids {
-            let s = self.snapshot()?;
+            let s = self.snapshot(set)?;
             let mut flags = abi::PFM_THRFL_LOADED;
             flags |= thread_flags(&s);
             rows.push(
-                row(tid, pid, flags, &s, &[0; PFM_MAX_PMDS], mask),
+                row(tid, pid, flags, &s, &[0; PFM_MAX_PMDS], mask, set_times),
                 GFP_KERNEL,
             )?;
+        } else if family.is_some() || arg.vflags != 0 {
+            // No loaded thread's row to refuse a set that does not exist.
+            self.inner.lock().set_times(arg.set)?;
         }
         let mut failed = Ok(());
         // The family gives ended threads' rows first: they are written in
@@ -224,11 +239,14 @@ impl Context {
         // row's place in that order, and in `rows`).
         let mut order = KVec::new();
         if let Some(f) = &family {
-            f.heir_rows(|seq, tid, pid, s, base| {
+            f.heir_rows(set, |seq, tid, pid, s, base| {
                 if failed.is_ok() {
                     let at = rows.len();
                     failed = rows
-                        .push(row(tid, pid, thread_flags(s), s, base, mask), GFP_KERNEL)
+                        .push(
+                            row(tid, pid, thread_flags(s), s, base, mask, set_times),
+                            GFP_KERNEL,
+                        )
                         .and_then(|()| order.push((seq, at), GFP_KERNEL))
                         .map_err(Error::from);
                 }
@@ -307,7 +325,8 @@ fn thread_flags(s: &Snapshot) -> u32 {
     flags
 }
 
-/// A row: the values of the PMDs of `mask` less `base`, in PMD order.
+/// A row: the values of the PMDs of `mask` less `base`, in PMD order, and
+/// the thread's times (with `set_times`, the set's).
 fn row(
     tid: u32,
     pid: u32,
@@ -315,13 +334,20 @@ fn row(
     s: &Snapshot,
     base: &[u64; PFM_MAX_PMDS],
     mask: u64,
+    set_times: bool,
 ) -> abi::PfmThread {
+    // A set's row (`PFM_VALFL_SET`) has the set's times, as READ_VALUES
+    // reads them; any other, the thread's.
+    let (time_enabled, time_running) = match set_times {
+        true => (s.set_enabled, s.set_running),
+        false => (s.enabled, s.running),
+    };
     let mut r = abi::PfmThread {
         tid,
         pid,
         flags,
-        time_enabled: s.enabled,
-        time_running: s.running,
+        time_enabled,
+        time_running,
         ..Default::default()
     };
     crate::pfm_counter::pack_counts(&s.values, base, mask, &mut r.values);

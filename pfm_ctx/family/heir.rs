@@ -6,13 +6,11 @@
 use kernel::prelude::*;
 use kernel::sync::Arc;
 
-use super::Family;
+use super::{Family, Template};
 use crate::abi;
-use crate::globals;
 use crate::pfm_ctx::parts::{Parts, Role};
 use crate::pfm_ctx::smpl::FamilySmpl;
 use crate::pfm_ctx::Context;
-use crate::pfm_x86::counters::Counters;
 use crate::rust::{self as glue, SlabArc};
 
 impl Context {
@@ -26,27 +24,26 @@ impl Context {
     }
 
     /// An heir of `family` for a new thread of process `pid`: the
-    /// template's registers, no messages (the loaded thread's tool reads
-    /// the root's), entries in the root's buffer `smpl` if it samples, not
-    /// attached.
+    /// template's registers and event sets, no messages (the loaded
+    /// thread's tool reads the root's), entries in the root's buffer
+    /// `smpl` if it samples, not attached.
     pub(super) fn new_heir(
         family: &Arc<Family>,
-        template: &Counters,
-        used_pmds: u32,
+        template: &Template,
         smpl: Option<&FamilySmpl>,
         pid: u32,
     ) -> Result<SlabArc<Self>> {
-        let mut counters = Counters::new(&globals().pmu)?;
-        counters.copy_registers(template);
+        let (counters, sets) = template.copy_for_heir()?;
         let mut parts = Parts::new_boxed()?;
         parts.role = Role::Heir(family.clone());
+        parts.sets = sets;
         if let Some(s) = smpl {
             parts.smpl = Some(KBox::new(s.heir(pid), GFP_KERNEL_ACCOUNT)?);
         }
         let ctx = Context::new()?;
         let blank = {
             let mut inner = ctx.inner.lock();
-            inner.used_pmds = used_pmds;
+            inner.used_pmds = template.used_pmds();
             inner.flags = abi::PFM_CTXFL_NO_MSG;
             inner.parts = Some(parts);
             core::mem::replace(&mut inner.counters, counters)

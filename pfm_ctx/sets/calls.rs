@@ -12,7 +12,7 @@ use super::{set_err, sets_of, sets_of_mut, CtxSets};
 use crate::abi;
 use crate::globals;
 use crate::pfm_ctx::parts::spare_parts;
-use crate::pfm_ctx::{state_err, Context};
+use crate::pfm_ctx::{state_err, Context, CtxInner};
 use crate::pfm_sets::{SetDesc, SetError, SetTable, SwitchCause, PFM_MAX_SETS};
 use crate::pfm_state::Op;
 use crate::pfm_x86::counters::Counters;
@@ -221,7 +221,8 @@ impl Context {
     }
 
     /// `PFM_IOC_READ_VALUES` with `PFM_VALFL_SET`: set `set`'s values and
-    /// its enabled and running times.
+    /// its enabled and running times; a whole program's are every thread's
+    /// added (each thread's share of the set's time with its counts).
     pub(in crate::pfm_ctx) fn set_values(
         &self,
         set: u16,
@@ -229,19 +230,37 @@ impl Context {
         values: &mut [core::mem::MaybeUninit<u64>; abi::PFM_MAX_PMDS],
     ) -> Result<(usize, [u64; 2])> {
         let mut n = 0;
-        let times = self.with_live(|inner, _| -> Result<[u64; 2]> {
+        // A whole program's other threads, read first (outside this
+        // context's lock).
+        let heirs = self.family().map(|f| f.heirs_tally(set.into()));
+        let mut times = self.with_live(|inner, _| -> Result<[u64; 2]> {
             inner.transition(Op::Read)?;
-            let running = inner.time_running;
-            let info = match sets_of(&inner.parts) {
-                Some(s) => s.table.info(set, running),
-                None if set == 0 => one_set_info(running),
-                None => Err(SetError::NoSet),
-            }
-            .map_err(set_err)?;
+            let times = inner.set_times(set)?;
             let image = inner.image(set as usize).ok_or(EINVAL)?;
             n = crate::pfm_ctx::regs::collect_values(image.pmds(), pmd_mask, values);
-            Ok([info.time_enabled, info.time_running])
+            Ok(times)
         })?;
+        if let Some(t) = heirs {
+            crate::pfm_ctx::regs::add_counts(values, n, pmd_mask, &t.counts);
+            times[0] = times[0].wrapping_add(t.set_enabled);
+            times[1] = times[1].wrapping_add(t.set_running);
+        }
         Ok((n, times))
+    }
+}
+
+impl CtxInner {
+    /// Set `set`'s enabled and running times (`PFM_VALFL_SET`'s): of the
+    /// context's running time, what the set was loaded for and what it
+    /// was active for. `EINVAL` if there is no such set.
+    pub(in crate::pfm_ctx) fn set_times(&self, set: u16) -> Result<[u64; 2]> {
+        let running = self.time_running;
+        let info = match sets_of(&self.parts) {
+            Some(s) => s.table.info(set, running),
+            None if set == 0 => one_set_info(running),
+            None => Err(SetError::NoSet),
+        }
+        .map_err(set_err)?;
+        Ok([info.time_enabled, info.time_running])
     }
 }

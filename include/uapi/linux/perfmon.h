@@ -296,7 +296,11 @@ struct pfm_threads_arg {
 	__u32 needed;		/* out: rows there are (E2BIG, nothing written, if above count) */
 	__u32 lost_threads;	/* out: as struct pfm_ctx_info.lost_threads */
 	__u32 flags;		/* must be 0 */
-	__u64 reserved[3];	/* must be 0 */
+	__u16 set;		/* PFM_VALFL_SET: the event set whose values and times
+				 * the rows hold; else 0 */
+	__u16 vflags;		/* 0 or PFM_VALFL_SET */
+	__u32 pad;		/* must be 0 */
+	__u64 reserved[2];	/* must be 0 */
 };
 
 /* Event of the PMU model (struct pfm_info.events). */

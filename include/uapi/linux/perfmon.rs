@@ -430,8 +430,15 @@ pub struct PfmThreadsArg {
     pub lost_threads: u32,
     /// Must be 0.
     pub flags: u32,
+    /// With [`PFM_VALFL_SET`] in `vflags`: the event set whose values and
+    /// times the rows hold; else 0 (set 0).
+    pub set: u16,
+    /// 0 or [`PFM_VALFL_SET`].
+    pub vflags: u16,
     /// Must be 0.
-    pub reserved: [u64; 3],
+    pub pad: u32,
+    /// Must be 0.
+    pub reserved: [u64; 2],
 }
 
 /// An event of the PMU model.

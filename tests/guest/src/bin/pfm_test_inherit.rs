@@ -1614,24 +1614,44 @@ fn threads_errnos(ctx: &Context, p: &Pmds, needed: u32) -> TestResult {
     );
     let info = ctx.raw_info().ctx("GET_INFO")?;
     let absent = (0..64).find(|b| info.impl_pmds & 1 << b == 0).unwrap_or(63);
-    let cases: [(&str, u64, u32, [u64; 3]); 5] = [
-        ("pmd_mask 0", 0, 0, [0; 3]),
+    // (what, pmd_mask, flags, set, vflags, pad, reserved)
+    type Case = (&'static str, u64, u32, u16, u16, u32, [u64; 2]);
+    let cases: [Case; 9] = [
+        ("pmd_mask 0", 0, 0, 0, 0, 0, [0; 2]),
         (
             "an unimplemented PMD in pmd_mask",
             p.mask | 1 << absent,
             0,
-            [0; 3],
+            0,
+            0,
+            0,
+            [0; 2],
         ),
-        ("flags 1", p.mask, 1, [0; 3]),
-        ("reserved[0] 1", p.mask, 0, [1, 0, 0]),
-        ("reserved[2] 1", p.mask, 0, [0, 0, 1]),
+        ("flags 1", p.mask, 1, 0, 0, 0, [0; 2]),
+        ("set 1 without PFM_VALFL_SET", p.mask, 0, 1, 0, 0, [0; 2]),
+        ("vflags 2", p.mask, 0, 0, 2, 0, [0; 2]),
+        (
+            "set 1, which does not exist",
+            p.mask,
+            0,
+            1,
+            PFM_VALFL_SET,
+            0,
+            [0; 2],
+        ),
+        ("pad 1", p.mask, 0, 0, 0, 1, [0; 2]),
+        ("reserved[0] 1", p.mask, 0, 0, 0, 0, [1, 0]),
+        ("reserved[1] 1", p.mask, 0, 0, 0, 0, [0, 1]),
     ];
-    for (what, mask, flags, reserved) in cases {
+    for (what, mask, flags, set, vflags, pad, reserved) in cases {
         let mut arg = PfmThreadsArg {
             threads: area.addr(0),
             pmd_mask: mask,
             count: room as u32,
             flags,
+            set,
+            vflags,
+            pad,
             reserved,
             ..Default::default()
         };
