@@ -159,6 +159,8 @@ _Static_assert(sizeof(struct pfm_setinfo) == 128, "pfm_setinfo");
 _Static_assert(sizeof(struct pfm_sets_arg) == 32, "pfm_sets_arg");
 _Static_assert(sizeof(struct pfm_thread) == 160, "pfm_thread");
 _Static_assert(sizeof(struct pfm_threads_arg) == 56, "pfm_threads_arg");
+_Static_assert(offsetof(struct pfm_threads_arg, set) == 32, "threads set");
+_Static_assert(offsetof(struct pfm_threads_arg, reserved) == 40, "threads reserved");
 _Static_assert(offsetof(struct pfm_ctx_info, lost_threads) == 28, "lost_threads");
 _Static_assert(sizeof(struct pfm_values) == 48, "pfm_values");
 _Static_assert(sizeof(struct pfm_load) == 32, "pfm_load");
@@ -175,6 +177,7 @@ _Static_assert(sizeof(struct pfm_page) == 1152, "pfm_page");
 _Static_assert(offsetof(struct pfm_page, tsc_base) == 40, "tsc_base");
 _Static_assert(offsetof(struct pfm_page, time_shift) == 52, "time_shift");
 _Static_assert(offsetof(struct pfm_page, state) == 56, "state");
+_Static_assert(offsetof(struct pfm_page, set) == 60, "page set");
 _Static_assert(offsetof(struct pfm_page, time_pmds) == 64, "time_pmds");
 _Static_assert(offsetof(struct pfm_page, pmds) == 128, "pmds");
 

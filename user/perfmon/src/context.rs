@@ -190,6 +190,7 @@ const READ_THREADS_TRIES: usize = 8;
 /// with.
 fn read_threads_with(
     pmd_mask: u64,
+    set: Option<u16>,
     guess: usize,
     mut call: impl FnMut(&mut PfmThreadsArg, &mut [PfmThread]) -> std::result::Result<i32, i32>,
 ) -> Result<(ThreadsReport, usize)> {
@@ -199,6 +200,8 @@ fn read_threads_with(
         let mut arg = PfmThreadsArg {
             pmd_mask,
             count: u32::try_from(cap).map_err(|_| Error::os(Op::ReadThreads, libc::E2BIG))?,
+            set: set.unwrap_or(0),
+            vflags: if set.is_some() { PFM_VALFL_SET } else { 0 },
             ..Default::default()
         };
         match call(&mut arg, &mut rows) {
@@ -549,8 +552,9 @@ impl Context {
     /// (`PFM_IOC_LOAD` with `PFM_LOAD_PROCESS`), and, as with
     /// `PFM_CTXFL_INHERIT`, which it implies, to every thread and process
     /// they create from then on. Reads return the totals;
-    /// [`Context::read_threads`] each thread's counts. A context with event
-    /// sets or a mapped counter page cannot be loaded so (`EBUSY`).
+    /// [`Context::read_threads`] each thread's counts; with event sets,
+    /// every thread multiplexes them on its own running time (reads add
+    /// each set's counts and times over the threads).
     pub fn load_process(&self, pid: u32) -> Result<()> {
         self.load_raw(pid, PFM_LOAD_PROCESS, 0)
     }
@@ -576,8 +580,20 @@ impl Context {
     /// previous call needed and calls again, with room for what the kernel
     /// says is needed, if threads were created meanwhile.
     pub fn read_threads(&self, pmd_mask: u64) -> Result<ThreadsReport> {
+        self.read_threads_raw(pmd_mask, None)
+    }
+
+    /// [`Context::read_threads`] of event set `set`: each row holds the
+    /// set's values and the set's `time_enabled` and `time_running` in its
+    /// thread (as [`Context::read_set_values`] reads them), from which a
+    /// multiplexed count is estimated thread by thread.
+    pub fn read_threads_in_set(&self, set: u16, pmd_mask: u64) -> Result<ThreadsReport> {
+        self.read_threads_raw(pmd_mask, Some(set))
+    }
+
+    fn read_threads_raw(&self, pmd_mask: u64, set: Option<u16>) -> Result<ThreadsReport> {
         let guess = self.rows_hint.load(Ordering::Relaxed);
-        let (report, next) = read_threads_with(pmd_mask, guess, |arg, rows| {
+        let (report, next) = read_threads_with(pmd_mask, set, guess, |arg, rows| {
             sys::ioctl_threads(self.fd(), arg, rows)
         })?;
         self.rows_hint.store(next, Ordering::Relaxed);
@@ -1175,7 +1191,7 @@ mod tests {
         move |arg, rows| {
             calls.set(calls.get() + 1);
             assert_eq!(arg.count as usize, rows.len(), "count is the room given");
-            assert_eq!((arg.flags, arg.reserved), (0, [0; 3]));
+            assert_eq!((arg.flags, arg.vflags, arg.reserved), (0, 0, [0; 2]));
             let n = threads.get();
             threads.set(n + growth);
             arg.needed = n;
@@ -1195,7 +1211,7 @@ mod tests {
         use std::cell::Cell;
         // Enough room: one call.
         let (threads, calls) = (Cell::new(5), Cell::new(0));
-        let (r, next) = read_threads_with(0b11, 16, fake(&threads, 0, &calls)).unwrap();
+        let (r, next) = read_threads_with(0b11, None, 16, fake(&threads, 0, &calls)).unwrap();
         assert_eq!((r.rows.len(), r.lost_threads, calls.get()), (5, 3, 1));
         assert!(r.rows[0].is_loaded());
         assert_eq!(r.rows[4].tid, 5);
@@ -1206,15 +1222,15 @@ mod tests {
         );
         // 100 threads, room for 16: E2BIG, then room for 100 and some.
         let (threads, calls) = (Cell::new(100), Cell::new(0));
-        let (r, next) = read_threads_with(1, 16, fake(&threads, 0, &calls)).unwrap();
+        let (r, next) = read_threads_with(1, None, 16, fake(&threads, 0, &calls)).unwrap();
         assert_eq!((r.rows.len(), calls.get(), next), (100, 2, 100));
         // Threads created between the calls: the slack absorbs a few...
         let (threads, calls) = (Cell::new(100), Cell::new(0));
-        let (r, _) = read_threads_with(1, 16, fake(&threads, 10, &calls)).unwrap();
+        let (r, _) = read_threads_with(1, None, 16, fake(&threads, 10, &calls)).unwrap();
         assert_eq!((r.rows.len(), calls.get()), (110, 2));
         // ... and more calls follow a faster growth, until it fits.
         let (threads, calls) = (Cell::new(100), Cell::new(0));
-        let (r, _) = read_threads_with(1, 16, fake(&threads, 30, &calls)).unwrap();
+        let (r, _) = read_threads_with(1, None, 16, fake(&threads, 30, &calls)).unwrap();
         assert!(
             calls.get() > 2 && r.rows.len() >= 130,
             "{} calls",
@@ -1222,7 +1238,7 @@ mod tests {
         );
         // A context that outgrows every try: E2BIG, as an error of the call.
         let (threads, calls) = (Cell::new(100), Cell::new(0));
-        let err = read_threads_with(1, 1, fake(&threads, 100_000, &calls)).unwrap_err();
+        let err = read_threads_with(1, None, 1, fake(&threads, 100_000, &calls)).unwrap_err();
         assert_eq!(err, Error::os(Op::ReadThreads, libc::E2BIG));
         assert_eq!(calls.get() as usize, READ_THREADS_TRIES);
         assert!(
@@ -1231,14 +1247,14 @@ mod tests {
         );
         // A never-loaded context: no row.
         let (threads, calls) = (Cell::new(0), Cell::new(0));
-        let (r, _) = read_threads_with(1, 16, fake(&threads, 0, &calls)).unwrap();
+        let (r, _) = read_threads_with(1, None, 16, fake(&threads, 0, &calls)).unwrap();
         assert!(r.rows.is_empty());
         // Other errnos are the call's, at once.
-        let err = read_threads_with(0, 16, |_, _| Err(libc::EINVAL)).unwrap_err();
+        let err = read_threads_with(0, None, 16, |_, _| Err(libc::EINVAL)).unwrap_err();
         assert_eq!(err, Error::os(Op::ReadThreads, libc::EINVAL));
         // E2BIG without a larger `needed` is not retried (nothing to grow to).
         let mut n = 0;
-        let err = read_threads_with(1, 16, |arg, _| {
+        let err = read_threads_with(1, None, 16, |arg, _| {
             n += 1;
             arg.needed = 4;
             Err(libc::E2BIG)

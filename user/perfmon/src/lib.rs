@@ -117,7 +117,7 @@ mod abi_tests {
         assert_eq!(size_of::<PfmCtxFlags>(), 4 + 4 + 3 * 8);
         assert_eq!(size_of::<PfmCtxInfo>(), 4 * 4 + 8 + 2 * 4 + 2 * 8);
         assert_eq!(size_of::<PfmThread>(), 4 * 4 + 2 * 8 + 16 * 8);
-        assert_eq!(size_of::<PfmThreadsArg>(), 8 + 8 + 4 * 4 + 3 * 8);
+        assert_eq!(size_of::<PfmThreadsArg>(), 8 + 8 + 4 * 4 + 2 + 2 + 4 + 2 * 8);
         assert_eq!(size_of::<PfmEventInfo>(), 24 + 8);
         assert_eq!(
             size_of::<PfmInfo>(),
@@ -169,7 +169,10 @@ mod abi_tests {
         assert_eq!(offset_of!(PfmThreadsArg, count), 16);
         assert_eq!(offset_of!(PfmThreadsArg, needed), 20);
         assert_eq!(offset_of!(PfmThreadsArg, lost_threads), 24);
-        assert_eq!(offset_of!(PfmThreadsArg, reserved), 32);
+        assert_eq!(offset_of!(PfmThreadsArg, set), 32);
+        assert_eq!(offset_of!(PfmThreadsArg, vflags), 34);
+        assert_eq!(offset_of!(PfmThreadsArg, pad), 36);
+        assert_eq!(offset_of!(PfmThreadsArg, reserved), 40);
         assert_eq!(offset_of!(PfmInfo, model), 8);
         assert_eq!(offset_of!(PfmInfo, num_pmcs), 40);
         assert_eq!(offset_of!(PfmInfo, counter_width), 46);

@@ -128,9 +128,10 @@ sets; --switch, every 4 ms of the thread's running time by default) and \
 prints each count scaled to the whole time, count x time enabled / time \
 running, followed by the share of the time it was counted, (66.67%); an \
 event never counted prints <not counted>. Events in braces, -e '{a,b},c', \
-are counted together, in one set. --sets gives the sets instead. Event sets \
-follow one thread: multiplexed, a command is counted in its initial thread \
-only, and -p and --per-thread are refused.";
+are counted together, in one set. --sets gives the sets instead. Every \
+thread of a command or process multiplexes the sets on its own running \
+time; the totals add each set's counts and times over the threads, and \
+--per-thread scales each thread's counts by its own.";
 
 const RECORD_ABOUT: &str = "\
 Sample a command from its first instruction (pfm record -e EVENT -c PERIOD \
@@ -537,8 +538,7 @@ impl StatArgs {
     }
 
     /// Whether a command is counted with the threads and processes it
-    /// creates (not `--no-inherit`), as far as the command line says:
-    /// multiplexed events still count one thread.
+    /// creates (not `--no-inherit`), as far as the command line says.
     pub fn inherit(&self) -> bool {
         !self.command.is_empty() && !self.no_inherit
     }

@@ -115,35 +115,9 @@ pub fn stat(args: &StatArgs, json: bool, output: Option<&std::path::Path>) -> Re
     let names: Vec<String> = groups.iter().flatten().cloned().collect();
     let events = Resolver::new(&pmu).resolve_names(&names)?;
     let layout = layout(args, &pmu, &groups, explicit, &events)?;
-    let mut inherit = args.inherit();
-    if let Some(l) = &layout {
-        // The module's event sets and its inheritance exclude each other
-        // (LOAD would fail with EBUSY): say what is counted instead.
-        let fit = format!(
-            "{} events on {} counters are multiplexed in event sets, which follow one thread",
-            events.len(),
-            l.counters
-        );
-        if matches!(target, Some(Target::Processes(_))) {
-            return Err(Failure::new(format!(
-                "{fit}: -p counts whole processes; give at most {} events",
-                l.counters
-            )));
-        }
-        if args.per_thread {
-            return Err(Failure::new(format!(
-                "{fit}: --per-thread is not possible; give at most {} events",
-                l.counters
-            )));
-        }
-        if inherit {
-            eprintln!(
-                "pfm: warning: {fit}: counting the command's initial thread only \
-                 (--no-inherit), not the processes it creates"
-            );
-            inherit = false;
-        }
-    }
+    // Event sets follow every thread of a whole program (each thread
+    // multiplexes them on its own running time): nothing narrows.
+    let inherit = args.inherit();
     let format = match (&args.separator, json) {
         (Some(sep), _) => Format::Csv(sep.clone()),
         (None, true) => Format::Json,
@@ -287,7 +261,8 @@ pub(crate) fn comm_of(tid: u32) -> Option<String> {
 }
 
 /// The elementwise sum of the readings of several contexts (whole
-/// processes: one context each, programmed alike, never multiplexed).
+/// processes: one context each, programmed alike): the counts, the times,
+/// and with sets each event's set times.
 fn sum_readings(readings: Vec<Reading>) -> Reading {
     let mut it = readings.into_iter();
     let Some(mut total) = it.next() else {
@@ -305,6 +280,9 @@ fn sum_readings(readings: Vec<Reading>) -> Reading {
             .counts
             .time_running
             .wrapping_add(r.counts.time_running);
+        for (a, b) in total.times.iter_mut().zip(&r.times) {
+            *a = (a.0.wrapping_add(b.0), a.1.wrapping_add(b.1));
+        }
     }
     total
 }
@@ -525,10 +503,18 @@ impl Stat<'_> {
     }
 
     /// `--per-thread`: every thread of `ctxs`, its values in event order,
-    /// named as last seen alive.
+    /// named as last seen alive. Multiplexed, each value is the thread's
+    /// own estimate (its set's count scaled by the set's share of that
+    /// thread's time), as the totals are the program's.
     fn thread_counts(&mut self, ctxs: &[Context]) -> Result<Vec<ThreadCounts>, Failure> {
         self.look_at_threads(ctxs)?;
         let mut out = Vec::new();
+        if let Some(layout) = &self.layout {
+            for ctx in ctxs {
+                out.extend(self.thread_estimates(layout, ctx)?);
+            }
+            return Ok(out);
+        }
         for ctx in ctxs {
             for row in ctx.read_threads_programmed()?.rows {
                 out.push(ThreadCounts {
@@ -546,6 +532,49 @@ impl Stat<'_> {
                     time_running_ns: row.time_running,
                 });
             }
+        }
+        Ok(out)
+    }
+
+    /// [`Stat::thread_counts`] of a multiplexed context: one
+    /// `PFM_IOC_READ_THREADS` per set, the rows matched by thread (a thread
+    /// created between two reads has no row in the first: nothing counted
+    /// there).
+    fn thread_estimates(&self, layout: &Layout, ctx: &Context) -> Result<Vec<ThreadCounts>, Failure> {
+        let Some(set0) = layout.sets.first() else {
+            return Ok(Vec::new());
+        };
+        // The threads and their own times, then each set's rows.
+        let first = ctx.read_threads(set0.mask())?.rows;
+        let mut per_set = Vec::with_capacity(layout.sets.len());
+        for (id, set) in layout.sets.iter().enumerate() {
+            per_set.push(ctx.read_threads_in_set(id as u16, set.mask())?.rows);
+        }
+        let mut out = Vec::with_capacity(first.len());
+        for (k, row) in first.iter().enumerate() {
+            // The same thread in every read: its place, or its ids.
+            let same = |r: &&perfmon::ThreadRow| r.tid == row.tid && r.pid == row.pid;
+            let values = layout
+                .slots
+                .iter()
+                .map(|slot| {
+                    let rows = per_set.get(usize::from(slot.set))?;
+                    let r = rows.get(k).filter(same).or_else(|| rows.iter().find(same))?;
+                    let count = r.value(slot.pmd)?;
+                    perfmon::scale_u64(count, r.time_enabled, r.time_running)
+                })
+                .map(|v| v.unwrap_or(0))
+                .collect();
+            out.push(ThreadCounts {
+                tid: row.tid,
+                pid: row.pid,
+                comm: self.comms.get(&row.tid).cloned(),
+                exited: row.has_exited(),
+                revoked: row.is_revoked(),
+                values,
+                time_enabled_ns: row.time_enabled,
+                time_running_ns: row.time_running,
+            });
         }
         Ok(out)
     }
