@@ -117,7 +117,10 @@ mod abi_tests {
         assert_eq!(size_of::<PfmCtxFlags>(), 4 + 4 + 3 * 8);
         assert_eq!(size_of::<PfmCtxInfo>(), 4 * 4 + 8 + 2 * 4 + 2 * 8);
         assert_eq!(size_of::<PfmThread>(), 4 * 4 + 2 * 8 + 16 * 8);
-        assert_eq!(size_of::<PfmThreadsArg>(), 8 + 8 + 4 * 4 + 2 + 2 + 4 + 2 * 8);
+        assert_eq!(
+            size_of::<PfmThreadsArg>(),
+            8 + 8 + 4 * 4 + 2 + 2 + 4 + 2 * 8
+        );
         assert_eq!(size_of::<PfmEventInfo>(), 24 + 8);
         assert_eq!(
             size_of::<PfmInfo>(),

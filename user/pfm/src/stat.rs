@@ -540,7 +540,11 @@ impl Stat<'_> {
     /// `PFM_IOC_READ_THREADS` per set, the rows matched by thread (a thread
     /// created between two reads has no row in the first: nothing counted
     /// there).
-    fn thread_estimates(&self, layout: &Layout, ctx: &Context) -> Result<Vec<ThreadCounts>, Failure> {
+    fn thread_estimates(
+        &self,
+        layout: &Layout,
+        ctx: &Context,
+    ) -> Result<Vec<ThreadCounts>, Failure> {
         let Some(set0) = layout.sets.first() else {
             return Ok(Vec::new());
         };
@@ -559,7 +563,10 @@ impl Stat<'_> {
                 .iter()
                 .map(|slot| {
                     let rows = per_set.get(usize::from(slot.set))?;
-                    let r = rows.get(k).filter(same).or_else(|| rows.iter().find(same))?;
+                    let r = rows
+                        .get(k)
+                        .filter(same)
+                        .or_else(|| rows.iter().find(same))?;
                     let count = r.value(slot.pmd)?;
                     perfmon::scale_u64(count, r.time_enabled, r.time_running)
                 })
