@@ -48,8 +48,8 @@ pub struct Stat {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
     /// Command mode: whether the threads and processes the command created
-    /// were counted too (false: `--no-inherit`, or multiplexed events,
-    /// which count its initial thread only).
+    /// were counted too (false: `--no-inherit`, or a module without
+    /// inheritance).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inherit: Option<bool>,
     /// Process mode (`-p PID,...`): the processes.
@@ -132,7 +132,9 @@ pub struct ThreadCounts {
     /// Its monitoring ended at an exec into a program the user may not
     /// monitor (setuid); its counts stop there.
     pub revoked: bool,
-    /// Its counts, one per counter of the document, in the same order.
+    /// Its counts, one per counter of the document, in the same order;
+    /// multiplexed, its estimates (each set's count scaled by the set's
+    /// share of this thread's time).
     pub values: Vec<u64>,
     /// ns it was counted.
     pub time_enabled_ns: u64,
