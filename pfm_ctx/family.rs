@@ -34,6 +34,7 @@
 mod calls;
 mod heir;
 mod rows;
+mod tally;
 mod template;
 
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -48,9 +49,10 @@ use super::Context;
 use crate::abi::{self, PFM_MAX_PMDS};
 use crate::globals;
 use crate::pfm_ctxsw::{self, Loader};
-use crate::pfm_sets::PFM_MAX_SETS;
 use crate::rust::{PidNs, SlabArc};
-use rows::EndedRows;
+use rows::{fold_ended, EndedRows};
+use tally::tally_from;
+pub(in crate::pfm_ctx) use tally::{Snapshot, Tally};
 pub(super) use template::Template;
 
 /// A thread of the family other than the loaded one.
@@ -67,9 +69,9 @@ struct Heir {
 /// Rows of ended threads a family keeps (`PFM_MAX_ENDED_ROWS`): an heir
 /// whose monitoring ended is folded into the family's totals and its
 /// context freed; its row stays while there are fewer than this many,
-/// else it is only counted (`spilled_threads`). At most 1024 × (40 + 8 ×
-/// counting PMDs) bytes a family: 72 KiB with 4 PMDs, against 2.6 KB a
-/// context.
+/// else it is only counted (`spilled_threads`). At most 1024 × (64 + 8 ×
+/// counting PMDs, per set) bytes a family: 96 KiB with 4 PMDs and no sets,
+/// against 2.6 KB a context.
 const MAX_ENDED_ROWS: usize = abi::PFM_MAX_ENDED_ROWS;
 
 /// The list of heirs is swept of ended ones (their contexts freed, their
@@ -78,53 +80,6 @@ const MAX_ENDED_ROWS: usize = abi::PFM_MAX_ENDED_ROWS;
 /// `max(2 × live, SWEEP_MIN)` heir contexts held by a family, whatever
 /// its number of forks and exits.
 pub(crate) const SWEEP_MIN: usize = 32;
-
-/// What a thread counted in one event set: each PMD's count, its times,
-/// and the set's (the thread's, without sets).
-#[derive(Clone, Copy)]
-pub(super) struct Tally {
-    /// Per PMD, what the thread counted (its value less the template's).
-    pub(super) counts: [u64; PFM_MAX_PMDS],
-    pub(super) enabled: u64,
-    pub(super) running: u64,
-    /// The set's times (`PFM_VALFL_SET`'s).
-    pub(super) set_enabled: u64,
-    pub(super) set_running: u64,
-}
-
-impl Tally {
-    const ZERO: Self = Self {
-        counts: [0; PFM_MAX_PMDS],
-        enabled: 0,
-        running: 0,
-        set_enabled: 0,
-        set_running: 0,
-    };
-
-    fn add(&mut self, other: &Tally) {
-        for (a, b) in self.counts.iter_mut().zip(other.counts.iter()) {
-            *a = a.wrapping_add(*b);
-        }
-        self.enabled = self.enabled.wrapping_add(other.enabled);
-        self.running = self.running.wrapping_add(other.running);
-        self.set_enabled = self.set_enabled.wrapping_add(other.set_enabled);
-        self.set_running = self.set_running.wrapping_add(other.set_running);
-    }
-}
-
-/// One thread's row in one event set, as the context reads it.
-pub(super) struct Snapshot {
-    /// Its PMD values in the set.
-    pub(super) values: [u64; PFM_MAX_PMDS],
-    /// The thread's times, and the set's.
-    pub(super) enabled: u64,
-    pub(super) running: u64,
-    pub(super) set_enabled: u64,
-    pub(super) set_running: u64,
-    /// Its monitoring ended: the thread exited, or an exec revoked it.
-    pub(super) exited: bool,
-    pub(super) revoked: bool,
-}
 
 /// The family's list and what a new heir starts from.
 struct Members {
@@ -593,82 +548,4 @@ fn close_heirs(m: &mut Members) {
         h.ctx.close();
     }
     m.heirs = KVec::new();
-}
-
-/// Folds every heir whose monitoring ended (its thread exited, or an exec
-/// revoked it) into the family's totals and its row, if there is room for
-/// one ([`MAX_ENDED_ROWS`]), and lets its context go (freed once its
-/// attachment is reaped). Heirs still monitored stay, in their order.
-fn fold_ended(m: &mut Members) {
-    if !m.heirs.iter().any(|h| h.ctx.monitoring_ended()) {
-        return;
-    }
-    let Ok(mut kept) = KVec::with_capacity(m.heirs.len(), GFP_KERNEL) else {
-        return;
-    };
-    let sets = m.template.as_ref().map_or(1, Template::sets_mask);
-    for h in core::mem::replace(&mut m.heirs, KVec::new()) {
-        // Only an ended heir is read (a live one may be on another CPU).
-        let ended = match h.ctx.monitoring_ended() {
-            true => ended_tallies(&h.ctx, m.template.as_ref(), sets),
-            false => None,
-        };
-        match ended {
-            Some((s, tallies)) => {
-                for (set, t) in tallies.iter() {
-                    if let Some(total) = m.ended_total.get_mut(usize::from(*set)) {
-                        total.add(t);
-                    }
-                }
-                let rowed = m.ended.len() < MAX_ENDED_ROWS
-                    && m.ended.push(h.seq, (h.tid, h.pid), &s, &tallies).is_ok();
-                if !rowed {
-                    m.spilled_threads += 1;
-                }
-                // `h` goes: its context is freed with its last reference.
-            }
-            // Within the capacity: no allocation, no failure.
-            None => {
-                let _ = kept.push(h, GFP_ATOMIC);
-            }
-        }
-    }
-    m.heirs = kept;
-}
-
-/// An ended heir's last snapshot (set 0's) and what it counted in each set
-/// of `sets`; `None` if it cannot be read or did not end.
-fn ended_tallies(
-    ctx: &Context,
-    template: Option<&Template>,
-    sets: u16,
-) -> Option<(Snapshot, KVec<(u16, Tally)>)> {
-    let mut tallies = KVec::with_capacity(sets.count_ones() as usize, GFP_KERNEL).ok()?;
-    let mut first = None;
-    for set in (0..PFM_MAX_SETS).filter(|i| sets & (1 << i) != 0) {
-        let s = ctx.snapshot(set).ok()?;
-        if !(s.exited || s.revoked) {
-            return None;
-        }
-        let base = template.map_or([0; PFM_MAX_PMDS], |t| t.base(set));
-        // Within the capacity: no allocation, no failure.
-        tallies
-            .push((set as u16, tally_from(&s, &base)), GFP_ATOMIC)
-            .ok()?;
-        first.get_or_insert(s);
-    }
-    Some((first?, tallies))
-}
-
-/// What `s` counted from `base`.
-fn tally_from(s: &Snapshot, base: &[u64; PFM_MAX_PMDS]) -> Tally {
-    let mut t = Tally::ZERO;
-    for ((c, v), b) in t.counts.iter_mut().zip(s.values.iter()).zip(base.iter()) {
-        *c = v.wrapping_sub(*b);
-    }
-    t.enabled = s.enabled;
-    t.running = s.running;
-    t.set_enabled = s.set_enabled;
-    t.set_running = s.set_running;
-    t
 }

@@ -10,8 +10,10 @@
 
 use kernel::prelude::*;
 
-use super::{Snapshot, Tally};
+use super::tally::tally_from;
+use super::{Context, Members, Snapshot, Tally, Template, MAX_ENDED_ROWS};
 use crate::abi::PFM_MAX_PMDS;
+use crate::pfm_sets::PFM_MAX_SETS;
 
 /// Words of a row before its sets' blocks: join order, ids, flags and
 /// number of blocks, `time_enabled`, `time_running`.
@@ -188,4 +190,69 @@ impl EndedRows {
             Some(row)
         })
     }
+}
+
+/// Folds every heir whose monitoring ended (its thread exited, or an exec
+/// revoked it) into the family's totals and its row, if there is room for
+/// one ([`MAX_ENDED_ROWS`]), and lets its context go (freed once its
+/// attachment is reaped). Heirs still monitored stay, in their order.
+pub(super) fn fold_ended(m: &mut Members) {
+    if !m.heirs.iter().any(|h| h.ctx.monitoring_ended()) {
+        return;
+    }
+    let Ok(mut kept) = KVec::with_capacity(m.heirs.len(), GFP_KERNEL) else {
+        return;
+    };
+    let sets = m.template.as_ref().map_or(1, Template::sets_mask);
+    for h in core::mem::replace(&mut m.heirs, KVec::new()) {
+        // Only an ended heir is read (a live one may be on another CPU).
+        let ended = match h.ctx.monitoring_ended() {
+            true => ended_tallies(&h.ctx, m.template.as_ref(), sets),
+            false => None,
+        };
+        match ended {
+            Some((s, tallies)) => {
+                for (set, t) in tallies.iter() {
+                    if let Some(total) = m.ended_total.get_mut(usize::from(*set)) {
+                        total.add(t);
+                    }
+                }
+                let rowed = m.ended.len() < MAX_ENDED_ROWS
+                    && m.ended.push(h.seq, (h.tid, h.pid), &s, &tallies).is_ok();
+                if !rowed {
+                    m.spilled_threads += 1;
+                }
+                // `h` goes: its context is freed with its last reference.
+            }
+            // Within the capacity: no allocation, no failure.
+            None => {
+                let _ = kept.push(h, GFP_ATOMIC);
+            }
+        }
+    }
+    m.heirs = kept;
+}
+
+/// An ended heir's last snapshot (set 0's) and what it counted in each set
+/// of `sets`; `None` if it cannot be read or did not end.
+fn ended_tallies(
+    ctx: &Context,
+    template: Option<&Template>,
+    sets: u16,
+) -> Option<(Snapshot, KVec<(u16, Tally)>)> {
+    let mut tallies = KVec::with_capacity(sets.count_ones() as usize, GFP_KERNEL).ok()?;
+    let mut first = None;
+    for set in (0..PFM_MAX_SETS).filter(|i| sets & (1 << i) != 0) {
+        let s = ctx.snapshot(set).ok()?;
+        if !(s.exited || s.revoked) {
+            return None;
+        }
+        let base = template.map_or([0; PFM_MAX_PMDS], |t| t.base(set));
+        // Within the capacity: no allocation, no failure.
+        tallies
+            .push((set as u16, tally_from(&s, &base)), GFP_ATOMIC)
+            .ok()?;
+        first.get_or_insert(s);
+    }
+    Some((first?, tallies))
 }
