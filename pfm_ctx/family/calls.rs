@@ -99,7 +99,10 @@ impl Context {
             Some(_) => None,
             None => Some(Family::new()?),
         };
-        let mut spare = spare_parts(this.inner.lock().has_parts())?;
+        // The look under the lock, the allocation after it (a temporary
+        // guard would live to the end of the statement).
+        let has_parts = this.inner.lock().has_parts();
+        let mut spare = spare_parts(has_parts)?;
         let (family, smpl) = {
             let mut inner = this.inner.lock();
             // A concurrent LOAD may have finished since `load`'s first

@@ -149,6 +149,44 @@ pub fn dispatch() {
                 Err(_) => 3,
             }
         }
+        // A whole program measuring itself for FILE: this process and
+        // ARG4 more (each the test binary in mode `own-part`, forked from
+        // this one), each with ARG5 threads besides its main one; every
+        // thread does ARG2 rounds of ARG3 us of CPU then a 1 ms sleep, and
+        // appends its own line to FILE (see `own_part`). Waits for the
+        // processes, so that their CPU time is in this one's rusage.
+        "own-family" => {
+            let me = std::env::current_exe().unwrap_or_default();
+            let rest: Vec<String> = args.iter().skip(3).take(3).cloned().collect();
+            let threads = args.get(7).cloned().unwrap_or_default();
+            let children: Vec<_> = (0..num(6))
+                .filter_map(|_| {
+                    Command::new(&me)
+                        .arg(CHILD_FLAG)
+                        .arg("own-part")
+                        .args(&rest)
+                        .arg(&threads)
+                        .spawn()
+                        .ok()
+                })
+                .collect();
+            let spawned = children.len() as u64;
+            let mut code = own_part(&rest, num(7));
+            for mut c in children {
+                if !c.wait().is_ok_and(|s| s.success()) {
+                    code = 4;
+                }
+            }
+            if spawned != num(6) {
+                code = 5;
+            }
+            code
+        }
+        // One process of `own-family`: FILE ROUNDS SPIN_US THREADS.
+        "own-part" => {
+            let rest: Vec<String> = args.iter().skip(3).take(3).cloned().collect();
+            own_part(&rest, num(6))
+        }
         // Become user ARG (uid = gid), then report on stdout what opening
         // /dev/perfmon, attaching to thread ARG2, and attaching to itself do.
         "attach-as-user" => attach_as_user(num(3) as u32, num(4) as u32),
@@ -158,6 +196,57 @@ pub fn dispatch() {
         }
     };
     std::process::exit(code);
+}
+
+/// A process of `own-family`: its main thread and `threads` more each
+/// spin `rounds` × `spin_us` of CPU with a 1 ms sleep after each, then
+/// append `tid pid cpu_start cpu_end switches_start switches_end` (its own
+/// clock and getrusage count, at its start and at its end) to FILE in one
+/// write (`O_APPEND`: lines never interleave). `rest`: FILE ROUNDS SPIN_US.
+fn own_part(rest: &[String], threads: u64) -> i32 {
+    let path = rest.first().cloned().unwrap_or_default();
+    let num = |i: usize| rest.get(i).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
+    let (rounds, spin_ns) = (num(1), num(2) * 1000);
+    let work = move |path: String| -> bool {
+        let switches_start = crate::edges::thread_switches();
+        let cpu_start = crate::edges::thread_cpu_ns();
+        for _ in 0..rounds {
+            let until = crate::edges::thread_cpu_ns() + spin_ns;
+            while crate::edges::thread_cpu_ns() < until {
+                std::hint::spin_loop();
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let cpu_end = crate::edges::thread_cpu_ns();
+        let switches = crate::edges::thread_switches();
+        let line = format!(
+            "{} {} {cpu_start} {cpu_end} {switches_start} {switches}\n",
+            // SAFETY: No arguments.
+            unsafe { libc::syscall(libc::SYS_gettid) },
+            std::process::id()
+        );
+        std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&path)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()))
+            .is_ok()
+    };
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let p = path.clone();
+            std::thread::spawn(move || work(p))
+        })
+        .collect();
+    let mut ok = work(path);
+    for h in handles {
+        ok &= h.join().unwrap_or(false);
+    }
+    if ok {
+        0
+    } else {
+        3
+    }
 }
 
 fn outcome(r: perfmon::Result<()>) -> String {

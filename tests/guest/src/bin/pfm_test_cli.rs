@@ -51,7 +51,7 @@ use pfm_guest::tap::diag;
 use pfm_guest::{ensure, module, raw, ResultExt, Tap, TestResult};
 use pfm_json::{Info, List, Stat, StatKind, Stats, SCHEMA_VERSION};
 
-const PLAN: usize = 40;
+const PLAN: usize = 41;
 
 /// libpfm4's PMU table the hardware cases force.
 const FORCED_PMU: &str = "skl";
@@ -1376,6 +1376,131 @@ fn mux_conservation(pfm: &Pfm, dir: &Path) -> TestResult {
     Ok(())
 }
 
+/// One thread's line of the `own-family` program: its ids, its own CPU
+/// clock and switch count at its start and at its end.
+struct OwnThread {
+    tid: u32,
+    pid: u32,
+    cpu_start: u64,
+    cpu_end: u64,
+}
+
+fn own_family(path: &Path) -> Result<Vec<OwnThread>, String> {
+    let s = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    s.lines()
+        .map(|l| {
+            let n: Vec<u64> = l
+                .split_whitespace()
+                .filter_map(|w| w.parse().ok())
+                .collect();
+            ensure!(n.len() == 6, "{}: line {l:?}", path.display());
+            Ok(OwnThread {
+                tid: n[0] as u32,
+                pid: n[1] as u32,
+                cpu_start: n[2],
+                cpu_end: n[3],
+            })
+        })
+        .collect()
+}
+
+/// Six events on two counters (three sets of task-clock and
+/// context-switches, 1 ms each) over a whole program: 4 processes of 5, 3,
+/// 3 and 3 threads (14), each thread 20 × 2 ms of CPU and a 1 ms sleep.
+/// Nothing narrows: `inherit` is true, no warning. Each set's task-clock
+/// is its running time, so its estimate is the program's `time_enabled`,
+/// which lies between the threads' own CPU times added up (each measured
+/// inside its monitored life) and the command's rusage (its own and its
+/// reaped children's, rounded to microseconds: + 2 us). `--per-thread`: a
+/// row for each of the 14 threads, in 4 processes, each thread's
+/// task-clock estimate at least its own CPU time.
+fn mux_whole_program(pfm: &Pfm, dir: &Path) -> TestResult {
+    let me = me()?;
+    let file = dir.join("own-family");
+    let _ = std::fs::remove_file(&file);
+    let f = file.to_string_lossy().into_owned();
+    let out = pfm.run(&[
+        "stat",
+        "--json",
+        "--per-thread",
+        "--switch",
+        "1ms",
+        "-e",
+        "{task-clock,cs},{task-clock,cs},{task-clock,cs}",
+        "--",
+        &me,
+        CHILD_FLAG,
+        "own-family",
+        &f,
+        "20",
+        "2000",
+        "3",
+        "4",
+    ])?;
+    let err = text(&out.stderr);
+    show("json", &err);
+    ensure!(out.status.success(), "exit {:?}: {err}", out.status);
+    ensure!(!err.contains("warning"), "a warning: {err}");
+    let v: Stat = doc(&err)?;
+    ensure!(v.inherit == Some(true), "inherit {:?}", v.inherit);
+    let m = v.multiplex.as_ref().ok_or("no multiplex object")?;
+    ensure!(m.sets == 3 && m.counters == 2, "multiplex {m:?}");
+    let enabled = v.time_running_ns;
+    let mut runs = [0u64; 3];
+    for (i, c) in v.counters.iter().enumerate() {
+        let (set, run) = mux_counter(c, enabled)?;
+        if i % 2 == 0 {
+            ensure!(
+                c.value == run && c.estimate == Some(enabled),
+                "set {set}: task-clock {} (its set ran {run} ns), estimate {:?}, time_enabled {enabled}",
+                c.value,
+                c.estimate
+            );
+            runs[usize::from(set)] = run;
+        }
+    }
+    ensure!(
+        runs.iter().sum::<u64>() == enabled && runs.iter().all(|&r| r > 0),
+        "the sets ran {runs:?} ns over the threads, time_enabled {enabled}"
+    );
+    let own = own_family(&file)?;
+    let pids: std::collections::BTreeSet<u32> = own.iter().map(|t| t.pid).collect();
+    ensure!(
+        own.len() == 14 && pids.len() == 4,
+        "the program reported {} threads in {} processes, 14 in 4 expected",
+        own.len(),
+        pids.len()
+    );
+    let lo: u64 = own.iter().map(|t| t.cpu_end - t.cpu_start).sum();
+    let us = |s: Option<f64>| (s.unwrap_or(0.0) * 1e6).round() as u64;
+    let hi = (us(v.user_s) + us(v.sys_s)) * 1000 + 2000;
+    diag(format!(
+        "whole program: time_enabled {enabled} ns, sets {runs:?}; threads' own CPU {lo} ns, rusage {hi} ns"
+    ));
+    ensure!(
+        (lo..=hi).contains(&enabled),
+        "time_enabled {enabled} ns outside [{lo}, {hi}]: the threads' own CPU times added up, the command's rusage"
+    );
+    let rows = v.threads.as_ref().ok_or("no per-thread rows")?;
+    for t in &own {
+        let row = rows
+            .iter()
+            .find(|r| r.tid == t.tid)
+            .ok_or_else(|| format!("no row for thread {} of process {}", t.tid, t.pid))?;
+        // Values in counter order: task-clock is every even one.
+        let tc = row.values.first().copied().unwrap_or(0);
+        ensure!(
+            row.pid == t.pid && tc >= t.cpu_end - t.cpu_start,
+            "thread {} (process {}): row pid {}, task-clock estimate {tc} below its own CPU time {}",
+            t.tid,
+            t.pid,
+            row.pid,
+            t.cpu_end - t.cpu_start
+        );
+    }
+    Ok(())
+}
+
 /// The share a table line ends with, `(40.00%)`.
 fn line_share(line: &str) -> Option<f64> {
     let p = line.strip_suffix("%)")?.rsplit('(').next()?;
@@ -2277,6 +2402,11 @@ fn main() {
         &mut t,
         "pfm stat -e '{task-clock,cs}' x3 on 2 counters: 3 sets at 1 ms, task-clock's estimate = time_enabled within the command's own CPU time, switches conserved",
         &|| mux_conservation(&pfm, &dir),
+    );
+    mux_case(
+        &mut t,
+        "pfm stat -e 6 events on 2 counters of a 14-thread, 4-process program: every thread counted, task-clock within the threads' own clocks",
+        &|| mux_whole_program(&pfm, &dir),
     );
     mux_case(
         &mut t,
