@@ -324,7 +324,110 @@ pub(super) fn bench_inherit(o: &Opts, out: &mut J) -> io::Result<()> {
             .with("perfmon_loaded_thread_switches", root_sw)
             .with("perf_switches", sw(2)),
     );
+    inherit_memory(o, out)
+}
+
+/// What an inherited thread costs in kernel memory: `--threads` threads
+/// created by a thread that monitors itself with inheritance (perfmon:
+/// `PFM_CTXFL_INHERIT`, 4 soft events; perf: `inherit=1`, a group of the
+/// same 4), each asleep in read(2), against the same threads unmonitored:
+/// `/proc/meminfo` deltas (the method of item 4), the median of the
+/// rounds, per thread.
+fn inherit_memory(o: &Opts, out: &mut J) -> io::Result<()> {
+    let k = o.threads.max(1);
+    println!("== 7b. memory per inherited thread: {k} threads asleep in read(2) ==");
+    let variants = ["none", "perfmon", "perf"];
+    let mut slab: Vec<Vec<f64>> = variants.iter().map(|_| Vec::new()).collect();
+    for r in 0..o.rounds {
+        for i in 0..variants.len() {
+            let idx = (i + r) % variants.len();
+            slab[idx].push(threads_slab(idx, k)?);
+        }
+    }
+    let med: Vec<f64> = slab.iter().map(|v| median_f(v)).collect();
+    let added = |i: usize| med[i] - med[0];
+    let mut t = Table::new(&["variant", "Slab bytes per thread", "added by monitoring"]);
+    for (i, name) in variants.iter().enumerate() {
+        t.row(vec![name.to_string(), f(med[i], 0), f(added(i), 0)]);
+    }
+    t.print();
+    let target = 768.0;
+    println!(
+        "   perfmon adds {} bytes per inherited thread, perf {} (target: at most {target}: {})",
+        f(added(1), 0),
+        f(added(2), 0),
+        if added(1) <= target { "met" } else { "NOT met" }
+    );
+    println!();
+    out.set(
+        "inherit_memory",
+        J::obj()
+            .with("method", "k threads created after a self-LOAD with PFM_CTXFL_INHERIT (4 soft events) or after perf_event_open(self, inherit=1) of a group of 4, each asleep in read(2); /proc/meminfo Slab delta over their creation, per thread, median of the rounds, less the same threads unmonitored")
+            .with("threads", k)
+            .with("rounds", o.rounds)
+            .with("slab_bytes_per_thread_none", med[0])
+            .with("slab_bytes_per_thread_perfmon", med[1])
+            .with("slab_bytes_per_thread_perf", med[2])
+            .with("added_bytes_per_thread_perfmon", added(1))
+            .with("added_bytes_per_thread_perf", added(2))
+            .with("target_added_bytes_max", target)
+            .with("target_met", added(1) <= target),
+    );
     Ok(())
+}
+
+/// Slab bytes per thread of `k` threads asleep in read(2), created under
+/// variant `idx` (0 none, 1 perfmon, 2 perf).
+fn threads_slab(idx: usize, k: usize) -> io::Result<f64> {
+    const PFM4: &[u64] = &[TC, CS, super::MIG, CS];
+    const PERF4: &[u64] = &[PTC, PCS, super::PMIG, PCS];
+    let pfm = match idx {
+        1 => {
+            let p = Pfm::open()?;
+            p.set_flags(abi::PFM_CTXFL_INHERIT)?;
+            p.program(PFM4)?;
+            p.load(0)?;
+            p.start()?;
+            Some(p)
+        }
+        _ => None,
+    };
+    let perf = match idx {
+        2 => {
+            let g = PerfGroup::open_with(PERF4, 0, true)?;
+            g.enable()?;
+            Some(g)
+        }
+        _ => None,
+    };
+    let (rx, tx) = sys::pipe()?;
+    let rx = std::sync::Arc::new(rx);
+    let before = super::meminfo();
+    let mut handles = Vec::with_capacity(k);
+    for _ in 0..k {
+        let rx = rx.clone();
+        let h = std::thread::Builder::new()
+            .stack_size(64 * 1024)
+            .spawn(move || sys::read1(&rx).map(|_| ()))?;
+        handles.push(h);
+    }
+    let after = super::meminfo();
+    for _ in 0..k {
+        sys::write1(&tx)?;
+    }
+    for h in handles {
+        h.join()
+            .map_err(|_| io::Error::other("a sleeper panicked"))??;
+    }
+    if let Some(p) = pfm {
+        p.unload()?;
+        p.fd.close()?;
+    }
+    if let Some(g) = perf {
+        g.close()?;
+    }
+    // Slab is the first field.
+    Ok(super::per_object(&before, &after, k)[0])
 }
 
 /// A process of `n` threads (its main thread included) asleep in read(2)
