@@ -5,12 +5,14 @@
 //! some created after it), every thread multiplexing the sets on its own
 //! running time.
 //!
-//! Each worker thread spins a few milliseconds of CPU, naps (a sleep that
-//! switches it out), and again, then reads its own clocks (`t`: switches,
-//! then `CLOCK_THREAD_CPUTIME_ID`), says it is ready and blocks on a pipe;
-//! once released it reads them again (`u`). While it is blocked its counts
-//! lie in `[t, u]` exactly (the edges of `pfm_guest::edges`), and that is
-//! when the tool reads:
+//! Each worker thread reads its own clocks (`s`: switches, then
+//! `CLOCK_THREAD_CPUTIME_ID`), spins a few milliseconds of CPU, naps (a
+//! sleep that switches it out), and again, then reads them again (`t`),
+//! says it is ready and blocks on a pipe; once released it reads them
+//! again (`u`). A thread that existed before LOAD also read them before it
+//! (`w`); one created after LOAD is counted from its birth (`w` = 0).
+//! While it is blocked its counts lie in `[t - s, u - w]` exactly (the
+//! edges of `pfm_guest::edges`), and that is when the tool reads:
 //!
 //! - `PFM_IOC_READ_THREADS` of each set (`PFM_VALFL_SET`): per thread, the
 //!   sets' task-clock counts add up to the thread's own CPU time and their
@@ -59,10 +61,18 @@ const ROUNDS: usize = 4;
 /// How long the tool waits for the workers to be ready.
 const READY_WAIT: Duration = Duration::from_secs(120);
 
-/// One thread's edges, shared with a forked process.
+/// One thread's edges, shared with another process. A thread counted
+/// from its birth has `w` 0; one that existed before LOAD (walked) reads
+/// `w` before the LOAD and `s` after it, so that its count, which starts
+/// at LOAD, lies in `[t - s, u - w]`.
 #[repr(C)]
 struct Slot {
     tid: AtomicU64,
+    w_sw: AtomicU64,
+    w_clk: AtomicU64,
+    parked: AtomicU64,
+    s_sw: AtomicU64,
+    s_clk: AtomicU64,
     t_sw: AtomicU64,
     t_clk: AtomicU64,
     ready: AtomicU64,
@@ -150,10 +160,12 @@ fn read_byte(fd: RawFd) {
     }
 }
 
-/// A worker's life: spin and nap, its first edge, blocked until released,
-/// its second edge.
+/// A worker's life (counted from before this call): spin and nap, its
+/// first edge, blocked until released, its second edge.
 fn work(slot: &Slot, release: RawFd) {
     slot.tid.store(gettid(), Ordering::Relaxed);
+    slot.s_sw.store(thread_switches(), Ordering::Relaxed);
+    slot.s_clk.store(thread_cpu_ns(), Ordering::Relaxed);
     for _ in 0..ROUNDS {
         spin(SPIN_NS);
         nap();
@@ -266,18 +278,21 @@ fn value(r: &ThreadRow, pmd: u16) -> u64 {
     r.value(pmd).unwrap_or(u64::MAX)
 }
 
+/// A slot's bounds of what its thread counted by the blocked read:
+/// `(clock, switches)`, each `[t - s, u - w]`.
+fn bounds(s: &Slot) -> ((u64, u64), (u64, u64)) {
+    let v = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    (
+        (v(&s.t_clk) - v(&s.s_clk), v(&s.u_clk) - v(&s.w_clk)),
+        (v(&s.t_sw) - v(&s.s_sw), v(&s.u_sw) - v(&s.w_sw)),
+    )
+}
+
 /// The per-thread checks for the threads of `slots` (blocked at the read).
 fn check_threads(r: &Reading, slots: &[Slot]) -> TestResult {
     for s in slots {
         let tid = s.tid.load(Ordering::Relaxed);
-        let (t_clk, u_clk) = (
-            s.t_clk.load(Ordering::Relaxed),
-            s.u_clk.load(Ordering::Relaxed),
-        );
-        let (t_sw, u_sw) = (
-            s.t_sw.load(Ordering::Relaxed),
-            s.u_sw.load(Ordering::Relaxed),
-        );
+        let ((t_clk, u_clk), (t_sw, u_sw)) = bounds(s);
         let rows = [row_of(&r.per_set[0], tid)?, row_of(&r.per_set[1], tid)?];
         let plain = row_of(&r.plain, tid)?;
         let tc: Vec<u64> = rows.iter().map(|r| value(r, 0)).collect();
@@ -285,7 +300,8 @@ fn check_threads(r: &Reading, slots: &[Slot]) -> TestResult {
         let running: Vec<u64> = rows.iter().map(|r| r.time_running).collect();
         let what = format!(
             "thread {tid}: task-clock {tc:?} switches {cs:?} set running {running:?} \
-             time_running {}; own clock [{t_clk}, {u_clk}], own switches [{t_sw}, {u_sw}]",
+             time_running {}; own clock [{t_clk}, {u_clk}], own switches [{t_sw}, {u_sw}] \
+             (since LOAD)",
             plain.time_running
         );
         let tc_sum = tc[0] + tc[1];
@@ -342,10 +358,8 @@ fn check_totals(r: &Reading, slots: &[Slot], root: Option<(u64, u64)>) -> TestRe
         }
     }
     let (lo, hi) = slots.iter().fold(root.unwrap_or((0, 0)), |(lo, hi), s| {
-        (
-            lo + s.t_clk.load(Ordering::Relaxed),
-            hi + s.u_clk.load(Ordering::Relaxed),
-        )
+        let ((t, u), _) = bounds(s);
+        (lo + t, hi + u)
     });
     let total = r.totals[0].values[0] + r.totals[1].values[0];
     ensure!(
@@ -437,9 +451,17 @@ fn inherit_case() -> TestResult {
     ctx.unload().ctx("UNLOAD")
 }
 
+/// Before a LOAD that will walk the calling thread: its `w` edge.
+fn park(slot: &Slot) {
+    slot.w_sw.store(thread_switches(), Ordering::Relaxed);
+    slot.w_clk.store(thread_cpu_ns(), Ordering::Relaxed);
+    slot.parked.store(1, Ordering::Release);
+}
+
 /// The program of case 2 (child mode `fs-program SHM_FD RELEASE_FD`): its
-/// main thread and three threads exist when it says so (`walked`); once
-/// loaded (`go`) it creates three more; all seven then work.
+/// main thread and three threads exist, each past its `w` edge, when it
+/// says so (`walked`); once loaded (`go`) it creates three more; all seven
+/// then work.
 fn program_role(shm_fd: RawFd, rx: RawFd) -> i32 {
     let Ok(shm) = map_shm(shm_fd) else {
         return 2;
@@ -448,6 +470,7 @@ fn program_role(shm_fd: RawFd, rx: RawFd) -> i32 {
         .map(|i| {
             let slot = &shm.slots[i];
             std::thread::spawn(move || {
+                park(slot);
                 while shm.go.load(Ordering::Acquire) == 0 {
                     std::thread::sleep(Duration::from_millis(1));
                 }
@@ -455,6 +478,13 @@ fn program_role(shm_fd: RawFd, rx: RawFd) -> i32 {
             })
         })
         .collect();
+    while !shm.slots[1..=WORKERS / 2]
+        .iter()
+        .all(|s| s.parked.load(Ordering::Acquire) == 1)
+    {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    park(&shm.slots[0]);
     shm.walked.store(1, Ordering::Release);
     while shm.go.load(Ordering::Acquire) == 0 {
         std::thread::sleep(Duration::from_millis(1));

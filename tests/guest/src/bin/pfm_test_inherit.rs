@@ -2918,17 +2918,20 @@ fn exclusions_case() -> TestResult {
         let (ctx, _) = counting_context()?;
         set_flags(&ctx, flags).map_err(|e| format!("SET_FLAGS: {}", errname(e)))?;
         one_set(&ctx).ctx("CREATE_SETS while UNLOADED")?;
-        if let Err(e) = load_flags(&ctx, tid, load) {
-            errs.push(format!(
+        // Each LOAD unloaded after: the thread takes one context at a time.
+        match load_flags(&ctx, tid, load) {
+            Ok(()) => ctx.unload().ctx("UNLOAD")?,
+            Err(e) => errs.push(format!(
                 "LOAD ({what}) of a context with event sets: {}",
                 errname(e)
-            ));
+            )),
         }
         let (ctx, _) = counting_context()?;
         set_flags(&ctx, flags).map_err(|e| format!("SET_FLAGS: {}", errname(e)))?;
         let _page = map_page(&ctx).map_err(|e| format!("mmap: {}", errname(e)))?;
-        if let Err(e) = load_flags(&ctx, tid, load) {
-            errs.push(format!("LOAD ({what}) of a mapped context: {}", errname(e)));
+        match load_flags(&ctx, tid, load) {
+            Ok(()) => ctx.unload().ctx("UNLOAD")?,
+            Err(e) => errs.push(format!("LOAD ({what}) of a mapped context: {}", errname(e))),
         }
         let (ctx, _) = counting_context()?;
         set_flags(&ctx, flags).map_err(|e| format!("SET_FLAGS: {}", errname(e)))?;
