@@ -57,12 +57,15 @@ impl Context {
         Ok(())
     }
 
-    /// `PFM_IOC_RESTART`: leave MASKED, apply the long reset.
+    /// `PFM_IOC_RESTART`: leave MASKED, apply the long reset to the
+    /// notifying PMDs of the sets that notified.
     pub(crate) fn restart(&self) -> Result {
         self.with_live(|inner, _| -> Result {
             inner.transition(Op::Restart)?;
-            // Every set's: a set's notification masks the whole context.
-            inner.for_each_image(|counters| {
+            // The sets that notified: a set's notification masks the
+            // whole context, and RESTART resumes it resetting those sets
+            // only (perfmon2's rule; the others' periods run on).
+            inner.reset_notified_sets(|counters| {
                 let pmds = counters.pmds_mut();
                 let mut notified = 0u64;
                 for (i, pmd) in pmds.iter_mut().enumerate() {

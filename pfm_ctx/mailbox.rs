@@ -113,6 +113,7 @@ impl Context {
                     continue;
                 }
                 notified = true;
+                inner.note_notified_set(set);
                 if inner.flags & abi::PFM_CTXFL_NO_MSG != 0 {
                     continue;
                 }

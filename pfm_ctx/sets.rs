@@ -60,6 +60,9 @@ pub(crate) struct CtxSets {
     /// next charge, after the time run before them is the old set's
     /// (`u32`, saturating: the table stays in `kmalloc-2048`).
     hw_overflows: [u32; abi::PFM_MAX_PMDS],
+    /// Bit n: set n notified an overflow since the last RESTART, which
+    /// resets only such sets' PMDs (perfmon2's rule).
+    notified_sets: u16,
 }
 
 // The table stays one `kmalloc-2048` object (without lock debugging, as
@@ -162,6 +165,7 @@ impl CtxSets {
             resident: 0,
             pending: [0; PFM_MAX_SETS],
             hw_overflows: [0; abi::PFM_MAX_PMDS],
+            notified_sets: 0,
         }
     }
 
@@ -307,6 +311,7 @@ impl CtxInner {
         let _ = s.table.load(load_set);
         s.pending = [0; PFM_MAX_SETS];
         s.hw_overflows = [0; abi::PFM_MAX_PMDS];
+        s.notified_sets = 0;
         self.make_resident(load_set as usize);
     }
 
@@ -477,6 +482,29 @@ impl CtxInner {
         per_set
     }
 
+    /// Set `set` notified an overflow (the overflow interrupt sent, or
+    /// would have sent, its message): the next RESTART resets it.
+    pub(super) fn note_notified_set(&mut self, set: usize) {
+        if let Some(s) = sets_of_mut(&mut self.parts) {
+            s.notified_sets |= 1 << (set & (PFM_MAX_SETS - 1));
+        }
+    }
+
+    /// RESTART's long reset (`reset(image)`) of the sets that notified an
+    /// overflow since the last RESTART, as perfmon2 resets only the sets
+    /// with pending overflows; set 0 without a table.
+    pub(super) fn reset_notified_sets(&mut self, mut reset: impl FnMut(&mut Counters)) {
+        let sets = match sets_of_mut(&mut self.parts) {
+            Some(s) => core::mem::take(&mut s.notified_sets),
+            None => 1,
+        };
+        for set in (0..PFM_MAX_SETS).filter(|i| sets & (1 << i) != 0) {
+            if let Some(image) = self.image_mut(set) {
+                reset(image);
+            }
+        }
+    }
+
     /// Whether a PMC of any set's image counts in kernel mode.
     pub(super) fn counts_kernel(&mut self) -> bool {
         let pmu = &globals().pmu;
@@ -551,6 +579,7 @@ impl CtxSets {
         to.resident = self.resident;
         to.pending = [0; PFM_MAX_SETS];
         to.hw_overflows = [0; abi::PFM_MAX_PMDS];
+        to.notified_sets = 0;
         for ((slot, image), new) in to
             .images
             .iter_mut()

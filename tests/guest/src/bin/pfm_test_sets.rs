@@ -60,7 +60,7 @@ use pfm_guest::raw::{self, ioctl_bad, ioctl_in, BadAddr, RegsArea};
 use pfm_guest::tap::diag;
 use pfm_guest::{ensure, module, OwnClock, ResultExt, Tap, TestResult};
 
-const PLAN: usize = 32;
+const PLAN: usize = 33;
 /// The soft events, as PMC values.
 const TC: u64 = PFM_SOFT_EV_TASK_CLOCK;
 const CS: u64 = PFM_SOFT_EV_CONTEXT_SWITCHES;
@@ -1707,6 +1707,69 @@ fn messages_name_their_set() -> TestResult {
     Ok(())
 }
 
+/// RESTART resets only the sets that notified (perfmon2's rule): two sets
+/// that never switch, PMD 0 of each counting context-switches with
+/// `PFM_REGFL_OVFL_NOTIFY`; set 0's overflows at every switch (period 1)
+/// fill the queue (8 messages) and mask the context. Set 1, which never
+/// counted, keeps its value 0 through RESTART (its long reset, 2^64 - 5,
+/// would be a reset of a set that did not notify); set 0's PMD 0 gets its
+/// long reset, 2^64 - 1000, plus at most the switches the thread made
+/// since the RESTART (its own getrusage count).
+fn restart_resets_notified_sets() -> TestResult {
+    let ctx = with_sets(&[plain_set(0), plain_set(1)])?;
+    ctx.write_pmcs(&mut [pmc(0, 0, CS), pmc(1, 0, CS)])
+        .ctx("WRITE_PMCS")?;
+    let long0 = u64::MAX - 999;
+    ctx.write_pmds(&mut [
+        PfmPmd {
+            reg_flags: PFM_REGFL_OVFL_NOTIFY,
+            reg_short_reset: u64::MAX,
+            reg_long_reset: long0,
+            ..pmd(0, 0, u64::MAX)
+        },
+        PfmPmd {
+            reg_flags: PFM_REGFL_OVFL_NOTIFY,
+            reg_short_reset: u64::MAX - 4,
+            reg_long_reset: u64::MAX - 4,
+            ..pmd(1, 0, 0)
+        },
+    ])
+    .ctx("WRITE_PMDS")?;
+    ctx.set_nonblocking(true).ctx("O_NONBLOCK")?;
+    ctx.load(0).ctx("LOAD")?;
+    ctx.start().ctx("START")?;
+    let masked = module::wait_for(Duration::from_secs(10), || {
+        std::thread::sleep(Duration::from_millis(1));
+        ctx.state().is_ok_and(|s| s.state == CtxState::Masked)
+    });
+    let result = (|| -> TestResult {
+        ensure!(masked, "the queue never filled: not MASKED");
+        let sw = pfm_guest::edges::thread_switches();
+        ctx.restart().ctx("RESTART")?;
+        let (s0, _, _) = read_set(&ctx, 0, 1)?;
+        let (s1, _, _) = read_set(&ctx, 1, 1)?;
+        let since = pfm_guest::edges::thread_switches() - sw;
+        diag(format!(
+            "after RESTART: set 0 PMD 0 {:#x}, set 1 PMD 0 {:#x}; {since} switches since",
+            s0[0].reg_value, s1[0].reg_value
+        ));
+        ensure!(
+            s1[0].reg_value == 0,
+            "set 1 never overflowed nor notified, yet RESTART changed its PMD 0 to {:#x}",
+            s1[0].reg_value
+        );
+        ensure!(
+            (long0..=long0 + since).contains(&s0[0].reg_value),
+            "set 0's PMD 0 {:#x} after RESTART, its long reset {long0:#x} plus at most {since} switches expected",
+            s0[0].reg_value
+        );
+        Ok(())
+    })();
+    ctx.stop().ctx("STOP")?;
+    ctx.unload().ctx("UNLOAD")?;
+    result
+}
+
 fn main() {
     pfm_guest::child::dispatch();
     let mut t = Tap::new(PLAN);
@@ -1824,6 +1887,10 @@ fn main() {
     t.run(
         "overflow messages name the set whose PMD overflowed",
         messages_name_their_set,
+    );
+    t.run(
+        "RESTART resets only the sets that notified: a set that never overflowed keeps its value",
+        restart_resets_notified_sets,
     );
     t.run("no live context left (sysfs)", || {
         module::wait_contexts(0, Duration::from_secs(2))
