@@ -491,7 +491,13 @@ impl Stat<'_> {
     /// `--per-thread`: learns the names of the threads of `ctxs` alive now.
     fn look_at_threads(&mut self, ctxs: &[Context]) -> Result<(), Failure> {
         for ctx in ctxs {
-            for row in ctx.read_threads_programmed()?.rows {
+            // Multiplexed, the counters are programmed set by set: set 0's
+            // PMDs name the rows.
+            let report = match self.layout.as_ref().and_then(|l| l.sets.first()) {
+                Some(set0) => ctx.read_threads(set0.mask())?,
+                None => ctx.read_threads_programmed()?,
+            };
+            for row in report.rows {
                 if row.tid != 0 && !row.has_exited() {
                     if let Some(comm) = comm_of(row.tid) {
                         self.comms.insert(row.tid, comm);
