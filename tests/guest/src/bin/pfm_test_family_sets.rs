@@ -31,6 +31,12 @@
 //!   read while they were blocked, task-clock still each set's running
 //!   time.
 //!
+//! - On `pmu=intel_arch_sim`, the `PFM_LOAD_PROCESS` case again with user
+//!   cycles in both sets: each thread's copy of each set ran (the
+//!   per-CPU multiplexing timer) and counted, the sets' running times add
+//!   up to the thread's, within its own clock, and the program's values
+//!   and set times are its rows' sums.
+//!
 //! Oracles the module cannot influence: each thread's own
 //! `CLOCK_THREAD_CPUTIME_ID` and `getrusage(RUSAGE_THREAD)` switch count,
 //! read at its edges. No tolerance: every bound is an edge.
@@ -44,9 +50,21 @@ use perfmon::{Context, ThreadRow};
 use pfm_guest::edges::{thread_cpu_ns, thread_switches};
 use pfm_guest::{ensure, module, ResultExt, Tap, TestResult};
 
-const PLAN: usize = 5;
+const PLAN: usize = 8;
 const TC: u64 = PFM_SOFT_EV_TASK_CLOCK;
 const CS: u64 = PFM_SOFT_EV_CONTEXT_SWITCHES;
+/// intel_arch_sim: IA32_PERFEVTSEL core cycles (0x3c) in user mode, which
+/// the simulator counts while the thread runs in user mode.
+const CYCLES_USR: u64 = 0x3c | 1 << 16;
+
+/// The PMU model a case runs on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Model {
+    /// `pmu=soft`: task-clock on PMD 0, context-switches on PMD 1.
+    Soft,
+    /// `pmu=intel_arch_sim`: user cycles on PMDs 0 and 1.
+    Sim,
+}
 const MS: u64 = 1_000_000;
 /// The sets' timeout: 1 ms of the thread's running time.
 const TIMEOUT: u64 = MS;
@@ -208,7 +226,7 @@ fn release(fd: RawFd, n: usize) {
 
 /// A context with sets 0 and 1 switched every [`TIMEOUT`] of running time,
 /// each counting task-clock on PMD 0 and context-switches on PMD 1.
-fn two_set_context() -> Result<Context, String> {
+fn two_set_context(model: Model) -> Result<Context, String> {
     let ctx = Context::open().ctx("open")?;
     let mut descs = [0u16, 1].map(|id| PfmSetdesc {
         set_id: id,
@@ -218,7 +236,11 @@ fn two_set_context() -> Result<Context, String> {
     });
     ctx.create_sets(&mut descs).ctx("CREATE_SETS")?;
     for set in [0u16, 1] {
-        let mut pmcs = [TC, CS].map(|ev| PfmPmc {
+        let events = match model {
+            Model::Soft => [TC, CS],
+            Model::Sim => [CYCLES_USR, CYCLES_USR],
+        };
+        let mut pmcs = events.map(|ev| PfmPmc {
             reg_set: set,
             reg_value: ev,
             ..Default::default()
@@ -288,8 +310,13 @@ fn bounds(s: &Slot) -> ((u64, u64), (u64, u64)) {
     )
 }
 
-/// The per-thread checks for the threads of `slots` (blocked at the read).
-fn check_threads(r: &Reading, slots: &[Slot]) -> TestResult {
+/// The per-thread checks for the threads of `slots` (blocked at the read):
+/// on the soft model, the clocks and switches; on the simulator, the sets'
+/// times and cycles counted in each.
+fn check_threads(r: &Reading, slots: &[Slot], model: Model) -> TestResult {
+    if model == Model::Sim {
+        return check_threads_sim(r, slots);
+    }
     for s in slots {
         let tid = s.tid.load(Ordering::Relaxed);
         let ((t_clk, u_clk), (t_sw, u_sw)) = bounds(s);
@@ -332,11 +359,68 @@ fn check_threads(r: &Reading, slots: &[Slot]) -> TestResult {
     Ok(())
 }
 
+/// [`check_threads`] on the simulator: per thread, the sets' running times
+/// add up to the thread's `time_running`, which lies within its own clock
+/// since LOAD; each set ran and counted cycles on both PMDs. (The
+/// simulator's cycles follow the thread's user time as the simulator sees
+/// it: `pfm_test_parts` bounds them; here they only show that each heir's
+/// copy of each set counted.)
+fn check_threads_sim(r: &Reading, slots: &[Slot]) -> TestResult {
+    for s in slots {
+        let tid = s.tid.load(Ordering::Relaxed);
+        let ((t_clk, u_clk), _) = bounds(s);
+        let rows = [row_of(&r.per_set[0], tid)?, row_of(&r.per_set[1], tid)?];
+        let plain = row_of(&r.plain, tid)?;
+        let running: Vec<u64> = rows.iter().map(|r| r.time_running).collect();
+        let what = format!(
+            "thread {tid}: cycles {:?} / {:?}, set running {running:?}, time_running {}; \
+             own clock [{t_clk}, {u_clk}] (since LOAD)",
+            rows[0].values, rows[1].values, plain.time_running
+        );
+        ensure!(
+            (t_clk..=u_clk).contains(&plain.time_running),
+            "{what}: time_running outside the thread's own clock"
+        );
+        ensure!(
+            running[0] + running[1] == plain.time_running,
+            "{what}: the sets' running times do not add up to the thread's"
+        );
+        ensure!(
+            running.iter().all(|&n| n > 0)
+                && rows.iter().all(|r| value(r, 0) > 0 && value(r, 1) > 0),
+            "{what}: a set never ran or never counted"
+        );
+    }
+    Ok(())
+}
+
 /// The program's totals: each set's the sum of its rows, its task-clock
 /// its running time; the sets' task-clock within the threads' own clocks
 /// added up (`slots` blocked, `root` the tool's own edges if it is in the
 /// program, else none).
-fn check_totals(r: &Reading, slots: &[Slot], root: Option<(u64, u64)>) -> TestResult {
+fn check_totals(r: &Reading, slots: &[Slot], root: Option<(u64, u64)>, model: Model) -> TestResult {
+    if model == Model::Sim {
+        // Every thread blocked (the process case): each set's values are
+        // its rows' sums, its running time theirs.
+        for set in 0..2 {
+            let (t, rows) = (&r.totals[set], &r.per_set[set]);
+            for pmd in 0..2u16 {
+                let sum: u64 = rows.iter().map(|r| value(r, pmd)).sum();
+                ensure!(
+                    t.values[usize::from(pmd)] == sum,
+                    "set {set} PMD {pmd}: the program's {} is not its rows' sum {sum}",
+                    t.values[usize::from(pmd)]
+                );
+            }
+            let running: u64 = rows.iter().map(|r| r.time_running).sum();
+            ensure!(
+                t.time_running == running,
+                "set {set}: the program's running time {} is not its rows' sum {running}",
+                t.time_running
+            );
+        }
+        return Ok(());
+    }
     for set in 0..2 {
         let t = &r.totals[set];
         let rows = &r.per_set[set];
@@ -404,7 +488,7 @@ fn check_ended(ctx: &Context, before: &Reading, slots: &[Slot]) -> TestResult {
 /// Case 1: `PFM_CTXFL_INHERIT` on the test's own thread, six threads
 /// created after LOAD.
 fn inherit_case() -> TestResult {
-    let ctx = two_set_context()?;
+    let ctx = two_set_context(Model::Soft)?;
     ctx.set_flags(PFM_CTXFL_INHERIT).ctx("SET_FLAGS INHERIT")?;
     ctx.load(gettid() as u32)
         .ctx("LOAD with INHERIT and two sets")?;
@@ -443,10 +527,10 @@ fn inherit_case() -> TestResult {
         r.per_set.iter().map(Vec::len).collect::<Vec<_>>(),
         WORKERS + 1
     );
-    check_threads(&r, slots)?;
+    check_threads(&r, slots, Model::Soft)?;
     // The root counted from its LOAD, and was read before `root_after`: its
     // part of the totals lies in [0, root_after].
-    check_totals(&r, slots, Some((0, root_after)))?;
+    check_totals(&r, slots, Some((0, root_after)), Model::Soft)?;
     check_ended(&ctx, &r, slots)?;
     ctx.unload().ctx("UNLOAD")
 }
@@ -505,7 +589,7 @@ fn program_role(shm_fd: RawFd, rx: RawFd) -> i32 {
 /// Case 2: `PFM_LOAD_PROCESS` of another program: its main thread and
 /// three threads exist at LOAD (walked), three more are created after it
 /// (joining at birth); all seven multiplex the sets.
-fn process_case() -> TestResult {
+fn process_case(model: Model) -> TestResult {
     let fd = shm_file()?;
     let shm = map_shm(fd)?;
     let (rx, tx) = pipe()?;
@@ -518,7 +602,7 @@ fn process_case() -> TestResult {
         wait(READY_WAIT, "the program's first threads", || {
             shm.walked.load(Ordering::Acquire) == 1
         })?;
-        let ctx = two_set_context()?;
+        let ctx = two_set_context(model)?;
         ctx.load_process(pid).ctx("LOAD_PROCESS with two sets")?;
         ctx.start().ctx("START")?;
         shm.go.store(1, Ordering::Release);
@@ -543,11 +627,13 @@ fn process_case() -> TestResult {
             r.per_set.iter().map(Vec::len).collect::<Vec<_>>(),
             WORKERS + 1
         );
-        check_threads(&r, slots)?;
-        check_totals(&r, slots, None)?;
+        check_threads(&r, slots, model)?;
+        check_totals(&r, slots, None, model)?;
         let status = child.wait().ctx("wait for the program")?;
         ensure!(status.success(), "the program ended with {status}");
-        check_ended(&ctx, &r, &shm.slots[1..=WORKERS])?;
+        if model == Model::Soft {
+            check_ended(&ctx, &r, &shm.slots[1..=WORKERS])?;
+        }
         ctx.unload().ctx("UNLOAD")
     })();
     let _ = child.kill();
@@ -564,7 +650,7 @@ fn process_case() -> TestResult {
 /// READ_THREADS' set fields: a set that does not exist, a set without
 /// `PFM_VALFL_SET`, an unknown vflag (EINVAL), on a loaded whole program.
 fn threads_set_errnos() -> TestResult {
-    let ctx = two_set_context()?;
+    let ctx = two_set_context(Model::Soft)?;
     ctx.set_flags(PFM_CTXFL_INHERIT).ctx("SET_FLAGS INHERIT")?;
     ctx.load(gettid() as u32).ctx("LOAD")?;
     for (what, r) in [
@@ -596,12 +682,20 @@ fn main() {
     );
     t.run(
         "LOAD_PROCESS with two sets: walked and newborn threads multiplex, each within its own clock and switches",
-        process_case,
+        || process_case(Model::Soft),
     );
     t.run(
         "READ_THREADS of a set that does not exist: EINVAL",
         threads_set_errnos,
     );
     t.run("rmmod perfmon", module::rmmod);
+    t.run("insmod perfmon.ko pmu=intel_arch_sim", || {
+        module::insmod(&["pmu=intel_arch_sim"])
+    });
+    t.run(
+        "intel_arch_sim, LOAD_PROCESS with two sets: every thread's copy of each set ran and counted, its sets' times its own, the program's the rows' sums",
+        || process_case(Model::Sim),
+    );
+    t.run("rmmod perfmon (intel_arch_sim)", module::rmmod);
     t.finish();
 }
