@@ -550,7 +550,8 @@ impl Context {
     /// `PFM_CTXFL_INHERIT`, which it implies, to every thread and process
     /// they create from then on. Reads return the totals;
     /// [`Context::read_threads`] each thread's counts. A context with event
-    /// sets or a mapped counter page cannot be loaded so (`EBUSY`).
+    /// sets cannot be loaded so yet (`EBUSY`); a mapped page shows the
+    /// loaded thread only.
     pub fn load_process(&self, pid: u32) -> Result<()> {
         self.load_raw(pid, PFM_LOAD_PROCESS, 0)
     }
