@@ -1,0 +1,1175 @@
+//! pfm_test_parts: a context's parts together (issue 33,
+//! `pfm_ctx/parts.rs`): event sets that take turns, the sampling buffer,
+//! the mapped counter page, and CLONE of a context that has them all; each
+//! pair on the soft model (`pmu=soft`: task-clock and context-switches)
+//! and on `pmu=intel_arch_sim` (user cycles, which the simulator counts at
+//! 1 per ns the thread runs).
+//!
+//! The monitored thread is the test's own, running rounds of 300 us of CPU
+//! and a 200 us nap (it sleeps and wakes every round), or exchanging bytes
+//! with a partner on its CPU (it blocks at every exchange). The oracles are
+//! the thread's own: its `CLOCK_THREAD_CPUTIME_ID` and its
+//! `getrusage(RUSAGE_THREAD)` switch count, read around START and STOP
+//! ([`OwnClock`]: task-clock and context-switches must lie in those
+//! brackets, exactly), and arithmetic that follows from the rules where
+//! they are exact; each bound is derived where it is checked.
+//!
+//! 1. Sets (2, time-switched every 2 ms) + page: the sets' running times
+//!    add up to the context's, which lies in the thread's own CPU-time
+//!    bracket; soft: each set's task-clock is its running time and their
+//!    switches add up to the thread's own (getrusage bracket); sim: each
+//!    set's cycles are its own running time (80%..+1 ms, as
+//!    pfm_test_hwsim). The page, read by the thread between rounds, names
+//!    a set that exists, both sets over the run; its values are at most
+//!    READ_VALUES of the set it names read right after (context-switches
+//!    by at most the thread's own switches in between); a reading that
+//!    includes the clock is never live while the sets take turns
+//!    (task-clock marked stale, not extended); after STOP the page equals
+//!    READ_VALUES of the set it names, exactly.
+//! 2. Sets (time-switched) + buffer: the clock sampled every P in each set;
+//!    each entry's `set` is the set that counted: per set, the entries are
+//!    ⌊clock total / P⌋ of that set exactly, the k-th with the set's clock
+//!    at least k × P; soft: every activation but the last writes exactly
+//!    timeout / P entries (each activation is exactly the timeout of the
+//!    set's task-clock), and the set totals are the running times, which
+//!    add up to the own-clock bracket.
+//! 3. Sets (overflow-switched, after 2 overflows) + buffer: soft, on
+//!    context switches of period 5 during a ping-pong with naps: entry j is
+//!    set ⌊j / 2⌋ mod 2's, its value exactly 5 × (its index in its set +
+//!    1), the entries ⌊S / 5⌋ for the S switches the sets counted, which lie
+//!    in the thread's getrusage bracket, the set switches ⌊entries / 2⌋;
+//!    sim, on cycles of period 1 ms: per set ⌊cycles / P⌋ entries exactly,
+//!    every activation but the last at least 2 entries (a PMI late by a
+//!    period may find two).
+//! 4. Page + buffer (no sets), both mapped at once: the page's values at
+//!    most the next READ_VALUES while counting, equal after STOP, set 0;
+//!    entries ⌊clock / P⌋ exactly; the clock (soft: task-clock) in the
+//!    own-clock bracket.
+//! 5. CLONE of a context with sets, a buffer and a page, after it ran: the
+//!    clone is UNLOADED, with the template's flags, sets (flags, timeouts,
+//!    registers used) and registers (PMD values and resets, per set), no
+//!    buffer (mmap at `PFM_SMPL_OFFSET` ENODEV, SMPL_SETUP accepted) and a
+//!    page of its own (LOADED while the template's stays UNLOADED); run, it
+//!    takes turns in both sets and writes to its own buffer, none to the
+//!    template's.
+//! 6. Soft: `Context::read_mapped` (the page when it can serve) returns what
+//!    READ_VALUES returns while the sets take turns.
+
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use perfmon::abi::*;
+use perfmon::{errno_name, Context, SampleBuffer};
+use pfm_guest::edges::{thread_cpu_ns, thread_switches};
+use pfm_guest::raw::{self, ioctl_in, FileMap};
+use pfm_guest::tap::diag;
+use pfm_guest::{ensure, module, work, OwnClock, ResultExt, Tap, TestResult};
+
+const PLAN: usize = 16;
+const US: u64 = 1_000;
+const MS: u64 = 1_000_000;
+/// Every set's timeout (time-switched sets): 2 ms of the thread's running
+/// time, a multiple of the clock period [`CLOCK_P`].
+const TS: u64 = 2 * MS;
+/// The clock's sampling period: 200 us of task-clock, or 200,000 cycles.
+const CLOCK_P: u64 = 200 * US;
+/// CPU time the thread spins per round, and the nap that follows.
+const SPIN: u64 = 300 * US;
+const NAP: Duration = Duration::from_micros(200);
+/// The CPU time a measurement runs for.
+const RUN: u64 = 200 * MS;
+/// The sampling buffer's data pages (drop policy): 2,048 entries of 128
+/// bytes, twice the ~1,000 that [`RUN`] / [`CLOCK_P`] writes.
+const PAGES: u32 = 64;
+/// intel_arch_sim: IA32_PERFEVTSEL core cycles (0x3c) in user mode.
+const CYCLES_USR: u64 = 0x3c | 1 << 16;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Model {
+    Soft,
+    Sim,
+}
+
+impl Model {
+    /// The PMC value of the model's clock: task-clock (ns) or user cycles
+    /// (1 per simulated ns).
+    fn clock(self) -> u64 {
+        match self {
+            Model::Soft => PFM_SOFT_EV_TASK_CLOCK,
+            Model::Sim => CYCLES_USR,
+        }
+    }
+
+    /// -`p` as the model's PMDs take a period: in the soft counter's width,
+    /// or as a 64-bit value (the hardware model's PMDs are virtualised to
+    /// 64 bits).
+    fn minus(self, ctx: &Context, p: u64) -> Result<u64, String> {
+        Ok(match self {
+            Model::Soft => pfm_guest::minus_period(p, ctx.info().ctx("GET_INFO")?.counter_width),
+            Model::Sim => p.wrapping_neg(),
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Helpers
+
+fn open() -> Result<Context, String> {
+    Context::open().ctx("open /dev/perfmon")
+}
+
+fn time_set(id: u16) -> PfmSetdesc {
+    PfmSetdesc {
+        set_id: id,
+        set_flags: PFM_SETFL_TIME_SWITCH,
+        set_timeout: TS,
+        ..Default::default()
+    }
+}
+
+fn ovfl_set(id: u16, cnt: u32, pmds: u64) -> PfmSetdesc {
+    PfmSetdesc {
+        set_id: id,
+        set_flags: PFM_SETFL_OVFL_SWITCH,
+        set_ovfl_switch_cnt: cnt,
+        set_switch_pmds: pmds,
+        ..Default::default()
+    }
+}
+
+/// Programs set `set`: PMC n counts `events[n]` into PMD n, whose value
+/// and resets are `values[n]` (a period's negative, or 0).
+fn program(ctx: &Context, set: u16, events: &[u64], values: &[u64]) -> TestResult {
+    let mut pmcs: Vec<PfmPmc> = (0u16..)
+        .zip(events)
+        .map(|(n, &ev)| PfmPmc {
+            reg_num: n,
+            reg_set: set,
+            reg_value: ev,
+            ..Default::default()
+        })
+        .collect();
+    ctx.write_pmcs(&mut pmcs)
+        .ctx(&format!("WRITE_PMCS set {set}"))?;
+    let mut pmds: Vec<PfmPmd> = (0u16..)
+        .zip(values)
+        .map(|(n, &v)| PfmPmd {
+            reg_num: n,
+            reg_set: set,
+            reg_value: v,
+            reg_short_reset: v,
+            reg_long_reset: v,
+            ..Default::default()
+        })
+        .collect();
+    ctx.write_pmds(&mut pmds)
+        .ctx(&format!("WRITE_PMDS set {set}"))
+}
+
+/// READ_PMDS of PMDs `0..n` of set `set`.
+fn read_pmds(ctx: &Context, set: u16, n: u16) -> Result<Vec<PfmPmd>, String> {
+    let mut regs: Vec<PfmPmd> = (0..n)
+        .map(|i| PfmPmd {
+            reg_num: i,
+            reg_set: set,
+            ..Default::default()
+        })
+        .collect();
+    ctx.read_pmds(&mut regs)
+        .ctx(&format!("READ_PMDS set {set}"))?;
+    Ok(regs)
+}
+
+/// A drop-policy buffer of [`PAGES`] pages whose PMD 0 entries record the
+/// PMDs of `record`, mapped.
+fn buffer(ctx: &Context, record: u64) -> Result<SampleBuffer, String> {
+    ctx.setup_sampling(PAGES, &[(0, record)], true, 0)
+        .ctx("SMPL_SETUP")?;
+    ctx.map_samples(PAGES).ctx("mmap of the buffer")
+}
+
+fn ctx_info(ctx: &Context) -> Result<PfmCtxInfo, String> {
+    let mut i = PfmCtxInfo::default();
+    ioctl_in(ctx.as_raw_fd(), PFM_IOC_GET_STATE, &mut i)
+        .map_err(|e| format!("GET_STATE: {}", errno_name(e)))?;
+    Ok(i)
+}
+
+/// Spins until the calling thread has used `ns` of CPU time.
+fn spin_cpu(ns: u64) {
+    let c0 = thread_cpu_ns();
+    while thread_cpu_ns() - c0 < ns {
+        std::hint::spin_loop();
+    }
+}
+
+/// Rounds of [`SPIN`] of CPU and a [`NAP`] until the thread has used
+/// `cpu_ns`, `between` called after each nap; the rounds run.
+fn spin_and_nap(cpu_ns: u64, mut between: impl FnMut() -> TestResult) -> Result<u64, String> {
+    let c0 = thread_cpu_ns();
+    let mut rounds = 0;
+    while thread_cpu_ns() - c0 < cpu_ns {
+        spin_cpu(SPIN);
+        std::thread::sleep(NAP);
+        between()?;
+        rounds += 1;
+    }
+    Ok(rounds)
+}
+
+/// The simulator's cycles against the thread's running time `running`
+/// (pfm_test_hwsim's `cycles_match_running`, derived there): never more
+/// than the running time plus 1 ms (the clocks' granularity), at least
+/// 80% of it (the counters stop in the switch path and the PMI handler,
+/// which the runtime covers: 93-95% measured under TCG with KASAN).
+fn cycles_match_running(cycles: u64, running: u64) -> bool {
+    cycles <= running + MS && cycles >= running / 10 * 8
+}
+
+/// The runs of equal `set` in `entries`, in order: (set, length).
+fn runs_of(entries: &[PfmSmplEntry]) -> Vec<(u16, usize)> {
+    let mut runs: Vec<(u16, usize)> = Vec::new();
+    for e in entries {
+        match runs.last_mut() {
+            Some((s, n)) if *s == e.set => *n += 1,
+            _ => runs.push((e.set, 1)),
+        }
+    }
+    runs
+}
+
+/// Entries of set `set` of `entries` whose PMD 0 recorded a running total
+/// (their `values[0]`): the k-th (from 1) at least k × `p` (the total
+/// crossed k periods of the set's own count), at most `total` (the set's
+/// total after STOP), never decreasing. Returns their number.
+fn per_set_entries(entries: &[PfmSmplEntry], set: u16, p: u64, total: u64) -> Result<u64, String> {
+    let mut k = 0u64;
+    let mut last = 0;
+    for e in entries.iter().filter(|e| e.set == set) {
+        k += 1;
+        let v = e.values[0];
+        ensure!(
+            v >= k * p && v <= total && v >= last,
+            "set {set}'s entry {k} (seq {}): recorded {v}, after {last}; at least {} and at most the set's total {total} expected",
+            e.seq,
+            k * p
+        );
+        last = v;
+    }
+    Ok(k)
+}
+
+/// Every entry is the thread's, of PMD 0, recording one value, in a set
+/// below `sets`.
+fn entries_sane(entries: &[PfmSmplEntry], sets: u16) -> TestResult {
+    let tid = perfmon::process::gettid();
+    for e in entries {
+        ensure!(
+            e.tid == tid && e.ovfl_pmd == 0 && e.nvalues == 1 && e.set < sets,
+            "entry {e:?}: tid {tid}, PMD 0, one value, set below {sets} expected"
+        );
+    }
+    Ok(())
+}
+
+/// The calling thread pinned to CPU `cpu` until drop (then all CPUs).
+struct Pin;
+
+impl Pin {
+    fn to(cpu: usize) -> Result<Pin, String> {
+        work::pin_to(cpu)?;
+        Ok(Pin)
+    }
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        let all: Vec<usize> = (0..perfmon::process::online_cpus()).collect();
+        let _ = perfmon::process::set_affinity(0, &all);
+    }
+}
+
+/// A thread on CPU 0 that answers every byte written to it; the caller,
+/// pinned to CPU 0 too, blocks once per exchange.
+struct Partner {
+    to: Option<std::fs::File>,
+    from: std::fs::File,
+    join: Option<std::thread::JoinHandle<()>>,
+    _pin: Pin,
+}
+
+impl Partner {
+    fn start() -> Result<Self, String> {
+        let pin = Pin::to(0)?;
+        let (a_r, a_w) = raw::pipe().map_err(|e| format!("pipe: {}", errno_name(e)))?;
+        let (b_r, b_w) = raw::pipe().map_err(|e| format!("pipe: {}", errno_name(e)))?;
+        let join = std::thread::spawn(move || {
+            let _ = work::pin_to(0);
+            let (r, w) = (a_r.as_raw_fd(), b_w.as_raw_fd());
+            while let Ok(b) = raw::read_fd(r, 1) {
+                if b.is_empty() || raw::write_fd(w, &b).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Partner {
+            to: Some(a_w),
+            from: b_r,
+            join: Some(join),
+            _pin: pin,
+        })
+    }
+
+    fn exchange(&self) -> TestResult {
+        let to = self.to.as_ref().map_or(-1, |f| f.as_raw_fd());
+        raw::write_fd(to, b"x").map_err(|e| format!("write: {}", errno_name(e)))?;
+        raw::read_fd(self.from.as_raw_fd(), 1).map_err(|e| format!("read: {}", errno_name(e)))?;
+        Ok(())
+    }
+}
+
+impl Drop for Partner {
+    fn drop(&mut self) {
+        drop(self.to.take());
+        if let Some(j) = self.join.take() {
+            let _ = j.join();
+        }
+    }
+}
+
+/// The sets' (GETINFO) running times add up to the context's `t`, each
+/// set's enabled time is `t`, and `t` lies in the thread's own CPU-time
+/// bracket (`own`): the conservation every case checks.
+fn conservation(infos: &[PfmSetinfo], t: u64, own: &OwnClock) -> TestResult {
+    let sum: u64 = infos.iter().map(|i| i.set_time_running).sum();
+    ensure!(
+        sum == t,
+        "the sets' running times add up to {sum}, the context's is {t}"
+    );
+    for i in infos {
+        ensure!(
+            i.set_time_enabled == t,
+            "set {}: time_enabled {} != the context's running time {t}",
+            i.set_id,
+            i.set_time_enabled
+        );
+    }
+    let (lo, hi) = own.bounds();
+    ensure!(
+        (lo..=hi).contains(&t),
+        "the context's running time {t} outside the thread's own CPU time [{lo}, {hi}] around START and STOP"
+    );
+    Ok(())
+}
+
+fn describe(infos: &[PfmSetinfo]) -> String {
+    infos
+        .iter()
+        .map(|i| {
+            format!(
+                "set {}: runs {} running {} left {} cause {}",
+                i.set_id, i.set_runs, i.set_time_running, i.set_timeout_left, i.set_last_cause
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+// ---------------------------------------------------------------------------
+// 1. Sets + page
+
+/// Case 1 (see the header). PMD 0: the clock, in each set; soft: PMD 1,
+/// context-switches.
+fn sets_and_page(model: Model) -> TestResult {
+    let (mask, n) = match model {
+        Model::Soft => (0b11u64, 2u16),
+        Model::Sim => (0b1, 1),
+    };
+    let events: Vec<u64> = match model {
+        Model::Soft => vec![model.clock(), PFM_SOFT_EV_CONTEXT_SWITCHES],
+        Model::Sim => vec![model.clock()],
+    };
+    let zeros = vec![0u64; events.len()];
+    let ctx = open()?;
+    ctx.create_sets(&mut [time_set(0), time_set(1)])
+        .ctx("CREATE_SETS")?;
+    for set in 0..2 {
+        program(&ctx, set, &events, &zeros)?;
+    }
+    let page = ctx.map_counter_page().ctx("mmap of the page")?;
+    ctx.load(0).ctx("LOAD")?;
+    let mut own = OwnClock::default();
+    own.around_start(|| ctx.start()).ctx("START")?;
+    let mut named = [0u64; 2];
+    let mut live_with_clock = 0u64;
+    let mut busy = 0u64;
+    let mut bad: Vec<String> = Vec::new();
+    let rounds = spin_and_nap(RUN, || {
+        let sw0 = thread_switches();
+        let Some(r) = page.read(mask) else {
+            busy += 1;
+            return Ok(());
+        };
+        let set = r.set();
+        ensure!(set < 2, "the page names set {set}: only 0 and 1 exist");
+        named[usize::from(set)] += 1;
+        let v = ctx
+            .read_set_values(set, mask)
+            .ctx(&format!("READ_VALUES set {set}"))?;
+        let sw = thread_switches() - sw0;
+        // The clock is marked stale while the sets take turns: a reading
+        // of it is the last update's, never live.
+        if r.live() {
+            live_with_clock += 1;
+        }
+        // The set's values only grow; its context-switches move only at
+        // the thread's switches, of which there were `sw` between the two
+        // reads.
+        let ok = r.value(0) <= v.values[0]
+            && (model == Model::Sim
+                || (r.value(1) <= v.values[1] && v.values[1] - r.value(1) <= sw));
+        if !ok && bad.len() < 5 {
+            bad.push(format!(
+                "page set {set} [{}, {}], READ_VALUES {:?}, {sw} switches between",
+                r.value(0),
+                r.value(1),
+                v.values
+            ));
+        }
+        Ok(())
+    })?;
+    own.around_stop(|| ctx.stop()).ctx("STOP")?;
+    // Stopped: nothing moves, the page is exact.
+    let r = page.read(mask).ok_or("page read: always updating")?;
+    let fin = ctx
+        .read_set_values(r.set(), mask)
+        .ctx("READ_VALUES of the set the page names")?;
+    let t = ctx.read_values(mask).ctx("READ_VALUES")?.time_running;
+    let per_set = [
+        ctx.read_set_values(0, mask).ctx("READ_VALUES set 0")?,
+        ctx.read_set_values(1, mask).ctx("READ_VALUES set 1")?,
+    ];
+    let infos = ctx.sets_info(&[0, 1]).ctx("GETINFO_SETS")?;
+    ctx.unload().ctx("UNLOAD")?;
+    diag(format!(
+        "{model:?}: T {t} ns, {rounds} rounds; {}; the page named set 0 {} times, set 1 {}; {live_with_clock} live readings with the clock, {busy} reads always updating",
+        describe(&infos),
+        named[0],
+        named[1]
+    ));
+    ensure!(
+        bad.is_empty(),
+        "page ahead of READ_VALUES: {}",
+        bad.join("; ")
+    );
+    conservation(&infos, t, &own)?;
+    for i in &infos {
+        ensure!(
+            i.set_runs >= 2,
+            "set {}: {} runs in {t} ns of {TS} ns turns",
+            i.set_id,
+            i.set_runs
+        );
+    }
+    // Each set ran at least two turns of 2 ms, and the page was read every
+    // 500 us of CPU: it named each set.
+    ensure!(
+        named[0] > 0 && named[1] > 0,
+        "the page named set 0 {} times and set 1 {}: both took turns",
+        named[0],
+        named[1]
+    );
+    ensure!(
+        live_with_clock == 0,
+        "{live_with_clock} live readings of the clock while the sets took turns (stale expected)"
+    );
+    let (values, status) = (
+        (0..n).map(|i| r.value(i)).collect::<Vec<_>>(),
+        (r.counting(), r.time_running()),
+    );
+    ensure!(
+        values == fin.values && status == (false, t),
+        "after STOP the page (set {}) shows {values:?}, counting {}, running {}; READ_VALUES of that set {:?}, running {t}",
+        r.set(),
+        status.0,
+        status.1,
+        fin.values
+    );
+    match model {
+        Model::Soft => {
+            // Each set's task-clock is exactly its running time (the soft
+            // model charges the time to the sets split exactly at each
+            // timeout), and their switches add up to the thread's own.
+            for (k, i) in infos.iter().enumerate() {
+                ensure!(
+                    per_set[k].values[0] == i.set_time_running,
+                    "set {k}: task-clock {} != its running time {}",
+                    per_set[k].values[0],
+                    i.set_time_running
+                );
+            }
+            let switches = per_set[0].values[1] + per_set[1].values[1];
+            let (lo, hi) = own.switch_bounds();
+            ensure!(
+                (lo..=hi).contains(&switches),
+                "the sets' context-switches add up to {switches}, the thread's own count is in [{lo}, {hi}]"
+            );
+        }
+        Model::Sim => {
+            for (k, i) in infos.iter().enumerate() {
+                ensure!(
+                    cycles_match_running(per_set[k].values[0], i.set_time_running),
+                    "set {k}: cycles {} vs its running time {}",
+                    per_set[k].values[0],
+                    i.set_time_running
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Case 6: `Context::read_mapped` serves from the page when the page can
+/// give READ_VALUES' answer; READ_VALUES without `PFM_VALFL_SET` reads set
+/// 0. While the sets take turns, each read_mapped of context-switches is
+/// followed by a READ_VALUES: where the thread did not switch between the
+/// two (its own count), nothing could change, and they must be equal.
+fn read_mapped_with_sets() -> TestResult {
+    let events = [PFM_SOFT_EV_TASK_CLOCK, PFM_SOFT_EV_CONTEXT_SWITCHES];
+    let ctx = open()?;
+    ctx.create_sets(&mut [time_set(0), time_set(1)])
+        .ctx("CREATE_SETS")?;
+    // Set 1 starts far from set 0, so that one set's count is never the
+    // other's.
+    program(&ctx, 0, &events, &[0, 0])?;
+    program(&ctx, 1, &events, &[0, 1 << 40])?;
+    ctx.load(0).ctx("LOAD")?;
+    ctx.start().ctx("START")?;
+    let (mut compared, mut bad) = (0u64, Vec::new());
+    spin_and_nap(RUN / 2, || {
+        let sw0 = thread_switches();
+        let m = ctx.read_mapped(0b10).ctx("read_mapped")?;
+        let v = ctx.read_values(0b10).ctx("READ_VALUES")?;
+        if thread_switches() == sw0 {
+            compared += 1;
+            if m.values != v.values && bad.len() < 5 {
+                bad.push(format!(
+                    "read_mapped {:?}, READ_VALUES {:?}",
+                    m.values, v.values
+                ));
+            }
+        }
+        Ok(())
+    })?;
+    ctx.stop().ctx("STOP")?;
+    ctx.unload().ctx("UNLOAD")?;
+    diag(format!(
+        "{compared} comparisons without a switch between, {} differ",
+        bad.len()
+    ));
+    ensure!(compared > 0, "no pair of reads without a switch between");
+    ensure!(bad.is_empty(), "{}", bad.join("; "));
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// 2. Sets (time) + buffer
+
+/// Case 2 (see the header). In each set PMD 0 is the clock sampled every
+/// [`CLOCK_P`], PMD 1 the clock, recorded by every entry.
+fn time_sets_and_buffer(model: Model) -> TestResult {
+    let ctx = open()?;
+    ctx.create_sets(&mut [time_set(0), time_set(1)])
+        .ctx("CREATE_SETS")?;
+    let minus_p = model.minus(&ctx, CLOCK_P)?;
+    for set in 0..2 {
+        program(&ctx, set, &[model.clock(), model.clock()], &[minus_p, 0])?;
+    }
+    let mut buf = buffer(&ctx, 1 << 1)?;
+    ctx.load(0).ctx("LOAD")?;
+    let mut own = OwnClock::default();
+    own.around_start(|| ctx.start()).ctx("START")?;
+    let rounds = spin_and_nap(RUN, || Ok(()))?;
+    own.around_stop(|| ctx.stop()).ctx("STOP")?;
+    let entries = buf.take();
+    let lost = buf.stats().lost;
+    let t = ctx.read_values(0b1).ctx("READ_VALUES")?.time_running;
+    let totals = [
+        read_pmds(&ctx, 0, 2)?[1].reg_value,
+        read_pmds(&ctx, 1, 2)?[1].reg_value,
+    ];
+    let infos = ctx.sets_info(&[0, 1]).ctx("GETINFO_SETS")?;
+    ctx.unload().ctx("UNLOAD")?;
+    let runs = runs_of(&entries);
+    let lens: Vec<usize> = runs.iter().map(|r| r.1).collect();
+    diag(format!(
+        "{model:?}: T {t} ns, {rounds} rounds; {}; totals {totals:?}; {} entries, {lost} lost, {} runs of one set: {lens:?}",
+        describe(&infos),
+        entries.len(),
+        runs.len()
+    ));
+    ensure!(
+        lost == 0,
+        "{lost} entries lost in a buffer twice the size needed"
+    );
+    entries_sane(&entries, 2)?;
+    conservation(&infos, t, &own)?;
+    for set in 0..2u16 {
+        let total = totals[usize::from(set)];
+        let n = per_set_entries(&entries, set, CLOCK_P, total)?;
+        // One entry per period the set's own clock crossed.
+        ensure!(
+            n == total / CLOCK_P,
+            "set {set}: {n} entries for its clock total {total} (period {CLOCK_P}: {} expected)",
+            total / CLOCK_P
+        );
+        let running = infos[usize::from(set)].set_time_running;
+        match model {
+            Model::Soft => ensure!(
+                total == running,
+                "set {set}: task-clock {total} != its running time {running}"
+            ),
+            Model::Sim => ensure!(
+                cycles_match_running(total, running),
+                "set {set}: cycles {total} vs its running time {running}"
+            ),
+        }
+    }
+    let s = infos
+        .iter()
+        .map(|i| i.set_runs)
+        .sum::<u64>()
+        .saturating_sub(1);
+    // The entries change sets at most at every set switch.
+    ensure!(
+        runs.len() as u64 <= s + 1,
+        "{} runs of one set in the entries for {s} set switches",
+        runs.len()
+    );
+    if model == Model::Soft {
+        // Each activation charges exactly TS of task-clock to its set, and
+        // the set's PMD 0 resumes where it left: it crosses exactly TS / P
+        // periods per activation (TS a multiple of P). Only the last,
+        // stopped by STOP, may have fewer.
+        let per = (TS / CLOCK_P) as usize;
+        let (last, full) = lens.split_last().ok_or("no entry")?;
+        ensure!(
+            full.iter().all(|&l| l == per) && *last <= per,
+            "runs of one set {lens:?}: {per} each expected (the last at most)"
+        );
+        ensure!(
+            runs.len() as u64 >= s,
+            "{} runs for {s} set switches: an activation without its {per} entries",
+            runs.len()
+        );
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// 3. Sets (overflow) + buffer
+
+/// Case 3, soft: PMD 0 counts context switches with period 5, sampled, and
+/// each set switches after 2 of its overflows; PMD 1 counts them too,
+/// recorded. The thread ping-pongs (3 exchanges) and naps, per round.
+fn ovfl_sets_and_buffer_soft() -> TestResult {
+    const P: u64 = 5;
+    const CS: u64 = PFM_SOFT_EV_CONTEXT_SWITCHES;
+    let ctx = open()?;
+    ctx.create_sets(&mut [ovfl_set(0, 2, 0b1), ovfl_set(1, 2, 0b1)])
+        .ctx("CREATE_SETS")?;
+    let minus_p = Model::Soft.minus(&ctx, P)?;
+    for set in 0..2 {
+        program(&ctx, set, &[CS, CS], &[minus_p, 0])?;
+    }
+    let mut buf = buffer(&ctx, 1 << 1)?;
+    let partner = Partner::start()?;
+    ctx.load(0).ctx("LOAD")?;
+    let mut own = OwnClock::default();
+    own.around_start(|| ctx.start()).ctx("START")?;
+    for _ in 0..150 {
+        for _ in 0..3 {
+            partner.exchange()?;
+        }
+        std::thread::sleep(NAP);
+    }
+    own.around_stop(|| ctx.stop()).ctx("STOP")?;
+    drop(partner);
+    let entries = buf.take();
+    let lost = buf.stats().lost;
+    let totals = [
+        read_pmds(&ctx, 0, 2)?[1].reg_value,
+        read_pmds(&ctx, 1, 2)?[1].reg_value,
+    ];
+    let infos = ctx.sets_info(&[0, 1]).ctx("GETINFO_SETS")?;
+    ctx.unload().ctx("UNLOAD")?;
+    let s_total = totals[0] + totals[1];
+    let switches = infos
+        .iter()
+        .map(|i| i.set_runs)
+        .sum::<u64>()
+        .saturating_sub(1);
+    diag(format!(
+        "soft: {}; switches counted {totals:?} (own [{}, {}]); {} entries, {lost} lost, {switches} set switches",
+        describe(&infos),
+        own.switch_bounds().0,
+        own.switch_bounds().1,
+        entries.len()
+    ));
+    ensure!(lost == 0, "{lost} entries lost");
+    entries_sane(&entries, 2)?;
+    let (lo, hi) = own.switch_bounds();
+    ensure!(
+        (lo..=hi).contains(&s_total),
+        "the sets' switches add up to {s_total}, the thread's own count is in [{lo}, {hi}]"
+    );
+    // Every 5th switch overflows, every 2nd overflow switches sets, the
+    // next switch counts in the other set: entry j is set (j / 2) mod 2's,
+    // the (k + 1)-th of its set with exactly 5 (k + 1) switches counted.
+    ensure!(
+        entries.len() as u64 == s_total / P,
+        "{} entries for {s_total} switches of period {P}",
+        entries.len()
+    );
+    let mut seen = [0u64; 2];
+    for (j, e) in entries.iter().enumerate() {
+        let want = ((j / 2) % 2) as u16;
+        let k = &mut seen[usize::from(e.set.min(1))];
+        *k += 1;
+        ensure!(
+            e.set == want && e.values[0] == P * *k,
+            "entry {j}: set {} with {} switches; set {want}, {} expected",
+            e.set,
+            e.values[0],
+            P * *k
+        );
+    }
+    ensure!(
+        switches == entries.len() as u64 / 2,
+        "{switches} set switches for {} overflows (one per 2)",
+        entries.len()
+    );
+    Ok(())
+}
+
+/// Case 3, sim: PMD 0 counts cycles with period 1 ms, sampled, each set
+/// switching after 2 of its overflows; PMD 1 the cycles, recorded.
+fn ovfl_sets_and_buffer_sim() -> TestResult {
+    const P: u64 = MS;
+    let ctx = open()?;
+    ctx.create_sets(&mut [ovfl_set(0, 2, 0b1), ovfl_set(1, 2, 0b1)])
+        .ctx("CREATE_SETS")?;
+    for set in 0..2 {
+        program(&ctx, set, &[CYCLES_USR, CYCLES_USR], &[P.wrapping_neg(), 0])?;
+    }
+    let mut buf = buffer(&ctx, 1 << 1)?;
+    ctx.load(0).ctx("LOAD")?;
+    let mut own = OwnClock::default();
+    own.around_start(|| ctx.start()).ctx("START")?;
+    spin_and_nap(RUN, || Ok(()))?;
+    own.around_stop(|| ctx.stop()).ctx("STOP")?;
+    let entries = buf.take();
+    let lost = buf.stats().lost;
+    let t = ctx.read_values(0b1).ctx("READ_VALUES")?.time_running;
+    let totals = [
+        read_pmds(&ctx, 0, 2)?[1].reg_value,
+        read_pmds(&ctx, 1, 2)?[1].reg_value,
+    ];
+    let infos = ctx.sets_info(&[0, 1]).ctx("GETINFO_SETS")?;
+    ctx.unload().ctx("UNLOAD")?;
+    let runs = runs_of(&entries);
+    let lens: Vec<usize> = runs.iter().map(|r| r.1).collect();
+    let s = infos
+        .iter()
+        .map(|i| i.set_runs)
+        .sum::<u64>()
+        .saturating_sub(1);
+    diag(format!(
+        "sim: T {t}; {}; cycles {totals:?}; {} entries, {lost} lost, {s} set switches, runs of one set {lens:?}",
+        describe(&infos),
+        entries.len()
+    ));
+    ensure!(lost == 0, "{lost} entries lost");
+    entries_sane(&entries, 2)?;
+    conservation(&infos, t, &own)?;
+    for set in 0..2u16 {
+        let total = totals[usize::from(set)];
+        let n = per_set_entries(&entries, set, P, total)?;
+        ensure!(
+            n == total / P,
+            "set {set}: {n} entries for {total} cycles (period {P}: {} expected)",
+            total / P
+        );
+        let running = infos[usize::from(set)].set_time_running;
+        ensure!(
+            cycles_match_running(total, running),
+            "set {set}: cycles {total} vs its running time {running}"
+        );
+    }
+    // A set switches at the fold after its second overflow: every
+    // activation that ended wrote at least 2 entries (more if a PMI, held
+    // off past a period, found two), the last at most what it had.
+    ensure!(s >= 10, "{s} set switches in {t} ns of 2 ms activations");
+    let (_, ended) = lens.split_last().ok_or("no entry")?;
+    ensure!(
+        ended.iter().all(|&l| l >= 2),
+        "runs of one set {lens:?}: each ended activation at least 2 entries"
+    );
+    ensure!(
+        runs.len() as u64 == s || runs.len() as u64 == s + 1,
+        "{} runs of one set for {s} set switches",
+        runs.len()
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// 4. Page + buffer
+
+/// Case 4 (see the header). PMD 0: the clock sampled every [`CLOCK_P`];
+/// PMD 1: the clock, recorded; soft: PMD 2, context-switches.
+fn page_and_buffer(model: Model) -> TestResult {
+    let ctx = open()?;
+    let minus_p = model.minus(&ctx, CLOCK_P)?;
+    let (events, values, mask) = match model {
+        Model::Soft => (
+            vec![model.clock(), model.clock(), PFM_SOFT_EV_CONTEXT_SWITCHES],
+            vec![minus_p, 0, 0],
+            0b111u64,
+        ),
+        Model::Sim => (vec![model.clock(), model.clock()], vec![minus_p, 0], 0b11),
+    };
+    program(&ctx, 0, &events, &values)?;
+    let mut buf = buffer(&ctx, 1 << 1)?;
+    let page = ctx.map_counter_page().ctx("mmap of the page")?;
+    ctx.load(0).ctx("LOAD")?;
+    let mut own = OwnClock::default();
+    own.around_start(|| ctx.start()).ctx("START")?;
+    let mut bad: Vec<String> = Vec::new();
+    let mut live = 0u64;
+    spin_and_nap(RUN, || {
+        let sw0 = thread_switches();
+        let Some(r) = page.read(mask) else {
+            return Ok(());
+        };
+        let v = ctx.read_values(mask).ctx("READ_VALUES")?;
+        let sw = thread_switches() - sw0;
+        live += u64::from(r.live());
+        // The clock total only grows (a live reading extends it to the
+        // read, READ_VALUES later); context-switches move only at the
+        // thread's `sw` switches between.
+        let ok = r.set() == 0
+            && r.value(1) <= v.values[1]
+            && (model == Model::Sim
+                || (r.value(2) <= v.values[2] && v.values[2] - r.value(2) <= sw));
+        if !ok && bad.len() < 5 {
+            bad.push(format!(
+                "page (set {}) [{}, {}, {}], READ_VALUES {:?}, {sw} switches between",
+                r.set(),
+                r.value(0),
+                r.value(1),
+                r.value(2),
+                v.values
+            ));
+        }
+        Ok(())
+    })?;
+    own.around_stop(|| ctx.stop()).ctx("STOP")?;
+    let r = page.read(mask).ok_or("page read: always updating")?;
+    let fin = ctx.read_values(mask).ctx("READ_VALUES")?;
+    let entries = buf.take();
+    let lost = buf.stats().lost;
+    ctx.unload().ctx("UNLOAD")?;
+    let total = fin.values[1];
+    diag(format!(
+        "{model:?}: values {:?}, T {}; {} entries, {lost} lost; {live} live page readings",
+        fin.values,
+        fin.time_running,
+        entries.len()
+    ));
+    ensure!(
+        bad.is_empty(),
+        "page ahead of READ_VALUES: {}",
+        bad.join("; ")
+    );
+    let page_values: Vec<u64> = (0..fin.values.len() as u16).map(|i| r.value(i)).collect();
+    ensure!(
+        page_values == fin.values && r.set() == 0 && r.time_running() == fin.time_running,
+        "after STOP the page shows {page_values:?} (set {}, running {}), READ_VALUES {:?} (running {})",
+        r.set(),
+        r.time_running(),
+        fin.values,
+        fin.time_running
+    );
+    ensure!(lost == 0, "{lost} entries lost");
+    entries_sane(&entries, 1)?;
+    let n = per_set_entries(&entries, 0, CLOCK_P, total)?;
+    ensure!(
+        n == total / CLOCK_P,
+        "{n} entries for the clock total {total} (period {CLOCK_P}: {} expected)",
+        total / CLOCK_P
+    );
+    let (lo, hi) = own.bounds();
+    ensure!(
+        (lo..=hi).contains(&fin.time_running),
+        "running time {} outside the thread's own [{lo}, {hi}]",
+        fin.time_running
+    );
+    match model {
+        Model::Soft => {
+            ensure!(
+                total == fin.time_running,
+                "task-clock {total} != the running time {}",
+                fin.time_running
+            );
+            let (lo, hi) = own.switch_bounds();
+            ensure!(
+                (lo..=hi).contains(&fin.values[2]),
+                "context-switches {} outside the thread's own [{lo}, {hi}]",
+                fin.values[2]
+            );
+        }
+        Model::Sim => ensure!(
+            cycles_match_running(total, fin.time_running),
+            "cycles {total} vs the running time {}",
+            fin.time_running
+        ),
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// 5. CLONE of sets + buffer + page
+
+/// Case 5 (see the header). Each set: PMD 0 the clock sampled every
+/// [`CLOCK_P`], PMD 1 the clock (set 1's starting at a value of its own).
+fn clone_of_parts(model: Model) -> TestResult {
+    const SET1_START: u64 = 1 << 32;
+    let template = open()?;
+    template
+        .set_flags(PFM_CTXFL_NO_MSG)
+        .ctx("SET_FLAGS NO_MSG")?;
+    template
+        .create_sets(&mut [time_set(0), time_set(1)])
+        .ctx("CREATE_SETS")?;
+    let minus_p = model.minus(&template, CLOCK_P)?;
+    program(&template, 0, &[model.clock(), model.clock()], &[minus_p, 0])?;
+    program(
+        &template,
+        1,
+        &[model.clock(), model.clock()],
+        &[minus_p, SET1_START],
+    )?;
+    let mut tbuf = buffer(&template, 1 << 1)?;
+    let tpage = template.map_counter_page().ctx("mmap of the page")?;
+    // The template runs once: the clone copies it as it is after a run.
+    template.load(0).ctx("LOAD")?;
+    template.start().ctx("START")?;
+    spin_and_nap(20 * MS, || Ok(()))?;
+    template.stop().ctx("STOP")?;
+    template.unload().ctx("UNLOAD")?;
+    let written = tbuf.take().len();
+    ensure!(written > 0, "the template wrote no entry");
+
+    let clone = template.clone_programmed().ctx("CLONE")?;
+    let (ti, ci) = (ctx_info(&template)?, ctx_info(&clone)?);
+    ensure!(
+        ci.state == PFM_STATE_UNLOADED && ci.flags == ti.flags && ci.flags == PFM_CTXFL_NO_MSG,
+        "the clone: state {} flags {:#x}; UNLOADED and the template's {:#x} expected",
+        ci.state,
+        ci.flags,
+        ti.flags
+    );
+    let (tsets, csets) = (
+        template.sets_info(&[0, 1]).ctx("GETINFO_SETS template")?,
+        clone.sets_info(&[0, 1]).ctx("GETINFO_SETS clone")?,
+    );
+    for (t, c) in tsets.iter().zip(&csets) {
+        let shape = |i: &PfmSetinfo| {
+            (
+                i.set_flags,
+                i.set_timeout,
+                i.set_ovfl_switch_cnt,
+                i.set_switch_pmds,
+                i.set_used_pmcs,
+                i.set_used_pmds,
+            )
+        };
+        ensure!(
+            shape(t) == shape(c),
+            "set {}: the clone's (flags, timeout, ovfl count, switch PMDs, PMCs, PMDs used) {:?}, the template's {:?}",
+            t.set_id,
+            shape(c),
+            shape(t)
+        );
+    }
+    for set in 0..2 {
+        let regs = |p: &[PfmPmd]| -> Vec<(u64, u64, u64, u32)> {
+            p.iter()
+                .map(|r| {
+                    (
+                        r.reg_value,
+                        r.reg_short_reset,
+                        r.reg_long_reset,
+                        r.reg_flags,
+                    )
+                })
+                .collect()
+        };
+        let (t, c) = (
+            regs(&read_pmds(&template, set, 2)?),
+            regs(&read_pmds(&clone, set, 2)?),
+        );
+        ensure!(
+            t == c,
+            "set {set}'s PMDs (value, short reset, long reset, flags): the clone's {c:?}, the template's {t:?}"
+        );
+    }
+    // No buffer: nothing to map, and a setup of its own is accepted (a
+    // second one would be EBUSY).
+    let len = (1 + PAGES as usize) * PFM_PAGE_SIZE;
+    let rw = libc::PROT_READ | libc::PROT_WRITE;
+    match FileMap::new(
+        clone.as_raw_fd(),
+        len,
+        rw,
+        libc::MAP_SHARED,
+        i64::from(PFM_SMPL_OFFSET),
+    ) {
+        Ok(_) => return Err("the clone's buffer could be mapped: it has none".into()),
+        Err(e) => ensure!(
+            e == libc::ENODEV,
+            "mmap of the clone's buffer: {} (ENODEV: none)",
+            errno_name(e)
+        ),
+    }
+    let mut cbuf = buffer(&clone, 1 << 1)?;
+    // A page of its own: LOADED while the template's stays UNLOADED.
+    let cpage = clone.map_counter_page().ctx("mmap of the clone's page")?;
+    clone.load(0).ctx("LOAD of the clone")?;
+    let states = (
+        cpage.read(0).map(|r| r.state()),
+        tpage.read(0).map(|r| r.state()),
+    );
+    ensure!(
+        states == (Some(PFM_STATE_LOADED), Some(PFM_STATE_UNLOADED)),
+        "pages' states (clone, template) {states:?}: LOADED and UNLOADED expected"
+    );
+    let mut own = OwnClock::default();
+    own.around_start(|| clone.start())
+        .ctx("START of the clone")?;
+    spin_and_nap(20 * MS, || Ok(()))?;
+    own.around_stop(|| clone.stop()).ctx("STOP of the clone")?;
+    let t = clone.read_values(0b1).ctx("READ_VALUES")?.time_running;
+    let cinfo = clone.sets_info(&[0, 1]).ctx("GETINFO_SETS clone")?;
+    let ctotals = [
+        read_pmds(&clone, 0, 2)?[1].reg_value,
+        read_pmds(&clone, 1, 2)?[1].reg_value,
+    ];
+    clone.unload().ctx("UNLOAD of the clone")?;
+    let centries = cbuf.take();
+    let template_more = tbuf.take().len() as u64 + tbuf.stats().lost;
+    diag(format!(
+        "{model:?}: template {written} entries; clone T {t}, {}; {} entries",
+        describe(&cinfo),
+        centries.len()
+    ));
+    ensure!(
+        template_more == 0,
+        "{template_more} entries in the template's buffer while the clone ran"
+    );
+    // The clone's bookkeeping is the template's as copied plus its own
+    // run: the clone's own time is what its running times grew by.
+    let before: u64 = csets.iter().map(|i| i.set_time_running).sum();
+    let after: u64 = cinfo.iter().map(|i| i.set_time_running).sum();
+    let (lo, hi) = own.bounds();
+    ensure!(
+        (lo..=hi).contains(&t),
+        "the clone's running time {t} outside the thread's own [{lo}, {hi}]"
+    );
+    ensure!(
+        after - before == t || after == t,
+        "the clone's sets' running times add up to {after} ({before} copied), its running time is {t}"
+    );
+    entries_sane(&centries, 2)?;
+    for set in 0..2u16 {
+        let n = centries.iter().filter(|e| e.set == set).count();
+        let start = if set == 1 { SET1_START } else { 0 };
+        // 20 ms in 2 ms turns: both sets ran and crossed periods.
+        ensure!(
+            n > 0 && ctotals[usize::from(set)] > start,
+            "the clone's set {set}: {n} entries, clock total {}",
+            ctotals[usize::from(set)]
+        );
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+
+fn main() {
+    pfm_guest::child::dispatch();
+    let mut t = Tap::new(PLAN);
+    pfm_guest::watchdog(Duration::from_secs(400));
+    t.require("insmod perfmon.ko pmu=soft", module::insmod(&["pmu=soft"]));
+    let soft = Model::Soft;
+    t.run(
+        "soft: sets (2 ms turns) + page: conservation, task-clock per set = running, switches = own; page names the set, <= READ_VALUES, clock not live, exact after STOP",
+        || sets_and_page(soft),
+    );
+    t.run(
+        "soft: read_mapped = READ_VALUES while sets take turns",
+        read_mapped_with_sets,
+    );
+    t.run(
+        "soft: time-switched sets + buffer: entries' set the one counting, floor(total/P) per set, TS/P per activation",
+        || time_sets_and_buffer(soft),
+    );
+    t.run(
+        "soft: overflow-switched sets + buffer (ping-pong, naps): entry j in set (j/2) mod 2, value 5(k+1), floor(S/5) for own S",
+        ovfl_sets_and_buffer_soft,
+    );
+    t.run(
+        "soft: page + buffer at once: page <= READ_VALUES, exact after STOP; floor(task-clock/P) entries; own clock",
+        || page_and_buffer(soft),
+    );
+    t.run(
+        "soft: CLONE of sets + buffer + page: UNLOADED, flags, sets and registers copied, no buffer, its own page",
+        || clone_of_parts(soft),
+    );
+    t.run("soft: no context left", || {
+        module::wait_contexts(0, Duration::from_secs(3))
+    });
+    t.require(
+        "insmod perfmon.ko pmu=intel_arch_sim",
+        module::insmod(&["pmu=intel_arch_sim"]),
+    );
+    let sim = Model::Sim;
+    t.run(
+        "sim: sets (2 ms turns) + page: conservation, cycles per set = running; page names the set, <= READ_VALUES, stale, exact after STOP",
+        || sets_and_page(sim),
+    );
+    t.run(
+        "sim: time-switched sets + buffer: entries' set the one counting, floor(cycles/P) per set",
+        || time_sets_and_buffer(sim),
+    );
+    t.run(
+        "sim: overflow-switched sets + buffer: floor(cycles/P) per set, >= 2 entries per ended activation",
+        ovfl_sets_and_buffer_sim,
+    );
+    t.run(
+        "sim: page + buffer at once: page <= READ_VALUES, exact after STOP; floor(cycles/P) entries",
+        || page_and_buffer(sim),
+    );
+    t.run(
+        "sim: CLONE of sets + buffer + page: UNLOADED, flags, sets and registers copied, no buffer, its own page",
+        || clone_of_parts(sim),
+    );
+    t.run("sim: no MSR access faulted, no context left", || {
+        let f = module::sysfs_num("msr_faults").unwrap_or(0);
+        ensure!(f == 0, "{f} MSR accesses faulted");
+        module::wait_contexts(0, Duration::from_secs(3))
+    });
+    t.run("rmmod perfmon", module::rmmod);
+    t.finish();
+}
