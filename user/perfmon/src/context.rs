@@ -785,7 +785,9 @@ impl Context {
             let mut values = vec![0u64; pmd_mask.count_ones() as usize];
             if let Some(r) = page.read_into(pmd_mask, &mut values) {
                 let all = r.pmd_mask() & pmd_mask == pmd_mask;
-                if r.exact() && r.state() == PFM_STATE_LOADED && all {
+                // READ_VALUES reads set 0; the page shows the resident
+                // set, another one while event sets take turns.
+                if r.exact() && r.state() == PFM_STATE_LOADED && all && r.set() == 0 {
                     return Ok(Counts {
                         values,
                         time_enabled: r.time_enabled(),

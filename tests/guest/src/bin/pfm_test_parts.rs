@@ -65,7 +65,7 @@ use pfm_guest::raw::{self, ioctl_in, FileMap};
 use pfm_guest::tap::diag;
 use pfm_guest::{ensure, module, work, OwnClock, ResultExt, Tap, TestResult};
 
-const PLAN: usize = 16;
+const PLAN: usize = 17;
 const US: u64 = 1_000;
 const MS: u64 = 1_000_000;
 /// Every set's timeout (time-switched sets): 2 ms of the thread's running
@@ -217,13 +217,46 @@ fn spin_and_nap(cpu_ns: u64, mut between: impl FnMut() -> TestResult) -> Result<
     Ok(rounds)
 }
 
-/// The simulator's cycles against the thread's running time `running`
-/// (pfm_test_hwsim's `cycles_match_running`, derived there): never more
-/// than the running time plus 1 ms (the clocks' granularity), at least
-/// 80% of it (the counters stop in the switch path and the PMI handler,
-/// which the runtime covers: 93-95% measured under TCG with KASAN).
+/// The simulator's cycles of one set (or context) against its running
+/// time `running`. The bound that tells a set's own turns from another's
+/// is the upper one (pfm_test_hwsim's): never more than the running time
+/// plus 1 ms (the clocks' granularity); a set whose counters stayed on the
+/// PMU through the other set's turns would count up to twice its running
+/// time. Below, the counters are off the PMU in the switch path, the
+/// multiplexing timer's and the PMI's handlers, which the runtime covers,
+/// and under TCG a vCPU the host deschedules inside one stretches it by
+/// the stall: 93-95% measured in pfm_test_hwsim (2 ms turns, no sampling,
+/// a quiet host), 69-80% here with a sample every 200 us and another guest
+/// on the host's two CPUs. No bound on that cost can be derived in a
+/// guest, so the lower bound only asks that the set counted in most of its
+/// turns: more than half its running time.
 fn cycles_match_running(cycles: u64, running: u64) -> bool {
-    cycles <= running + MS && cycles >= running / 10 * 8
+    cycles <= running + MS && cycles > running / 2
+}
+
+/// The cases whose running time fell outside the thread's own CPU-time
+/// bracket, and how many were checked (the last test point reports them).
+static OWN_CLOCK: std::sync::Mutex<(u64, Vec<String>)> = std::sync::Mutex::new((0, Vec::new()));
+
+/// Records whether the context's running time `t` (its task-clock, on the
+/// soft model) lies in the thread's own CPU time read around START and
+/// STOP (`own`): exactly, as Documentation/perfmon.rst ("Accuracy") says of
+/// task-clock. Collected for one test point of its own, so that a failure
+/// there does not hide the checks of each pair.
+fn within_own_clock(case: &str, t: u64, own: &OwnClock) {
+    let (lo, hi) = own.bounds();
+    let mut o = OWN_CLOCK.lock().unwrap_or_else(|e| e.into_inner());
+    o.0 += 1;
+    if !(lo..=hi).contains(&t) {
+        let off = if t > hi {
+            format!("{} ns above", t - hi)
+        } else {
+            format!("{} ns below", lo - t)
+        };
+        o.1.push(format!(
+            "{case}: running time {t}, own CPU time [{lo}, {hi}]: {off}"
+        ));
+    }
 }
 
 /// The runs of equal `set` in `entries`, in order: (set, length).
@@ -338,9 +371,11 @@ impl Drop for Partner {
 }
 
 /// The sets' (GETINFO) running times add up to the context's `t`, each
-/// set's enabled time is `t`, and `t` lies in the thread's own CPU-time
-/// bracket (`own`): the conservation every case checks.
-fn conservation(infos: &[PfmSetinfo], t: u64, own: &OwnClock) -> TestResult {
+/// set's enabled time is `t` (exact: the module charges each fold's time
+/// to the sets in turn), and `t` lies in the thread's own CPU-time bracket
+/// (`own`, recorded by [`within_own_clock`] under `case`): the
+/// conservation every case with sets checks.
+fn conservation(case: &str, infos: &[PfmSetinfo], t: u64, own: &OwnClock) -> TestResult {
     let sum: u64 = infos.iter().map(|i| i.set_time_running).sum();
     ensure!(
         sum == t,
@@ -354,11 +389,7 @@ fn conservation(infos: &[PfmSetinfo], t: u64, own: &OwnClock) -> TestResult {
             i.set_time_enabled
         );
     }
-    let (lo, hi) = own.bounds();
-    ensure!(
-        (lo..=hi).contains(&t),
-        "the context's running time {t} outside the thread's own CPU time [{lo}, {hi}] around START and STOP"
-    );
+    within_own_clock(case, t, own);
     Ok(())
 }
 
@@ -462,7 +493,7 @@ fn sets_and_page(model: Model) -> TestResult {
         "page ahead of READ_VALUES: {}",
         bad.join("; ")
     );
-    conservation(&infos, t, &own)?;
+    conservation(&format!("{model:?} sets + page"), &infos, t, &own)?;
     for i in &infos {
         ensure!(
             i.set_runs >= 2,
@@ -613,7 +644,7 @@ fn time_sets_and_buffer(model: Model) -> TestResult {
         "{lost} entries lost in a buffer twice the size needed"
     );
     entries_sane(&entries, 2)?;
-    conservation(&infos, t, &own)?;
+    conservation(&format!("{model:?} time sets + buffer"), &infos, t, &own)?;
     for set in 0..2u16 {
         let total = totals[usize::from(set)];
         let n = per_set_entries(&entries, set, CLOCK_P, total)?;
@@ -789,9 +820,23 @@ fn ovfl_sets_and_buffer_sim() -> TestResult {
         describe(&infos),
         entries.len()
     ));
+    // The first run longer than 2: its entries' cycles (equal values: one
+    // PMI found several periods) and timestamps.
+    let mut at = 0;
+    for &(_, len) in &runs {
+        if len > 2 {
+            let run: Vec<(u64, u64)> = entries[at..at + len]
+                .iter()
+                .map(|e| (e.values[0], e.tstamp))
+                .collect();
+            diag(format!("a run of {len} entries (cycles, tstamp): {run:?}"));
+            break;
+        }
+        at += len;
+    }
     ensure!(lost == 0, "{lost} entries lost");
     entries_sane(&entries, 2)?;
-    conservation(&infos, t, &own)?;
+    conservation("Sim overflow sets + buffer", &infos, t, &own)?;
     for set in 0..2u16 {
         let total = totals[usize::from(set)];
         let n = per_set_entries(&entries, set, P, total)?;
@@ -909,12 +954,7 @@ fn page_and_buffer(model: Model) -> TestResult {
         "{n} entries for the clock total {total} (period {CLOCK_P}: {} expected)",
         total / CLOCK_P
     );
-    let (lo, hi) = own.bounds();
-    ensure!(
-        (lo..=hi).contains(&fin.time_running),
-        "running time {} outside the thread's own [{lo}, {hi}]",
-        fin.time_running
-    );
+    within_own_clock(&format!("{model:?} page + buffer"), fin.time_running, &own);
     match model {
         Model::Soft => {
             ensure!(
@@ -1082,11 +1122,7 @@ fn clone_of_parts(model: Model) -> TestResult {
     // run: the clone's own time is what its running times grew by.
     let before: u64 = csets.iter().map(|i| i.set_time_running).sum();
     let after: u64 = cinfo.iter().map(|i| i.set_time_running).sum();
-    let (lo, hi) = own.bounds();
-    ensure!(
-        (lo..=hi).contains(&t),
-        "the clone's running time {t} outside the thread's own [{lo}, {hi}]"
-    );
+    within_own_clock(&format!("{model:?} clone's run"), t, &own);
     ensure!(
         after - before == t || after == t,
         "the clone's sets' running times add up to {after} ({before} copied), its running time is {t}"
@@ -1170,6 +1206,16 @@ fn main() {
         ensure!(f == 0, "{f} MSR accesses faulted");
         module::wait_contexts(0, Duration::from_secs(3))
     });
+    t.run(
+        "every case's running time (task-clock) within the thread's own CPU time around START and STOP",
+        || {
+            let o = OWN_CLOCK.lock().unwrap_or_else(|e| e.into_inner());
+            diag(format!("{} cases checked", o.0));
+            ensure!(o.0 >= 8, "only {} cases checked", o.0);
+            ensure!(o.1.is_empty(), "{}", o.1.join("; "));
+            Ok(())
+        },
+    );
     t.run("rmmod perfmon", module::rmmod);
     t.finish();
 }
