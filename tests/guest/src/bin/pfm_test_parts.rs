@@ -15,36 +15,37 @@
 //! they are exact; each bound is derived where it is checked.
 //!
 //! 1. Sets (2, time-switched every 2 ms) + page: the sets' running times
-//!    add up to the context's, which lies in the thread's own CPU-time
-//!    bracket; soft: each set's task-clock is its running time and their
-//!    switches add up to the thread's own (getrusage bracket); sim: each
-//!    set's cycles are its own running time (80%..+1 ms, as
-//!    pfm_test_hwsim). The page, read by the thread between rounds, names
-//!    a set that exists, both sets over the run; its values are at most
-//!    READ_VALUES of the set it names read right after (context-switches
-//!    by at most the thread's own switches in between); a reading that
-//!    includes the clock is never live while the sets take turns
-//!    (task-clock marked stale, not extended); after STOP the page equals
-//!    READ_VALUES of the set it names, exactly.
+//!    add up to the context's (exactly), each set's enabled time is it;
+//!    soft: each set's task-clock is its running time and their switches
+//!    add up to the thread's own (getrusage bracket); sim: each set's
+//!    cycles more than half its running time, the sets' together within
+//!    the wall-time window ([`cycles_cover_running`],
+//!    [`cycles_within_window`]). The page, read by the thread between
+//!    rounds, names a set that exists, both sets over the run; its values
+//!    are at most READ_VALUES of the set it names read right after
+//!    (context-switches by at most the thread's own switches in between);
+//!    a reading that includes the clock is never live while the sets take
+//!    turns (task-clock marked stale, not extended); after STOP the page
+//!    equals READ_VALUES of the set it names, exactly.
 //! 2. Sets (time-switched) + buffer: the clock sampled every P in each set;
-//!    each entry's `set` is the set that counted: per set, the entries are
-//!    ⌊clock total / P⌋ of that set exactly, the k-th with the set's clock
-//!    at least k × P; soft: every activation but the last writes exactly
-//!    timeout / P entries (each activation is exactly the timeout of the
-//!    set's task-clock), and the set totals are the running times, which
-//!    add up to the own-clock bracket.
+//!    each entry's `set` is the set that counted: per set, every period of
+//!    that set's own clock total is an entry of that set or lost (lost
+//!    exactly the shortfall), the k-th entry with the set's clock at least
+//!    k × P; soft: each set's total is its running time, and every
+//!    activation but the last writes exactly timeout / P entries (each
+//!    activation is exactly the timeout of the set's task-clock).
 //! 3. Sets (overflow-switched, after 2 overflows) + buffer: soft, on
 //!    context switches of period 5 during a ping-pong with naps: entry j is
 //!    set ⌊j / 2⌋ mod 2's, its value exactly 5 × (its index in its set +
 //!    1), the entries ⌊S / 5⌋ for the S switches the sets counted, which lie
 //!    in the thread's getrusage bracket, the set switches ⌊entries / 2⌋;
-//!    sim, on cycles of period 1 ms: per set ⌊cycles / P⌋ entries exactly,
+//!    sim, on cycles of period 1 ms: the periods accounted per set as in 2,
 //!    every activation but the last at least 2 entries (a PMI late by a
 //!    period may find two).
 //! 4. Page + buffer (no sets), both mapped at once: the page's values at
 //!    most the next READ_VALUES while counting, equal after STOP, set 0;
-//!    entries ⌊clock / P⌋ exactly; the clock (soft: task-clock) in the
-//!    own-clock bracket.
+//!    the periods accounted as in 2; soft: task-clock is the running time,
+//!    context-switches in the getrusage bracket.
 //! 5. CLONE of a context with sets, a buffer and a page, after it ran: the
 //!    clone is UNLOADED, with the template's flags, sets (flags, timeouts,
 //!    registers used) and registers (PMD values and resets, per set), no
@@ -54,6 +55,10 @@
 //!    template's.
 //! 6. Soft: `Context::read_mapped` (the page when it can serve) returns what
 //!    READ_VALUES returns while the sets take turns.
+//! 7. Every case's running time (task-clock on the soft model) within the
+//!    thread's own CPU time read around START and STOP, exactly
+//!    (Documentation/perfmon.rst, "Accuracy"): one test point for all the
+//!    cases, so that a miss there does not hide the checks of each pair.
 
 use std::os::fd::AsRawFd;
 use std::time::Duration;
@@ -218,20 +223,68 @@ fn spin_and_nap(cpu_ns: u64, mut between: impl FnMut() -> TestResult) -> Result<
 }
 
 /// The simulator's cycles of one set (or context) against its running
-/// time `running`. The bound that tells a set's own turns from another's
-/// is the upper one (pfm_test_hwsim's): never more than the running time
-/// plus 1 ms (the clocks' granularity); a set whose counters stayed on the
-/// PMU through the other set's turns would count up to twice its running
-/// time. Below, the counters are off the PMU in the switch path, the
-/// multiplexing timer's and the PMI's handlers, which the runtime covers,
-/// and under TCG a vCPU the host deschedules inside one stretches it by
-/// the stall: 93-95% measured in pfm_test_hwsim (2 ms turns, no sampling,
-/// a quiet host), 69-80% here with a sample every 200 us and another guest
-/// on the host's two CPUs. No bound on that cost can be derived in a
-/// guest, so the lower bound only asks that the set counted in most of its
-/// turns: more than half its running time.
-fn cycles_match_running(cycles: u64, running: u64) -> bool {
-    cycles <= running + MS && cycles > running / 2
+/// time `running`: more than half of it. The counters are off the PMU in
+/// the switch path and the multiplexing timer's and the PMI's handlers,
+/// which the runtime covers, and under TCG a vCPU the host deschedules in
+/// one stretches it by the stall: 93-95% measured in pfm_test_hwsim (2 ms
+/// turns, no sampling, a quiet host), 69-80% here with a sample every
+/// 200 us and another guest on the host's two CPUs. No bound on that cost
+/// can be derived in a guest, so this only asks that the set counted in
+/// most of its turns (a set never installed counts nothing). Its running
+/// time is no upper bound for a thread that sleeps (pfm_test_hwsim's
+/// `cycles_within_window`: the switch-out hook runs after the scheduler
+/// accounted the slice, past the newidle balance, and each such tail is a
+/// user cycle per ns to the simulator; seen 6.5 ms over 200 ms of naps
+/// here): the bound above is [`cycles_within_window`].
+fn cycles_cover_running(cycles: u64, running: u64) -> bool {
+    cycles > running / 2
+}
+
+/// The sets' cycles together within the wall time of the monitored window
+/// (`window`, `CLOCK_MONOTONIC` read before START and after STOP): the
+/// counters count only while one set's image is on the PMU, inside it, and
+/// one at a time. A set whose image stayed on through another's turns, or
+/// whose count was also another's, would add that time again.
+fn cycles_within_window(cycles: &[u64], window: u64) -> TestResult {
+    let sum: u64 = cycles.iter().sum();
+    ensure!(
+        sum <= window,
+        "cycles {cycles:?} add up to {sum}, more than the {window} ns window"
+    );
+    Ok(())
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Every period a set's own count crossed (⌊`totals[k]` / `p`⌋) is an
+/// entry of that set or lost: per set at most that many entries, the
+/// shortfalls adding up to `lost` exactly (a fold that finds more than 64
+/// periods, a vCPU stalled that long, writes 64 and counts the rest in
+/// `lost`). Checks each set's entries ([`per_set_entries`]).
+fn periods_accounted(entries: &[PfmSmplEntry], totals: &[u64], p: u64, lost: u64) -> TestResult {
+    let mut short = 0;
+    for (set, &total) in (0u16..).zip(totals) {
+        let n = per_set_entries(entries, set, p, total)?;
+        let periods = total / p;
+        ensure!(
+            n <= periods,
+            "set {set}: {n} entries for its total {total}: only {periods} periods of {p}"
+        );
+        short += periods - n;
+    }
+    ensure!(
+        short == lost,
+        "{short} periods without an entry, {lost} entries lost (totals {totals:?}, period {p})"
+    );
+    Ok(())
 }
 
 /// The cases whose running time fell outside the thread's own CPU-time
@@ -430,6 +483,7 @@ fn sets_and_page(model: Model) -> TestResult {
     let page = ctx.map_counter_page().ctx("mmap of the page")?;
     ctx.load(0).ctx("LOAD")?;
     let mut own = OwnClock::default();
+    let w0 = monotonic_ns();
     own.around_start(|| ctx.start()).ctx("START")?;
     let mut named = [0u64; 2];
     let mut live_with_clock = 0u64;
@@ -470,6 +524,7 @@ fn sets_and_page(model: Model) -> TestResult {
         Ok(())
     })?;
     own.around_stop(|| ctx.stop()).ctx("STOP")?;
+    let window = monotonic_ns() - w0;
     // Stopped: nothing moves, the page is exact.
     let r = page.read(mask).ok_or("page read: always updating")?;
     let fin = ctx
@@ -549,12 +604,13 @@ fn sets_and_page(model: Model) -> TestResult {
         Model::Sim => {
             for (k, i) in infos.iter().enumerate() {
                 ensure!(
-                    cycles_match_running(per_set[k].values[0], i.set_time_running),
+                    cycles_cover_running(per_set[k].values[0], i.set_time_running),
                     "set {k}: cycles {} vs its running time {}",
                     per_set[k].values[0],
                     i.set_time_running
                 );
             }
+            cycles_within_window(&[per_set[0].values[0], per_set[1].values[0]], window)?;
         }
     }
     Ok(())
@@ -619,9 +675,11 @@ fn time_sets_and_buffer(model: Model) -> TestResult {
     let mut buf = buffer(&ctx, 1 << 1)?;
     ctx.load(0).ctx("LOAD")?;
     let mut own = OwnClock::default();
+    let w0 = monotonic_ns();
     own.around_start(|| ctx.start()).ctx("START")?;
     let rounds = spin_and_nap(RUN, || Ok(()))?;
     own.around_stop(|| ctx.stop()).ctx("STOP")?;
+    let window = monotonic_ns() - w0;
     let entries = buf.take();
     let lost = buf.stats().lost;
     let t = ctx.read_values(0b1).ctx("READ_VALUES")?.time_running;
@@ -639,21 +697,12 @@ fn time_sets_and_buffer(model: Model) -> TestResult {
         entries.len(),
         runs.len()
     ));
-    ensure!(
-        lost == 0,
-        "{lost} entries lost in a buffer twice the size needed"
-    );
     entries_sane(&entries, 2)?;
     conservation(&format!("{model:?} time sets + buffer"), &infos, t, &own)?;
+    // One entry per period each set's own clock crossed.
+    periods_accounted(&entries, &totals, CLOCK_P, lost)?;
     for set in 0..2u16 {
         let total = totals[usize::from(set)];
-        let n = per_set_entries(&entries, set, CLOCK_P, total)?;
-        // One entry per period the set's own clock crossed.
-        ensure!(
-            n == total / CLOCK_P,
-            "set {set}: {n} entries for its clock total {total} (period {CLOCK_P}: {} expected)",
-            total / CLOCK_P
-        );
         let running = infos[usize::from(set)].set_time_running;
         match model {
             Model::Soft => ensure!(
@@ -661,10 +710,13 @@ fn time_sets_and_buffer(model: Model) -> TestResult {
                 "set {set}: task-clock {total} != its running time {running}"
             ),
             Model::Sim => ensure!(
-                cycles_match_running(total, running),
+                cycles_cover_running(total, running),
                 "set {set}: cycles {total} vs its running time {running}"
             ),
         }
+    }
+    if model == Model::Sim {
+        cycles_within_window(&totals, window)?;
     }
     let s = infos
         .iter()
@@ -677,7 +729,7 @@ fn time_sets_and_buffer(model: Model) -> TestResult {
         "{} runs of one set in the entries for {s} set switches",
         runs.len()
     );
-    if model == Model::Soft {
+    if model == Model::Soft && lost == 0 {
         // Each activation charges exactly TS of task-clock to its set, and
         // the set's PMD 0 resumes where it left: it crosses exactly TS / P
         // periods per activation (TS a multiple of P). Only the last,
@@ -796,9 +848,11 @@ fn ovfl_sets_and_buffer_sim() -> TestResult {
     let mut buf = buffer(&ctx, 1 << 1)?;
     ctx.load(0).ctx("LOAD")?;
     let mut own = OwnClock::default();
+    let w0 = monotonic_ns();
     own.around_start(|| ctx.start()).ctx("START")?;
     spin_and_nap(RUN, || Ok(()))?;
     own.around_stop(|| ctx.stop()).ctx("STOP")?;
+    let window = monotonic_ns() - w0;
     let entries = buf.take();
     let lost = buf.stats().lost;
     let t = ctx.read_values(0b1).ctx("READ_VALUES")?.time_running;
@@ -834,23 +888,18 @@ fn ovfl_sets_and_buffer_sim() -> TestResult {
         }
         at += len;
     }
-    ensure!(lost == 0, "{lost} entries lost");
     entries_sane(&entries, 2)?;
     conservation("Sim overflow sets + buffer", &infos, t, &own)?;
+    periods_accounted(&entries, &totals, P, lost)?;
     for set in 0..2u16 {
         let total = totals[usize::from(set)];
-        let n = per_set_entries(&entries, set, P, total)?;
-        ensure!(
-            n == total / P,
-            "set {set}: {n} entries for {total} cycles (period {P}: {} expected)",
-            total / P
-        );
         let running = infos[usize::from(set)].set_time_running;
         ensure!(
-            cycles_match_running(total, running),
+            cycles_cover_running(total, running),
             "set {set}: cycles {total} vs its running time {running}"
         );
     }
+    cycles_within_window(&totals, window)?;
     // A set switches at the fold after its second overflow: every
     // activation that ended wrote at least 2 entries (more if a PMI, held
     // off past a period, found two), the last at most what it had.
@@ -889,6 +938,7 @@ fn page_and_buffer(model: Model) -> TestResult {
     let page = ctx.map_counter_page().ctx("mmap of the page")?;
     ctx.load(0).ctx("LOAD")?;
     let mut own = OwnClock::default();
+    let w0 = monotonic_ns();
     own.around_start(|| ctx.start()).ctx("START")?;
     let mut bad: Vec<String> = Vec::new();
     let mut live = 0u64;
@@ -920,6 +970,7 @@ fn page_and_buffer(model: Model) -> TestResult {
         Ok(())
     })?;
     own.around_stop(|| ctx.stop()).ctx("STOP")?;
+    let window = monotonic_ns() - w0;
     let r = page.read(mask).ok_or("page read: always updating")?;
     let fin = ctx.read_values(mask).ctx("READ_VALUES")?;
     let entries = buf.take();
@@ -946,14 +997,8 @@ fn page_and_buffer(model: Model) -> TestResult {
         fin.values,
         fin.time_running
     );
-    ensure!(lost == 0, "{lost} entries lost");
     entries_sane(&entries, 1)?;
-    let n = per_set_entries(&entries, 0, CLOCK_P, total)?;
-    ensure!(
-        n == total / CLOCK_P,
-        "{n} entries for the clock total {total} (period {CLOCK_P}: {} expected)",
-        total / CLOCK_P
-    );
+    periods_accounted(&entries, &[total], CLOCK_P, lost)?;
     within_own_clock(&format!("{model:?} page + buffer"), fin.time_running, &own);
     match model {
         Model::Soft => {
@@ -969,11 +1014,14 @@ fn page_and_buffer(model: Model) -> TestResult {
                 fin.values[2]
             );
         }
-        Model::Sim => ensure!(
-            cycles_match_running(total, fin.time_running),
-            "cycles {total} vs the running time {}",
-            fin.time_running
-        ),
+        Model::Sim => {
+            ensure!(
+                cycles_cover_running(total, fin.time_running),
+                "cycles {total} vs the running time {}",
+                fin.time_running
+            );
+            cycles_within_window(&[total], window)?;
+        }
     }
     Ok(())
 }
@@ -1009,6 +1057,7 @@ fn clone_of_parts(model: Model) -> TestResult {
     template.stop().ctx("STOP")?;
     template.unload().ctx("UNLOAD")?;
     let written = tbuf.take().len();
+    let lost_before = tbuf.stats().lost;
     ensure!(written > 0, "the template wrote no entry");
 
     let clone = template.clone_programmed().ctx("CLONE")?;
@@ -1108,9 +1157,9 @@ fn clone_of_parts(model: Model) -> TestResult {
     ];
     clone.unload().ctx("UNLOAD of the clone")?;
     let centries = cbuf.take();
-    let template_more = tbuf.take().len() as u64 + tbuf.stats().lost;
+    let template_more = tbuf.take().len() as u64 + (tbuf.stats().lost - lost_before);
     diag(format!(
-        "{model:?}: template {written} entries; clone T {t}, {}; {} entries",
+        "{model:?}: template {written} entries, {lost_before} lost; clone T {t}, {}; {} entries",
         describe(&cinfo),
         centries.len()
     ));
