@@ -554,7 +554,8 @@ impl Context {
     /// they create from then on. Reads return the totals;
     /// [`Context::read_threads`] each thread's counts; with event sets,
     /// every thread multiplexes them on its own running time (reads add
-    /// each set's counts and times over the threads).
+    /// each set's counts and times over the threads); a mapped page shows the loaded
+    /// thread only.
     pub fn load_process(&self, pid: u32) -> Result<()> {
         self.load_raw(pid, PFM_LOAD_PROCESS, 0)
     }
@@ -800,7 +801,9 @@ impl Context {
             let mut values = vec![0u64; pmd_mask.count_ones() as usize];
             if let Some(r) = page.read_into(pmd_mask, &mut values) {
                 let all = r.pmd_mask() & pmd_mask == pmd_mask;
-                if r.exact() && r.state() == PFM_STATE_LOADED && all {
+                // READ_VALUES reads set 0; the page shows the resident
+                // set, another one while event sets take turns.
+                if r.exact() && r.state() == PFM_STATE_LOADED && all && r.set() == 0 {
                     return Ok(Counts {
                         values,
                         time_enabled: r.time_enabled(),

@@ -887,18 +887,12 @@ impl Actor {
                     self.anomaly(Op::MiscFd, format!("page version {v}"))
                 }
                 Ok(_) => {}
-                // EBUSY: the context has event sets (one page describes
-                // one image).
+                // No EBUSY: the page shows the active set of a context
+                // with sets, beside a buffer if it has one (issue 33).
                 Err(_) => self.allow(
                     Op::MiscFd,
                     r,
-                    &[
-                        libc::EINVAL,
-                        libc::EPERM,
-                        libc::EACCES,
-                        libc::ENOMEM,
-                        libc::EBUSY,
-                    ],
+                    &[libc::EINVAL, libc::EPERM, libc::EACCES, libc::ENOMEM],
                 ),
             },
             _ => {}
@@ -1017,9 +1011,10 @@ impl Actor {
         let regs = self.arena.at(1024);
         let hdr = self.arena.at(0);
         let (sets, load_set) = self.arm_sets(fd, &mut pmcs, &mut pmds);
-        // A third of the contexts without sets sample into a buffer
-        // (`smpl.rs`), set up and mapped before LOAD.
-        let smpl = sets == 1 && self.rng.chance(1, 3);
+        // A third of the contexts sample into a buffer (`smpl.rs`), set up
+        // and mapped before LOAD; with sets, each entry names the set that
+        // counted (issue 33).
+        let smpl = self.rng.chance(1, 3);
         // Whole programs, a quarter of the contexts without sets (LOAD
         // refuses a family with sets, EBUSY): inheritance, start on exec,
         // a third of those the target's whole process. An eighth of those

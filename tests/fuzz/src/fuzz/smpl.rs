@@ -8,7 +8,8 @@
 //!   the model's PMDs; both policies; watermarks) and an eighth garbage
 //!   (each way a setup can be invalid: EINVAL exactly, whatever the
 //!   state); every pointer kind (EFAULT). The pool keeps no state: EBADFD
-//!   (loaded) and EBUSY (a buffer, a page, sets or a family) are allowed,
+//!   (loaded) and EBUSY (a buffer already) are allowed (a page, sets or a
+//!   family beside the buffer are parts of their own, issue 33),
 //!   except that a buffer this process set up on the fd (below) makes a
 //!   second setup EBUSY or EBADFD, never a success.
 //! - `smpl_map`: `mmap` of a pool fd with the right length, protection,
@@ -20,7 +21,8 @@
 //! - `smpl_drain`: one of the actor's mappings drained with atomics, as
 //!   the protocol asks (`head` acquire, entries, `tail` release), each
 //!   entry checked (its `seq` is its byte position / 128, an implemented
-//!   PMD, set 0, `nvalues` the popcount of `smpl_pmds`, which is what the
+//!   PMD, a set id below `PFM_MAX_SETS` (the set that counted: a pool
+//!   context may have sets beside its buffer), `nvalues` the popcount of `smpl_pmds`, which is what the
 //!   setup said when this actor made it, unused values and reserved 0,
 //!   timestamps in order and not in the future); an eighth of the time
 //!   `tail` is left with garbage instead (the kernel must not trust it:
@@ -36,8 +38,8 @@
 //!   `MADV_DOFORK` then a fork, each followed by a second mmap through
 //!   the same fd that must fail with EBUSY (the first mapping still
 //!   exists): a success is the finding "one mapping at a time" broken.
-//! - `arm` (ops.rs) gives a third of its contexts without sets a buffer,
-//!   mapped, before LOAD: their overflows write entries while other
+//! - `arm` (ops.rs) gives a third of its contexts a buffer (with or
+//!   without event sets), mapped, before LOAD: their overflows write entries while other
 //!   actors close the fd (the mapping keeps the context), the thread
 //!   exits, the tool dies (zombies; the munmap releases the file then)
 //!   and the buffer fills and masks the context. A LOAD with inheritance
@@ -198,8 +200,9 @@ pub(super) struct MapVerdict {
 /// (EACCES), a noexec mount (EPERM), then perfmon: at `PFM_SMPL_OFFSET`
 /// no buffer (ENODEV), another length (EINVAL), executable (EPERM),
 /// private or not writable (EINVAL), mapped already (EBUSY); at 0 the
-/// counter page (another length EINVAL, writable or executable EPERM, a
-/// context with a buffer EBUSY); any other offset EINVAL. ENOMEM always.
+/// counter page (another length EINVAL, writable or executable EPERM; a
+/// context with a buffer has its page too, issue 33); any other offset
+/// EINVAL. ENOMEM always.
 pub(super) fn map_verdict(
     len: usize,
     prot: i32,
@@ -273,9 +276,9 @@ pub(super) fn map_verdict(
         } else if write || exec {
             errs.push(libc::EPERM);
         } else {
-            // A context with a buffer has no counter page.
-            errs.push(libc::EBUSY);
-            ok = pages.is_none();
+            // The page and a buffer are parts of their own (issue 33):
+            // nothing of the buffer refuses it.
+            ok = true;
         }
     } else {
         errs.push(libc::EINVAL);
@@ -334,7 +337,7 @@ fn entry_fault(
     let room = ((entry_size as usize - ENTRY) / 8).min(abi::PFM_SMPL_MAX_CHAIN as usize);
     let flags =
         abi::PFM_SMPL_CHAIN_TRUNCATED | abi::PFM_SMPL_CHAIN_BROKEN | abi::PFM_SMPL_CHAIN_NONE;
-    if e.set != 0
+    if usize::from(e.set) >= abi::PFM_MAX_SETS
         || usize::from(e.chain_len) > room
         || e.chain_flags & !flags != 0
         || (room == 0 && e.chain_flags != 0)
@@ -1462,11 +1465,9 @@ mod tests {
             v(5 * PAGE, libc::PROT_READ, libc::MAP_SHARED, OFF, Some(4)),
             E,
         );
-        // The counter page of a context with a buffer.
-        only(
-            v(PAGE, libc::PROT_READ, libc::MAP_SHARED, 0, Some(4)),
-            libc::EBUSY,
-        );
+        // The counter page of a context with a buffer: allowed.
+        let page = v(PAGE, libc::PROT_READ, libc::MAP_SHARED, 0, Some(4));
+        assert!(page.ok && !page.errs.contains(&libc::EBUSY), "{page:?}");
         only(v(PAGE, RW, libc::MAP_SHARED, 0, Some(4)), libc::EPERM);
         only(
             v(5 * PAGE, RW, libc::MAP_SHARED, OFF + PAGE as i64, Some(4)),

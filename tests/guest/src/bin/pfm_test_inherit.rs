@@ -2928,10 +2928,22 @@ fn exclusions_case() -> TestResult {
         }
         let (ctx, _) = counting_context()?;
         set_flags(&ctx, flags).map_err(|e| format!("SET_FLAGS: {}", errname(e)))?;
-        let _page = map_page(&ctx).map_err(|e| format!("mmap: {}", errname(e)))?;
+        // The page shows the loaded thread (LOADED).
+        let page = ctx.map_counter_page().map_err(|e| format!("mmap: {e}"))?;
         match load_flags(&ctx, tid, load) {
-            Ok(()) => ctx.unload().ctx("UNLOAD")?,
-            Err(e) => errs.push(format!("LOAD ({what}) of a mapped context: {}", errname(e))),
+            Err(e) => errs.push(format!(
+                "LOAD ({what}) of a mapped context: {} (success expected)",
+                errname(e)
+            )),
+            Ok(()) => {
+                let state = page.read(0).map(|r| r.state());
+                if state != Some(PFM_STATE_LOADED) {
+                    errs.push(format!(
+                        "the page of a context loaded with {what}: state {state:?} (LOADED expected)"
+                    ));
+                }
+                ctx.unload().ctx("UNLOAD")?;
+            }
         }
         let (ctx, _) = counting_context()?;
         set_flags(&ctx, flags).map_err(|e| format!("SET_FLAGS: {}", errname(e)))?;
@@ -2961,7 +2973,7 @@ fn exclusions_case() -> TestResult {
         ctx.wait_active(Duration::from_secs(5)).ctx("ACTIVE")?;
         if let Err(e) = map_page(&ctx) {
             errs.push(format!(
-                "mmap of a context loaded with {what}: {}",
+                "mmap of a context loaded with {what}: {} (success expected)",
                 errname(e)
             ));
         }

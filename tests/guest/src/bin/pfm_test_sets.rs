@@ -12,7 +12,9 @@
 //!   DELETE of set 0 or of a missing set (EINVAL); CREATE and DELETE while
 //!   loaded (EBADFD); register elements and LOADs naming a missing set
 //!   (EINVAL, `PFM_REG_RETFL_NOSET`); READ_VALUES' `set` and `vflags`;
-//!   the counter page and sets excluding each other (EBUSY).
+//!   the counter page and sets together (issue 33): a context with sets
+//!   is mapped and a mapped one creates sets, the page naming the set it
+//!   shows (the resident one) with that set's values.
 //! - Conservation: three sets switched every 1 ms of the thread's running
 //!   time, each counting context-switches and task-clock, while the thread
 //!   ping-pongs with a partner on its CPU: the three sets' switches add up
@@ -918,32 +920,88 @@ fn read_values_args() -> TestResult {
     )
 }
 
-fn page_excludes_sets() -> TestResult {
-    let ctx = with_sets(&[plain_set(1)])?;
-    match ctx.map_counter_page() {
-        Ok(_) => return Err("mmap of a context with set 1 succeeded, expected EBUSY".into()),
-        Err(e) => ensure!(
-            e.errno() == Some(libc::EBUSY),
-            "mmap of a context with set 1: {e}, expected EBUSY"
-        ),
-    }
-    let mapped = open()?;
-    let page = mapped.map_counter_page().ctx("mmap without sets")?;
-    let r = expect_errno(
-        mapped.create_sets(&mut [plain_set(1)]),
-        libc::EBUSY,
-        "CREATE_SETS while mapped",
+/// The counter page and event sets are parts of their own (issue 33): a
+/// context with sets is mapped, and a mapped context creates sets. The
+/// page names the set whose image it shows (`PfmPage.set`): the resident
+/// one, set 0 before LOAD, the LOAD's set after it; its values are that
+/// set's (READ_VALUES with `PFM_VALFL_SET`). pfm_test_parts tests the page
+/// while the sets take turns.
+fn page_with_sets() -> TestResult {
+    let ctx = with_sets(&[time_set(1, MS)])?;
+    program(&ctx, 0, &[CS])?;
+    program(&ctx, 1, &[CS, TC])?;
+    let page = ctx.map_counter_page().ctx("mmap of a context with set 1")?;
+    let r = page.read(0b11).ok_or("page read: always updating")?;
+    ensure!(
+        r.set() == 0 && r.state() == PFM_STATE_UNLOADED,
+        "page before LOAD: set {} state {} (set 0, UNLOADED expected)",
+        r.set(),
+        r.state()
+    );
+    // Loaded in set 1, not started: nothing moves, the page is exact.
+    ctx.load_in_set(0, 1).ctx("LOAD in set 1")?;
+    let r = page.read(0b11).ok_or("page read: always updating");
+    let v = ctx.read_set_values(1, 0b11).ctx("READ_VALUES set 1");
+    ctx.unload().ctx("UNLOAD")?;
+    let (r, v) = (r?, v?);
+    ensure!(
+        r.set() == 1 && r.state() == PFM_STATE_LOADED && !r.counting(),
+        "page after LOAD in set 1: set {} state {} counting {}",
+        r.set(),
+        r.state(),
+        r.counting()
+    );
+    ensure!(
+        [r.value(0), r.value(1)] == v.values[..],
+        "page [{}, {}], READ_VALUES of set 1 {:?}",
+        r.value(0),
+        r.value(1),
+        v.values
     );
     drop(page);
+    let mapped = open()?;
+    let page = mapped.map_counter_page().ctx("mmap without sets")?;
+    let r = mapped
+        .create_sets(&mut [plain_set(1)])
+        .ctx("CREATE_SETS while mapped");
+    drop(page);
     r?;
-    expect_bad_set(mapped.sets_info(&[1]), 0, "set 1 after the refusal")
+    ensure!(
+        infos(&mapped, 2)?[1].set_id == 1,
+        "set 1 missing after CREATE_SETS while mapped"
+    );
+    Ok(())
+}
+
+/// After a refused CREATE_SETS (no table made), set 0's times are the
+/// context's: LOAD, START, 2 ms of CPU, STOP, then READ_VALUES with
+/// `PFM_VALFL_SET` of set 0 and without it give the same times, and the
+/// running time is not 0. (It was 0 when a refusal left a table behind.)
+fn set0_times_are_the_contexts(ctx: &Context, after: &str) -> TestResult {
+    program(ctx, 0, &[TC])?;
+    ctx.load(0).ctx("LOAD")?;
+    ctx.start().ctx("START")?;
+    spin_cpu(2 * MS);
+    ctx.stop().ctx("STOP")?;
+    let set0 = ctx.read_set_values(0, 0b1).ctx("READ_VALUES set 0");
+    let plain = ctx.read_values(0b1).ctx("READ_VALUES");
+    ctx.unload().ctx("UNLOAD")?;
+    let (set0, plain) = (set0?, plain?);
+    ensure!(
+        set0.time_running != 0
+            && (set0.time_enabled, set0.time_running) == (plain.time_enabled, plain.time_running)
+            && set0.values == plain.values,
+        "{after}: set 0 reads {set0:?}, the context {plain:?}"
+    );
+    Ok(())
 }
 
 /// Three findings of a review of the kernel side, each failing on the
 /// version it was found in:
 /// - a CREATE_SETS refused (EINVAL) left the set table in the context, so
-///   the context could no longer be mapped (EBUSY) and read set 0 with
-///   zero times;
+///   the context could no longer be mapped (EBUSY, while the page and sets
+///   excluded each other) and read set 0 with zero times: the times are
+///   checked ([`set0_times_are_the_contexts`]);
 /// - registers of set 0 written before the first CREATE_SETS were not
 ///   set 0's in the table, so an OVFL_SWITCH set 0 switching on them could
 ///   not be loaded (EINVAL: "could never switch") and GETINFO showed no
@@ -959,9 +1017,7 @@ fn refused_create() -> TestResult {
         ..Default::default()
     }];
     expect_bad_set(ctx.create_sets(&mut both), 0, "CREATE with both flags")?;
-    ctx.map_counter_page()
-        .ctx("mmap after a refused CREATE_SETS (no table was made)")
-        .map(drop)
+    set0_times_are_the_contexts(&ctx, "after a refused CREATE_SETS")
 }
 
 /// See [`refused_create`].
@@ -1001,9 +1057,7 @@ fn read_only_create() -> TestResult {
         "CREATE_SETS from a read-only array",
     )?;
     expect_bad_set(ctx.sets_info(&[1]), 0, "set 1 after the EFAULT")?;
-    ctx.map_counter_page()
-        .ctx("mmap after a CREATE_SETS that failed with EFAULT")
-        .map(drop)
+    set0_times_are_the_contexts(&ctx, "after a CREATE_SETS that failed with EFAULT")
 }
 
 fn recreate_changes_flags() -> TestResult {
@@ -1837,8 +1891,8 @@ fn main() {
         read_values_args,
     );
     t.run(
-        "counter page and sets: mmap with sets EBUSY, CREATE_SETS while mapped EBUSY",
-        page_excludes_sets,
+        "counter page and sets: mmap with sets and CREATE_SETS while mapped accepted; the page names the resident set, its values",
+        page_with_sets,
     );
     t.run(
         "CREATE_SETS of existing sets changes their flags, keeps their registers",
