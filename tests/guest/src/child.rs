@@ -151,14 +151,15 @@ pub fn dispatch() {
         }
         // A whole program measuring itself for FILE: this process and
         // ARG4 more (each the test binary in mode `own-part`, forked from
-        // this one), each with ARG5 threads besides its main one; every
+        // this one); this one has ARG5 threads besides its main one, each
+        // of the others ARG6 (ARG5 if not given); every
         // thread does ARG2 rounds of ARG3 us of CPU then a 1 ms sleep, and
         // appends its own line to FILE (see `own_part`). Waits for the
         // processes, so that their CPU time is in this one's rusage.
         "own-family" => {
             let me = std::env::current_exe().unwrap_or_default();
             let rest: Vec<String> = args.iter().skip(3).take(3).cloned().collect();
-            let threads = args.get(7).cloned().unwrap_or_default();
+            let threads = args.get(8).or(args.get(7)).cloned().unwrap_or_default();
             let children: Vec<_> = (0..num(6))
                 .filter_map(|_| {
                     Command::new(&me)

@@ -307,12 +307,28 @@ impl Actor {
             lost_threads: self.rng.next_u64() as u32,
             ..Default::default()
         };
+        // A set's own counts and times: any set id (one that does not
+        // exist is EINVAL).
+        let in_set = self.rng.chance(1, 4);
+        if in_set {
+            a.vflags = abi::PFM_VALFL_SET;
+            a.set = self.rng.pick(&[0, 0, 1, 2, 7, u16::MAX]);
+        }
         let garbage = self.rng.chance(1, 20);
         if garbage {
-            if self.rng.chance(1, 2) {
-                a.flags = self.rng.interesting_u32() | 1 << self.rng.below(32);
-            } else {
-                a.reserved[self.rng.below(3) as usize] = self.rng.interesting_u64() | 1;
+            match self.rng.below(5) {
+                0 => a.flags = self.rng.interesting_u32() | 1 << self.rng.below(32),
+                1 => {
+                    let i = self.rng.below(a.reserved.len() as u64) as usize;
+                    a.reserved[i] = self.rng.interesting_u64() | 1;
+                }
+                2 => a.pad = self.rng.interesting_u32() | 1,
+                // A set without PFM_VALFL_SET.
+                3 => {
+                    a.vflags = 0;
+                    a.set = self.rng.range(1, 0xffff) as u16;
+                }
+                _ => a.vflags = (self.rng.interesting_u32() as u16) | 2,
             }
         }
         // Room for up to 24 rows (the arena's first pages).
@@ -325,7 +341,8 @@ impl Actor {
         let haddr = self.place(hp, std::mem::size_of::<abi::PfmThreadsArg>());
         self.arena.put(haddr, a);
         self.note(format_args!(
-            " fd={fd} mask={mask:#x} count={count} hdr={hp:?} rows={rp:?} garbage={garbage}"
+            " fd={fd} mask={mask:#x} count={count} set={} vflags={} hdr={hp:?} rows={rp:?} garbage={garbage}",
+            a.set, a.vflags
         ));
         let r = sys::ioctl(fd, abi::PFM_IOC_READ_THREADS, haddr);
         let r = self.res(Op::ReadThreads, r);
@@ -361,7 +378,11 @@ impl Actor {
             }
             return;
         }
-        // EAGAIN: a hardware model's live counters out of reach.
+        // EAGAIN: a hardware model's live counters out of reach; EINVAL: a
+        // set the context does not have.
+        if in_set && a.set != 0 && r == Err(libc::EINVAL) {
+            return;
+        }
         self.allow(
             Op::ReadThreads,
             r,

@@ -1436,6 +1436,7 @@ fn mux_whole_program(pfm: &Pfm, dir: &Path) -> TestResult {
         "2000",
         "3",
         "4",
+        "2",
     ])?;
     let err = text(&out.stderr);
     show("json", &err);
