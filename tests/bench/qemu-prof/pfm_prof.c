@@ -6,11 +6,19 @@
  *
  * Every time the guest executes the translation block that starts at
  * marker=ADDR (the kernel's __x64_sys_getcpu: pfm_bench --profile calls
- * getcpu(2) around each measured loop), the plugin snapshots every block's
- * execution count. At exit it writes, for each window between two
- * consecutive snapshots, one line per block that ran in it:
+ * getcpu(2) around each measured loop), the plugin ends a window: it
+ * writes, for the window between this marker hit and the previous one, one
+ * line per block that ran in it, then remembers every block's count for the
+ * next window:
  *
  *   W VADDR NINSNS EXECUTIONS
+ *
+ * Windows are numbered from 0 (between the first and the second hit), any
+ * number of them (each written as it ends: memory stays one record per
+ * block). gaps=skip writes only the even windows: pfm_bench brackets each
+ * measured loop with two markers, so the odd windows are the set-up and
+ * tear-down between loops, which nobody reads (the cost gate,
+ * scripts/cost-gate.sh, has hundreds of them).
  *
  * Instructions are what -icount counts (one per iteration of a REP string
  * instruction), so NINSNS * EXECUTIONS summed per symbol is where the guest
@@ -21,7 +29,7 @@
  * Built against QEMU 7.2's plugin API (version 1), declared here because
  * Debian ships no qemu-plugin.h:
  *   cc -shared -fPIC -O2 -o pfm_prof.so pfm_prof.c
- *   qemu-system-x86_64 ... -plugin ./pfm_prof.so,marker=0xffffffff81068e70,out=prof.txt
+ *   qemu-system-x86_64 ... -plugin ./pfm_prof.so,marker=0xffffffff81068e70,out=prof.txt[,gaps=skip]
  */
 #include <inttypes.h>
 #include <stdbool.h>
@@ -52,30 +60,36 @@ uint64_t qemu_plugin_tb_vaddr(const struct qemu_plugin_tb *tb);
 QEMU_PLUGIN_EXPORT int qemu_plugin_version = 1;
 /* ---- */
 
-#define MAX_SNAPS 40
-
 struct rec {
 	uint64_t count;		/* executions, bumped inline by the TB */
 	uint64_t vaddr;
 	uint32_t ninsns;
-	uint32_t born;		/* snapshots taken before this block was translated */
-	uint64_t snap[MAX_SNAPS];
+	uint64_t last;		/* count at the previous marker hit (0: translated since) */
 };
 
 static struct rec **recs;
 static size_t nrecs, caprecs;
-static unsigned nsnaps;
+static unsigned long hits;	/* marker hits so far: window hits-1 ends at the next */
 static uint64_t marker;
 static const char *out_path = "pfm_prof.txt";
+static bool skip_gaps;
+static FILE *out;
 
+/* A marker hit: window hits-1 ends (written unless it is a skipped gap). */
 static void snapshot(unsigned int vcpu, void *udata)
 {
 	(void)vcpu; (void)udata;
-	if (nsnaps >= MAX_SNAPS)
-		return;
-	for (size_t i = 0; i < nrecs; i++)
-		recs[i]->snap[nsnaps] = recs[i]->count;
-	nsnaps++;
+	bool write = out && hits > 0 && !(skip_gaps && (hits - 1) % 2 == 1);
+
+	for (size_t i = 0; i < nrecs; i++) {
+		struct rec *r = recs[i];
+
+		if (write && r->count > r->last)
+			fprintf(out, "%lu %" PRIx64 " %u %" PRIu64 "\n", hits - 1, r->vaddr, r->ninsns,
+				r->count - r->last);
+		r->last = r->count;
+	}
+	hits++;
 }
 
 static void tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
@@ -87,7 +101,6 @@ static void tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 		return;
 	r->vaddr = qemu_plugin_tb_vaddr(tb);
 	r->ninsns = (uint32_t)qemu_plugin_tb_n_insns(tb);
-	r->born = nsnaps;
 	if (nrecs == caprecs) {
 		size_t cap = caprecs ? caprecs * 2 : 65536;
 		struct rec **n = realloc(recs, cap * sizeof(*n));
@@ -109,24 +122,12 @@ static void tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 static void at_exit(qemu_plugin_id_t id, void *udata)
 {
 	(void)id; (void)udata;
-	FILE *f = fopen(out_path, "w");
-
-	if (!f)
+	if (!out)
 		return;
-	fprintf(f, "# pfm_prof windows=%u blocks=%zu marker=0x%" PRIx64 "\n",
-		nsnaps ? nsnaps - 1 : 0, nrecs, marker);
-	for (unsigned w = 0; w + 1 < nsnaps; w++) {
-		for (size_t i = 0; i < nrecs; i++) {
-			struct rec *r = recs[i];
-			/* Blocks translated after a snapshot had a count of 0 then. */
-			uint64_t a = r->born > w ? 0 : r->snap[w];
-			uint64_t b = r->born > w + 1 ? 0 : r->snap[w + 1];
-
-			if (b > a)
-				fprintf(f, "%u %" PRIx64 " %u %" PRIu64 "\n", w, r->vaddr, r->ninsns, b - a);
-		}
-	}
-	fclose(f);
+	fprintf(out, "# pfm_prof end windows=%lu blocks=%zu marker=0x%" PRIx64 "\n",
+		hits ? hits - 1 : 0, nrecs, marker);
+	fclose(out);
+	out = NULL;
 }
 
 QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info,
@@ -138,11 +139,20 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
 			marker = strtoull(argv[i] + 7, NULL, 0);
 		else if (!strncmp(argv[i], "out=", 4))
 			out_path = argv[i] + 4;
+		else if (!strcmp(argv[i], "gaps=skip"))
+			skip_gaps = true;
 		else {
-			fprintf(stderr, "pfm_prof: unknown argument %s (marker=ADDR, out=FILE)\n", argv[i]);
+			fprintf(stderr, "pfm_prof: unknown argument %s (marker=ADDR, out=FILE, gaps=skip)\n",
+				argv[i]);
 			return -1;
 		}
 	}
+	out = fopen(out_path, "w");
+	if (!out) {
+		fprintf(stderr, "pfm_prof: cannot write %s\n", out_path);
+		return -1;
+	}
+	fprintf(out, "# pfm_prof marker=0x%" PRIx64 "%s\n", marker, skip_gaps ? " gaps=skip" : "");
 	qemu_plugin_register_vcpu_tb_trans_cb(id, tb_trans);
 	qemu_plugin_register_atexit_cb(id, at_exit, NULL);
 	return 0;

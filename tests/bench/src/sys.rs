@@ -74,6 +74,17 @@ pub fn pin(cpu: usize) -> io::Result<()> {
     check(ret as libc::c_long, "sched_setaffinity").map(|_| ())
 }
 
+/// SCHED_FIFO at priority 1 for the calling thread (threads it creates
+/// afterwards inherit it): nothing of the normal class (a kworker, a
+/// reaper's work) runs on its CPU while it is runnable, so deferred work
+/// does not land at varying points of a measured loop.
+pub fn sched_fifo() -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 1 };
+    // SAFETY: `param` is a valid sched_param for the call.
+    let ret = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+    check(ret as libc::c_long, "sched_setscheduler(SCHED_FIFO)").map(|_| ())
+}
+
 /// Online CPUs.
 pub fn online_cpus() -> usize {
     // SAFETY: sysconf has no preconditions.
