@@ -140,7 +140,7 @@ GUEST_TIMEOUT=${GUEST_TIMEOUT:-900} \
 {
 	awk '$2 ~ /^[tTwW]$/ { print $1, $3 }' "$smap"
 	sed -n 's/.*PFM-KSYM \([0-9a-f]*\) [tTwW] \([^ \t]*\).*\[perfmon\].*/\1 \2/p' "$gout"
-} | sort >"$out/symbols.txt"
+} | LC_ALL=C sort >"$out/symbols.txt"
 if command -v c++filt >/dev/null 2>&1; then
 	cut -d' ' -f2 "$out/symbols.txt" | c++filt | sed 's/\[[0-9a-f]\{16\}\]//g; s/pfm_core:://g' >"$out/symbols.names"
 else
