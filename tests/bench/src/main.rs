@@ -339,6 +339,8 @@ struct Opts {
     batches: usize,
     /// `--profile`: run as SCHED_FIFO ([`sys::sched_fifo`]).
     fifo: bool,
+    /// `--profile`: samples per batch of the `sample` section.
+    samples: u64,
     /// `--profile`: sleep this long at the end of every attach and fork
     /// batch, inside its window, so that the work it deferred (a reaper's
     /// work item, RCU callbacks) runs in it.
@@ -389,6 +391,7 @@ fn parse_opts() -> Opts {
         profile: None,
         batches: 1,
         fifo: false,
+        samples: 20,
         flush_ms: 0,
         cpu: 0,
         other_cpu: if cpus > 1 { 1 } else { 0 },
@@ -444,6 +447,7 @@ fn parse_opts() -> Opts {
                 continue;
             }
             "--flush-ms" => o.flush_ms = num(i + 1),
+            "--samples" => o.samples = num(i + 1).max(1),
             _ => usage(2),
         }
         i += 2;
@@ -2154,6 +2158,9 @@ fn mon_by_name(name: &str) -> Option<Mon> {
 ///   CPU per batch (`perfmon-4-load`: LOAD, START, STOP, UNLOAD of a
 ///   programmed context; `perfmon-4-full` with open, program and close;
 ///   `perfmon-1-clone`; `perf-N`);
+/// - `sample`: `perfmon-clock`, `--samples` samples per batch of the
+///   caller's own task-clock, every 100 us, while it spins in user mode:
+///   the soft model's timer-driven overflow path ([`profile_clock_samples`]);
 /// - `fork`: `--inherit-iters` fork + exit + wait cycles per batch of a
 ///   thread monitoring itself: `none`, `perfmon-inherit` (PFM_CTXFL_INHERIT,
 ///   task-clock and context-switches, as `inherit` benchmarks).
@@ -2212,6 +2219,13 @@ fn profile(o: &Opts, items: &str) -> io::Result<()> {
                     sys::profile_marker();
                     (n as u64, "iteration")
                 }
+                "sample" => {
+                    let period = match variant {
+                        "perfmon-clock" => PROFILE_CLOCK_PERIOD_NS,
+                        _ => return Err(bad()),
+                    };
+                    (profile_clock_samples(period, o.samples)?, "sample")
+                }
                 "fork" => {
                     let pfm = match variant {
                         "none" => false,
@@ -2223,7 +2237,7 @@ fn profile(o: &Opts, items: &str) -> io::Result<()> {
                 }
                 _ => {
                     return Err(io::Error::other(format!(
-                        "--profile {item}: sections are ctxsw, read, attach, fork"
+                        "--profile {item}: sections are ctxsw, read, attach, sample, fork"
                     )))
                 }
             };
@@ -2234,6 +2248,37 @@ fn profile(o: &Opts, items: &str) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The `sample:perfmon-clock` period of [`profile`]: 100 us of running
+/// (50,000 instructions under `-icount shift=1`).
+const PROFILE_CLOCK_PERIOD_NS: u64 = 100_000;
+
+/// The `sample` section of [`profile`]: the caller samples its own
+/// task-clock every `period` ns (the soft model's per-CPU timer: its
+/// interrupt, the fold, the overflow, a buffer entry, the timer armed
+/// again) while it spins in user mode, between two markers, until `n`
+/// entries more are written after the first marker. Returns `n`: a sample
+/// that lands between a marker and the read of the count beside it is in
+/// the window but not counted, which only makes that batch dearer per
+/// sample (the cost gate takes the minimum over batches).
+fn profile_clock_samples(period: u64, n: u64) -> io::Result<u64> {
+    let s = sys::PfmSampler::on_event(TC, 0, period, SAMPLE_PAGES)?;
+    // A few samples first, outside the window (first-use work).
+    while s.written() < 5 {
+        std::hint::spin_loop();
+    }
+    sys::profile_marker();
+    let start = s.written();
+    while s.written() < start + n {
+        for i in 0..1000u32 {
+            std::hint::black_box(i);
+        }
+    }
+    sys::profile_marker();
+    s.pfm.unload()?;
+    s.pfm.fd.close()?;
+    Ok(n)
 }
 
 /// The `read` section of [`profile`]: `o.reads` reads of the own counters,

@@ -810,8 +810,15 @@ impl PfmSampler {
     /// writes an entry at each overflow (no values); LOADed on `tid`
     /// (0: the caller) and started.
     pub fn new(tid: u32, period: u64, pages: usize) -> io::Result<Self> {
+        Self::on_event(crate::CS, tid, period, pages)
+    }
+
+    /// [`PfmSampler::new`] on soft event `event` (task-clock: every
+    /// `period` ns of the thread's running time, from the soft model's
+    /// per-CPU timer).
+    pub fn on_event(event: u64, tid: u32, period: u64, pages: usize) -> io::Result<Self> {
         let pfm = Pfm::open()?;
-        pfm.program(&[crate::CS])?;
+        pfm.program(&[event])?;
         let minus = period.wrapping_neg();
         let mut pmd = [PfmPmd {
             reg_num: 0,
@@ -843,6 +850,16 @@ impl PfmSampler {
         )?;
         pfm.load_flags(tid, abi::PFM_LOAD_START)?;
         Ok(PfmSampler { pfm, map, pages })
+    }
+
+    /// Entries written so far (the buffer's `head`, in entries).
+    pub fn written(&self) -> u64 {
+        const HEAD: usize = 16;
+        const ENTRY: u64 = std::mem::size_of::<abi::PfmSmplEntry>() as u64;
+        self.map
+            .word(HEAD)
+            .load(std::sync::atomic::Ordering::Acquire)
+            / ENTRY
     }
 
     /// Reads every entry (its IP) and consumes them (perf's protocol:
