@@ -73,12 +73,17 @@ initramfs: module guest
 # packages built and installed in a fresh root, DKMS building the module for
 # the test kernel packaged as a distribution's, and that root's guest booted;
 # its host steps' TAP and its guest's console join the summary.
+# The cost gate (scripts/cost-gate.sh, Documentation/benchmarks.rst): the
+# module's instructions per operation on its hot paths, in a boot of its own
+# under -icount, held to tests/bench/cost-baseline.txt (1%); its TAP joins
+# the summary too.
 check: deps host-test kernel module guest initramfs
 	@scripts/check-layers.sh
 	@scripts/vm.sh $(VARIANT) check; \
 	 scripts/install-test.sh $(VARIANT); \
+	 scripts/cost-gate.sh $(VARIANT); \
 	 scripts/check-log.sh --host $(LOGS)/host-test.log --tap $(LOGS)/install-test.tap \
-		$(LOGS)/check-latest.log $(LOGS)/install-latest.log
+		--tap $(LOGS)/cost-gate.tap $(LOGS)/check-latest.log $(LOGS)/install-latest.log
 
 run: deps kernel module guest initramfs
 	@scripts/vm.sh $(VARIANT) run
@@ -114,6 +119,16 @@ bench: deps kernel module guest initramfs
 bench-profile: VARIANT = fast
 bench-profile: deps kernel module guest initramfs
 	@tests/bench/qemu-prof/profile.sh
+
+# The cost gate alone (make check runs it too): the debug kernel's module
+# instructions per switch, read, attach cycle and fork against
+# tests/bench/cost-baseline.txt (scripts/cost-gate.sh); COST_GATE_UPDATE=1
+# writes the baseline instead, for a change that must cost more.
+.PHONY: cost-gate
+cost-gate: VARIANT = debug
+cost-gate: export COST_GATE_UPDATE := $(COST_GATE_UPDATE)
+cost-gate: deps kernel module guest
+	@scripts/cost-gate.sh $(VARIANT)
 
 # ---- make fuzz DURATION=SECS [SEED=N] [FUZZ_PARAMS="..."]: a long pfm_fuzz run ----
 #

@@ -11,6 +11,9 @@
 #        PFM_GUESTBIN where the static guest programs are
 #                     (default target/x86_64-unknown-linux-gnu/release)
 #        EXTRA_TESTS  a directory whose executables are added as tests
+#        PFM_IMAGE    the image to write (default build/initramfs-VARIANT.cpio.gz)
+#        PFM_IMAGE_TESTS=none  no /tests (the cost gate's image,
+#                     scripts/cost-gate.sh: a small image boots in seconds)
 set -euo pipefail
 PFM_TOP=$(cd "$(dirname "$0")/.." && pwd)
 . "$PFM_TOP/scripts/env.sh"
@@ -19,8 +22,9 @@ variant=${1:?usage: initramfs.sh VARIANT}
 ko=${PFM_KO:-$PFM_BUILD/module-$variant/perfmon.ko}
 guestbin=${PFM_GUESTBIN:-$PFM_TOP/target/x86_64-unknown-linux-gnu/release}
 extra=${EXTRA_TESTS:-}
-out=$PFM_BUILD/initramfs-$variant.cpio.gz
-root=$PFM_BUILD/initramfs-$variant.d
+out=${PFM_IMAGE:-$PFM_BUILD/initramfs-$variant.cpio.gz}
+root=${out%.cpio.gz}.d
+tests=${PFM_IMAGE_TESTS:-all}
 
 rm -rf "$root"
 mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,lib,etc,root,home/pfmuser,proc,sys,dev,tmp,tests}
@@ -42,6 +46,7 @@ fi
 ntests=0
 if [ -d "$guestbin" ]; then
 	for f in "$guestbin"/pfm_test_*; do
+		[ "$tests" != none ] || break
 		[ -f "$f" ] && [ -x "$f" ] || continue
 		install -m 755 "$f" "$root/tests/"; ntests=$((ntests + 1))
 	done
@@ -50,7 +55,7 @@ if [ -d "$guestbin" ]; then
 	[ ! -x "$guestbin/pfm_bench" ] || install -m 755 "$guestbin/pfm_bench" "$root/bin/pfm_bench"
 fi
 # The C tests through the uapi header (built by scripts/guest.sh).
-if [ -d "$PFM_BUILD/ctests" ]; then
+if [ -d "$PFM_BUILD/ctests" ] && [ "$tests" != none ]; then
 	for f in "$PFM_BUILD"/ctests/pfm_test_*; do
 		[ -f "$f" ] && [ -x "$f" ] || continue
 		install -m 755 "$f" "$root/tests/"; ntests=$((ntests + 1))

@@ -87,7 +87,8 @@ def main():
     cache = {}
     with open(prof) as f:
         for line in f:
-            if line.startswith("#"):
+            # "c ..." lines: the plugin's callees=on counts (scripts/cost-gate.sh)
+            if line.startswith(("#", "c ")):
                 continue
             w, vaddr, n, count = line.split()
             w, vaddr, n, count = int(w), int(vaddr, 16), int(n), int(count)

@@ -335,6 +335,16 @@ struct Opts {
     qemu: String,
     commit: String,
     profile: Option<String>,
+    /// `--profile`: batches (marker windows) per item.
+    batches: usize,
+    /// `--profile`: run as SCHED_FIFO ([`sys::sched_fifo`]).
+    fifo: bool,
+    /// `--profile`: samples per batch of the `sample` section.
+    samples: u64,
+    /// `--profile`: sleep this long at the end of every attach and fork
+    /// batch, inside its window, so that the work it deferred (a reaper's
+    /// work item, RCU callbacks) runs in it.
+    flush_ms: u64,
     cpu: usize,
     other_cpu: usize,
 }
@@ -346,7 +356,8 @@ fn usage(code: i32) -> ! {
          \x20                [--inherit-iters N] [--process-iters N] [--process-threads N]\n\
          \x20                [--only ctxsw,read,attach,many,sets,setmem,inherit,process-attach]\n\
          \x20                [--qemu TEXT] [--commit TEXT]\n\
-         \x20      pfm_bench --profile SECTION:VARIANT,... (windows for scripts/bench-profile.sh)"
+         \x20      pfm_bench --profile SECTION:VARIANT,... [--batches N] [--fifo] [--flush-ms N] [counts]\n\
+         \x20                (marker windows for tests/bench/qemu-prof: bench-profile, cost-gate)"
     );
     std::process::exit(code)
 }
@@ -378,6 +389,10 @@ fn parse_opts() -> Opts {
         qemu: String::new(),
         commit: String::new(),
         profile: None,
+        batches: 1,
+        fifo: false,
+        samples: 20,
+        flush_ms: 0,
         cpu: 0,
         other_cpu: if cpus > 1 { 1 } else { 0 },
     };
@@ -425,6 +440,14 @@ fn parse_opts() -> Opts {
             "--qemu" => o.qemu = args.get(i + 1).cloned().unwrap_or_else(|| usage(2)),
             "--commit" => o.commit = args.get(i + 1).cloned().unwrap_or_else(|| usage(2)),
             "--profile" => o.profile = Some(args.get(i + 1).cloned().unwrap_or_else(|| usage(2))),
+            "--batches" => o.batches = num(i + 1).max(1) as usize,
+            "--fifo" => {
+                o.fifo = true;
+                i += 1;
+                continue;
+            }
+            "--flush-ms" => o.flush_ms = num(i + 1),
+            "--samples" => o.samples = num(i + 1).max(1),
             _ => usage(2),
         }
         i += 2;
@@ -2115,9 +2138,32 @@ fn mon_by_name(name: &str) -> Option<Mon> {
         .map(|(_, m)| *m)
 }
 
-/// Runs each `section:variant` of `items` between two profile markers and
-/// says which plugin window holds it (windows 0, 2, 4, ...: the odd ones
-/// are the set-up and tear-down between items).
+/// Runs each `section:variant` of `items` `o.batches` times, each batch
+/// between two profile markers, and says which plugin window holds it
+/// (windows 0, 2, 4, ...: the odd ones are the set-up and tear-down between
+/// batches). Several batches of one item let the reader take the batch
+/// least disturbed (scripts/cost-gate.sh takes the minimum: a batch that
+/// met no timer tick).
+///
+/// Sections and variants:
+/// - `ctxsw`: the ping-pong of two threads ([`pingpong_marked`]), `--trips`
+///   round trips per batch, per switch: the switch benchmark's and the
+///   event sets' variants, and `perfmon-smpl1` (both threads sampling their
+///   own context switches with period 1: the soft model's overflow and
+///   sampling path at every switch);
+/// - `read`: `--reads` reads of the own counters per batch: `perfmon-1`,
+///   `perfmon-4` (READ_PMDS), `perfmon-1v`, `perfmon-4v` (READ_VALUES),
+///   `perfmon-1m`, `perfmon-4m` (the mapped page, no system call), `perf-N`;
+/// - `attach`: `--attach-iters` cycles on a sleeping thread of the other
+///   CPU per batch (`perfmon-4-load`: LOAD, START, STOP, UNLOAD of a
+///   programmed context; `perfmon-4-full` with open, program and close;
+///   `perfmon-1-clone`; `perf-N`);
+/// - `sample`: `perfmon-clock`, `--samples` samples per batch of the
+///   caller's own task-clock, every 100 us, while it spins in user mode:
+///   the soft model's timer-driven overflow path ([`profile_clock_samples`]);
+/// - `fork`: `--inherit-iters` fork + exit + wait cycles per batch of a
+///   thread monitoring itself: `none`, `perfmon-inherit` (PFM_CTXFL_INHERIT,
+///   task-clock and context-switches, as `inherit` benchmarks).
 fn profile(o: &Opts, items: &str) -> io::Result<()> {
     // Module symbols, for the host's symbolizer (the kernel's are in System.map).
     let ksyms = std::fs::read_to_string("/proc/kallsyms")?;
@@ -2125,95 +2171,176 @@ fn profile(o: &Opts, items: &str) -> io::Result<()> {
         println!("PFM-KSYM {l}");
     }
     sys::pin(o.cpu)?;
+    if o.fifo {
+        sys::sched_fifo()?;
+    }
     let target = Sleepers::spawn(1, o.other_cpu)?;
-    for (k, item) in items.split(',').enumerate() {
+    let flush = || {
+        if o.flush_ms > 0 {
+            std::thread::sleep(Duration::from_millis(o.flush_ms));
+        }
+    };
+    let mut window = 0;
+    for item in items.split(',') {
         let (section, variant) = item
             .split_once(':')
             .ok_or_else(|| io::Error::other(format!("--profile {item}: want SECTION:VARIANT")))?;
         let bad = || io::Error::other(format!("--profile {item}: unknown variant"));
-        let (n, unit) = match section {
-            "ctxsw" => {
-                let mon = mon_by_name(variant).ok_or_else(bad)?;
-                settle(o);
-                pingpong_marked(mon, o.trips, o.cpu, true)?;
-                (2 * o.trips, "switch")
-            }
-            "read" => {
-                // `perfmon-1v`, `perfmon-4v`: PFM_IOC_READ_VALUES.
-                let values = variant.ends_with('v');
-                let mon = mon_by_name(variant.trim_end_matches('v')).ok_or_else(bad)?;
-                let guard = Guard::new(mon, 0)?;
-                let n = o.reads as u64;
-                match &guard {
-                    Guard::None
-                    | Guard::PfmSets(..)
-                    | Guard::PfmSample(_)
-                    | Guard::PerfSample(_) => return Err(bad()),
-                    Guard::Pfm(p, k) if values => {
-                        let mask = (1u64 << *k) - 1;
-                        let mut vals = vec![0u64; *k];
-                        p.read_values(mask, &mut vals)?;
-                        sys::profile_marker();
-                        for _ in 0..n {
-                            p.read_values(mask, &mut vals)?;
-                        }
-                        sys::profile_marker();
-                    }
-                    Guard::Pfm(p, k) => {
-                        let mut regs = sys::pmd_array(*k);
-                        let mut arg = abi::PfmRegsArg::default();
-                        p.read_pmds(&mut regs, &mut arg)?;
-                        sys::profile_marker();
-                        for _ in 0..n {
-                            p.read_pmds(&mut regs, &mut arg)?;
-                        }
-                        sys::profile_marker();
-                    }
-                    Guard::Perf(g) => {
-                        let mut buf = vec![0u64; 3 + g.fds.len()];
-                        g.read_into(&mut buf)?;
-                        sys::profile_marker();
-                        for _ in 0..n {
-                            g.read_into(&mut buf)?;
-                        }
-                        sys::profile_marker();
-                    }
+        for batch in 0..o.batches {
+            let (n, unit) = match section {
+                "ctxsw" => {
+                    let mon = match variant {
+                        "perfmon-smpl1" => Mon::PfmSample(1),
+                        _ => mon_by_name(variant).ok_or_else(bad)?,
+                    };
+                    settle(o);
+                    pingpong_marked(mon, o.trips, o.cpu, true)?;
+                    (2 * o.trips, "switch")
                 }
-                guard.finish()?;
-                (n, "read")
-            }
-            "attach" => {
-                let kind = match variant {
-                    "perfmon-1-clone" => AttachKind::PfmClone(PFM1),
-                    "perfmon-1-full" => AttachKind::PfmFull(PFM1),
-                    "perfmon-4-full" => AttachKind::PfmFull(PFM4),
-                    "perfmon-4-load" => AttachKind::PfmLoad(PFM4),
-                    "perf-1" => AttachKind::PerfFull(PERF1),
-                    "perf-3" => AttachKind::PerfFull(PERF3),
-                    "perf-4" => AttachKind::PerfFull(PERF4),
-                    _ => return Err(bad()),
-                };
-                let n = o.attach_iters;
-                // One untimed iteration first (first-use allocations).
-                let kick = || target.kick();
-                attach_samples(kind, target.tids[0], 1, &kick)?;
-                sys::profile_marker();
-                attach_samples(kind, target.tids[0], n, &kick)?;
-                sys::profile_marker();
-                (n as u64, "iteration")
-            }
-            _ => {
-                return Err(io::Error::other(format!(
-                    "--profile {item}: sections are ctxsw, read, attach"
-                )))
-            }
-        };
-        println!(
-            "PFM-PROF window={} item={item} iterations={n} unit={unit}",
-            2 * k
-        );
+                "read" => (profile_reads(o, variant)?, "read"),
+                "attach" => {
+                    let kind = match variant {
+                        "perfmon-1-clone" => AttachKind::PfmClone(PFM1),
+                        "perfmon-1-full" => AttachKind::PfmFull(PFM1),
+                        "perfmon-4-full" => AttachKind::PfmFull(PFM4),
+                        "perfmon-4-load" => AttachKind::PfmLoad(PFM4),
+                        "perf-1" => AttachKind::PerfFull(PERF1),
+                        "perf-3" => AttachKind::PerfFull(PERF3),
+                        "perf-4" => AttachKind::PerfFull(PERF4),
+                        _ => return Err(bad()),
+                    };
+                    let n = o.attach_iters;
+                    // One untimed iteration first (first-use allocations).
+                    let kick = || target.kick();
+                    attach_samples(kind, target.tids[0], 1, &kick)?;
+                    sys::profile_marker();
+                    attach_samples(kind, target.tids[0], n, &kick)?;
+                    flush();
+                    sys::profile_marker();
+                    (n as u64, "iteration")
+                }
+                "sample" => {
+                    let period = match variant {
+                        "perfmon-clock" => PROFILE_CLOCK_PERIOD_NS,
+                        _ => return Err(bad()),
+                    };
+                    (profile_clock_samples(period, o.samples)?, "sample")
+                }
+                "fork" => {
+                    let pfm = match variant {
+                        "none" => false,
+                        "perfmon-inherit" => true,
+                        _ => return Err(bad()),
+                    };
+                    whole::profile_forks(pfm, o.inherit_iters, &flush)?;
+                    (o.inherit_iters as u64, "fork")
+                }
+                _ => {
+                    return Err(io::Error::other(format!(
+                        "--profile {item}: sections are ctxsw, read, attach, sample, fork"
+                    )))
+                }
+            };
+            println!(
+                "PFM-PROF window={window} item={item} iterations={n} unit={unit} batch={batch}"
+            );
+            window += 2;
+        }
     }
     Ok(())
+}
+
+/// The `sample:perfmon-clock` period of [`profile`]: 100 us of running
+/// (50,000 instructions under `-icount shift=1`).
+const PROFILE_CLOCK_PERIOD_NS: u64 = 100_000;
+
+/// The `sample` section of [`profile`]: the caller samples its own
+/// task-clock every `period` ns (the soft model's per-CPU timer: its
+/// interrupt, the fold, the overflow, a buffer entry, the timer armed
+/// again) while it spins in user mode, between two markers, until `n`
+/// entries more are written after the first marker. Returns `n`: a sample
+/// that lands between a marker and the read of the count beside it is in
+/// the window but not counted, which only makes that batch dearer per
+/// sample (the cost gate takes the minimum over batches).
+fn profile_clock_samples(period: u64, n: u64) -> io::Result<u64> {
+    let s = sys::PfmSampler::on_event(TC, 0, period, SAMPLE_PAGES)?;
+    // A few samples first, outside the window (first-use work).
+    while s.written() < 5 {
+        std::hint::spin_loop();
+    }
+    sys::profile_marker();
+    let start = s.written();
+    while s.written() < start + n {
+        for i in 0..1000u32 {
+            std::hint::black_box(i);
+        }
+    }
+    sys::profile_marker();
+    s.pfm.unload()?;
+    s.pfm.fd.close()?;
+    Ok(n)
+}
+
+/// The `read` section of [`profile`]: `o.reads` reads of the own counters,
+/// monitored and read as `variant` says, between two markers.
+fn profile_reads(o: &Opts, variant: &str) -> io::Result<u64> {
+    let bad = || io::Error::other(format!("--profile read:{variant}: unknown variant"));
+    // `perfmon-1v`, `perfmon-4v`: PFM_IOC_READ_VALUES; `perfmon-1m`,
+    // `perfmon-4m`: the mapped page.
+    let how = How::of(variant);
+    let mon = mon_by_name(variant.trim_end_matches(['v', 'm'])).ok_or_else(bad)?;
+    let guard = Guard::new(mon, 0)?;
+    let n = o.reads as u64;
+    match &guard {
+        Guard::None | Guard::PfmSets(..) | Guard::PfmSample(_) | Guard::PerfSample(_) => {
+            return Err(bad())
+        }
+        Guard::Pfm(p, k) if how == How::Mapped => {
+            let page = sys::Page::map(p)?;
+            let mask = (1u64 << *k) - 1;
+            let mut vals = vec![0u64; *k];
+            let mut live = page.read(mask, &mut vals)?;
+            sys::profile_marker();
+            for _ in 0..n {
+                live &= page.read(mask, &mut vals)?;
+            }
+            sys::profile_marker();
+            if !live {
+                return Err(io::Error::other("a mapped read was not live"));
+            }
+        }
+        Guard::Pfm(p, k) if how == How::Values => {
+            let mask = (1u64 << *k) - 1;
+            let mut vals = vec![0u64; *k];
+            p.read_values(mask, &mut vals)?;
+            sys::profile_marker();
+            for _ in 0..n {
+                p.read_values(mask, &mut vals)?;
+            }
+            sys::profile_marker();
+        }
+        Guard::Pfm(p, k) => {
+            let mut regs = sys::pmd_array(*k);
+            let mut arg = abi::PfmRegsArg::default();
+            p.read_pmds(&mut regs, &mut arg)?;
+            sys::profile_marker();
+            for _ in 0..n {
+                p.read_pmds(&mut regs, &mut arg)?;
+            }
+            sys::profile_marker();
+        }
+        Guard::Perf(g) => {
+            let mut buf = vec![0u64; 3 + g.fds.len()];
+            g.read_into(&mut buf)?;
+            sys::profile_marker();
+            for _ in 0..n {
+                g.read_into(&mut buf)?;
+            }
+            sys::profile_marker();
+        }
+    }
+    guard.finish()?;
+    Ok(n)
 }
 
 // ---- main -----------------------------------------------------------------------

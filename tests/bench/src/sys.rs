@@ -74,6 +74,17 @@ pub fn pin(cpu: usize) -> io::Result<()> {
     check(ret as libc::c_long, "sched_setaffinity").map(|_| ())
 }
 
+/// SCHED_FIFO at priority 1 for the calling thread (threads it creates
+/// afterwards inherit it): nothing of the normal class (a kworker, a
+/// reaper's work) runs on its CPU while it is runnable, so deferred work
+/// does not land at varying points of a measured loop.
+pub fn sched_fifo() -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 1 };
+    // SAFETY: `param` is a valid sched_param for the call.
+    let ret = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+    check(ret as libc::c_long, "sched_setscheduler(SCHED_FIFO)").map(|_| ())
+}
+
 /// Online CPUs.
 pub fn online_cpus() -> usize {
     // SAFETY: sysconf has no preconditions.
@@ -799,8 +810,15 @@ impl PfmSampler {
     /// writes an entry at each overflow (no values); LOADed on `tid`
     /// (0: the caller) and started.
     pub fn new(tid: u32, period: u64, pages: usize) -> io::Result<Self> {
+        Self::on_event(crate::CS, tid, period, pages)
+    }
+
+    /// [`PfmSampler::new`] on soft event `event` (task-clock: every
+    /// `period` ns of the thread's running time, from the soft model's
+    /// per-CPU timer).
+    pub fn on_event(event: u64, tid: u32, period: u64, pages: usize) -> io::Result<Self> {
         let pfm = Pfm::open()?;
-        pfm.program(&[crate::CS])?;
+        pfm.program(&[event])?;
         let minus = period.wrapping_neg();
         let mut pmd = [PfmPmd {
             reg_num: 0,
@@ -832,6 +850,16 @@ impl PfmSampler {
         )?;
         pfm.load_flags(tid, abi::PFM_LOAD_START)?;
         Ok(PfmSampler { pfm, map, pages })
+    }
+
+    /// Entries written so far (the buffer's `head`, in entries).
+    pub fn written(&self) -> u64 {
+        const HEAD: usize = 16;
+        const ENTRY: u64 = std::mem::size_of::<abi::PfmSmplEntry>() as u64;
+        self.map
+            .word(HEAD)
+            .load(std::sync::atomic::Ordering::Acquire)
+            / ENTRY
     }
 
     /// Reads every entry (its IP) and consumes them (perf's protocol:

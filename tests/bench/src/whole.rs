@@ -175,6 +175,37 @@ fn fork_run(mon: ForkMon, n: usize, rows: &mut [abi::PfmThread]) -> io::Result<F
     Ok(run)
 }
 
+/// `pfm_bench --profile fork:...` (scripts/cost-gate.sh): `n` fork + exit +
+/// wait cycles between two profile markers, the caller unmonitored or
+/// monitoring itself with `PFM_CTXFL_INHERIT` (task-clock and
+/// context-switches, as [`bench_inherit`]), after one cycle outside them
+/// (first-use work); `flush` runs last inside them.
+pub(super) fn profile_forks(pfm: bool, n: usize, flush: &dyn Fn()) -> io::Result<()> {
+    let ctx = if pfm {
+        let p = Pfm::open()?;
+        p.set_flags(abi::PFM_CTXFL_INHERIT)?;
+        p.program(PFM2)?;
+        p.load(0)?;
+        p.start()?;
+        Some(p)
+    } else {
+        None
+    };
+    fork_exit_wait()?;
+    sys::profile_marker();
+    for _ in 0..n {
+        fork_exit_wait()?;
+    }
+    flush();
+    sys::profile_marker();
+    if let Some(p) = ctx {
+        p.stop()?;
+        p.unload()?;
+        p.fd.close()?;
+    }
+    Ok(())
+}
+
 pub(super) fn bench_inherit(o: &Opts, out: &mut J) -> io::Result<()> {
     println!(
         "== 7. inheritance: fork + exit + wait of a child of a monitored thread (CPU {}) ==",
