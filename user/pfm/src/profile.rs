@@ -212,6 +212,27 @@ fn write_file(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
     })
 }
 
+/// Why `file` has nothing to report, in one line, from what its end
+/// record says (as `perf report` refuses a file without samples).
+fn empty_recording(file: &str, rec: &Recording) -> String {
+    let h = &rec.header;
+    let what = match &rec.finish {
+        Some(f) if f.lost > 0 => format!("all {} were lost (the buffer was full)", f.lost),
+        Some(Finish {
+            counted: Some(n), ..
+        }) => format!(
+            "{} counted {n} {}, {} periods of {}",
+            h.event,
+            h.unit,
+            n / h.period.max(1),
+            h.period
+        ),
+        Some(_) => format!("{} with period {}", h.event, h.period),
+        None => "pfm record was stopped before it finished".to_string(),
+    };
+    format!("{file} has no samples ({what}): nothing to report")
+}
+
 /// Runs `pfm report`; returns the exit status.
 pub fn report(args: &ReportArgs, json: bool, output: Option<&Path>) -> Result<u8, Failure> {
     let rec = Recording::read(&args.input).map_err(Failure::new)?;
@@ -222,6 +243,9 @@ pub fn report(args: &ReportArgs, json: bool, output: Option<&Path>) -> Result<u8
              finished): reporting its {} samples",
             rec.samples.len()
         );
+    }
+    if rec.samples.is_empty() {
+        return Err(Failure::new(empty_recording(&file, &rec)));
     }
     let profile = Profile::build(&rec);
     for w in &profile.warnings {

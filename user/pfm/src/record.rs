@@ -120,9 +120,8 @@ struct Sampled {
 /// (with `--random` each period has its own length: the one its start's
 /// reset drew).
 struct Periods {
-    /// The written period, and the counters' mask.
+    /// The written period.
     period: u64,
-    mask: u64,
     /// Their sum.
     ended: u64,
     /// Per thread, the reset value of its last entry (which began the
@@ -135,7 +134,6 @@ impl Periods {
     fn new(plan: &Plan) -> Self {
         Self {
             period: plan.period,
-            mask: plan.mask(),
             ended: 0,
             last_reset: HashMap::new(),
         }
@@ -146,7 +144,7 @@ impl Periods {
     /// the written one).
     fn note(&mut self, tid: u32, reset: u64) {
         let period = match self.last_reset.insert(tid, reset) {
-            Some(prev) => prev.wrapping_neg() & self.mask,
+            Some(prev) => prev.wrapping_neg(),
             None => self.period,
         };
         self.ended = self.ended.saturating_add(period);
@@ -311,37 +309,33 @@ fn service(rec: &mut Recorder, s: &mut Sampled) -> Result<(), Failure> {
 }
 
 /// The event, its period, and how it is programmed.
+///
+/// Every PMD the module gives user space is a 64-bit value, whatever the
+/// width of the counter behind it (`counter_width`: 47 bits on
+/// `intel_arch_sim`, 48 on most Intel parts, `soft_width` on soft): the
+/// module virtualizes the hardware counters to 64 bits and overflows a PMD
+/// when its 64-bit value wraps (Documentation/perfmon.rst, "Counters are
+/// virtualized to 64 bits"). So the period is armed as -PERIOD in 64 bits.
+/// `2^width - PERIOD` (what pfm record wrote until issue 34) is a small
+/// positive 64-bit value, 2^64 - 2^width events away from its overflow:
+/// no sample ever, on every model narrower than 64 bits.
 struct Plan {
     event: Resolved,
     period: u64,
     unit: &'static str,
-    width: u16,
 }
 
 impl Plan {
-    /// -PERIOD in the counter's width: the value that overflows at the
-    /// PERIOD-th event.
+    /// -PERIOD in 64 bits: the PMD value that overflows at the PERIOD-th
+    /// event.
     fn minus_period(&self) -> u64 {
-        if self.width >= 64 {
-            self.period.wrapping_neg()
-        } else {
-            (1u64 << self.width) - self.period
-        }
-    }
-
-    /// The counters' values: `width` bits.
-    fn mask(&self) -> u64 {
-        if self.width >= 64 {
-            u64::MAX
-        } else {
-            (1u64 << self.width) - 1
-        }
+        self.period.wrapping_neg()
     }
 
     /// Events a context counted: a period per entry written or lost, and
     /// what it counted since its last overflow (`value`: its PMD now).
     fn counted(&self, entries: u64, value: u64) -> u64 {
-        let since = value.wrapping_sub(self.minus_period()) & self.mask();
+        let since = value.wrapping_sub(self.minus_period());
         entries.saturating_mul(self.period).saturating_add(since)
     }
 
@@ -350,12 +344,11 @@ impl Plan {
     /// (`value`: the PMD now, a whole program's total: each thread's value
     /// less the written one, summed).
     fn counted_random(&self, periods: &Periods, value: u64) -> u64 {
-        let m = self.mask();
         let since_resets = periods
             .last_reset
             .values()
-            .fold(value.wrapping_sub(self.minus_period()) & m, |acc, &r| {
-                acc.wrapping_sub(r.wrapping_sub(self.minus_period()) & m)
+            .fold(value.wrapping_sub(self.minus_period()), |acc, &r| {
+                acc.wrapping_sub(r.wrapping_sub(self.minus_period()))
             });
         periods.ended.saturating_add(since_resets)
     }
@@ -401,28 +394,17 @@ fn plan(args: &RecordArgs, pmu: &PmuInfo) -> Result<Plan, Failure> {
         // `RecordArgs::check` requires one of them.
         (None, None) => return Err(Failure::new("no sampling period (-c PERIOD)")),
     };
-    let width = pmu.counter_width;
-    if width < 64 && period >= 1u64 << width {
-        return Err(Failure::new(format!(
-            "period {period} does not fit the {width}-bit counters of PMU model {} \
-             (at most {})",
-            pmu.model,
-            (1u64 << width) - 1
-        )));
-    }
     let plan = Plan {
         event,
         period,
         unit: if time { "ns" } else { "events" },
-        width,
     };
     // The longest period, PERIOD + MASK, must fit the counter too (the
     // module refuses a mask above the reset value, EINVAL).
     if let Some(mask) = args.random.filter(|&m| m > plan.minus_period()) {
         return Err(Failure::new(format!(
             "--random {mask:#x} with period {period}: the longest period does not fit \
-             the {width}-bit counters of PMU model {}",
-            pmu.model
+             a 64-bit counter"
         )));
     }
     Ok(plan)
@@ -548,7 +530,7 @@ pub fn record(args: &RecordArgs, output: Option<&Path>) -> Result<u8, Failure> {
         event: plan.event.event.name.clone(),
         code: plan.event.event.code,
         pmd: 0,
-        counter_width: plan.width,
+        counter_width: pmu.counter_width,
         unit: plan.unit.to_string(),
         period: plan.period,
         freq: args.freq.filter(|_| args.period.is_none()),
@@ -615,12 +597,51 @@ pub fn record(args: &RecordArgs, output: Option<&Path>) -> Result<u8, Failure> {
         rec.writer.bytes as f64 / 1e6,
         lost
     );
+    let code = status.map_or(0, |s| u8::try_from(s.shell_code()).unwrap_or(1));
+    if rec.writer.samples == 0 {
+        // A profile without samples is a failure to say, not an empty
+        // table for pfm report to print: the command's status if it
+        // failed, else 1.
+        return Err(Failure {
+            message: no_samples(&plan, lost, counted),
+            code: if code == 0 { 1 } else { code },
+        });
+    }
     if lost > 0 {
         eprintln!(
             "pfm: warning: {lost} samples lost: the buffer was full; a larger --pages keeps them"
         );
     }
-    Ok(status.map_or(0, |s| u8::try_from(s.shell_code()).unwrap_or(1)))
+    Ok(code)
+}
+
+/// Why a recording holds no sample, in one line: the event counted less
+/// than one period, every entry was lost, or the counter crossed periods
+/// and the module wrote no entry for them (which is a fault to report).
+fn no_samples(plan: &Plan, lost: u64, counted: Option<u64>) -> String {
+    let event = &plan.event.event.name;
+    let period = plan.period;
+    if lost > 0 {
+        return format!(
+            "no samples in the file: all {lost} were lost (the buffer was full); \
+             a larger --pages keeps them"
+        );
+    }
+    match counted {
+        Some(n) if n < period => format!(
+            "no samples: {event} counted {n} {unit}, less than one period ({period}); \
+             a smaller -c PERIOD samples it",
+            unit = plan.unit
+        ),
+        Some(n) => format!(
+            "no samples, although {event} counted {n} {unit}, {} periods of {period}: \
+             the module wrote no sampling entry (see dmesg, and \
+             /sys/kernel/perfmon/overflow_interrupts)",
+            n / period,
+            unit = plan.unit
+        ),
+        None => format!("no samples of {event} (period {period})"),
+    }
 }
 
 /// Command mode: fork the command paused, attach, arm the start at its
@@ -868,7 +889,7 @@ fn tgid_of(tid: u32) -> Option<u32> {
 mod tests {
     use super::*;
 
-    fn plan(width: u16, period: u64) -> Plan {
+    fn plan(period: u64) -> Plan {
         Plan {
             event: Resolved {
                 event: perfmon::Event {
@@ -879,26 +900,29 @@ mod tests {
             },
             period,
             unit: "events",
-            width,
         }
     }
 
     #[test]
     fn counted_from_entries_and_the_counter() {
-        // 64 bits: -P, and 7 events since the last of 5 overflows.
-        let p = plan(64, 3);
+        // -P in 64 bits, and 2 events since the last of 5 overflows.
+        let p = plan(3);
         assert_eq!(p.minus_period(), u64::MAX - 2);
         assert_eq!(p.counted(5, p.minus_period().wrapping_add(2)), 17);
         assert_eq!(p.counted(0, p.minus_period()), 0);
-        // 16 bits: 2^16 - P, and the counter's width bounds what is added.
-        let p = plan(16, 1000);
-        assert_eq!(p.minus_period(), 65536 - 1000);
-        assert_eq!(p.counted(2, 65536 - 1000 + 999), 2999);
+        // Whatever the model's counter width (47 bits on intel_arch_sim):
+        // the PMD is a 64-bit value, so -P is armed in 64 bits, not as
+        // 2^47 - P, which would overflow only 2^64 - 2^47 events later
+        // (issue 34: no samples on intel_arch_sim).
+        let p = plan(1_000_000);
+        assert_eq!(p.minus_period(), 0u64.wrapping_sub(1_000_000));
+        assert_ne!(p.minus_period(), (1u64 << 47) - 1_000_000);
+        assert_eq!(p.counted(2, p.minus_period().wrapping_add(999)), 2_000_999);
     }
 
     #[test]
     fn randomised_periods_counted_from_each_entrys_reset() {
-        let p = plan(64, 3);
+        let p = plan(3);
         let minus = |n: u64| n.wrapping_neg();
         let mut periods = Periods::new(&p);
         // Thread 5: the written period (3), then one of 5 (its first

@@ -45,7 +45,20 @@
 //!   graph.
 //! - Errors on one line with their exit status: no `-c`, an unknown event,
 //!   `-F` with a counting event, an unwritable `-o`, and a file that is not
-//!   a record file given to `pfm report`.
+//!   a record file given to `pfm report`. A recording without samples (a
+//!   period longer than the command runs) says so and exits 1, and `pfm
+//!   report` of it says so too.
+//! - On `pmu=intel_arch_sim` (issue 34: it recorded no sample, the PMD armed
+//!   as 2^47 - P, a 64-bit value 2^64 - 2^47 events from its overflow):
+//!   `pfm record -e cpu-cycles -c 1000000` of the hot-cold workload. The
+//!   simulator counts a cycle per ns the thread runs with its context
+//!   installed (pfm_test_hwsim: at least 80% of the thread's running time,
+//!   the rest being the switch and PMI paths, and never more than the wall
+//!   time it was monitored), so the samples are at least 0.8 T/P - 1, T
+//!   the workload's own CPU time, and at most the recording's wall time
+//!   / P; the two functions' samples at least half their own measured
+//!   time in periods, their shares within 5 points of their own measured
+//!   shares, as for task-clock, and hot_work the top row.
 //!
 //! The tool is found through $PFM_BIN, next to this program, as /bin/pfm,
 //! or in PATH. The workloads are this program run by pfm with
@@ -64,7 +77,7 @@ use pfm_guest::{edges, ensure, module, raw, work, ResultExt, Tap, TestResult};
 use pfm_json::Report;
 use prost::Message;
 
-const PLAN: usize = 10;
+const PLAN: usize = 14;
 
 /// Task-clock's period (ns) and the workload's own CPU time (ms).
 const CLOCK_PERIOD: u64 = 2_000_000;
@@ -319,6 +332,128 @@ fn numbers(path: &str, n: usize) -> Result<Vec<u64>, String> {
 }
 
 const CLOCK_FILE: &str = "/tmp/pfm-record-clock.data";
+
+/// The hardware model's sampled cycles: the period (cycles, ns on the
+/// simulator) and the workload's own CPU time (ms).
+const CYCLES_PERIOD: u64 = 1_000_000;
+const CYCLES_RUN_MS: u64 = 1_000;
+
+/// `pfm record -e cpu-cycles` of the hot-cold workload on `intel_arch_sim`:
+/// samples (at least 80% of T/P, at most the recording's wall time / P),
+/// in hot_work and cold_work as their own measured time.
+fn hw_cycles() -> TestResult {
+    let file = "/tmp/pfm-record-cycles.data";
+    let own = "/tmp/pfm-record-cycles.own";
+    let me = me()?;
+    let period = CYCLES_PERIOD.to_string();
+    let run = CYCLES_RUN_MS.to_string();
+    let out = pfm(&[
+        "record",
+        "-e",
+        "cpu-cycles",
+        "-c",
+        &period,
+        "-o",
+        file,
+        "--",
+        &me,
+        CHILD_FLAG,
+        "hot-cold",
+        &run,
+        own,
+    ])?;
+    ensure!(
+        out.status.code() == Some(0),
+        "pfm record: {} {}",
+        out.status,
+        text(&out.stderr)
+    );
+    let v = numbers(own, 3)?;
+    let (hot_ns, cold_ns, t) = (v[0], v[1], v[2]);
+    let r = report(file)?;
+    show_rows(&r);
+    let (hot, cold) = (samples_in(&r, "hot_work"), samples_in(&r, "cold_work"));
+    let n = r.samples + r.lost;
+    let wall = r.duration_ns.ok_or("no duration in the report")?;
+    let (low, high) = (
+        (t / CYCLES_PERIOD * 8 / 10).saturating_sub(1),
+        wall / CYCLES_PERIOD,
+    );
+    let share_own = hot_ns * 1000 / (hot_ns + cold_ns).max(1);
+    let share_smpl = hot * 1000 / (hot + cold).max(1);
+    diag(format!(
+        "T = {t} ns (the workload's own CPU clock), wall {wall} ns; samples {} + lost {} \
+         (counted {:?} cycles), expected {low}..={high}; hot_work {hot}, cold_work {cold}; \
+         hot share {share_smpl}‰ of the two functions' samples, {share_own}‰ of their own time",
+        r.samples, r.lost, r.counted,
+    ));
+    ensure!(
+        r.complete
+            && r.event == "cpu-cycles"
+            && r.period == CYCLES_PERIOD
+            && r.model == "intel_arch_sim",
+        "{r:?}"
+    );
+    ensure!(
+        (low..=high).contains(&n),
+        "{n} samples, expected {low}..={high}"
+    );
+    // The two functions' own time is a smaller part of T than on soft:
+    // the debug kernel's exec and the program's start (page faults of the
+    // static binary) took 40-60% of T under the simulator (seen: hot_work
+    // 285 ms, cold_work 132 ms of T = 1014 ms). Their samples must be at
+    // least half their own time in periods (cycles at least 80% of the
+    // running time, and the sampling's spread).
+    let own_periods = (hot_ns + cold_ns) / CYCLES_PERIOD;
+    ensure!(
+        (hot + cold) * 2 >= own_periods,
+        "only {} samples in hot_work and cold_work, for {own_periods} periods of their own time",
+        hot + cold
+    );
+    ensure!(
+        share_smpl.abs_diff(share_own) <= 50,
+        "hot_work: {share_smpl}‰ of the samples, {share_own}‰ of the workload's own time"
+    );
+    let top = r.rows.first().ok_or("no rows")?;
+    ensure!(
+        top.symbol
+            .as_deref()
+            .is_some_and(|s| s.ends_with("::hot_work")),
+        "top row {top:?}, expected hot_work"
+    );
+    Ok(())
+}
+
+/// A recording without samples (the period is longer than `true` runs):
+/// pfm record says so, after its summary line, and exits 1; pfm report
+/// of the file says so in one line and exits 1.
+fn no_samples() -> TestResult {
+    let file = "/tmp/pfm-record-empty.data";
+    let out = pfm(&[
+        "record",
+        "-e",
+        "task-clock",
+        "-c",
+        "100000000000",
+        "-o",
+        file,
+        "--",
+        "true",
+    ])?;
+    let err = text(&out.stderr);
+    ensure!(
+        out.status.code() == Some(1),
+        "pfm record of no samples: {} (expected exit 1): {err}",
+        out.status
+    );
+    ensure!(
+        err.lines()
+            .any(|l| l.starts_with("pfm: no samples: task-clock counted ")
+                && l.contains("less than one period")),
+        "no 'pfm: no samples' line: {err:?}"
+    );
+    one_line_error(&["report", "-i", file], 1, "has no samples")
+}
 
 fn task_clock() -> TestResult {
     let own = "/tmp/pfm-record-clock.own";
@@ -935,6 +1070,23 @@ fn main() {
         call_graph,
     );
     t.run("errors: one line each, with their exit status", errors);
+    t.run(
+        "no samples: pfm record and pfm report say so and exit 1",
+        no_samples,
+    );
     t.run("rmmod perfmon", module::rmmod);
+    let hw = module::insmod(&["pmu=intel_arch_sim"]);
+    let loaded = hw.is_ok();
+    t.run("insmod perfmon.ko pmu=intel_arch_sim", || hw);
+    if loaded {
+        t.run(
+            "intel_arch_sim: cpu-cycles samples (0.8 T/P to wall/P) in hot_work and cold_work as their own time",
+            hw_cycles,
+        );
+        t.run("rmmod perfmon (intel_arch_sim)", module::rmmod);
+    } else {
+        t.skip("intel_arch_sim: cpu-cycles samples", "insmod failed");
+        t.skip("rmmod perfmon (intel_arch_sim)", "insmod failed");
+    }
     t.finish();
 }
