@@ -374,6 +374,14 @@ fn plan(args: &RecordArgs, pmu: &PmuInfo) -> Result<Plan, Failure> {
             .next()
             .ok_or_else(|| Failure::new(format!("the {} model has no event", pmu.model)))?,
     };
+    if event.precise > 0 {
+        eprintln!(
+            "pfm: warning: '{}': perfmon has no precise sampling (PEBS, IBS): each \
+             sample's address is where the overflow interrupt found the thread, a few \
+             instructions past the event (perf's :p asks for less skid)",
+            event.event.name
+        );
+    }
     let time = pmu.generic(event.event.code) == Some(Generic::TaskClock);
     let period = match (args.period, args.freq) {
         (Some(p), _) => p,
@@ -426,9 +434,10 @@ fn sampling_context(
             op: perfmon::Op::WritePmcs,
             ..
         }) => {
-            return Err(Failure::new(format!(
-                "event '{}' (PMC value {:#x}) refused by the module (EINVAL)",
-                plan.event.event.name, plan.event.event.code
+            return Err(Failure::new(crate::events::refused(
+                ctx.info()?,
+                &plan.event.event.name,
+                plan.event.event.code,
             )))
         }
         Err(e) => return Err(e.into()),
@@ -897,6 +906,7 @@ mod tests {
                     code: 2,
                 },
                 libpfm: None,
+                precise: 0,
             },
             period,
             unit: "events",

@@ -475,15 +475,8 @@ impl Stat<'_> {
             }
         };
         let e = &events[refused];
-        let hint = if self.pmu.is_hardware() {
-            ": kernel-mode counting (:k, the OS bit) needs CAP_PERFMON, \
-             and the INT, ANY and PC bits are the module's"
-        } else {
-            ""
-        };
-        Err(Failure::new(format!(
-            "event '{}' (PMC value {:#x}) refused by the module (EINVAL){hint}",
-            e.name, e.code
+        Err(Failure::new(crate::events::refused(
+            &self.pmu, &e.name, e.code,
         )))
     }
 
