@@ -78,6 +78,14 @@ pub fn dso_name(dso: &str) -> &str {
     }
 }
 
+/// The sampling period with its unit, as the table and the flame graph
+/// say it: `2000000 ns` (task-clock), `1000000 events` (a counting event),
+/// from the header's `unit`.
+pub fn period_text(h: &Header) -> String {
+    let unit = if h.unit.is_empty() { "events" } else { &h.unit };
+    format!("{} {unit}", h.period)
+}
+
 /// `part` in percent of `whole` (0 for an empty whole).
 pub fn percent(part: u64, whole: u64) -> f64 {
     if whole == 0 {

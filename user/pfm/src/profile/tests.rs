@@ -221,7 +221,7 @@ fn table_shares_and_order() {
     );
     assert!(
         table.contains(
-            "# 10 samples of task-clock, one every 2000000 events (PMU model soft); 2 lost"
+            "# 10 samples of task-clock, one every 2000000 ns (PMU model soft); 2 lost"
         ),
         "{table}"
     );
@@ -386,6 +386,8 @@ fn flamegraph_is_xml_naming_the_functions() {
     let text = xml_text(&svg);
     assert!(text.contains("report_test_hot_function"), "{text}");
     assert!(text.contains("report_test_cold_function"), "{text}");
+    // The subtitle gives the period in its unit (task-clock: ns).
+    assert!(text.contains("one every 2000000 ns"), "{text}");
     // Even a profile without samples draws (an empty graph).
     let empty = Profile::build(&recording(0, 0, 0));
     xml_text(&flamegraph::svg(&empty).unwrap());
