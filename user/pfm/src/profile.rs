@@ -244,7 +244,11 @@ fn empty_recording(file: &str, rec: &Recording) -> String {
 /// Runs `pfm report`; returns the exit status.
 pub fn report(args: &ReportArgs, json: bool, output: Option<&Path>) -> Result<u8, Failure> {
     let rec = Recording::read(&args.input).map_err(Failure::new)?;
-    let file = args.input.display().to_string();
+    let file = if crate::output::is_stdio(&args.input) {
+        "standard input".to_string()
+    } else {
+        args.input.display().to_string()
+    };
     if rec.finish.is_none() {
         eprintln!(
             "pfm: warning: {file} has no end record (pfm record was stopped before it \

@@ -482,7 +482,11 @@ fn sampling_context(
         } else {
             0
         },
-        chain_depth: if args.call_graph { args.max_stack } else { 0 },
+        chain_depth: if args.call_graph() {
+            args.chain_depth()
+        } else {
+            0
+        },
         ..Default::default()
     })?;
     let buf = ctx.map_samples(args.pages)?;
@@ -519,16 +523,22 @@ pub fn record(args: &RecordArgs, output: Option<&Path>) -> Result<u8, Failure> {
     let pmu = ctx.info()?.clone();
     let plan = plan(args, &pmu)?;
     let path = output.unwrap_or(Path::new(DEFAULT_FILE));
-    let writer = Writer::create(path).map_err(|e| {
-        Failure::new(format!(
-            "cannot create {}: {}",
-            path.display(),
-            perfmon::errno_text(e.raw_os_error().unwrap_or(0))
-        ))
-    })?;
+    let (writer, name) = if crate::output::is_stdio(path) {
+        (stdout_writer()?, "standard output".to_string())
+    } else {
+        keep_old(path)?;
+        let w = Writer::create(path).map_err(|e| {
+            Failure::new(format!(
+                "cannot create {}: {}",
+                path.display(),
+                perfmon::errno_text(e.raw_os_error().unwrap_or(0))
+            ))
+        })?;
+        (w, path.display().to_string())
+    };
     let mut rec = Recorder {
         writer,
-        path: path.display().to_string(),
+        path: name,
         processes: HashMap::new(),
         threads: HashSet::new(),
         error: None,
@@ -545,7 +555,7 @@ pub fn record(args: &RecordArgs, output: Option<&Path>) -> Result<u8, Failure> {
         freq: args.freq.filter(|_| args.period.is_none()),
         pages: args.pages,
         drop: args.drop,
-        call_chains: args.call_graph,
+        call_chains: args.call_graph(),
         ..Header::default()
     };
     let first = sampling_context(Some(ctx), &plan, args)?;
@@ -650,6 +660,64 @@ fn no_samples(plan: &Plan, lost: u64, counted: Option<u64>) -> String {
             unit = plan.unit
         ),
         None => format!("no samples of {event} (period {period})"),
+    }
+}
+
+/// `-o -`: the record file on standard output, as perf writes a pipe.
+/// The records go to a copy of it, and pfm's own standard output (which
+/// the command inherits) becomes standard error, so that nothing the
+/// command prints gets into the stream. A terminal is refused: the file is
+/// binary.
+fn stdout_writer() -> Result<Writer<BufWriter<File>>, Failure> {
+    use std::io::IsTerminal;
+    if std::io::stdout().is_terminal() {
+        return Err(Failure {
+            message: crate::usage::own(
+                "-o - writes the binary record file to standard output, which is a \
+                 terminal: pipe it (pfm record -o - -- CMD | pfm report -i -)",
+                "pfm record",
+            ),
+            code: 2,
+        });
+    }
+    let failed = |e: std::io::Error| {
+        Failure::new(format!(
+            "cannot write to standard output: {}",
+            perfmon::errno_text(e.raw_os_error().unwrap_or(libc::EIO))
+        ))
+    };
+    // Close-on-exec (F_DUPFD_CLOEXEC): the command does not get the stream.
+    let stream = std::io::stdout()
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(failed)?;
+    // SAFETY: dup2 of two descriptors this process has open (0-2); it
+    // changes which file descriptor 1 names, nothing Rust owns.
+    if unsafe { libc::dup2(libc::STDERR_FILENO, libc::STDOUT_FILENO) } < 0 {
+        return Err(failed(std::io::Error::last_os_error()));
+    }
+    Writer::to_file(File::from(stream)).map_err(failed)
+}
+
+/// An existing record file is kept as `FILE.old` (replacing an older
+/// one), as perf keeps perf.data.old: a new recording never destroys the
+/// last one. Only a regular file: a pipe or a device given as `-o` is
+/// written to as it is.
+fn keep_old(path: &Path) -> Result<(), Failure> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => {
+            let mut old = path.as_os_str().to_owned();
+            old.push(".old");
+            std::fs::rename(path, &old).map_err(|e| {
+                Failure::new(format!(
+                    "cannot keep {} as {}: {}",
+                    path.display(),
+                    Path::new(&old).display(),
+                    perfmon::errno_text(e.raw_os_error().unwrap_or(libc::EIO))
+                ))
+            })
+        }
+        _ => Ok(()),
     }
 }
 
@@ -796,18 +864,10 @@ fn attached(
             Some(_) => s.ctx.load(tid),
             None => s.ctx.load_process(pid),
         };
-        match loaded {
-            Ok(()) => {}
-            Err(e) if e.errno() == Some(libc::ESRCH) => {
-                let what = match args.tid {
-                    Some(_) => format!("thread {tid}"),
-                    None => format!("process {pid}"),
-                };
-                return Err(Failure::new(format!(
-                    "no such {what}: it does not exist (ESRCH)"
-                )));
-            }
-            Err(e) => return Err(e.into()),
+        match (loaded, args.tid) {
+            (Ok(()), _) => {}
+            (Err(e), Some(_)) => return Err(crate::attach_failure(e, "thread", tid)),
+            (Err(e), None) => return Err(crate::attach_failure(e, "process", pid)),
         }
         s.tid = tid;
         sampled.push(s);

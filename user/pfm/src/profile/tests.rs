@@ -220,9 +220,7 @@ fn table_shares_and_order() {
         "{table}"
     );
     assert!(
-        table.contains(
-            "# 10 samples of task-clock, one every 2000000 ns (PMU model soft); 2 lost"
-        ),
+        table.contains("# 10 samples of task-clock, one every 2000000 ns (PMU model soft); 2 lost"),
         "{table}"
     );
     assert!(table.contains("# Overhead  Samples  Command"), "{table}");
@@ -438,6 +436,7 @@ fn report_reads_files_and_refuses_others() {
         sort: SortKey::Sym,
         pprof: Some(dir.join("p.pb.gz")),
         flamegraph: Some(dir.join("f.svg")),
+        out: Default::default(),
     };
     let out = dir.join("out.json");
     assert_eq!(report(&args, true, Some(&out)).unwrap(), 0);
@@ -462,6 +461,7 @@ fn report_reads_files_and_refuses_others() {
             sort: SortKey::Sym,
             pprof: None,
             flamegraph: None,
+            out: Default::default(),
         },
         false,
         Some(&out),
@@ -482,6 +482,7 @@ fn report_reads_files_and_refuses_others() {
             sort: SortKey::Sym,
             pprof: None,
             flamegraph: None,
+            out: Default::default(),
         },
         false,
         Some(&out),
