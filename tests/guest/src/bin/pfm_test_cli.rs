@@ -57,7 +57,7 @@ use pfm_guest::tap::diag;
 use pfm_guest::{ensure, module, raw, ResultExt, Tap, TestResult};
 use pfm_json::{Info, List, Stat, StatKind, Stats, SCHEMA_VERSION};
 
-const PLAN: usize = 42;
+const PLAN: usize = 43;
 
 /// libpfm4's PMU table the hardware cases force.
 const FORCED_PMU: &str = "skl";
@@ -942,7 +942,8 @@ fn missing_thread(pfm: &Pfm) -> TestResult {
     let err = text(&out.stderr);
     show("stderr", &err);
     ensure!(out.status.code() == Some(1), "exit {:?}", out.status);
-    one_line(&err, "no such thread")
+    ensure!(!err.contains("PFM_IOC"), "an ioctl's name in: {err}");
+    one_line(&err, "no such thread: 4194305")
 }
 
 fn not_loaded(pfm: &Pfm) -> TestResult {
@@ -1165,6 +1166,41 @@ fn libpfm_encoding(pfm: &Pfm) -> TestResult {
     ensure!(
         metric.unit == "insn per cycle" && (metric.value - ipc).abs() < 1e-9,
         "metric {metric:?}"
+    );
+    Ok(())
+}
+
+/// `pfm stat -r 3` of a command whose second run is killed by SIGINT
+/// (Ctrl-C's signal; the shell signals itself): pfm stops repeating, says
+/// the killed run is not in the mean, and the summary is the first run's
+/// alone (runs 1, the same count), with the command's status (130).
+fn repeat_ctrl_c(pfm: &Pfm, dir: &Path) -> TestResult {
+    let flag = dir.join("ran-once");
+    let _ = std::fs::remove_file(&flag);
+    let script = format!(
+        "if [ -e {f} ]; then kill -INT $$; fi; touch {f}; sleep 0.05",
+        f = flag.display()
+    );
+    let out = pfm.run(&[
+        "stat", "--json", "-r", "3", "-e", "cs", "--", "sh", "-c", &script,
+    ])?;
+    let err = text(&out.stderr);
+    show("stderr", &err);
+    ensure!(out.status.code() == Some(130), "exit {:?}", out.status);
+    ensure!(
+        err.contains("pfm: run 2 of 3 interrupted (SIGINT): the mean is of the 1 runs before it"),
+        "no note of the interrupted run"
+    );
+    let all: Vec<Stat> = docs(&err)?;
+    ensure!(all.len() == 3, "{} documents (2 runs + summary)", all.len());
+    let (first, summary) = (&all[0], &all[2]);
+    ensure!(
+        summary.kind == StatKind::Summary && summary.runs == Some(1),
+        "summary {summary:?}"
+    );
+    ensure!(
+        value_of(summary, "context-switches")? == value_of(first, "context-switches")?,
+        "the summary is not the first run's"
     );
     Ok(())
 }
@@ -2349,6 +2385,10 @@ fn main() {
     t.run("pfm stat -t of a missing thread: one-line error", || {
         missing_thread(&pfm)
     });
+    t.run(
+        "pfm stat -r 3, SIGINT in run 2: the killed run left out of the mean, exit 130",
+        || repeat_ctrl_c(&pfm, &dir),
+    );
     t.run(
         "pfm stat -- sh -c '3 children & wait': their 3x100 sleeps counted, perf inherit=1 agrees",
         || inherit_children(&pfm, &dir),

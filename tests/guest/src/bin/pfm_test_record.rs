@@ -48,6 +48,10 @@
 //!   a record file given to `pfm report`. A recording without samples (a
 //!   period longer than the command runs) says so and exits 1, and `pfm
 //!   report` of it says so too.
+//! - perf's file and argument habits (issue 34): `-o -` piped into
+//!   `pfm report -i -`, the command's output kept out of the stream; an
+//!   existing file kept as FILE.old; `--call-graph dwarf`, `-a` and a
+//!   missing thread one line each; `record --help` without `--json`.
 //! - On `pmu=intel_arch_sim` (issue 34: it recorded no sample, the PMD armed
 //!   as 2^47 - P, a 64-bit value 2^64 - 2^47 events from its overflow):
 //!   `pfm record -e cpu-cycles -c 1000000` of the hot-cold workload. The
@@ -77,7 +81,7 @@ use pfm_guest::{edges, ensure, module, raw, work, ResultExt, Tap, TestResult};
 use pfm_json::Report;
 use prost::Message;
 
-const PLAN: usize = 14;
+const PLAN: usize = 15;
 
 /// Task-clock's period (ns) and the workload's own CPU time (ms).
 const CLOCK_PERIOD: u64 = 2_000_000;
@@ -420,6 +424,140 @@ fn hw_cycles() -> TestResult {
             .as_deref()
             .is_some_and(|s| s.ends_with("::hot_work")),
         "top row {top:?}, expected hot_work"
+    );
+    Ok(())
+}
+
+/// perf's file and argument habits: `-o -` piped into `pfm report -i -`
+/// (the stream starts with the file's magic; the command's own output went
+/// to standard error, not into it; the report finds hot_work), an existing
+/// file kept as FILE.old (the same bytes), `--call-graph dwarf` and `-a`
+/// one line each, a missing thread worded without an ioctl's name, and
+/// `record --help` without `--json`.
+fn perf_habits() -> TestResult {
+    let me = me()?;
+    let path = find_pfm().ok_or("no pfm binary")?;
+    let own = "/tmp/pfm-record-pipe.own";
+    let script = format!("echo from-the-command; exec {me} {CHILD_FLAG} hot-cold 300 {own}");
+    let rec = Command::new(&path)
+        .args([
+            "record",
+            "-e",
+            "task-clock",
+            "-c",
+            "1000000",
+            "-o",
+            "-",
+            "--",
+        ])
+        .args(["sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .ctx("pfm record -o -")?;
+    let out = rec.wait_with_output().ctx("pfm record -o -")?;
+    let err = text(&out.stderr);
+    diag(format!(
+        "pfm record -o -: {} bytes on stdout, {}",
+        out.stdout.len(),
+        out.status
+    ));
+    ensure!(
+        out.status.code() == Some(0),
+        "pfm record -o -: {} {err}",
+        out.status
+    );
+    ensure!(
+        out.stdout.starts_with(b"PFMDATA\0"),
+        "stdout is not a record file"
+    );
+    ensure!(
+        err.contains("from-the-command") && err.contains("written to standard output"),
+        "the command's output is not on stderr: {err}"
+    );
+    let mut report = Command::new(&path)
+        .args(["report", "-i", "-", "--json"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .ctx("pfm report -i -")?;
+    {
+        use std::io::Write;
+        let mut stdin = report.stdin.take().ok_or("no stdin")?;
+        stdin.write_all(&out.stdout).ctx("write to pfm report")?;
+    }
+    let rep = report.wait_with_output().ctx("pfm report -i -")?;
+    ensure!(
+        rep.status.success(),
+        "pfm report -i -: {}",
+        text(&rep.stderr)
+    );
+    let r: Report = serde_json::from_str(text(&rep.stdout).trim())
+        .map_err(|e| format!("{e}: {}", text(&rep.stdout)))?;
+    show_rows(&r);
+    ensure!(
+        samples_in(&r, "hot_work") > 0,
+        "no hot_work in the piped report"
+    );
+
+    // An existing file is kept as FILE.old.
+    let file = "/tmp/pfm-record-old.data";
+    let old = "/tmp/pfm-record-old.data.old";
+    let _ = std::fs::remove_file(old);
+    let _ = std::fs::remove_file(file);
+    let record_to_file = || -> TestResult {
+        let out = pfm(&[
+            "record",
+            "-e",
+            "task-clock",
+            "-c",
+            "1000000",
+            "-o",
+            file,
+            "--",
+            &me,
+            CHILD_FLAG,
+            "hot-cold",
+            "50",
+            own,
+        ])?;
+        ensure!(out.status.success(), "pfm record: {}", text(&out.stderr));
+        Ok(())
+    };
+    record_to_file()?;
+    ensure!(
+        !std::path::Path::new(old).exists(),
+        "{old} after the first recording"
+    );
+    std::fs::copy(file, "/tmp/pfm-record-first.data").ctx("copy")?;
+    record_to_file()?;
+    let first = std::fs::read("/tmp/pfm-record-first.data").ctx("first")?;
+    ensure!(
+        std::fs::read(old).ctx(old)? == first,
+        "{old} is not the first recording"
+    );
+    one_line_error(
+        &["record", "-c", "5", "--call-graph", "dwarf", "--", "true"],
+        2,
+        "not supported",
+    )?;
+    one_line_error(
+        &["record", "-a", "-c", "5", "--", "true"],
+        2,
+        "-a (--all-cpus) is not supported: pfm is a per-thread tool",
+    )?;
+    one_line_error(
+        &["record", "-c", "5", "-t", "4194305", "--duration", "0.1"],
+        1,
+        "no such thread: 4194305",
+    )?;
+    let help = pfm(&["record", "--help"])?;
+    let h = text(&help.stdout);
+    ensure!(
+        help.status.success() && h.contains("--call-graph") && !h.contains("--json"),
+        "record --help: {h}"
     );
     Ok(())
 }
@@ -1073,6 +1211,10 @@ fn main() {
     t.run(
         "no samples: pfm record and pfm report say so and exit 1",
         no_samples,
+    );
+    t.run(
+        "perf's habits: -o - | report -i -, FILE.old, --call-graph dwarf, -a, no such thread, record --help",
+        perf_habits,
     );
     t.run("rmmod perfmon", module::rmmod);
     let hw = module::insmod(&["pmu=intel_arch_sim"]);
