@@ -32,11 +32,13 @@ usable PMU, such as most virtual machines).";
 
 const AFTER_LONG_HELP: &str = "\
 Events:
-  The module's own event names (pfm list), perf's aliases cs and migrations, \
-raw PMC values (r<hex>, e.g. r5100c0), and, on the hardware models \
-(intel_arch, amd64), every event of the CPU's core PMU in libpfm4's table: \
-EVENT.UMASK or EVENT:UMASK with modifiers (INST_RETIRED.ANY_P:u, \
-BR_MISP_RETIRED.ALL_BRANCHES:c=1). Without :u or :k a libpfm4 event counts \
+  The module's own event names (pfm list) and perf's names for them \
+(cycles, cpu-clock, cs, migrations, cache-misses, ...), with perf's \
+modifiers :u, :k, :p; raw PMC values as perf takes them (r<hex>, e.g. \
+r5100c0: INT, which the module owns, is dropped); and, on the hardware \
+models (intel_arch, amd64), every event of the CPU's core PMU in libpfm4's \
+table: EVENT.UMASK or EVENT:UMASK with modifiers (INST_RETIRED.ANY_P:u, \
+BR_MISP_RETIRED.ALL_BRANCHES:c=1). Without :u or :k a hardware event counts \
 user mode only; kernel mode (:k) needs CAP_PERFMON.
 
 Environment:
