@@ -35,8 +35,23 @@ pub enum Generic {
     BranchMisses,
 }
 
-/// Aliases that perf users type, and the event names they stand for.
-const ALIASES: &[(&str, &str)] = &[("cs", "context-switches"), ("migrations", "cpu-migrations")];
+/// Aliases that perf users type, and the event names they stand for: the
+/// names of perf's generic events whose encoding is the module's event
+/// (Linux's `intel_perfmon_event_map`: cache-references 4F2EH and
+/// cache-misses 412EH are the architectural LLC events, bus-cycles 013CH
+/// the architectural reference cycles; `cpu-clock` of one thread counts
+/// its running time, as task-clock does). An alias is used only where the
+/// model has the event it stands for.
+const ALIASES: &[(&str, &str)] = &[
+    ("cs", "context-switches"),
+    ("migrations", "cpu-migrations"),
+    ("cpu-clock", "task-clock"),
+    ("cycles", "cpu-cycles"),
+    ("branch-instructions", "branches"),
+    ("cache-references", "llc-references"),
+    ("cache-misses", "llc-misses"),
+    ("bus-cycles", "ref-cycles"),
+];
 
 /// One-line descriptions of the events the module's models are known to
 /// have (shown by `pfm list`).
@@ -272,11 +287,18 @@ impl PmuInfo {
 
     /// Event names close to `name` (typos, prefixes), best first.
     pub fn suggest(&self, name: &str) -> Vec<String> {
+        // Aliases only of the model's events: `cycles` is no suggestion
+        // on soft.
         let candidates = self
             .events
             .iter()
             .map(|e| e.name.as_str())
-            .chain(ALIASES.iter().map(|(a, _)| *a))
+            .chain(
+                ALIASES
+                    .iter()
+                    .filter(|(_, t)| self.events.iter().any(|e| e.name == *t))
+                    .map(|(a, _)| *a),
+            )
             .collect::<Vec<_>>();
         suggest(name, &candidates)
             .into_iter()
@@ -419,6 +441,18 @@ pub(crate) mod tests {
         assert_eq!(pmu.event("migrations").map(|e| e.code), Ok(3));
         assert_eq!(pmu.event("r3").map(|e| e.code), Ok(3));
         assert_eq!(pmu.event("r1f").map(|e| e.code), Ok(0x1f));
+        // perf's names for the module's events.
+        assert_eq!(
+            pmu.event("cpu-clock").map(|e| e.name),
+            Ok("task-clock".to_string())
+        );
+        let intel = intel_info();
+        assert_eq!(intel.event("cycles").map(|e| e.code), Ok(0x1003c));
+        // An alias of an event the model lacks is unknown.
+        assert!(matches!(
+            pmu.event("cycles"),
+            Err(Error::UnknownEvent { .. })
+        ));
     }
 
     #[test]
@@ -436,9 +470,13 @@ pub(crate) mod tests {
             }
             other => panic!("{other:?}"),
         }
+        // `cpu` is a prefix of cpu-clock, perf's name of task-clock.
         match pmu.event("cpu") {
             Err(Error::UnknownEvent { suggestions, .. }) => {
-                assert_eq!(suggestions, vec!["cpu-migrations".to_string()])
+                assert_eq!(
+                    suggestions,
+                    vec!["task-clock".to_string(), "cpu-migrations".to_string()]
+                )
             }
             other => panic!("{other:?}"),
         }

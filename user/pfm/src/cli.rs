@@ -32,11 +32,13 @@ usable PMU, such as most virtual machines).";
 
 const AFTER_LONG_HELP: &str = "\
 Events:
-  The module's own event names (pfm list), perf's aliases cs and migrations, \
-raw PMC values (r<hex>, e.g. r5100c0), and, on the hardware models \
-(intel_arch, amd64), every event of the CPU's core PMU in libpfm4's table: \
-EVENT.UMASK or EVENT:UMASK with modifiers (INST_RETIRED.ANY_P:u, \
-BR_MISP_RETIRED.ALL_BRANCHES:c=1). Without :u or :k a libpfm4 event counts \
+  The module's own event names (pfm list) and perf's names for them \
+(cycles, cpu-clock, cs, migrations, cache-misses, ...), with perf's \
+modifiers :u, :k, :p; raw PMC values as perf takes them (r<hex>, e.g. \
+r5100c0: INT, which the module owns, is dropped); and, on the hardware \
+models (intel_arch, amd64), every event of the CPU's core PMU in libpfm4's \
+table: EVENT.UMASK or EVENT:UMASK with modifiers (INST_RETIRED.ANY_P:u, \
+BR_MISP_RETIRED.ALL_BRANCHES:c=1). Without :u or :k a hardware event counts \
 user mode only; kernel mode (:k) needs CAP_PERFMON.
 
 Environment:
@@ -65,18 +67,105 @@ derived metrics and the record file.";
     propagate_version = true
 )]
 pub struct Cli {
-    /// JSON output: one JSON document per line (Documentation/pfm.rst)
-    #[arg(short = 'j', long, global = true)]
+    /// JSON output: one JSON document per line (Documentation/pfm.rst);
+    /// also taken after the command's name, by the commands that print
+    #[arg(short = 'j', long)]
     pub json: bool,
 
     /// Write the output to FILE instead of the terminal (pfm record: the
-    /// record file, default pfm.data)
-    #[arg(short = 'o', long, value_name = "FILE", global = true)]
+    /// record file, default pfm.data); also taken after the command's name
+    #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,
 
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Cli {
+    /// `--json`, before or after the command's name.
+    pub fn json(&self) -> bool {
+        self.json
+            || match &self.command {
+                Command::Stat(s) => s.out.json,
+                Command::Report(r) => r.out.json,
+                Command::List(o) | Command::Info(o) => o.json,
+                Command::Record(_) => false,
+            }
+    }
+
+    /// `-o FILE`, after the command's name, else before it.
+    pub fn output(&self) -> Option<&std::path::Path> {
+        let own = match &self.command {
+            Command::Stat(s) => s.out.output.as_deref(),
+            Command::Report(r) => r.out.output.as_deref(),
+            Command::List(o) | Command::Info(o) => o.output.as_deref(),
+            Command::Record(r) => r.output.as_deref(),
+        };
+        own.or(self.output.as_deref())
+    }
+}
+
+/// The output options of the commands that print: each command declares
+/// the options it takes, so that its --help lists only those (pfm record
+/// writes a record file, and takes -o alone).
+#[derive(Debug, Args, Default)]
+pub struct OutputArgs {
+    /// JSON output: one JSON document per line (Documentation/pfm.rst)
+    #[arg(short = 'j', long)]
+    pub json: bool,
+
+    /// Write the output to FILE instead of the terminal (- is standard
+    /// output)
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+/// perf's options for whole CPUs and delayed starts, which a per-thread
+/// tool has no use for: parsed (and hidden from --help) only to say so in
+/// one line, rather than to suggest '-- -a' as for any unknown option.
+#[derive(Debug, Args, Default)]
+pub struct PerfOnlyArgs {
+    /// perf's system-wide counting: not supported
+    #[arg(short = 'a', long = "all-cpus", hide = true)]
+    pub all_cpus: bool,
+
+    /// perf's counting on given CPUs: not supported
+    #[arg(short = 'C', long = "cpu", value_name = "CPUS", hide = true)]
+    pub cpu: Option<String>,
+
+    /// perf's delayed start: not supported
+    #[arg(
+        short = 'D',
+        long = "delay",
+        value_name = "MS",
+        hide = true,
+        allow_hyphen_values = true
+    )]
+    pub delay: Option<String>,
+}
+
+impl PerfOnlyArgs {
+    /// The one line that says which perf option is not pfm's, and why.
+    pub fn check(&self) -> Result<(), String> {
+        let per_thread = "pfm is a per-thread tool: it counts a command (with the \
+                          threads and processes it creates), -p PID or -t TID, never \
+                          a whole CPU";
+        if self.all_cpus {
+            return Err(format!("-a (--all-cpus) is not supported: {per_thread}"));
+        }
+        if self.cpu.is_some() {
+            return Err(format!("-C (--cpu) is not supported: {per_thread}"));
+        }
+        if self.delay.is_some() {
+            return Err(
+                "-D (--delay) is not supported: pfm is a per-thread tool that \
+                        counts a command from its first instruction"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
 }
 
 /// pfm's commands.
@@ -98,9 +187,9 @@ pub enum Command {
     #[command(long_about = REPORT_ABOUT, after_long_help = AFTER_LONG_HELP)]
     Report(ReportArgs),
     /// Events of the loaded PMU model (and libpfm4's, on hardware models)
-    List,
+    List(OutputArgs),
     /// The module: ABI version, PMU model, counters, vector, live contexts
-    Info,
+    Info(OutputArgs),
 }
 
 const STAT_ABOUT: &str = "\
@@ -176,9 +265,47 @@ impl SortKey {
     }
 }
 
+/// `--call-graph`'s modes, as perf's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallGraph {
+    /// A walk of the frame pointers (the module's).
+    Fp,
+}
+
+/// `--call-graph MODE[,SIZE]` as perf takes it: `fp` is what the module
+/// records; `dwarf` and `lbr` say in one line that they are not.
+fn parse_call_graph(v: &str) -> Result<CallGraph, String> {
+    let mode = v.split(',').next().unwrap_or("").trim();
+    match mode {
+        "fp" => Ok(CallGraph::Fp),
+        "dwarf" => Err(
+            "not supported: perfmon records frame-pointer chains in the kernel, \
+                        not stack copies to unwind (build with frame pointers and use \
+                        --call-graph fp, or -g)"
+                .into(),
+        ),
+        "lbr" => Err(
+            "not supported: perfmon does not program the last branch record; \
+                      use --call-graph fp (or -g)"
+                .into(),
+        ),
+        _ => Err(
+            "the modes are fp (and perf's dwarf and lbr, which pfm does not \
+                  support)"
+                .into(),
+        ),
+    }
+}
+
 /// `pfm record` arguments.
 #[derive(Debug, Args)]
 pub struct RecordArgs {
+    /// The record file (default pfm.data; an existing one is kept as
+    /// FILE.old; - is standard output, the command's own output then going
+    /// to standard error)
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
     /// The event to sample (default: the model's first event: task-clock on
     /// soft); named as for pfm stat
     #[arg(short = 'e', long = "event", value_name = "EVENT")]
@@ -256,19 +383,25 @@ pub struct RecordArgs {
     /// Record each sample's user call chain (a walk of the frame pointers:
     /// whole for code built with them, -fno-omit-frame-pointer or Rust's
     /// -C force-frame-pointers=yes)
-    #[arg(short = 'g', long = "call-graph")]
-    pub call_graph: bool,
+    #[arg(short = 'g')]
+    pub g: bool,
 
-    /// With -g: return addresses a sample records at most (1 to 64; the
-    /// buffer's entries grow with it: 512 bytes at 32)
+    /// Record call chains, as perf's --call-graph: fp (frame pointers, as
+    /// -g); dwarf and lbr are not supported
+    #[arg(long = "call-graph", value_name = "MODE", value_parser = parse_call_graph)]
+    pub call_graph_mode: Option<CallGraph>,
+
+    /// With -g: return addresses a sample records at most (1 to 64, default
+    /// 32; the buffer's entries grow with it: 512 bytes at 32)
     #[arg(
         long = "max-stack",
         value_name = "N",
-        default_value_t = 32,
-        value_parser = clap::value_parser!(u32).range(1..=64),
-        requires = "call_graph"
+        value_parser = clap::value_parser!(u32).range(1..=64)
     )]
-    pub max_stack: u32,
+    pub max_stack: Option<u32>,
+
+    #[command(flatten)]
+    pub perf_only: PerfOnlyArgs,
 
     /// Sample the command's initial thread only, not the threads and
     /// processes it creates (then a full buffer pauses sampling until pfm
@@ -287,8 +420,22 @@ pub struct RecordArgs {
 }
 
 impl RecordArgs {
+    /// Whether call chains are recorded (-g, --call-graph fp).
+    pub fn call_graph(&self) -> bool {
+        self.g || self.call_graph_mode.is_some()
+    }
+
+    /// The return addresses a sample records with call chains.
+    pub fn chain_depth(&self) -> u32 {
+        self.max_stack.unwrap_or(32)
+    }
+
     /// What clap's declarations cannot say.
     pub fn check(&self, json: bool) -> Result<(), String> {
+        self.perf_only.check()?;
+        if self.max_stack.is_some() && !self.call_graph() {
+            return Err("--max-stack goes with -g (or --call-graph fp)".into());
+        }
         if json {
             return Err("pfm record writes a record file; --json goes with pfm report".into());
         }
@@ -336,7 +483,7 @@ output, or -o FILE.";
 /// `pfm report` arguments.
 #[derive(Debug, Args)]
 pub struct ReportArgs {
-    /// The record file to read
+    /// The record file to read (- is standard input)
     #[arg(
         short = 'i',
         long = "input",
@@ -344,6 +491,9 @@ pub struct ReportArgs {
         default_value = "pfm.data"
     )]
     pub input: PathBuf,
+
+    #[command(flatten)]
+    pub out: OutputArgs,
 
     /// A row per function (sym) or per shared object (dso), of each command
     #[arg(long, value_enum, value_name = "KEY", default_value_t = SortKey::Sym)]
@@ -478,6 +628,12 @@ pub struct StatArgs {
     #[arg(long)]
     pub perf: bool,
 
+    #[command(flatten)]
+    pub out: OutputArgs,
+
+    #[command(flatten)]
+    pub perf_only: PerfOnlyArgs,
+
     /// The command to run and its arguments (options after its name are its
     /// own; `--` ends pfm's options)
     #[arg(
@@ -492,6 +648,7 @@ impl StatArgs {
     /// What clap's declarations cannot say: the target is required, and
     /// some options go with one target only. `json`: the global `--json`.
     pub fn check(&self, json: bool) -> Result<(), String> {
+        self.perf_only.check()?;
         if self.tid.is_none() && self.pids.is_empty() && self.command.is_empty() {
             return Err("nothing to count: give a command (pfm stat -- CMD ARGS), \
                  processes (-p PID) or a thread (-t TID)"

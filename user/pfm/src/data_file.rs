@@ -281,7 +281,12 @@ pub struct Writer<W: Write> {
 impl Writer<BufWriter<File>> {
     /// Creates `path` (truncating it) and writes the file's magic.
     pub fn create(path: &Path) -> io::Result<Self> {
-        Writer::new(BufWriter::with_capacity(1 << 16, File::create(path)?))
+        Writer::to_file(File::create(path)?)
+    }
+
+    /// Writes the file to `file` (`-o -`: a copy of standard output).
+    pub fn to_file(file: File) -> io::Result<Self> {
+        Writer::new(BufWriter::with_capacity(1 << 16, file))
     }
 }
 
@@ -445,19 +450,28 @@ impl Recording {
         Ok(r)
     }
 
-    /// Reads the record file at `path`; errors are one line naming it.
+    /// Reads the record file at `path` (`-`: standard input, as `pfm
+    /// record -o -` writes it to a pipe); errors are one line naming it.
     pub fn read(path: &Path) -> Result<Recording, String> {
         let mut bytes = Vec::new();
-        File::open(path)
-            .and_then(|mut f| f.read_to_end(&mut bytes))
-            .map_err(|e| {
-                format!(
-                    "cannot read {}: {}",
-                    path.display(),
-                    perfmon::errno_text(e.raw_os_error().unwrap_or(0))
-                )
-            })?;
-        Recording::parse(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+        let stdin = crate::output::is_stdio(path);
+        let name = if stdin {
+            "standard input".to_string()
+        } else {
+            path.display().to_string()
+        };
+        let read = if stdin {
+            io::stdin().lock().read_to_end(&mut bytes)
+        } else {
+            File::open(path).and_then(|mut f| f.read_to_end(&mut bytes))
+        };
+        read.map_err(|e| {
+            format!(
+                "cannot read {name}: {}",
+                perfmon::errno_text(e.raw_os_error().unwrap_or(0))
+            )
+        })?;
+        Recording::parse(&bytes).map_err(|e| format!("{name}: {e}"))
     }
 }
 

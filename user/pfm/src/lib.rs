@@ -46,6 +46,24 @@ impl Failure {
     }
 }
 
+/// A `-t TID` or `-p PID` that names nothing: the one wording of `pfm
+/// stat` and `pfm record` (`what`: "thread" or "process"), without the
+/// call that found it out.
+pub(crate) fn no_such(what: &str, id: u32) -> Failure {
+    Failure::new(format!(
+        "no such {what}: {id} (it does not exist, or has exited)"
+    ))
+}
+
+/// `e` of attaching to `what` `id`: [`no_such`] for ESRCH, else as it is.
+pub(crate) fn attach_failure(e: perfmon::Error, what: &str, id: u32) -> Failure {
+    if e.errno() == Some(libc::ESRCH) {
+        no_such(what, id)
+    } else {
+        e.into()
+    }
+}
+
 impl From<perfmon::Error> for Failure {
     fn from(e: perfmon::Error) -> Self {
         Failure {
@@ -57,21 +75,22 @@ impl From<perfmon::Error> for Failure {
 
 /// Runs a parsed command line; returns the exit status.
 pub fn run(cli: Cli) -> Result<u8, Failure> {
-    let output = cli.output.as_deref();
+    let output = cli.output();
+    let json = cli.json();
     match &cli.command {
-        Command::List => info::list(cli.json, output).map(|_| 0),
-        Command::Info => info::info(cli.json, output).map(|_| 0),
+        Command::List(_) => info::list(json, output).map(|_| 0),
+        Command::Info(_) => info::info(json, output).map(|_| 0),
         Command::Stat(s) => {
-            if let Err(msg) = s.check(cli.json) {
+            if let Err(msg) = s.check(json) {
                 return Err(Failure {
                     message: usage::own(&msg, "pfm stat"),
                     code: 2,
                 });
             }
-            stat::stat(s, cli.json, output)
+            stat::stat(s, json, output)
         }
         Command::Record(r) => {
-            if let Err(msg) = r.check(cli.json) {
+            if let Err(msg) = r.check(json) {
                 return Err(Failure {
                     message: usage::own(&msg, "pfm record"),
                     code: 2,
@@ -79,7 +98,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             }
             record::record(r, output)
         }
-        Command::Report(r) => profile::report(r, cli.json, output),
+        Command::Report(r) => profile::report(r, json, output),
     }
 }
 

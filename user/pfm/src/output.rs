@@ -18,10 +18,12 @@ pub enum Output {
 }
 
 impl Output {
-    /// `path` if given, else `default`.
+    /// `path` if given (`-`: standard output, as perf takes it), else
+    /// `default`.
     pub fn open(path: Option<&Path>, default: Output) -> Result<Output, Failure> {
         match path {
             None => Ok(default),
+            Some(p) if is_stdio(p) => Ok(Output::Stdout),
             Some(p) => File::create(p)
                 .map(|f| Output::File(f, p.display().to_string()))
                 .map_err(|e| {
@@ -56,4 +58,10 @@ impl Output {
             Failure::new(format!("cannot write to {name}: {e}"))
         })
     }
+}
+
+/// Whether a file argument is `-`: standard output for `-o`, standard
+/// input for `-i`, as perf takes them.
+pub fn is_stdio(path: &Path) -> bool {
+    path.as_os_str() == "-"
 }

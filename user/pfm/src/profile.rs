@@ -78,6 +78,14 @@ pub fn dso_name(dso: &str) -> &str {
     }
 }
 
+/// The sampling period with its unit, as the table and the flame graph
+/// say it: `2000000 ns` (task-clock), `1000000 events` (a counting event),
+/// from the header's `unit`.
+pub fn period_text(h: &Header) -> String {
+    let unit = if h.unit.is_empty() { "events" } else { &h.unit };
+    format!("{} {unit}", h.period)
+}
+
 /// `part` in percent of `whole` (0 for an empty whole).
 pub fn percent(part: u64, whole: u64) -> f64 {
     if whole == 0 {
@@ -212,16 +220,44 @@ fn write_file(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
     })
 }
 
+/// Why `file` has nothing to report, in one line, from what its end
+/// record says (as `perf report` refuses a file without samples).
+fn empty_recording(file: &str, rec: &Recording) -> String {
+    let h = &rec.header;
+    let what = match &rec.finish {
+        Some(f) if f.lost > 0 => format!("all {} were lost (the buffer was full)", f.lost),
+        Some(Finish {
+            counted: Some(n), ..
+        }) => format!(
+            "{} counted {n} {}, {} periods of {}",
+            h.event,
+            h.unit,
+            n / h.period.max(1),
+            h.period
+        ),
+        Some(_) => format!("{} with period {}", h.event, h.period),
+        None => "pfm record was stopped before it finished".to_string(),
+    };
+    format!("{file} has no samples ({what}): nothing to report")
+}
+
 /// Runs `pfm report`; returns the exit status.
 pub fn report(args: &ReportArgs, json: bool, output: Option<&Path>) -> Result<u8, Failure> {
     let rec = Recording::read(&args.input).map_err(Failure::new)?;
-    let file = args.input.display().to_string();
+    let file = if crate::output::is_stdio(&args.input) {
+        "standard input".to_string()
+    } else {
+        args.input.display().to_string()
+    };
     if rec.finish.is_none() {
         eprintln!(
             "pfm: warning: {file} has no end record (pfm record was stopped before it \
              finished): reporting its {} samples",
             rec.samples.len()
         );
+    }
+    if rec.samples.is_empty() {
+        return Err(Failure::new(empty_recording(&file, &rec)));
     }
     let profile = Profile::build(&rec);
     for w in &profile.warnings {

@@ -120,9 +120,8 @@ struct Sampled {
 /// (with `--random` each period has its own length: the one its start's
 /// reset drew).
 struct Periods {
-    /// The written period, and the counters' mask.
+    /// The written period.
     period: u64,
-    mask: u64,
     /// Their sum.
     ended: u64,
     /// Per thread, the reset value of its last entry (which began the
@@ -135,7 +134,6 @@ impl Periods {
     fn new(plan: &Plan) -> Self {
         Self {
             period: plan.period,
-            mask: plan.mask(),
             ended: 0,
             last_reset: HashMap::new(),
         }
@@ -146,7 +144,7 @@ impl Periods {
     /// the written one).
     fn note(&mut self, tid: u32, reset: u64) {
         let period = match self.last_reset.insert(tid, reset) {
-            Some(prev) => prev.wrapping_neg() & self.mask,
+            Some(prev) => prev.wrapping_neg(),
             None => self.period,
         };
         self.ended = self.ended.saturating_add(period);
@@ -311,37 +309,33 @@ fn service(rec: &mut Recorder, s: &mut Sampled) -> Result<(), Failure> {
 }
 
 /// The event, its period, and how it is programmed.
+///
+/// Every PMD the module gives user space is a 64-bit value, whatever the
+/// width of the counter behind it (`counter_width`: 47 bits on
+/// `intel_arch_sim`, 48 on most Intel parts, `soft_width` on soft): the
+/// module virtualizes the hardware counters to 64 bits and overflows a PMD
+/// when its 64-bit value wraps (Documentation/perfmon.rst, "Counters are
+/// virtualized to 64 bits"). So the period is armed as -PERIOD in 64 bits.
+/// `2^width - PERIOD` (what pfm record wrote until issue 34) is a small
+/// positive 64-bit value, 2^64 - 2^width events away from its overflow:
+/// no sample ever, on every model narrower than 64 bits.
 struct Plan {
     event: Resolved,
     period: u64,
     unit: &'static str,
-    width: u16,
 }
 
 impl Plan {
-    /// -PERIOD in the counter's width: the value that overflows at the
-    /// PERIOD-th event.
+    /// -PERIOD in 64 bits: the PMD value that overflows at the PERIOD-th
+    /// event.
     fn minus_period(&self) -> u64 {
-        if self.width >= 64 {
-            self.period.wrapping_neg()
-        } else {
-            (1u64 << self.width) - self.period
-        }
-    }
-
-    /// The counters' values: `width` bits.
-    fn mask(&self) -> u64 {
-        if self.width >= 64 {
-            u64::MAX
-        } else {
-            (1u64 << self.width) - 1
-        }
+        self.period.wrapping_neg()
     }
 
     /// Events a context counted: a period per entry written or lost, and
     /// what it counted since its last overflow (`value`: its PMD now).
     fn counted(&self, entries: u64, value: u64) -> u64 {
-        let since = value.wrapping_sub(self.minus_period()) & self.mask();
+        let since = value.wrapping_sub(self.minus_period());
         entries.saturating_mul(self.period).saturating_add(since)
     }
 
@@ -350,12 +344,11 @@ impl Plan {
     /// (`value`: the PMD now, a whole program's total: each thread's value
     /// less the written one, summed).
     fn counted_random(&self, periods: &Periods, value: u64) -> u64 {
-        let m = self.mask();
         let since_resets = periods
             .last_reset
             .values()
-            .fold(value.wrapping_sub(self.minus_period()) & m, |acc, &r| {
-                acc.wrapping_sub(r.wrapping_sub(self.minus_period()) & m)
+            .fold(value.wrapping_sub(self.minus_period()), |acc, &r| {
+                acc.wrapping_sub(r.wrapping_sub(self.minus_period()))
             });
         periods.ended.saturating_add(since_resets)
     }
@@ -381,6 +374,14 @@ fn plan(args: &RecordArgs, pmu: &PmuInfo) -> Result<Plan, Failure> {
             .next()
             .ok_or_else(|| Failure::new(format!("the {} model has no event", pmu.model)))?,
     };
+    if event.precise > 0 {
+        eprintln!(
+            "pfm: warning: '{}': perfmon has no precise sampling (PEBS, IBS): each \
+             sample's address is where the overflow interrupt found the thread, a few \
+             instructions past the event (perf's :p asks for less skid)",
+            event.event.name
+        );
+    }
     let time = pmu.generic(event.event.code) == Some(Generic::TaskClock);
     let period = match (args.period, args.freq) {
         (Some(p), _) => p,
@@ -401,28 +402,17 @@ fn plan(args: &RecordArgs, pmu: &PmuInfo) -> Result<Plan, Failure> {
         // `RecordArgs::check` requires one of them.
         (None, None) => return Err(Failure::new("no sampling period (-c PERIOD)")),
     };
-    let width = pmu.counter_width;
-    if width < 64 && period >= 1u64 << width {
-        return Err(Failure::new(format!(
-            "period {period} does not fit the {width}-bit counters of PMU model {} \
-             (at most {})",
-            pmu.model,
-            (1u64 << width) - 1
-        )));
-    }
     let plan = Plan {
         event,
         period,
         unit: if time { "ns" } else { "events" },
-        width,
     };
     // The longest period, PERIOD + MASK, must fit the counter too (the
     // module refuses a mask above the reset value, EINVAL).
     if let Some(mask) = args.random.filter(|&m| m > plan.minus_period()) {
         return Err(Failure::new(format!(
             "--random {mask:#x} with period {period}: the longest period does not fit \
-             the {width}-bit counters of PMU model {}",
-            pmu.model
+             a 64-bit counter"
         )));
     }
     Ok(plan)
@@ -444,9 +434,10 @@ fn sampling_context(
             op: perfmon::Op::WritePmcs,
             ..
         }) => {
-            return Err(Failure::new(format!(
-                "event '{}' (PMC value {:#x}) refused by the module (EINVAL)",
-                plan.event.event.name, plan.event.event.code
+            return Err(Failure::new(crate::events::refused(
+                ctx.info()?,
+                &plan.event.event.name,
+                plan.event.event.code,
             )))
         }
         Err(e) => return Err(e.into()),
@@ -491,7 +482,11 @@ fn sampling_context(
         } else {
             0
         },
-        chain_depth: if args.call_graph { args.max_stack } else { 0 },
+        chain_depth: if args.call_graph() {
+            args.chain_depth()
+        } else {
+            0
+        },
         ..Default::default()
     })?;
     let buf = ctx.map_samples(args.pages)?;
@@ -528,16 +523,22 @@ pub fn record(args: &RecordArgs, output: Option<&Path>) -> Result<u8, Failure> {
     let pmu = ctx.info()?.clone();
     let plan = plan(args, &pmu)?;
     let path = output.unwrap_or(Path::new(DEFAULT_FILE));
-    let writer = Writer::create(path).map_err(|e| {
-        Failure::new(format!(
-            "cannot create {}: {}",
-            path.display(),
-            perfmon::errno_text(e.raw_os_error().unwrap_or(0))
-        ))
-    })?;
+    let (writer, name) = if crate::output::is_stdio(path) {
+        (stdout_writer()?, "standard output".to_string())
+    } else {
+        keep_old(path)?;
+        let w = Writer::create(path).map_err(|e| {
+            Failure::new(format!(
+                "cannot create {}: {}",
+                path.display(),
+                perfmon::errno_text(e.raw_os_error().unwrap_or(0))
+            ))
+        })?;
+        (w, path.display().to_string())
+    };
     let mut rec = Recorder {
         writer,
-        path: path.display().to_string(),
+        path: name,
         processes: HashMap::new(),
         threads: HashSet::new(),
         error: None,
@@ -548,13 +549,13 @@ pub fn record(args: &RecordArgs, output: Option<&Path>) -> Result<u8, Failure> {
         event: plan.event.event.name.clone(),
         code: plan.event.event.code,
         pmd: 0,
-        counter_width: plan.width,
+        counter_width: pmu.counter_width,
         unit: plan.unit.to_string(),
         period: plan.period,
         freq: args.freq.filter(|_| args.period.is_none()),
         pages: args.pages,
         drop: args.drop,
-        call_chains: args.call_graph,
+        call_chains: args.call_graph(),
         ..Header::default()
     };
     let first = sampling_context(Some(ctx), &plan, args)?;
@@ -615,12 +616,109 @@ pub fn record(args: &RecordArgs, output: Option<&Path>) -> Result<u8, Failure> {
         rec.writer.bytes as f64 / 1e6,
         lost
     );
+    let code = status.map_or(0, |s| u8::try_from(s.shell_code()).unwrap_or(1));
+    if rec.writer.samples == 0 {
+        // A profile without samples is a failure to say, not an empty
+        // table for pfm report to print: the command's status if it
+        // failed, else 1.
+        return Err(Failure {
+            message: no_samples(&plan, lost, counted),
+            code: if code == 0 { 1 } else { code },
+        });
+    }
     if lost > 0 {
         eprintln!(
             "pfm: warning: {lost} samples lost: the buffer was full; a larger --pages keeps them"
         );
     }
-    Ok(status.map_or(0, |s| u8::try_from(s.shell_code()).unwrap_or(1)))
+    Ok(code)
+}
+
+/// Why a recording holds no sample, in one line: the event counted less
+/// than one period, every entry was lost, or the counter crossed periods
+/// and the module wrote no entry for them (which is a fault to report).
+fn no_samples(plan: &Plan, lost: u64, counted: Option<u64>) -> String {
+    let event = &plan.event.event.name;
+    let period = plan.period;
+    if lost > 0 {
+        return format!(
+            "no samples in the file: all {lost} were lost (the buffer was full); \
+             a larger --pages keeps them"
+        );
+    }
+    match counted {
+        Some(n) if n < period => format!(
+            "no samples: {event} counted {n} {unit}, less than one period ({period}); \
+             a smaller -c PERIOD samples it",
+            unit = plan.unit
+        ),
+        Some(n) => format!(
+            "no samples, although {event} counted {n} {unit}, {} periods of {period}: \
+             the module wrote no sampling entry (see dmesg, and \
+             /sys/kernel/perfmon/overflow_interrupts)",
+            n / period,
+            unit = plan.unit
+        ),
+        None => format!("no samples of {event} (period {period})"),
+    }
+}
+
+/// `-o -`: the record file on standard output, as perf writes a pipe.
+/// The records go to a copy of it, and pfm's own standard output (which
+/// the command inherits) becomes standard error, so that nothing the
+/// command prints gets into the stream. A terminal is refused: the file is
+/// binary.
+fn stdout_writer() -> Result<Writer<BufWriter<File>>, Failure> {
+    use std::io::IsTerminal;
+    if std::io::stdout().is_terminal() {
+        return Err(Failure {
+            message: crate::usage::own(
+                "-o - writes the binary record file to standard output, which is a \
+                 terminal: pipe it (pfm record -o - -- CMD | pfm report -i -)",
+                "pfm record",
+            ),
+            code: 2,
+        });
+    }
+    let failed = |e: std::io::Error| {
+        Failure::new(format!(
+            "cannot write to standard output: {}",
+            perfmon::errno_text(e.raw_os_error().unwrap_or(libc::EIO))
+        ))
+    };
+    // Close-on-exec (F_DUPFD_CLOEXEC): the command does not get the stream.
+    let stream = std::io::stdout()
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(failed)?;
+    // SAFETY: dup2 of two descriptors this process has open (0-2); it
+    // changes which file descriptor 1 names, nothing Rust owns.
+    if unsafe { libc::dup2(libc::STDERR_FILENO, libc::STDOUT_FILENO) } < 0 {
+        return Err(failed(std::io::Error::last_os_error()));
+    }
+    Writer::to_file(File::from(stream)).map_err(failed)
+}
+
+/// An existing record file is kept as `FILE.old` (replacing an older
+/// one), as perf keeps perf.data.old: a new recording never destroys the
+/// last one. Only a regular file: a pipe or a device given as `-o` is
+/// written to as it is.
+fn keep_old(path: &Path) -> Result<(), Failure> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => {
+            let mut old = path.as_os_str().to_owned();
+            old.push(".old");
+            std::fs::rename(path, &old).map_err(|e| {
+                Failure::new(format!(
+                    "cannot keep {} as {}: {}",
+                    path.display(),
+                    Path::new(&old).display(),
+                    perfmon::errno_text(e.raw_os_error().unwrap_or(libc::EIO))
+                ))
+            })
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Command mode: fork the command paused, attach, arm the start at its
@@ -766,18 +864,10 @@ fn attached(
             Some(_) => s.ctx.load(tid),
             None => s.ctx.load_process(pid),
         };
-        match loaded {
-            Ok(()) => {}
-            Err(e) if e.errno() == Some(libc::ESRCH) => {
-                let what = match args.tid {
-                    Some(_) => format!("thread {tid}"),
-                    None => format!("process {pid}"),
-                };
-                return Err(Failure::new(format!(
-                    "no such {what}: it does not exist (ESRCH)"
-                )));
-            }
-            Err(e) => return Err(e.into()),
+        match (loaded, args.tid) {
+            (Ok(()), _) => {}
+            (Err(e), Some(_)) => return Err(crate::attach_failure(e, "thread", tid)),
+            (Err(e), None) => return Err(crate::attach_failure(e, "process", pid)),
         }
         s.tid = tid;
         sampled.push(s);
@@ -868,7 +958,7 @@ fn tgid_of(tid: u32) -> Option<u32> {
 mod tests {
     use super::*;
 
-    fn plan(width: u16, period: u64) -> Plan {
+    fn plan(period: u64) -> Plan {
         Plan {
             event: Resolved {
                 event: perfmon::Event {
@@ -876,29 +966,33 @@ mod tests {
                     code: 2,
                 },
                 libpfm: None,
+                precise: 0,
             },
             period,
             unit: "events",
-            width,
         }
     }
 
     #[test]
     fn counted_from_entries_and_the_counter() {
-        // 64 bits: -P, and 7 events since the last of 5 overflows.
-        let p = plan(64, 3);
+        // -P in 64 bits, and 2 events since the last of 5 overflows.
+        let p = plan(3);
         assert_eq!(p.minus_period(), u64::MAX - 2);
         assert_eq!(p.counted(5, p.minus_period().wrapping_add(2)), 17);
         assert_eq!(p.counted(0, p.minus_period()), 0);
-        // 16 bits: 2^16 - P, and the counter's width bounds what is added.
-        let p = plan(16, 1000);
-        assert_eq!(p.minus_period(), 65536 - 1000);
-        assert_eq!(p.counted(2, 65536 - 1000 + 999), 2999);
+        // Whatever the model's counter width (47 bits on intel_arch_sim):
+        // the PMD is a 64-bit value, so -P is armed in 64 bits, not as
+        // 2^47 - P, which would overflow only 2^64 - 2^47 events later
+        // (issue 34: no samples on intel_arch_sim).
+        let p = plan(1_000_000);
+        assert_eq!(p.minus_period(), 0u64.wrapping_sub(1_000_000));
+        assert_ne!(p.minus_period(), (1u64 << 47) - 1_000_000);
+        assert_eq!(p.counted(2, p.minus_period().wrapping_add(999)), 2_000_999);
     }
 
     #[test]
     fn randomised_periods_counted_from_each_entrys_reset() {
-        let p = plan(64, 3);
+        let p = plan(3);
         let minus = |n: u64| n.wrapping_neg();
         let mut periods = Periods::new(&p);
         // Thread 5: the written period (3), then one of 5 (its first

@@ -453,15 +453,8 @@ impl Stat<'_> {
             }
         };
         let e = &events[refused];
-        let hint = if self.pmu.is_hardware() {
-            ": kernel-mode counting (:k, the OS bit) needs CAP_PERFMON, \
-             and the INT, ANY and PC bits are the module's"
-        } else {
-            ""
-        };
-        Err(Failure::new(format!(
-            "event '{}' (PMC value {:#x}) refused by the module (EINVAL){hint}",
-            e.name, e.code
+        Err(Failure::new(crate::events::refused(
+            &self.pmu, &e.name, e.code,
         )))
     }
 
@@ -724,8 +717,18 @@ impl Stat<'_> {
             } else {
                 done.push(report);
             }
-            // Ctrl-C killed the command: stop repeating, as perf stat does.
+            // Ctrl-C killed the command: stop repeating, as perf stat does,
+            // and leave the killed run out of the mean when runs before it
+            // completed (its counts stop wherever the signal landed).
             if st.signal == Some(libc::SIGINT) {
+                if runs > 1 && done.len() > 1 {
+                    done.pop();
+                    eprintln!(
+                        "pfm: run {run} of {runs} interrupted (SIGINT): the mean is of the {} \
+                         runs before it",
+                        done.len()
+                    );
+                }
                 break;
             }
         }
@@ -912,14 +915,14 @@ impl Stat<'_> {
             };
             self.program(&mut ctx)?;
             match target {
-                Target::Thread(_) => ctx.load(id)?,
+                Target::Thread(_) => ctx
+                    .load(id)
+                    .map_err(|e| crate::attach_failure(e, "thread", id))?,
                 Target::Processes(_) => match ctx.load_process(id) {
                     Ok(()) => {}
                     // The library speaks of threads; -p names a process.
                     Err(e) if e.errno() == Some(libc::ESRCH) => {
-                        return Err(Failure::new(format!(
-                            "no such process: {id} does not exist (ESRCH)"
-                        )))
+                        return Err(crate::no_such("process", id))
                     }
                     Err(e) if e.errno() == Some(libc::EINVAL) => {
                         return Err(Failure::new(format!(

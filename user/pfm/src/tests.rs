@@ -16,11 +16,14 @@ fn p(args: &[&str]) -> Result<Cli, clap::Error> {
 
 fn stat(args: &[&str]) -> (Cli, StatArgs) {
     let cli = p(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    let (json, output) = (cli.json(), cli.output().map(PathBuf::from));
     match cli.command {
         Command::Stat(s) => {
+            // The merged output options, the command taken out.
             let cli = Cli {
-                command: Command::List,
-                ..cli
+                json,
+                output,
+                command: Command::List(Default::default()),
             };
             (cli, *s)
         }
@@ -52,14 +55,14 @@ fn stat_command() {
         "x",
     ]);
     assert_eq!(s.events, vec!["cs", "task-clock"]);
-    assert!(cli.json);
-    assert_eq!(cli.output, Some(PathBuf::from("out.json")));
+    assert!(cli.json());
+    assert_eq!(cli.output(), Some(std::path::Path::new("out.json")));
     assert_eq!(s.command, os(&["sh", "-c", "x"]));
     // Without "--", the first word ends the options; the command's own
     // options stay its own.
     let (cli, s) = stat(&["stat", "-ecs", "ls", "-l", "--json"]);
     assert_eq!(s.events, vec!["cs"]);
-    assert!(!cli.json);
+    assert!(!cli.json());
     assert_eq!(s.command, os(&["ls", "-l", "--json"]));
     // Global options before the command name; -e repeated.
     let (cli, s) = stat(&[
@@ -71,8 +74,8 @@ fn stat_command() {
         "cs",
         "true",
     ]);
-    assert!(cli.json);
-    assert_eq!(cli.output, Some(PathBuf::from("x")));
+    assert!(cli.json());
+    assert_eq!(cli.output(), Some(std::path::Path::new("x")));
     assert_eq!(s.events, vec!["task-clock", "cs"]);
     // libpfm4 names keep their dots, colons and modifiers.
     let (_, s) = stat(&[
@@ -361,11 +364,14 @@ fn help_and_version() {
 
 fn record(args: &[&str]) -> (Cli, crate::cli::RecordArgs) {
     let cli = p(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    let (json, output) = (cli.json(), cli.output().map(PathBuf::from));
     match cli.command {
         Command::Record(r) => {
+            // The merged output options, the command taken out.
             let cli = Cli {
-                command: Command::List,
-                ..cli
+                json,
+                output,
+                command: Command::List(Default::default()),
             };
             (cli, *r)
         }
@@ -389,7 +395,7 @@ fn record_command() {
     ]);
     assert_eq!(r.event.as_deref(), Some("task-clock"));
     assert_eq!(r.period, Some(2_000_000));
-    assert_eq!(cli.output, Some(PathBuf::from("f.data")));
+    assert_eq!(cli.output(), Some(std::path::Path::new("f.data")));
     assert_eq!(r.command, os(&["prog", "-x"]));
     assert_eq!((r.pages, r.drop, r.no_inherit), (128, false, false));
     assert!(r.check(false).is_ok());
@@ -449,6 +455,65 @@ fn record_command() {
     assert!(r.check(false).is_err());
     let (_, r) = record(&["record", "-c", "1", "-p", "3,3"]);
     assert!(r.check(false).is_err());
+    // perf's call-graph spellings: -g, --call-graph fp; dwarf and lbr
+    // refused by the parser with the reason.
+    let (_, r) = record(&["record", "-c", "1", "-g", "true"]);
+    assert!(r.call_graph() && r.chain_depth() == 32);
+    let (_, r) = record(&[
+        "record",
+        "-c",
+        "1",
+        "--call-graph",
+        "fp",
+        "--max-stack",
+        "8",
+        "true",
+    ]);
+    assert!(r.call_graph() && r.chain_depth() == 8 && r.check(false).is_ok());
+    for mode in ["dwarf", "dwarf,8192", "lbr"] {
+        let e = p(&["record", "-c", "1", "--call-graph", mode, "true"]).unwrap_err();
+        assert!(e.to_string().contains("not supported"), "{mode}: {e}");
+    }
+    let (_, r) = record(&["record", "-c", "1", "--max-stack", "8", "true"]);
+    assert!(r
+        .check(false)
+        .unwrap_err()
+        .contains("--max-stack goes with -g"));
+    // perf's whole-CPU options: one line saying why, not clap's '-- -a'.
+    for (opt, what) in [
+        (
+            &["-a"][..],
+            "-a (--all-cpus) is not supported: pfm is a per-thread tool",
+        ),
+        (&["-C", "0"], "-C (--cpu) is not supported"),
+        (&["-D", "100"], "-D (--delay) is not supported"),
+    ] {
+        let mut args = vec!["record", "-c", "1"];
+        args.extend_from_slice(opt);
+        args.push("true");
+        let (_, r) = record(&args);
+        assert!(r.check(false).unwrap_err().contains(what), "{args:?}");
+        let mut args = vec!["stat"];
+        args.extend_from_slice(opt);
+        args.push("true");
+        let (_, st) = stat(&args);
+        assert!(st.check(false).unwrap_err().contains(what), "{args:?}");
+    }
+    // record --help lists what record takes: -o (its file), not --json,
+    // nor the hidden perf options.
+    let mut cmd = crate::command();
+    let help = cmd
+        .find_subcommand_mut("record")
+        .unwrap()
+        .render_long_help()
+        .to_string();
+    assert!(help.contains("--output <FILE>"), "{help}");
+    assert!(!help.contains("--json"), "{help}");
+    assert!(!help.contains("--all-cpus"), "{help}");
+    assert!(help.contains("--call-graph <MODE>"), "{help}");
+    // -o - and -i - parse as paths named '-'.
+    let (cli, _) = record(&["record", "-c", "1", "-o", "-", "true"]);
+    assert!(crate::output::is_stdio(cli.output().unwrap()));
 }
 
 #[test]
@@ -472,7 +537,7 @@ fn report_command() {
         "f.svg",
     ])
     .unwrap();
-    assert!(cli.json);
+    assert!(cli.json());
     let Command::Report(r) = cli.command else {
         panic!("{:?}", cli.command)
     };

@@ -35,8 +35,14 @@
 //! simulated PMU counts, which depends on each PMC's event select, unit
 //! mask and ring bits (core and reference cycles at 1 per ns, instructions
 //! at 1 per 2 ns: IPC 0.5; nothing in kernel mode). An unknown name gets
-//! one line naming the closest names. Last, without the module, "module
-//! not loaded".
+//! one line naming the closest names. perf's spellings (issue 34): on
+//! soft `task-clock:u`, `cpu-clock`, `cs:k`; on intel_arch_sim `cycles`,
+//! `instructions:u`, `r5100c0`, `cache-misses` written as the PMC values
+//! perf's kernel programs for them (Linux's `intel_perfmon_event_map`, INT
+//! dropped, user mode), read back through ptrace; what the model cannot
+//! count (`page-faults`, `cycles` on soft; `task-clock`,
+//! `stalled-cycles-frontend`, `:G` on Intel) one line saying why. Last,
+//! without the module, "module not loaded".
 //!
 //! The tool is found through $PFM_BIN, next to this program, as /bin/pfm,
 //! or in PATH.
@@ -51,7 +57,7 @@ use pfm_guest::tap::diag;
 use pfm_guest::{ensure, module, raw, ResultExt, Tap, TestResult};
 use pfm_json::{Info, List, Stat, StatKind, Stats, SCHEMA_VERSION};
 
-const PLAN: usize = 41;
+const PLAN: usize = 44;
 
 /// libpfm4's PMU table the hardware cases force.
 const FORCED_PMU: &str = "skl";
@@ -936,7 +942,8 @@ fn missing_thread(pfm: &Pfm) -> TestResult {
     let err = text(&out.stderr);
     show("stderr", &err);
     ensure!(out.status.code() == Some(1), "exit {:?}", out.status);
-    one_line(&err, "no such thread")
+    ensure!(!err.contains("PFM_IOC"), "an ioctl's name in: {err}");
+    one_line(&err, "no such thread: 4194305")
 }
 
 fn not_loaded(pfm: &Pfm) -> TestResult {
@@ -1160,6 +1167,137 @@ fn libpfm_encoding(pfm: &Pfm) -> TestResult {
         metric.unit == "insn per cycle" && (metric.value - ipc).abs() < 1e-9,
         "metric {metric:?}"
     );
+    Ok(())
+}
+
+/// `pfm stat -r 3` of a command whose second run is killed by SIGINT
+/// (Ctrl-C's signal; the shell signals itself): pfm stops repeating, says
+/// the killed run is not in the mean, and the summary is the first run's
+/// alone (runs 1, the same count), with the command's status (130).
+fn repeat_ctrl_c(pfm: &Pfm, dir: &Path) -> TestResult {
+    let flag = dir.join("ran-once");
+    let _ = std::fs::remove_file(&flag);
+    let script = format!(
+        "if [ -e {f} ]; then kill -INT $$; fi; touch {f}; sleep 0.05",
+        f = flag.display()
+    );
+    let out = pfm.run(&[
+        "stat", "--json", "-r", "3", "-e", "cs", "--", "sh", "-c", &script,
+    ])?;
+    let err = text(&out.stderr);
+    show("stderr", &err);
+    ensure!(out.status.code() == Some(130), "exit {:?}", out.status);
+    ensure!(
+        err.contains("pfm: run 2 of 3 interrupted (SIGINT): the mean is of the 1 runs before it"),
+        "no note of the interrupted run"
+    );
+    let all: Vec<Stat> = docs(&err)?;
+    ensure!(all.len() == 3, "{} documents (2 runs + summary)", all.len());
+    let (first, summary) = (&all[0], &all[2]);
+    ensure!(
+        summary.kind == StatKind::Summary && summary.runs == Some(1),
+        "summary {summary:?}"
+    );
+    ensure!(
+        value_of(summary, "context-switches")? == value_of(first, "context-switches")?,
+        "the summary is not the first run's"
+    );
+    Ok(())
+}
+
+/// perf's spellings on intel_arch_sim, each to the PMC value perf's
+/// kernel programs for it (Linux's `intel_perfmon_event_map`: cycles 003CH,
+/// instructions 00C0H, cache-misses 412EH, branch-instructions 00C4H;
+/// `r5100c0` perf's raw value, whose INT (bit 20) the module owns: pfm
+/// drops it, perf's kernel ignores it), user mode (USR, bit 16) as perf
+/// counts for a user at perf_event_paranoid 2, or as the modifier says:
+/// read back from pfm's PFM_IOC_WRITE_PMCS (ptrace), which must succeed.
+/// `r5100c0` and `instructions:u` are one event on two counters: their
+/// counts are equal. Then what cannot be counted here is one line: a
+/// software event, perf's stalled-cycles (no encoding on Intel), an
+/// unsupported modifier.
+fn perf_spellings_hw(pfm: &Pfm) -> TestResult {
+    let me = me()?;
+    let list = "cycles,instructions:u,r5100c0,cache-misses";
+    let args = [
+        "stat", "--json", "-e", list, "--", &me, CHILD_FLAG, "spin", "100",
+    ];
+    let (writes, traced) = traced_pmc_writes(pfm, &args)?;
+    let err = text(&traced.stderr);
+    ensure!(
+        libc::WIFEXITED(traced.status) && libc::WEXITSTATUS(traced.status) == 0,
+        "pfm exit status {:#x}: {err}",
+        traced.status
+    );
+    diag(format!("PFM_IOC_WRITE_PMCS calls: {writes:x?}"));
+    ensure!(writes.len() == 1, "{} WRITE_PMCS calls", writes.len());
+    let (ret, regs) = &writes[0];
+    ensure!(*ret == 0, "WRITE_PMCS returned {ret}");
+    let want = [(0u16, 0x1003c), (1, 0x100c0), (2, 0x4100c0), (3, 0x1412e)];
+    ensure!(*regs == want, "PMCs written {regs:x?}, perf's {want:x?}");
+    show("stderr", &err);
+    let v: Stat = doc(&err)?;
+    let (inst, raw) = (value_of(&v, "instructions:u")?, value_of(&v, "r5100c0")?);
+    ensure!(
+        inst == raw && inst > 1_000_000,
+        "instructions:u {inst}, r5100c0 {raw}: one event, two counters"
+    );
+    value_of(&v, "cpu-cycles")?;
+    for (e, what) in [
+        ("task-clock", "is a perf software event"),
+        ("stalled-cycles-frontend", "has no encoding on PMU model"),
+        ("cycles:G", "modifier 'G'"),
+    ] {
+        let out = pfm.run(&["stat", "-e", e, "--", "true"])?;
+        let err = text(&out.stderr);
+        show("stderr", &err);
+        ensure!(out.status.code() == Some(1), "{e}: exit {:?}", out.status);
+        one_line(&err, what)?;
+    }
+    Ok(())
+}
+
+/// perf's spellings on soft: task-clock:u (a software count has no
+/// privilege levels: the same count), cpu-clock (one thread's cpu-clock is
+/// its running time: task-clock), cs:k; and the perf events the module
+/// does not count are one line naming the module's.
+fn perf_spellings_soft(pfm: &Pfm) -> TestResult {
+    let out = pfm.run(&[
+        "stat",
+        "--json",
+        "-e",
+        "task-clock:u,cpu-clock,cs:k",
+        "--",
+        "true",
+    ])?;
+    let err = text(&out.stderr);
+    show("stderr", &err);
+    ensure!(out.status.code() == Some(0), "exit {:?}", out.status);
+    let v: Stat = doc(&err)?;
+    let codes: Vec<(String, u64)> = v
+        .counters
+        .iter()
+        .map(|c| (c.event.clone(), c.code))
+        .collect();
+    ensure!(
+        codes
+            == [
+                ("task-clock:u".to_string(), 1),
+                ("task-clock".to_string(), 1),
+                ("cs:k".to_string(), 2)
+            ],
+        "{codes:?}"
+    );
+    for (e, what) in [
+        ("page-faults", "is a perf software event"),
+        ("cycles:u", "is a hardware event"),
+    ] {
+        let out = pfm.run(&["stat", "-e", e, "--", "true"])?;
+        let err = text(&out.stderr);
+        show("stderr", &err);
+        ensure!(out.status.code() == Some(1), "{e}: exit {:?}", out.status);
+        one_line(&err, what)?;
+    }
     Ok(())
 }
 
@@ -2356,6 +2494,10 @@ fn main() {
         || bad_event(&pfm),
     );
     t.run(
+        "pfm stat -e task-clock:u,cpu-clock,cs:k (perf's spellings); page-faults, cycles: one line why",
+        || perf_spellings_soft(&pfm),
+    );
+    t.run(
         "pfm --help, stat --help; usage errors on one line, exit 2",
         || usage(&pfm),
     );
@@ -2369,6 +2511,10 @@ fn main() {
     t.run("pfm stat -t of a missing thread: one-line error", || {
         missing_thread(&pfm)
     });
+    t.run(
+        "pfm stat -r 3, SIGINT in run 2: the killed run left out of the mean, exit 130",
+        || repeat_ctrl_c(&pfm, &dir),
+    );
     t.run(
         "pfm stat -- sh -c '3 children & wait': their 3x100 sleeps counted, perf inherit=1 agrees",
         || inherit_children(&pfm, &dir),
@@ -2459,6 +2605,11 @@ fn main() {
         &mut t,
         "pfm stat -e INST_RETIRED.ANY_P:u,...: PMCs = libpfm4's encodings, counted as such (IPC 0.5)",
         &|| libpfm_encoding(&pfm),
+    );
+    hw_case(
+        &mut t,
+        "pfm stat -e cycles,instructions:u,r5100c0,cache-misses: perf's encodings written and accepted; what cannot count, one line",
+        &|| perf_spellings_hw(&pfm),
     );
     hw_case(
         &mut t,

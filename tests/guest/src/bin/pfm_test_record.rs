@@ -45,7 +45,24 @@
 //!   graph.
 //! - Errors on one line with their exit status: no `-c`, an unknown event,
 //!   `-F` with a counting event, an unwritable `-o`, and a file that is not
-//!   a record file given to `pfm report`.
+//!   a record file given to `pfm report`. A recording without samples (a
+//!   period longer than the command runs) says so and exits 1, and `pfm
+//!   report` of it says so too.
+//! - perf's file and argument habits (issue 34): `-o -` piped into
+//!   `pfm report -i -`, the command's output kept out of the stream; an
+//!   existing file kept as FILE.old; `--call-graph dwarf`, `-a` and a
+//!   missing thread one line each; `record --help` without `--json`.
+//! - On `pmu=intel_arch_sim` (issue 34: it recorded no sample, the PMD armed
+//!   as 2^47 - P, a 64-bit value 2^64 - 2^47 events from its overflow):
+//!   `pfm record -e cpu-cycles -c 1000000` of the hot-cold workload. The
+//!   simulator counts a cycle per ns the thread runs with its context
+//!   installed (pfm_test_hwsim: at least 80% of the thread's running time,
+//!   the rest being the switch and PMI paths, and never more than the wall
+//!   time it was monitored), so the samples are at least 0.8 T/P - 1, T
+//!   the workload's own CPU time, and at most the recording's wall time
+//!   / P; the two functions' samples at least half their own measured
+//!   time in periods, their shares within 5 points of their own measured
+//!   shares, as for task-clock, and hot_work the top row.
 //!
 //! The tool is found through $PFM_BIN, next to this program, as /bin/pfm,
 //! or in PATH. The workloads are this program run by pfm with
@@ -64,7 +81,7 @@ use pfm_guest::{edges, ensure, module, raw, work, ResultExt, Tap, TestResult};
 use pfm_json::Report;
 use prost::Message;
 
-const PLAN: usize = 10;
+const PLAN: usize = 15;
 
 /// Task-clock's period (ns) and the workload's own CPU time (ms).
 const CLOCK_PERIOD: u64 = 2_000_000;
@@ -319,6 +336,262 @@ fn numbers(path: &str, n: usize) -> Result<Vec<u64>, String> {
 }
 
 const CLOCK_FILE: &str = "/tmp/pfm-record-clock.data";
+
+/// The hardware model's sampled cycles: the period (cycles, ns on the
+/// simulator) and the workload's own CPU time (ms).
+const CYCLES_PERIOD: u64 = 1_000_000;
+const CYCLES_RUN_MS: u64 = 1_000;
+
+/// `pfm record -e cpu-cycles` of the hot-cold workload on `intel_arch_sim`:
+/// samples (at least 80% of T/P, at most the recording's wall time / P),
+/// in hot_work and cold_work as their own measured time.
+fn hw_cycles() -> TestResult {
+    let file = "/tmp/pfm-record-cycles.data";
+    let own = "/tmp/pfm-record-cycles.own";
+    let me = me()?;
+    let period = CYCLES_PERIOD.to_string();
+    let run = CYCLES_RUN_MS.to_string();
+    let out = pfm(&[
+        "record",
+        "-e",
+        "cpu-cycles",
+        "-c",
+        &period,
+        "-o",
+        file,
+        "--",
+        &me,
+        CHILD_FLAG,
+        "hot-cold",
+        &run,
+        own,
+    ])?;
+    ensure!(
+        out.status.code() == Some(0),
+        "pfm record: {} {}",
+        out.status,
+        text(&out.stderr)
+    );
+    let v = numbers(own, 3)?;
+    let (hot_ns, cold_ns, t) = (v[0], v[1], v[2]);
+    let r = report(file)?;
+    show_rows(&r);
+    let (hot, cold) = (samples_in(&r, "hot_work"), samples_in(&r, "cold_work"));
+    let n = r.samples + r.lost;
+    let wall = r.duration_ns.ok_or("no duration in the report")?;
+    let (low, high) = (
+        (t / CYCLES_PERIOD * 8 / 10).saturating_sub(1),
+        wall / CYCLES_PERIOD,
+    );
+    let share_own = hot_ns * 1000 / (hot_ns + cold_ns).max(1);
+    let share_smpl = hot * 1000 / (hot + cold).max(1);
+    diag(format!(
+        "T = {t} ns (the workload's own CPU clock), wall {wall} ns; samples {} + lost {} \
+         (counted {:?} cycles), expected {low}..={high}; hot_work {hot}, cold_work {cold}; \
+         hot share {share_smpl}‰ of the two functions' samples, {share_own}‰ of their own time",
+        r.samples, r.lost, r.counted,
+    ));
+    ensure!(
+        r.complete
+            && r.event == "cpu-cycles"
+            && r.period == CYCLES_PERIOD
+            && r.model == "intel_arch_sim",
+        "{r:?}"
+    );
+    ensure!(
+        (low..=high).contains(&n),
+        "{n} samples, expected {low}..={high}"
+    );
+    // The two functions' own time is a smaller part of T than on soft:
+    // the debug kernel's exec and the program's start (page faults of the
+    // static binary) took 40-60% of T under the simulator (seen: hot_work
+    // 285 ms, cold_work 132 ms of T = 1014 ms). Their samples must be at
+    // least half their own time in periods (cycles at least 80% of the
+    // running time, and the sampling's spread).
+    let own_periods = (hot_ns + cold_ns) / CYCLES_PERIOD;
+    ensure!(
+        (hot + cold) * 2 >= own_periods,
+        "only {} samples in hot_work and cold_work, for {own_periods} periods of their own time",
+        hot + cold
+    );
+    ensure!(
+        share_smpl.abs_diff(share_own) <= 50,
+        "hot_work: {share_smpl}‰ of the samples, {share_own}‰ of the workload's own time"
+    );
+    let top = r.rows.first().ok_or("no rows")?;
+    ensure!(
+        top.symbol
+            .as_deref()
+            .is_some_and(|s| s.ends_with("::hot_work")),
+        "top row {top:?}, expected hot_work"
+    );
+    Ok(())
+}
+
+/// perf's file and argument habits: `-o -` piped into `pfm report -i -`
+/// (the stream starts with the file's magic; the command's own output went
+/// to standard error, not into it; the report finds hot_work), an existing
+/// file kept as FILE.old (the same bytes), `--call-graph dwarf` and `-a`
+/// one line each, a missing thread worded without an ioctl's name, and
+/// `record --help` without `--json`.
+fn perf_habits() -> TestResult {
+    let me = me()?;
+    let path = find_pfm().ok_or("no pfm binary")?;
+    let own = "/tmp/pfm-record-pipe.own";
+    let script = format!("echo from-the-command; exec {me} {CHILD_FLAG} hot-cold 300 {own}");
+    let rec = Command::new(&path)
+        .args([
+            "record",
+            "-e",
+            "task-clock",
+            "-c",
+            "1000000",
+            "-o",
+            "-",
+            "--",
+        ])
+        .args(["sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .ctx("pfm record -o -")?;
+    let out = rec.wait_with_output().ctx("pfm record -o -")?;
+    let err = text(&out.stderr);
+    diag(format!(
+        "pfm record -o -: {} bytes on stdout, {}",
+        out.stdout.len(),
+        out.status
+    ));
+    ensure!(
+        out.status.code() == Some(0),
+        "pfm record -o -: {} {err}",
+        out.status
+    );
+    ensure!(
+        out.stdout.starts_with(b"PFMDATA\0"),
+        "stdout is not a record file"
+    );
+    ensure!(
+        err.contains("from-the-command") && err.contains("written to standard output"),
+        "the command's output is not on stderr: {err}"
+    );
+    let mut report = Command::new(&path)
+        .args(["report", "-i", "-", "--json"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .ctx("pfm report -i -")?;
+    {
+        use std::io::Write;
+        let mut stdin = report.stdin.take().ok_or("no stdin")?;
+        stdin.write_all(&out.stdout).ctx("write to pfm report")?;
+    }
+    let rep = report.wait_with_output().ctx("pfm report -i -")?;
+    ensure!(
+        rep.status.success(),
+        "pfm report -i -: {}",
+        text(&rep.stderr)
+    );
+    let r: Report = serde_json::from_str(text(&rep.stdout).trim())
+        .map_err(|e| format!("{e}: {}", text(&rep.stdout)))?;
+    show_rows(&r);
+    ensure!(
+        samples_in(&r, "hot_work") > 0,
+        "no hot_work in the piped report"
+    );
+
+    // An existing file is kept as FILE.old.
+    let file = "/tmp/pfm-record-old.data";
+    let old = "/tmp/pfm-record-old.data.old";
+    let _ = std::fs::remove_file(old);
+    let _ = std::fs::remove_file(file);
+    let record_to_file = || -> TestResult {
+        let out = pfm(&[
+            "record",
+            "-e",
+            "task-clock",
+            "-c",
+            "1000000",
+            "-o",
+            file,
+            "--",
+            &me,
+            CHILD_FLAG,
+            "hot-cold",
+            "50",
+            own,
+        ])?;
+        ensure!(out.status.success(), "pfm record: {}", text(&out.stderr));
+        Ok(())
+    };
+    record_to_file()?;
+    ensure!(
+        !std::path::Path::new(old).exists(),
+        "{old} after the first recording"
+    );
+    std::fs::copy(file, "/tmp/pfm-record-first.data").ctx("copy")?;
+    record_to_file()?;
+    let first = std::fs::read("/tmp/pfm-record-first.data").ctx("first")?;
+    ensure!(
+        std::fs::read(old).ctx(old)? == first,
+        "{old} is not the first recording"
+    );
+    one_line_error(
+        &["record", "-c", "5", "--call-graph", "dwarf", "--", "true"],
+        2,
+        "not supported",
+    )?;
+    one_line_error(
+        &["record", "-a", "-c", "5", "--", "true"],
+        2,
+        "-a (--all-cpus) is not supported: pfm is a per-thread tool",
+    )?;
+    one_line_error(
+        &["record", "-c", "5", "-t", "4194305", "--duration", "0.1"],
+        1,
+        "no such thread: 4194305",
+    )?;
+    let help = pfm(&["record", "--help"])?;
+    let h = text(&help.stdout);
+    ensure!(
+        help.status.success() && h.contains("--call-graph") && !h.contains("--json"),
+        "record --help: {h}"
+    );
+    Ok(())
+}
+
+/// A recording without samples (the period is longer than `true` runs):
+/// pfm record says so, after its summary line, and exits 1; pfm report
+/// of the file says so in one line and exits 1.
+fn no_samples() -> TestResult {
+    let file = "/tmp/pfm-record-empty.data";
+    let out = pfm(&[
+        "record",
+        "-e",
+        "task-clock",
+        "-c",
+        "100000000000",
+        "-o",
+        file,
+        "--",
+        "true",
+    ])?;
+    let err = text(&out.stderr);
+    ensure!(
+        out.status.code() == Some(1),
+        "pfm record of no samples: {} (expected exit 1): {err}",
+        out.status
+    );
+    ensure!(
+        err.lines()
+            .any(|l| l.starts_with("pfm: no samples: task-clock counted ")
+                && l.contains("less than one period")),
+        "no 'pfm: no samples' line: {err:?}"
+    );
+    one_line_error(&["report", "-i", file], 1, "has no samples")
+}
 
 fn task_clock() -> TestResult {
     let own = "/tmp/pfm-record-clock.own";
@@ -935,6 +1208,27 @@ fn main() {
         call_graph,
     );
     t.run("errors: one line each, with their exit status", errors);
+    t.run(
+        "no samples: pfm record and pfm report say so and exit 1",
+        no_samples,
+    );
+    t.run(
+        "perf's habits: -o - | report -i -, FILE.old, --call-graph dwarf, -a, no such thread, record --help",
+        perf_habits,
+    );
     t.run("rmmod perfmon", module::rmmod);
+    let hw = module::insmod(&["pmu=intel_arch_sim"]);
+    let loaded = hw.is_ok();
+    t.run("insmod perfmon.ko pmu=intel_arch_sim", || hw);
+    if loaded {
+        t.run(
+            "intel_arch_sim: cpu-cycles samples (0.8 T/P to wall/P) in hot_work and cold_work as their own time",
+            hw_cycles,
+        );
+        t.run("rmmod perfmon (intel_arch_sim)", module::rmmod);
+    } else {
+        t.skip("intel_arch_sim: cpu-cycles samples", "insmod failed");
+        t.skip("rmmod perfmon (intel_arch_sim)", "insmod failed");
+    }
     t.finish();
 }

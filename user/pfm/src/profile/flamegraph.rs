@@ -45,10 +45,10 @@ pub fn svg(p: &Profile) -> std::io::Result<Vec<u8>> {
         None => "pfm record".to_string(),
     };
     opt.subtitle = Some(format!(
-        "{} samples of {}, one every {} events",
+        "{} samples of {}, one every {}",
         p.samples.len(),
         h.event,
-        h.period
+        super::period_text(h)
     ));
     opt.count_name = "samples".to_string();
     // Colors from the names, not at random: one profile, one picture.

@@ -15,9 +15,9 @@ pub fn render(p: &Profile, file: &str, sort: SortKey) -> String {
     let _ = writeln!(out, "# pfm report of {file}");
     let _ = writeln!(
         out,
-        "# {total} samples of {}, one every {} events (PMU model {}); {} lost",
+        "# {total} samples of {}, one every {} (PMU model {}); {} lost",
         h.event,
-        h.period,
+        super::period_text(h),
         h.model,
         p.lost()
     );

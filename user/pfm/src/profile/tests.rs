@@ -220,9 +220,7 @@ fn table_shares_and_order() {
         "{table}"
     );
     assert!(
-        table.contains(
-            "# 10 samples of task-clock, one every 2000000 events (PMU model soft); 2 lost"
-        ),
+        table.contains("# 10 samples of task-clock, one every 2000000 ns (PMU model soft); 2 lost"),
         "{table}"
     );
     assert!(table.contains("# Overhead  Samples  Command"), "{table}");
@@ -386,6 +384,8 @@ fn flamegraph_is_xml_naming_the_functions() {
     let text = xml_text(&svg);
     assert!(text.contains("report_test_hot_function"), "{text}");
     assert!(text.contains("report_test_cold_function"), "{text}");
+    // The subtitle gives the period in its unit (task-clock: ns).
+    assert!(text.contains("one every 2000000 ns"), "{text}");
     // Even a profile without samples draws (an empty graph).
     let empty = Profile::build(&recording(0, 0, 0));
     xml_text(&flamegraph::svg(&empty).unwrap());
@@ -436,6 +436,7 @@ fn report_reads_files_and_refuses_others() {
         sort: SortKey::Sym,
         pprof: Some(dir.join("p.pb.gz")),
         flamegraph: Some(dir.join("f.svg")),
+        out: Default::default(),
     };
     let out = dir.join("out.json");
     assert_eq!(report(&args, true, Some(&out)).unwrap(), 0);
@@ -460,6 +461,7 @@ fn report_reads_files_and_refuses_others() {
             sort: SortKey::Sym,
             pprof: None,
             flamegraph: None,
+            out: Default::default(),
         },
         false,
         Some(&out),
@@ -480,6 +482,7 @@ fn report_reads_files_and_refuses_others() {
             sort: SortKey::Sym,
             pprof: None,
             flamegraph: None,
+            out: Default::default(),
         },
         false,
         Some(&out),
