@@ -22,8 +22,8 @@
 //!   the protocol asks (`head` acquire, entries, `tail` release), each
 //!   entry checked (its `seq` is its byte position / 128, an implemented
 //!   PMD, a set id below `PFM_MAX_SETS` (the set that counted: a pool
-//!   context may have sets beside its buffer), `nvalues` the popcount of `smpl_pmds`, which is what the
-//!   setup said when this actor made it, unused values and reserved 0,
+//!   context may have sets beside its buffer), `nvalues` the popcount of
+//!   `smpl_pmds`, which is what the setup said when this actor made it, unused values and reserved 0,
 //!   timestamps in order and not in the future); an eighth of the time
 //!   `tail` is left with garbage instead (the kernel must not trust it:
 //!   the next drain of that mapping only resyncs); a third of the time
@@ -1567,7 +1567,8 @@ mod tests {
             ok(&e, 0)
         };
         assert!(bad(&|e| e.ovfl_pmd = 4).is_some());
-        assert!(bad(&|e| e.set = 1).is_some());
+        assert_eq!(bad(&|e| e.set = 1), None);
+        assert!(bad(&|e| e.set = abi::PFM_MAX_SETS as u16).is_some());
         assert!(bad(&|e| e.nvalues = 3).is_some());
         assert!(bad(&|e| e.smpl_pmds = 0b11).is_some());
         assert!(bad(&|e| e.values[5] = 1).is_some());
