@@ -19,7 +19,7 @@
 //! thread frees it at its next return to user mode, or the reaper when the
 //! thread exits first.
 
-use core::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicPtr, Ordering};
 
 use kernel::bindings;
 use kernel::prelude::*;
@@ -31,21 +31,24 @@ use crate::globals;
 use crate::pfm_x86::HwClaim;
 use crate::rust::{
     self as glue, impl_has_preempt_notifier, impl_has_task_work, CredFacts, CredRef, IrqWork,
-    ModuleRef, Notify, PreemptNotifier, PreemptNotify, SlabArc, TaskWork, WorkLink, WorkListItem,
+    ModuleRef, Notify, PreemptNotifier, SlabArc, TaskWork, WorkLink, WorkListItem,
 };
 
 mod access;
 mod attach;
 mod inherit;
+mod life;
 mod monitor;
 mod processes;
 mod ptrace_rule;
 mod registry;
+mod switch;
 mod works;
 
 pub(crate) use access::{loader, may_load, may_open, Loader};
 pub(crate) use attach::{attach, attach_heir, attach_heir_remote, let_go, monitored_by};
 pub(crate) use inherit::{exec_probe, exit_probe, fork_probe, rename_probe};
+use life::Life;
 pub(crate) use monitor::Monitor;
 pub(crate) use processes::{
     unwatch as unwatch_process, watch as watch_process, watched_processes, Processes,
@@ -77,55 +80,6 @@ pub(crate) enum Installed {
     Ended,
     /// The context no longer wants this attachment.
     NotWanted,
-}
-
-/// An attachment's life, one atomic byte of flags.
-///
-/// `WANTED` is cleared, never set again, once the context no longer
-/// wants the thread (unload, close, exit, revoke); callbacks do nothing
-/// after that. `REGISTERED` then `UNREGISTERED`: the notifier's time on
-/// the thread's list. `DEAD`: the thread did its final switch. `REAPING`:
-/// the final drop was handed to the reaper. `REVOKED`: a scheduler
-/// callback revoked; the irq_work queues the cleanup. `WATCHED`, set at
-/// creation only: the loader is unprivileged, and `watch` is in use.
-/// `HEIR`, set before publication only: an heir's attachment.
-struct Life(AtomicU8);
-
-impl Life {
-    const WANTED: u8 = 1 << 0;
-    const REGISTERED: u8 = 1 << 1;
-    const UNREGISTERED: u8 = 1 << 2;
-    const DEAD: u8 = 1 << 3;
-    const REAPING: u8 = 1 << 4;
-    const REVOKED: u8 = 1 << 5;
-    const WATCHED: u8 = 1 << 6;
-    /// Set at creation only: an heir's attachment (a thread that
-    /// inheritance or `PFM_LOAD_PROCESS`'s walk added), counted against
-    /// its loader's per-user limit whoever the loader is.
-    const HEIR: u8 = 1 << 7;
-
-    fn has(&self, flag: u8) -> bool {
-        self.0.load(Ordering::Acquire) & flag != 0
-    }
-
-    /// Sets `flag`; whether it was set before.
-    fn set(&self, flag: u8) -> bool {
-        self.0.fetch_or(flag, Ordering::AcqRel) & flag != 0
-    }
-
-    /// Clears `flag`; whether it was set before.
-    fn clear(&self, flag: u8) -> bool {
-        self.0.fetch_and(!flag, Ordering::AcqRel) & flag != 0
-    }
-
-    fn wanted(&self) -> bool {
-        self.has(Self::WANTED)
-    }
-
-    /// The notifier is on the thread's list.
-    fn on_list(&self) -> bool {
-        self.0.load(Ordering::Acquire) & (Self::REGISTERED | Self::UNREGISTERED) == Self::REGISTERED
-    }
 }
 
 /// Task_work ids of an attachment.
@@ -576,43 +530,6 @@ impl<M: Monitor> PinnedDrop for Attachment<M> {
         globals().pmu.hw_unclaim(&self.hw_claim);
         globals().attached.fetch_sub(1, Ordering::Relaxed);
         // The watched credentials are put by `Watch`'s drop.
-    }
-}
-
-impl<M: Monitor> PreemptNotify for Attachment<M> {
-    fn sched_in(&self, cpu: i32) {
-        if !self.life.wanted() {
-            // A zombie or a detached context: nothing to restore.
-            return;
-        }
-        // SAFETY: A scheduler callback of the attachment's thread.
-        if unsafe { self.check_access() } {
-            return;
-        }
-        self.ctx.switched_in(cpu);
-    }
-
-    fn sched_out(&self) {
-        // SAFETY: A scheduler callback of the attachment's thread.
-        let dead = unsafe { glue::is_dying(&self.task) };
-        // A hardware model's counters leave the PMU with their thread,
-        // whatever the context's state (a zombie's included).
-        // SAFETY: A scheduler callback of the attachment's thread.
-        if !dead && (!self.life.wanted() || unsafe { self.check_access() }) {
-            self.ctx.drop_hw_here(self.owner_token());
-            return;
-        }
-        let wanted = if dead {
-            self.life.set(Life::DEAD);
-            self.life.clear(Life::WANTED)
-        } else {
-            true
-        };
-        self.ctx.switched_out(self, dead, wanted);
-        if dead {
-            // Runqueue lock held: defer the wake-up and the cleanup.
-            self.irq_work.queue();
-        }
     }
 }
 

@@ -12,62 +12,13 @@ use kernel::ffi::{c_char, c_int, c_long, c_uint, c_ulong};
 use kernel::ioctl::{_IOC_NR, _IOC_SIZE, _IOC_TYPE};
 use kernel::prelude::*;
 use kernel::str::CStr;
-use kernel::types::{AsBytes, FromBytes};
 use kernel::uaccess::UserSlice;
 
 use crate::pfm_ctx::Context;
 use crate::rust::{SlabArc, SlabArcBorrow};
 use crate::{abi, globals, pfm_ctxsw, Globals};
 
-// SAFETY: The ABI structures are `repr(C)` integers and integer arrays with
-// explicit padding fields: every bit pattern is valid and none has padding.
-unsafe impl FromBytes for abi::PfmPmc {}
-// SAFETY: See above.
-unsafe impl AsBytes for abi::PfmPmc {}
-// SAFETY: See above.
-unsafe impl FromBytes for abi::PfmPmd {}
-// SAFETY: See above.
-unsafe impl AsBytes for abi::PfmPmd {}
-// SAFETY: See above.
-unsafe impl FromBytes for abi::PfmRegsArg {}
-// SAFETY: See above.
-unsafe impl AsBytes for abi::PfmRegsArg {}
-// SAFETY: See above.
-unsafe impl FromBytes for abi::PfmLoad {}
-// SAFETY: See above.
-unsafe impl FromBytes for abi::PfmClone {}
-// SAFETY: See above.
-unsafe impl FromBytes for abi::PfmSmplSetup {}
-// SAFETY: See above.
-unsafe impl FromBytes for abi::PfmCtxFlags {}
-// SAFETY: See above.
-unsafe impl AsBytes for abi::PfmCtxInfo {}
-// SAFETY: See above.
-unsafe impl AsBytes for abi::PfmThread {}
-// SAFETY: See above.
-unsafe impl FromBytes for abi::PfmThreadsArg {}
-// SAFETY: See above.
-unsafe impl AsBytes for abi::PfmThreadsArg {}
-// SAFETY: See above.
-unsafe impl AsBytes for abi::PfmInfo {}
-// SAFETY: See above.
-unsafe impl AsBytes for abi::PfmMsg {}
-// SAFETY: See above.
-unsafe impl FromBytes for abi::PfmSetsArg {}
-// SAFETY: See above.
-unsafe impl AsBytes for abi::PfmSetsArg {}
-// SAFETY: See above.
-unsafe impl FromBytes for abi::PfmSetdesc {}
-// SAFETY: See above.
-unsafe impl AsBytes for abi::PfmSetdesc {}
-// SAFETY: See above.
-unsafe impl FromBytes for abi::PfmSetinfo {}
-// SAFETY: See above.
-unsafe impl AsBytes for abi::PfmSetinfo {}
-// SAFETY: See above.
-unsafe impl FromBytes for abi::PfmValues {}
-// SAFETY: See above.
-unsafe impl AsBytes for abi::PfmValues {}
+mod bytes;
 
 /// `/dev/perfmon`'s file operations, handed to the miscdevice.
 pub(crate) struct FileOps(bindings::file_operations);

@@ -2,7 +2,8 @@
 
 //! Event sets and multiplexing, as perfmon2 had them: the set table of a
 //! context, the round-robin switching machine and its exact time
-//! bookkeeping, and the scaling arithmetic a tool applies to a set's counts.
+//! bookkeeping; the scaling arithmetic a tool applies to a set's counts is
+//! in `pfm_sets/scale.rs`.
 //!
 //! A context always has set 0. More sets (ids `1..PFM_MAX_SETS`) are
 //! created and deleted while it is UNLOADED. Each set is its own register
@@ -23,6 +24,12 @@
 //! (the kernel's `__udivti3` panics): the host tests check it all.
 
 use crate::abi::PFM_MAX_PMDS;
+
+#[path = "pfm_sets/scale.rs"]
+mod scale;
+pub use scale::{running_share, scale, scale_u64};
+#[path = "pfm_sets/define.rs"]
+mod define;
 
 /// Set ids are `0..PFM_MAX_SETS`.
 ///
@@ -262,119 +269,6 @@ impl SetTable {
     /// Switches since LOAD.
     pub fn switches(&self) -> u64 {
         self.switches
-    }
-
-    /// The set `reg_set` names, if it exists (else `PFM_REG_RETFL_NOSET`).
-    pub fn set_index(&self, reg_set: u16) -> Result<usize, SetError> {
-        let i = reg_set as usize;
-        if i < PFM_MAX_SETS && self.exists & (1 << i) != 0 {
-            Ok(i)
-        } else {
-            Err(SetError::NoSet)
-        }
-    }
-
-    /// Checks one description; returns the effective timeout.
-    pub fn check(&self, d: &SetDesc) -> Result<u64, SetError> {
-        let time = d.flags & PFM_SETFL_TIME_SWITCH != 0;
-        let ovfl = d.flags & PFM_SETFL_OVFL_SWITCH != 0;
-        let bad = d.id as usize >= PFM_MAX_SETS
-            || d.flags & !PFM_SETFL_MASK != 0
-            || d.reserved != 0
-            || (time && ovfl)
-            || time != (d.timeout != 0)
-            || ovfl != (d.ovfl_switch_cnt != 0)
-            || ovfl != (d.switch_pmds != 0)
-            || d.switch_pmds & !self.impl_pmds != 0;
-        if bad {
-            return Err(SetError::Invalid);
-        }
-        Ok(if time {
-            d.timeout.max(PFM_SET_MIN_TIMEOUT_NS)
-        } else {
-            0
-        })
-    }
-
-    /// `PFM_IOC_CREATE_SETS`: creates the sets, or changes the flags of
-    /// those that exist (set 0's included), all or none: on an error,
-    /// nothing changed and the index of the first bad element says which.
-    /// On success each `timeout` is the effective one.
-    pub fn create(&mut self, descs: &mut [SetDesc]) -> Result<(), (usize, SetError)> {
-        if self.loaded {
-            return Err((0, SetError::Loaded));
-        }
-        for (i, d) in descs.iter().enumerate() {
-            self.check(d).map_err(|e| (i, e))?;
-        }
-        for d in descs.iter_mut() {
-            // Checked above; a second check cannot fail.
-            let timeout = self.check(d).unwrap_or(0);
-            d.timeout = timeout;
-            let s = &mut self.sets[d.id as usize];
-            if self.exists & (1 << d.id) == 0 {
-                *s = Set::default();
-                self.exists |= 1 << d.id;
-            }
-            s.desc = *d;
-            // The set where the last monitoring stopped shows its time
-            // left until the next LOAD: that of its new timeout now.
-            if d.id as usize == self.active as usize {
-                self.left = timeout;
-            }
-        }
-        Ok(())
-    }
-
-    /// `PFM_IOC_DELETE_SETS`: deletes the sets, all or none. Their register
-    /// images go with them: the caller frees those of the returned sets.
-    pub fn delete(&mut self, ids: &[u16]) -> Result<u16, (usize, SetError)> {
-        if self.loaded {
-            return Err((0, SetError::Loaded));
-        }
-        let mut gone = 0u16;
-        for (i, &id) in ids.iter().enumerate() {
-            if id == 0 || id as usize >= PFM_MAX_SETS {
-                return Err((i, SetError::Invalid));
-            }
-            if self.exists & (1 << id) == 0 {
-                return Err((i, SetError::NoSet));
-            }
-            gone |= 1 << id;
-        }
-        self.exists &= !gone;
-        self.at_load &= !gone;
-        for i in 0..PFM_MAX_SETS {
-            if gone & (1 << i) != 0 {
-                self.sets[i] = Set::default();
-            }
-        }
-        if gone & (1 << self.active) != 0 {
-            self.active = 0;
-        }
-        Ok(gone)
-    }
-
-    /// A PMC (`pmd` false) or PMD write of `reg` in set `reg_set` (the
-    /// caller checked `reg` against the model): returns the set's index.
-    pub fn use_reg(&mut self, reg_set: u16, pmd: bool, reg: usize) -> Result<usize, SetError> {
-        let i = self.set_index(reg_set)?;
-        if reg >= 32 {
-            return Err(SetError::Invalid);
-        }
-        let s = &mut self.sets[i];
-        let used = if pmd {
-            &mut s.used_pmds
-        } else {
-            &mut s.used_pmcs
-        };
-        *used |= 1 << reg;
-        Ok(i)
-    }
-
-    /// The PMDs written in set `i` (0 if it does not exist).
-    pub fn used_pmds(&self, i: usize) -> u64 {
-        self.sets.get(i).map_or(0, |s| s.used_pmds)
     }
 
     /// Whether [`SetTable::load`] of `start` would succeed; changes
@@ -626,78 +520,4 @@ impl SetTable {
             last_cause: s.last_cause,
         })
     }
-}
-
-/// `(hi:lo) / d` for `d != 0`, the quotient in 128 bits, with 64-bit
-/// operations only: the kernel's 128-bit division helpers panic.
-const fn div_128_by_64(hi: u64, lo: u64, d: u64) -> (u64, u64) {
-    // Checked: no division-by-zero panic path in the module (objtool
-    // flagged one: "falls through to next function").
-    let (q_hi, mut r) = match (hi.checked_div(d), hi.checked_rem(d)) {
-        (Some(q), Some(r)) => (q, r),
-        _ => return (0, 0),
-    };
-    let mut q_lo = 0u64;
-    let mut bit = 64;
-    // Restoring division, one bit of `lo` at a time; r < d throughout.
-    while bit > 0 {
-        bit -= 1;
-        let carry = r >> 63;
-        r = (r << 1) | ((lo >> bit) & 1);
-        q_lo <<= 1;
-        if carry != 0 || r >= d {
-            r = r.wrapping_sub(d);
-            q_lo |= 1;
-        }
-    }
-    (q_hi, q_lo)
-}
-
-/// `round(a * b / d)` in 128 bits (halves up), `d != 0`.
-const fn mul_div_round(a: u64, b: u64, d: u64) -> u128 {
-    let p = a as u128 * b as u128;
-    let (lo, c) = (p as u64).overflowing_add(d / 2);
-    // a * b <= (2^64 - 1)^2 leaves room for the carry.
-    let hi = ((p >> 64) as u64).wrapping_add(c as u64);
-    let (q_hi, q_lo) = div_128_by_64(hi, lo, d);
-    ((q_hi as u128) << 64) | q_lo as u128
-}
-
-/// The estimate of what a set's event would have counted had it counted
-/// all the time it was enabled: `count × enabled / running`, rounded to
-/// nearest, exact in 128 bits. `None` when the event never ran (perf's
-/// `<not counted>`). An enabled time below the running time (possible only
-/// for times from two clocks) never scales a count down: it counted at
-/// least that many events.
-pub const fn scale(count: u64, enabled: u64, running: u64) -> Option<u128> {
-    if running == 0 {
-        return None;
-    }
-    if enabled <= running {
-        return Some(count as u128);
-    }
-    Some(mul_div_round(count, enabled, running))
-}
-
-/// [`scale`], saturated to 64 bits for a tool's `u64` column.
-pub const fn scale_u64(count: u64, enabled: u64, running: u64) -> Option<u64> {
-    match scale(count, enabled, running) {
-        Some(v) if v > u64::MAX as u128 => Some(u64::MAX),
-        Some(v) => Some(v as u64),
-        None => None,
-    }
-}
-
-/// The share of its enabled time an event counted, in hundredths of a
-/// percent, rounded to nearest and at most 10,000 (`pfm stat`'s
-/// `(66.67%)` is 6667). `None` if it was never enabled.
-pub const fn running_share(running: u64, enabled: u64) -> Option<u32> {
-    if enabled == 0 {
-        return None;
-    }
-    if running >= enabled {
-        return Some(10_000);
-    }
-    // running < enabled: at most 10,000 after rounding.
-    Some(mul_div_round(running, 10_000, enabled) as u32)
 }

@@ -3,7 +3,7 @@
 //! LOAD's thread side (find the thread, check, publish, hand the install
 //! to the thread) and letting an attachment go (UNLOAD, close).
 
-use core::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicPtr, Ordering};
 
 use kernel::prelude::*;
 use kernel::sync::Arc;
@@ -71,7 +71,7 @@ impl<M: Monitor> Attachment<M> {
                 reap_link: WorkLink::new(),
                 task,
                 ctx,
-                life: Life(AtomicU8::new(life)),
+                life: Life::new(life),
                 watch,
                 owner_uid,
                 hw_claim: HwClaim::new(),
