@@ -917,7 +917,17 @@ fn thread_ctrl_c(pfm: &Pfm) -> TestResult {
         .stderr(Stdio::piped())
         .spawn()
         .ctx("spawn pfm")?;
-    std::thread::sleep(Duration::from_millis(500));
+    // Ready when pfm catches SIGINT and its context is attached: a fixed
+    // wait was too short for a loaded host (pfm was killed by the signal).
+    let ready = module::wait_for(Duration::from_secs(60), || {
+        catches_sigint(p.id()) && module::Counters::read().attached.unwrap_or(0) >= 1
+    });
+    if !ready {
+        let _ = p.kill();
+        let _ = p.wait();
+        return Err("pfm stat -t: not catching SIGINT with a context within 60 s".into());
+    }
+    std::thread::sleep(Duration::from_millis(100));
     perfmon::process::send_signal(p.id(), libc::SIGINT).ctx("SIGINT")?;
     let deadline = Instant::now() + Duration::from_secs(10);
     while p.try_wait().ctx("wait")?.is_none() {
@@ -935,6 +945,19 @@ fn thread_ctrl_c(pfm: &Pfm) -> TestResult {
     ensure!(err.contains("interrupted: totals so far"), "no totals note");
     ensure!(err.contains("context-switches"), "no counts");
     Ok(())
+}
+
+/// Whether process `pid` has a handler for SIGINT (`SigCgt` of its
+/// `/proc` status, bit 1).
+fn catches_sigint(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("SigCgt:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .is_some_and(|mask| mask & (1 << (libc::SIGINT - 1)) != 0)
 }
 
 fn missing_thread(pfm: &Pfm) -> TestResult {

@@ -973,10 +973,14 @@ fn page_with_sets() -> TestResult {
     Ok(())
 }
 
-/// After a refused CREATE_SETS (no table made), set 0's times are the
-/// context's: LOAD, START, 2 ms of CPU, STOP, then READ_VALUES with
-/// `PFM_VALFL_SET` of set 0 and without it give the same times, and the
-/// running time is not 0. (It was 0 when a refusal left a table behind.)
+/// After a refused CREATE_SETS (no table made), set 0 is the context's
+/// only set: LOAD, START, 2 ms of CPU, STOP, then READ_VALUES with
+/// `PFM_VALFL_SET` of set 0 gives the values and running time of
+/// READ_VALUES without it, and, as a set's enabled time is the context's
+/// running time while it existed (a set is enabled only while its thread
+/// runs: Documentation/sets-design.md), an enabled time equal to that
+/// running time; which is not 0. (It was 0 when a refusal left a table
+/// behind.)
 fn set0_times_are_the_contexts(ctx: &Context, after: &str) -> TestResult {
     program(ctx, 0, &[TC])?;
     ctx.load(0).ctx("LOAD")?;
@@ -989,9 +993,9 @@ fn set0_times_are_the_contexts(ctx: &Context, after: &str) -> TestResult {
     let (set0, plain) = (set0?, plain?);
     ensure!(
         set0.time_running != 0
-            && (set0.time_enabled, set0.time_running) == (plain.time_enabled, plain.time_running)
+            && (set0.time_enabled, set0.time_running) == (plain.time_running, plain.time_running)
             && set0.values == plain.values,
-        "{after}: set 0 reads {set0:?}, the context {plain:?}"
+        "{after}: set 0 reads {set0:?}, the context {plain:?} (set 0 enabled and running for the context's running time expected)"
     );
     Ok(())
 }
