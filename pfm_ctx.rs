@@ -48,6 +48,7 @@ mod thread;
 use family::Family;
 use mailbox::{Mailbox, Reader};
 use parts::Parts;
+use sets::CtxSets;
 
 /// The part of a context protected by its lock.
 pub(crate) struct CtxInner {
@@ -268,10 +269,16 @@ impl CtxInner {
 
     /// Applies `d` to every counter and records overflows.
     fn advance(&mut self, d: &ThreadDeltas) {
-        if self.multiplexed() {
+        // A context without parts (the common case, on every switch) looks
+        // at the parts pointer once.
+        let Some(parts) = self.parts.as_deref() else {
+            let ovfl = self.counters.advance(d);
+            return self.overflowed(ovfl);
+        };
+        if parts.sets.as_deref().is_some_and(CtxSets::multiplexed) {
             return self.advance_sets(d);
         }
-        let ovfl = match self.parts.as_deref().and_then(|p| p.smpl.as_deref()) {
+        let ovfl = match parts.smpl.as_deref() {
             // A sampling buffer takes an entry per period crossed.
             Some(smpl) => self
                 .counters

@@ -153,6 +153,13 @@ impl Segments {
 }
 
 impl CtxSets {
+    /// Whether the sets take turns (more than one at LOAD): the table's
+    /// O(1) flag.
+    #[inline(always)]
+    pub(super) fn multiplexed(&self) -> bool {
+        self.table.multiplexed()
+    }
+
     /// The table of a context whose registers so far are all set 0's.
     pub(super) fn new_boxed() -> Result<KBox<Self>> {
         Ok(KBox::new(Self::new(), GFP_KERNEL_ACCOUNT)?)
@@ -219,7 +226,7 @@ impl CtxInner {
     /// Whether the context's time is charged to several sets.
     #[inline(always)]
     pub(super) fn multiplexed(&self) -> bool {
-        matches!(sets_of(&self.parts), Some(s) if s.table.multiplexed())
+        matches!(sets_of(&self.parts), Some(s) if s.multiplexed())
     }
 
     /// The set whose image is `counters` (0 without a table).
