@@ -457,7 +457,7 @@ pub fn load(input: &Path, filter: &FilterArgs) -> Result<(Profile, String, Recor
 }
 
 /// What the filters ask for, in words: `process 12 and thread names x, y`.
-fn filter_text(f: &FilterArgs) -> String {
+pub(crate) fn filter_text(f: &FilterArgs) -> String {
     let list = |v: &[String]| v.join(", ");
     let ids = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>();
     let mut parts = Vec::new();

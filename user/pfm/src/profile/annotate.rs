@@ -43,12 +43,13 @@ pub struct Insn {
 pub fn disassemble(code: &[u8], start: u64, offsets: &[u64]) -> (Vec<Insn>, u64) {
     let mut decoder = Decoder::with_ip(64, code, start, DecoderOptions::NONE);
     let mut formatter = IntelFormatter::new();
-    formatter.options_mut().set_hex_prefix("0x");
-    formatter.options_mut().set_hex_suffix("");
-    formatter.options_mut().set_uppercase_hex(false);
-    formatter
-        .options_mut()
-        .set_space_after_operand_separator(true);
+    let opts = formatter.options_mut();
+    opts.set_hex_prefix("0x");
+    opts.set_hex_suffix("");
+    opts.set_uppercase_hex(false);
+    opts.set_space_after_operand_separator(true);
+    opts.set_show_branch_size(false);
+    opts.set_branch_leading_zeros(false);
     let mut insns: Vec<Insn> = Vec::new();
     let mut instr = Instruction::default();
     while decoder.can_decode() {
@@ -204,7 +205,7 @@ pub fn text(a: &Annotation) -> String {
 /// The annotations `args` asks for, of a recording and its profile:
 /// warnings for functions that cannot be read among several, one line of
 /// failure when none can.
-fn annotations(
+pub(crate) fn annotations(
     p: &Profile,
     rec: &Recording,
     file: &str,
