@@ -189,9 +189,8 @@ fn an_earlier_report_still_reads() {
     assert_eq!(r.rows[0].callchain, None);
 }
 
-#[test]
-fn script_and_annotate_documents_round_trip() {
-    let s = ScriptSample {
+fn script_sample() -> ScriptSample {
+    ScriptSample {
         schema_version: SCHEMA_VERSION,
         time_ns: 12_345_678_901,
         tid: 43,
@@ -214,12 +213,11 @@ fn script_and_annotate_documents_round_trip() {
                 dso: "[unknown]".into(),
             },
         ],
-    };
-    let text = serde_json::to_string(&s).unwrap();
-    assert!(!text.contains("null"), "{text}");
-    assert_eq!(serde_json::from_str::<ScriptSample>(&text).unwrap(), s);
-    assert!(serde_json::from_str::<ScriptSample>(&text.replace("\"cpu\"", "\"cpux\"")).is_err());
-    let a = Annotation {
+    }
+}
+
+fn annotation() -> Annotation {
+    Annotation {
         schema_version: SCHEMA_VERSION,
         symbol: "prog::hot".into(),
         dso: "prog".into(),
@@ -235,7 +233,17 @@ fn script_and_annotate_documents_round_trip() {
             samples: 4,
             pct: 100.0,
         }],
-    };
+    }
+}
+
+#[test]
+fn script_and_annotate_documents_round_trip() {
+    let s = script_sample();
+    let text = serde_json::to_string(&s).unwrap();
+    assert!(!text.contains("null"), "{text}");
+    assert_eq!(serde_json::from_str::<ScriptSample>(&text).unwrap(), s);
+    assert!(serde_json::from_str::<ScriptSample>(&text.replace("\"cpu\"", "\"cpux\"")).is_err());
+    let a = annotation();
     let text = serde_json::to_string(&a).unwrap();
     assert_eq!(serde_json::from_str::<Annotation>(&text).unwrap(), a);
 }
@@ -338,6 +346,8 @@ fn every_field_is_documented() {
     keys(&serde_json::to_value(full_list()).unwrap(), &mut all);
     keys(&serde_json::to_value(full_info()).unwrap(), &mut all);
     keys(&serde_json::to_value(full_report()).unwrap(), &mut all);
+    keys(&serde_json::to_value(script_sample()).unwrap(), &mut all);
+    keys(&serde_json::to_value(annotation()).unwrap(), &mut all);
     all.sort();
     all.dedup();
     let missing: Vec<&String> = all
