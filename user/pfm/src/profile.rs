@@ -333,6 +333,10 @@ impl Profile {
             if !view.children {
                 firsts.truncate(1);
             }
+            let names: Vec<String> = match view.tree {
+                Some(_) => s.stack.iter().map(Frame::symbol_text).collect(),
+                None => Vec::new(),
+            };
             for &i in &firsts {
                 let r = rows
                     .entry(keys[i].clone())
@@ -341,7 +345,6 @@ impl Profile {
                 let Some((order, _)) = view.tree else {
                     continue;
                 };
-                let names: Vec<String> = s.stack.iter().map(Frame::symbol_text).collect();
                 let path: Vec<&str> = match (order, view.children) {
                     (Order::Callee, _) => names[i..].iter().map(String::as_str).collect(),
                     (Order::Caller, true) => names[..=i].iter().rev().map(String::as_str).collect(),

@@ -1547,7 +1547,7 @@ fn main() {
     own_child_modes();
     pfm_guest::child::dispatch();
     let mut t = Tap::new(PLAN);
-    pfm_guest::watchdog(Duration::from_secs(400));
+    pfm_guest::watchdog(Duration::from_secs(700));
     if find_pfm().is_none() {
         t.bail_out("no pfm binary (PFM_BIN, /bin/pfm, PATH)");
     }
