@@ -438,7 +438,10 @@ fn perf_habits() -> TestResult {
     let me = me()?;
     let path = find_pfm().ok_or("no pfm binary")?;
     let own = "/tmp/pfm-record-pipe.own";
-    let script = format!("echo from-the-command; exec {me} {CHILD_FLAG} hot-cold 300 {own}");
+    // 1000 ms of its own CPU time: the exec and the start of the static
+    // program take 300 ms and more of it on a loaded host (the debug
+    // kernel under TCG), which a shorter run spends before hot_work.
+    let script = format!("echo from-the-command; exec {me} {CHILD_FLAG} hot-cold 1000 {own}");
     let rec = Command::new(&path)
         .args([
             "record",

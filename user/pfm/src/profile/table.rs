@@ -153,9 +153,13 @@ pub fn render(p: &Profile, file: &str, sort: &Sort, view: View) -> String {
             format!("# ........  {}", ".".repeat(samples_w)),
         )
     };
-    for (&k, &w) in sort.0.iter().zip(&widths) {
+    let keys = sort.0.len();
+    for (i, (&k, &w)) in sort.0.iter().zip(&widths).enumerate() {
         let _ = write!(head, "  {:<w$}", heading(k));
-        let _ = write!(dots, "  {}", ".".repeat(w));
+        // The last column's cells run as long as they are: its dots are
+        // its heading's.
+        let dots_w = if i + 1 == keys { heading(k).len() } else { w };
+        let _ = write!(dots, "  {}", ".".repeat(dots_w));
     }
     let _ = writeln!(out, "{}", head.trim_end());
     let _ = writeln!(out, "{dots}");
@@ -179,7 +183,9 @@ pub fn render(p: &Profile, file: &str, sort: &Sort, view: View) -> String {
             let _ = write!(line, "  {:<w$}", cell(k, r));
         }
         let _ = writeln!(out, "{}", line.trim_end());
-        if view.tree.is_some() && !r.tree.is_empty() {
+        // A tree of the row's function alone says nothing: left out.
+        let bare = matches!(r.tree.as_slice(), [only] if only.next.is_empty());
+        if view.tree.is_some() && !r.tree.is_empty() && !bare {
             for l in tree_lines(&r.tree, total, "            ") {
                 let _ = writeln!(out, "{}", l.trim_end());
             }
