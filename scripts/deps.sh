@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing perfmon needs, from the package registries
-# only: Debian packages and bindgen-cli from crates.io. Idempotent and quick
-# when everything is already there.
+# only: Debian packages, bindgen-cli and Cargo.lock's crates from crates.io.
+# Idempotent and quick (offline) when everything is already there.
 set -euo pipefail
 PFM_TOP=$(cd "$(dirname "$0")/.." && pwd)
 . "$PFM_TOP/scripts/env.sh"
@@ -35,4 +35,14 @@ if [ $bindgen_missing = 1 ]; then
 	echo "packages: building bindgen-cli from crates.io (about 3 minutes, once; log: $(pfm_log_name deps-bindgen))" >&2
 	pfm_quiet deps-bindgen cargo install --locked bindgen-cli
 fi
-[ ${#missing[@]} -gt 0 ] || [ $bindgen_missing = 1 ] || echo "packages: all installed" >&2
+# The crates of Cargo.lock (clap, object, iced-x86, ...): from cargo's own
+# cache when it has them all (no network), else from crates.io, once; the
+# builds after this one need no network.
+crates_missing=0
+if [ -f "$PFM_TOP/Cargo.lock" ] &&
+	! (cd "$PFM_TOP" && cargo fetch --locked --offline --target x86_64-unknown-linux-gnu) >/dev/null 2>&1; then
+	crates_missing=1
+	echo "crates: fetching Cargo.lock's crates from crates.io (once; log: $(pfm_log_name deps-crates))" >&2
+	(cd "$PFM_TOP" && pfm_quiet deps-crates cargo fetch --locked --target x86_64-unknown-linux-gnu)
+fi
+[ ${#missing[@]} -gt 0 ] || [ $bindgen_missing = 1 ] || [ $crates_missing = 1 ] || echo "packages: all installed" >&2

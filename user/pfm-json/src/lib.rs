@@ -468,32 +468,164 @@ pub struct Report {
     /// Whether the file has its end record (false: pfm record was killed;
     /// the samples it wrote are all here).
     pub complete: bool,
-    /// What a row is: `sym` (a function of a shared object of a command)
-    /// or `dso` (a shared object of a command).
+    /// What a row is: the `--sort` keys, comma-separated, of comm, pid,
+    /// tid, dso, sym (`comm,dso,sym`: a function of a shared object of a
+    /// command).
     pub sort: String,
-    /// The rows, most samples first.
+    /// Whether the rows have their Children counts (`--children`, the
+    /// default for recordings with call chains), and are ordered by them.
+    #[serde(default)]
+    pub children: bool,
+    /// The call trees' order, `caller` or `callee`, when the rows have
+    /// them (`-g`, the default for recordings with call chains).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_graph: Option<String>,
+    /// The rows, most samples (with `children`, most Children) first.
     pub rows: Vec<ReportRow>,
 }
 
 /// A row of `pfm report`: where some samples' instruction pointers were.
+/// The key fields are those of the `--sort` keys; the others are absent.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReportRow {
-    /// `samples` in percent of the file's samples.
+    /// `samples` in percent of the file's samples (perf's Self).
     pub overhead_pct: f64,
     /// Samples whose instruction pointer was here.
     pub samples: u64,
-    /// The thread's name (`/proc/TID/comm`).
-    pub comm: String,
-    /// The shared object's file name (the table's), or a pseudo-name:
-    /// `[vdso]`, `[heap]`, `[anon]`, `[unknown]`.
-    pub dso: String,
-    /// Its path.
-    pub dso_path: String,
-    /// `sym` rows: the function (demangled), or the address in hex when no
+    /// `--children`: samples whose stack was here anywhere (itself or a
+    /// callee).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub children: Option<u64>,
+    /// `--children`: those in percent of the file's samples.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub children_pct: Option<f64>,
+    /// `comm`: the thread's name (`/proc/TID/comm`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comm: Option<String>,
+    /// `pid`: the process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// `tid`: the thread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tid: Option<u32>,
+    /// `dso`: the shared object's file name (the table's), or a
+    /// pseudo-name: `[vdso]`, `[heap]`, `[anon]`, `[unknown]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dso: Option<String>,
+    /// `dso`: its path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dso_path: Option<String>,
+    /// `sym`: the function (demangled), or the address in hex when no
     /// symbol covers it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub symbol: Option<String>,
+    /// `-g`: the call tree of the samples the row counts (see
+    /// Documentation/pfm.rst, "pfm report": its roots and order).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callchain: Option<Vec<ChainNode>>,
+}
+
+/// A node of a [`ReportRow`]'s call tree.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChainNode {
+    /// The function (or the address in hex).
+    pub symbol: String,
+    /// The samples whose path goes through it.
+    pub samples: u64,
+    /// Their percent of the file's samples.
+    pub pct: f64,
+    /// The next functions of those paths (callers in callee order,
+    /// callees in caller order), most samples first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub next: Vec<ChainNode>,
+}
+
+/// `pfm script --json`: one sample of a record file, one document per
+/// line, in the file's order.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptSample {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// When it was taken: `CLOCK_MONOTONIC` ns (the module's entries'
+    /// clock).
+    pub time_ns: u64,
+    /// The thread (pfm record's pid namespace).
+    pub tid: u32,
+    /// Its process.
+    pub pid: u32,
+    /// The thread's name (`:TID` when pfm never saw it).
+    pub comm: String,
+    /// The CPU it ran on.
+    pub cpu: u16,
+    /// The event sampled, as named to pfm record.
+    pub event: String,
+    /// The period this sample ended: events since the thread's previous
+    /// sample (with `--random` its own; else the recording's).
+    pub period: u64,
+    /// The stack: the sampled instruction first, then the callers' return
+    /// addresses (`-g`).
+    pub stack: Vec<ScriptFrame>,
+}
+
+/// `pfm annotate --json`: one function's instructions with their samples,
+/// one document per function and line.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Annotation {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// The function (demangled).
+    pub symbol: String,
+    /// The shared object's file name.
+    pub dso: String,
+    /// Its path (or `[vdso]`).
+    pub dso_path: String,
+    /// The function's first address, a virtual address of the file.
+    pub address: u64,
+    /// Its size in bytes (of a symbol without one: up to the next).
+    pub size: u64,
+    /// The event sampled.
+    pub event: String,
+    /// The samples whose instruction pointer was in the function.
+    pub samples: u64,
+    /// Its instructions in address order.
+    pub instructions: Vec<AnnotatedInstruction>,
+}
+
+/// One instruction of an [`Annotation`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AnnotatedInstruction {
+    /// Its address (a virtual address of the file).
+    pub address: u64,
+    /// Its offset in the function.
+    pub offset: u64,
+    /// Intel syntax, as disassembled.
+    pub text: String,
+    /// The samples at it.
+    pub samples: u64,
+    /// Their percent of the function's.
+    pub pct: f64,
+}
+
+/// One frame of a [`ScriptSample`]'s stack.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptFrame {
+    /// The address as sampled.
+    pub ip: u64,
+    /// The function (demangled), if a symbol covers it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub symbol: Option<String>,
+    /// The address's offset in that function.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+    /// The mapped file's path, or `[vdso]`, `[heap]`, `[anon]`,
+    /// `[unknown]`.
+    pub dso: String,
 }
 
 pub mod pprof;

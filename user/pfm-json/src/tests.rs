@@ -149,16 +149,103 @@ fn full_report() -> Report {
         counted: Some(20_000_001),
         duration_ns: Some(30_000_000),
         complete: true,
-        sort: "sym".into(),
+        sort: "comm,dso,sym".into(),
+        children: true,
+        call_graph: Some("caller".into()),
         rows: vec![ReportRow {
             overhead_pct: 80.0,
             samples: 8,
-            comm: "prog".into(),
-            dso: "prog".into(),
-            dso_path: "/bin/prog".into(),
+            children: Some(9),
+            children_pct: Some(90.0),
+            comm: Some("prog".into()),
+            pid: None,
+            tid: None,
+            dso: Some("prog".into()),
+            dso_path: Some("/bin/prog".into()),
             symbol: Some("prog::hot".into()),
+            callchain: Some(vec![ChainNode {
+                symbol: "prog::hot".into(),
+                samples: 9,
+                pct: 90.0,
+                next: vec![ChainNode {
+                    symbol: "main".into(),
+                    samples: 9,
+                    pct: 90.0,
+                    next: vec![],
+                }],
+            }]),
         }],
     }
+}
+
+/// A report of schema 1 as pfm wrote it before the Children column and
+/// the sort keys: still read.
+#[test]
+fn an_earlier_report_still_reads() {
+    let text = r#"{"schema_version":1,"file":"pfm.data","model":"soft","event":"task-clock","period":2000000,"inherit":true,"samples":10,"lost":0,"complete":true,"sort":"sym","rows":[{"overhead_pct":80.0,"samples":8,"comm":"prog","dso":"prog","dso_path":"/bin/prog","symbol":"prog::hot"}]}"#;
+    let r: Report = serde_json::from_str(text).unwrap();
+    assert!(!r.children && r.call_graph.is_none());
+    assert_eq!(r.rows[0].comm.as_deref(), Some("prog"));
+    assert_eq!(r.rows[0].callchain, None);
+}
+
+fn script_sample() -> ScriptSample {
+    ScriptSample {
+        schema_version: SCHEMA_VERSION,
+        time_ns: 12_345_678_901,
+        tid: 43,
+        pid: 42,
+        comm: "prog".into(),
+        cpu: 1,
+        event: "task-clock".into(),
+        period: 2_000_003,
+        stack: vec![
+            ScriptFrame {
+                ip: 0x5555_0000_1234,
+                symbol: Some("prog::hot".into()),
+                offset: Some(0x14),
+                dso: "/bin/prog".into(),
+            },
+            ScriptFrame {
+                ip: 0x7fff_0000_0000,
+                symbol: None,
+                offset: None,
+                dso: "[unknown]".into(),
+            },
+        ],
+    }
+}
+
+fn annotation() -> Annotation {
+    Annotation {
+        schema_version: SCHEMA_VERSION,
+        symbol: "prog::hot".into(),
+        dso: "prog".into(),
+        dso_path: "/bin/prog".into(),
+        address: 0x1000,
+        size: 8,
+        event: "cycles".into(),
+        samples: 4,
+        instructions: vec![AnnotatedInstruction {
+            address: 0x1000,
+            offset: 0,
+            text: "dec rdi".into(),
+            samples: 4,
+            pct: 100.0,
+        }],
+    }
+}
+
+#[test]
+fn script_and_annotate_documents_round_trip() {
+    let s = script_sample();
+    let text = serde_json::to_string(&s).unwrap();
+    assert!(!text.contains("null"), "{text}");
+    assert_eq!(serde_json::from_str::<ScriptSample>(&text).unwrap(), s);
+    assert!(serde_json::from_str::<ScriptSample>(&text.replace("\"cpu\"", "\"cpux\"")).is_err());
+    let a = annotation();
+    let text = serde_json::to_string(&a).unwrap();
+    assert_eq!(serde_json::from_str::<Annotation>(&text).unwrap(), a);
 }
 
 #[test]
@@ -259,6 +346,8 @@ fn every_field_is_documented() {
     keys(&serde_json::to_value(full_list()).unwrap(), &mut all);
     keys(&serde_json::to_value(full_info()).unwrap(), &mut all);
     keys(&serde_json::to_value(full_report()).unwrap(), &mut all);
+    keys(&serde_json::to_value(script_sample()).unwrap(), &mut all);
+    keys(&serde_json::to_value(annotation()).unwrap(), &mut all);
     all.sort();
     all.dedup();
     let missing: Vec<&String> = all

@@ -10,7 +10,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 
 use crate::sets::{self, Switch};
 
@@ -23,9 +23,10 @@ Per-thread performance counters through /dev/perfmon, the perfmon module's \
 device, in the habits of perf stat: pfm stat counts a command and the \
 processes it creates from its first instruction, or running processes or a \
 thread for a while; pfm record samples a command (or running threads) into \
-a file, and pfm report shows where the samples were: functions, a pprof \
-profile, a flame graph; pfm list shows the events; pfm info shows the \
-module, its ABI and its PMU model.
+a file, and pfm report shows where the samples were: functions, call \
+trees, a pprof profile, a flame graph; pfm script prints each sample, pfm \
+annotate a function's instructions with their samples; pfm list shows the \
+events; pfm info shows the module, its ABI and its PMU model.
 
 Load the module first: insmod perfmon.ko (pmu=soft on machines without a \
 usable PMU, such as most virtual machines).";
@@ -89,6 +90,8 @@ impl Cli {
             || match &self.command {
                 Command::Stat(s) => s.out.json,
                 Command::Report(r) => r.out.json,
+                Command::Script(r) => r.out.json,
+                Command::Annotate(r) => r.out.json,
                 Command::List(o) | Command::Info(o) => o.json,
                 Command::Record(_) => false,
             }
@@ -99,6 +102,8 @@ impl Cli {
         let own = match &self.command {
             Command::Stat(s) => s.out.output.as_deref(),
             Command::Report(r) => r.out.output.as_deref(),
+            Command::Script(r) => r.out.output.as_deref(),
+            Command::Annotate(r) => r.out.output.as_deref(),
             Command::List(o) | Command::Info(o) => o.output.as_deref(),
             Command::Record(r) => r.output.as_deref(),
         };
@@ -182,10 +187,16 @@ pub enum Command {
     /// pointer every PERIOD events
     #[command(long_about = RECORD_ABOUT, after_long_help = AFTER_LONG_HELP)]
     Record(Box<RecordArgs>),
-    /// Where a record file's samples were: functions, shared objects, a
-    /// pprof profile, a flame graph
+    /// Where a record file's samples were: functions, shared objects,
+    /// threads, call trees, a pprof profile, a flame graph
     #[command(long_about = REPORT_ABOUT, after_long_help = AFTER_LONG_HELP)]
     Report(ReportArgs),
+    /// A record file's samples, one line (or JSON object) each
+    #[command(long_about = SCRIPT_ABOUT, after_long_help = AFTER_LONG_HELP)]
+    Script(ScriptArgs),
+    /// A function's instructions with their share of its samples
+    #[command(long_about = ANNOTATE_ABOUT, after_long_help = AFTER_LONG_HELP)]
+    Annotate(AnnotateArgs),
     /// Events of the loaded PMU model (and libpfm4's, on hardware models)
     List(OutputArgs),
     /// The module: ABI version, PMU model, counters, vector, live contexts
@@ -245,24 +256,149 @@ drains whenever the buffer is half full (the module's watermark) and every \
 50 ms, so the buffer fills only if the program outruns pfm. At the end pfm \
 prints one line to standard error: the samples written and lost.";
 
-/// What `--sort` groups the samples by.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+/// A key of `pfm report --sort`: what the samples are grouped by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SortKey {
-    /// A row per function of a shared object of a command
-    #[default]
-    Sym,
-    /// A row per shared object of a command
+    /// The thread's name.
+    Comm,
+    /// The process.
+    Pid,
+    /// The thread.
+    Tid,
+    /// The shared object.
     Dso,
+    /// The function.
+    Sym,
 }
 
 impl SortKey {
     /// The name as `--sort` takes it.
     pub fn name(self) -> &'static str {
         match self {
-            SortKey::Sym => "sym",
+            SortKey::Comm => "comm",
+            SortKey::Pid => "pid",
+            SortKey::Tid => "tid",
             SortKey::Dso => "dso",
+            SortKey::Sym => "sym",
         }
     }
+}
+
+/// `--sort KEY,...`: the keys of a row, in the table's column order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sort(pub Vec<SortKey>);
+
+impl Default for Sort {
+    /// perf report's: `comm,dso,sym`.
+    fn default() -> Self {
+        Sort(vec![SortKey::Comm, SortKey::Dso, SortKey::Sym])
+    }
+}
+
+impl Sort {
+    /// Whether `key` is one of the keys.
+    pub fn has(&self, key: SortKey) -> bool {
+        self.0.contains(&key)
+    }
+
+    /// The keys as `--sort` takes them: `comm,dso,sym`.
+    pub fn name(&self) -> String {
+        let names: Vec<&str> = self.0.iter().map(|k| k.name()).collect();
+        names.join(",")
+    }
+}
+
+/// `--sort`'s value: keys of comm, pid, tid, dso, sym (perf's names; perf's
+/// `symbol` too), comma-separated, each once.
+pub fn parse_sort(v: &str) -> Result<Sort, String> {
+    let mut keys = Vec::new();
+    for word in v.split(',').map(str::trim) {
+        let key = match word {
+            "comm" => SortKey::Comm,
+            "pid" => SortKey::Pid,
+            "tid" => SortKey::Tid,
+            "dso" => SortKey::Dso,
+            "sym" | "symbol" => SortKey::Sym,
+            "" => return Err("an empty key: the keys are comm, pid, tid, dso, sym".into()),
+            _ => {
+                return Err(format!(
+                    "'{word}' is not a key: the keys are comm, pid, tid, dso, sym"
+                ))
+            }
+        };
+        if keys.contains(&key) {
+            return Err(format!("'{word}' given twice"));
+        }
+        keys.push(key);
+    }
+    Ok(Sort(keys))
+}
+
+/// The order of `pfm report -g`'s call trees, as perf's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// From the callers down: under a function its callees (with
+    /// `--children`), or the stacks from the outermost caller down to it.
+    Caller,
+    /// From the function up: its callers, their callers, ...
+    Callee,
+}
+
+impl Order {
+    /// The name as `-g` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Order::Caller => "caller",
+            Order::Callee => "callee",
+        }
+    }
+}
+
+/// `pfm report -g`: whether and how call trees are shown.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Graph {
+    /// `-g none`: no trees.
+    None,
+    /// Trees in this order, without the branches below `threshold` percent
+    /// of all the samples.
+    Tree {
+        /// Caller or callee.
+        order: Order,
+        /// Percent of all samples below which a branch is left out.
+        threshold: f64,
+    },
+}
+
+/// The call trees' default branch threshold, perf's: 0.5%.
+pub const GRAPH_THRESHOLD: f64 = 0.5;
+
+/// `-g`'s value as perf takes it, comma-separated: `caller` or `callee`,
+/// `none`, perf's `graph` (the only style), and a threshold in percent.
+pub fn parse_graph(v: &str) -> Result<Graph, String> {
+    let mut order = Order::Caller;
+    let mut threshold = GRAPH_THRESHOLD;
+    for word in v.split(',').map(str::trim) {
+        match word {
+            "caller" => order = Order::Caller,
+            "callee" => order = Order::Callee,
+            "graph" | "" => {}
+            "none" => return Ok(Graph::None),
+            "flat" | "fractal" | "folded" => {
+                return Err(format!(
+                    "'{word}' is not supported: pfm draws perf's graph style (caller, callee, none, a threshold in percent)"
+                ))
+            }
+            _ => match word.parse::<f64>() {
+                Ok(t) if t.is_finite() && (0.0..=100.0).contains(&t) => threshold = t,
+                _ => {
+                    return Err(format!(
+                        "'{word}' is neither caller, callee, none nor a threshold in percent"
+                    ))
+                }
+            },
+        }
+    }
+    Ok(Graph::Tree { order, threshold })
 }
 
 /// `--call-graph`'s modes, as perf's.
@@ -466,19 +602,63 @@ impl RecordArgs {
 
 const REPORT_ABOUT: &str = "\
 Where the samples of a record file (pfm record; -i FILE, default pfm.data) \
-were: a table of the functions their instruction pointers were in, most \
-samples first, as perf report --stdio shows it (overhead %, samples, \
-command, shared object, symbol), or of the shared objects (--sort dso). \
-Addresses are resolved through the memory maps pfm record captured, to the \
-mapped file and offset, to the ELF's virtual address, to the symbol of its \
-.symtab (else .dynsym) that covers it; Rust names are demangled. The files \
-are read as they are now: a program rebuilt since the recording resolves \
-wrong.
+were: a table as perf report --stdio shows it, a row per distinct value of \
+the --sort keys (default comm,dso,sym: a function of a shared object of a \
+command; comm,tid,sym per thread, pid,sym per process), most samples first: \
+overhead %, samples, then the keys' columns. Addresses are resolved through \
+the memory maps pfm record captured, to the mapped file and offset, to the \
+ELF's virtual address, to the symbol of its .symtab (else .dynsym) that \
+covers it; Rust names are demangled. The files are read as they are now: a \
+program rebuilt since the recording resolves wrong.
 
---json prints one JSON document instead of the table; --pprof FILE writes \
-a gzipped pprof profile (profile.proto: go tool pprof, pprof -http); \
+A -g recording's stacks give perf's children view (--children, its \
+default there; --no-children turns it off): a Children column, the share \
+of the samples whose stack holds the row's function anywhere, beside Self, \
+the share taken in it, and the rows ordered by Children. Under each row a \
+call tree (-g caller, the default, or -g callee; -g none hides them): in \
+callee order the function's callers, their callers, ...; in caller order \
+the functions it called down to the sampled ones (with --children), or the \
+stacks from the outermost caller down to it (--no-children). Branches under \
+0.5% of all the samples are left out (-g caller,0.1 sets the threshold).
+
+--pid, --tid and --comm keep the samples of some processes, threads or \
+thread names. --json prints one JSON document instead of the table; --pprof \
+FILE writes a gzipped pprof profile (profile.proto: go tool pprof, pprof \
+-http), whose event values are each sample's own period (--random's too); \
 --flamegraph FILE writes an SVG flame graph. The table goes to standard \
 output, or -o FILE.";
+
+/// Which samples `pfm report`, `pfm script` and `pfm annotate` take:
+/// perf report's `--pid`, `--tid` and `--comm`.
+#[derive(Debug, Args, Default, Clone)]
+pub struct FilterArgs {
+    /// Only the samples of these processes
+    #[arg(long = "pid", value_name = "PID,...", value_delimiter = ',', value_parser = parse_pid)]
+    pub pids: Vec<u32>,
+
+    /// Only the samples of these threads
+    #[arg(long = "tid", value_name = "TID,...", value_delimiter = ',', value_parser = parse_tid)]
+    pub tids: Vec<u32>,
+
+    /// Only the samples of threads of these names
+    #[arg(long = "comm", value_name = "COMM,...", value_delimiter = ',')]
+    pub comms: Vec<String>,
+}
+
+impl FilterArgs {
+    /// Whether any filter was given.
+    pub fn any(&self) -> bool {
+        !(self.pids.is_empty() && self.tids.is_empty() && self.comms.is_empty())
+    }
+
+    /// Whether a sample of thread `tid` of process `pid`, named `comm`,
+    /// is taken.
+    pub fn keeps(&self, pid: u32, tid: u32, comm: &str) -> bool {
+        (self.pids.is_empty() || self.pids.contains(&pid))
+            && (self.tids.is_empty() || self.tids.contains(&tid))
+            && (self.comms.is_empty() || self.comms.iter().any(|c| c == comm))
+    }
+}
 
 /// `pfm report` arguments.
 #[derive(Debug, Args)]
@@ -495,9 +675,43 @@ pub struct ReportArgs {
     #[command(flatten)]
     pub out: OutputArgs,
 
-    /// A row per function (sym) or per shared object (dso), of each command
-    #[arg(long, value_enum, value_name = "KEY", default_value_t = SortKey::Sym)]
-    pub sort: SortKey,
+    /// A row per distinct value of these keys, comma-separated, in this
+    /// column order: comm, pid, tid, dso, sym (comm,tid,sym: per thread;
+    /// pid,sym: per process)
+    #[arg(
+        short = 's',
+        long,
+        value_name = "KEY,...",
+        default_value = "comm,dso,sym",
+        value_parser = parse_sort
+    )]
+    pub sort: Sort,
+
+    /// Add a Children column: the samples whose stack holds the row's
+    /// function anywhere, itself or in a callee (the default for -g
+    /// recordings; rows by it)
+    #[arg(long, overrides_with = "no_children")]
+    pub children: bool,
+
+    /// The Self column only: the samples taken in the row's function
+    #[arg(long = "no-children", overrides_with = "children")]
+    pub no_children: bool,
+
+    /// Call trees under the rows (default for -g recordings: caller,0.5):
+    /// caller or callee order, none, and a threshold in percent
+    #[arg(
+        short = 'g',
+        long = "call-graph",
+        value_name = "ORDER[,PCT]",
+        num_args = 0..=1,
+        require_equals = false,
+        default_missing_value = "caller",
+        value_parser = parse_graph
+    )]
+    pub graph: Option<Graph>,
+
+    #[command(flatten)]
+    pub filter: FilterArgs,
 
     /// Also write a pprof profile (gzipped profile.proto) to FILE
     #[arg(long, value_name = "FILE")]
@@ -506,6 +720,68 @@ pub struct ReportArgs {
     /// Also write a flame graph (SVG) to FILE
     #[arg(long, value_name = "FILE")]
     pub flamegraph: Option<PathBuf>,
+}
+
+const SCRIPT_ABOUT: &str = "\
+Every sample of a record file (pfm record; -i FILE, default pfm.data), one \
+line each in the file's order, as perf script prints them: the thread's \
+name, pid/tid, [cpu], the time (CLOCK_MONOTONIC, seconds), the period, the \
+event, then the instruction pointer, its function+offset and its shared \
+object; a -g recording's samples take a line per frame of their stack \
+instead, the sampled instruction first, then the callers' return \
+addresses, and an empty line. --json prints one JSON object per sample and \
+line (Documentation/pfm.rst).";
+
+/// `pfm script` arguments.
+#[derive(Debug, Args)]
+pub struct ScriptArgs {
+    /// The record file to read (- is standard input)
+    #[arg(
+        short = 'i',
+        long = "input",
+        value_name = "FILE",
+        default_value = "pfm.data"
+    )]
+    pub input: PathBuf,
+
+    #[command(flatten)]
+    pub out: OutputArgs,
+
+    #[command(flatten)]
+    pub filter: FilterArgs,
+}
+
+const ANNOTATE_ABOUT: &str = "\
+The instructions of a function with the share of its samples at each, as \
+perf annotate --stdio prints them: the function's code is read from its \
+file (as it is now: rebuilt since the recording, it disagrees) and \
+disassembled (x86-64, Intel syntax), and each sample whose instruction \
+pointer was in the function counts at its instruction. SYMBOL is the \
+function's name as pfm report shows it, or its last path segment \
+(hot_work for crate::hot_work); without SYMBOL, every function with \
+samples, most first. --json prints one JSON object per function.";
+
+/// `pfm annotate` arguments.
+#[derive(Debug, Args)]
+pub struct AnnotateArgs {
+    /// The record file to read (- is standard input)
+    #[arg(
+        short = 'i',
+        long = "input",
+        value_name = "FILE",
+        default_value = "pfm.data"
+    )]
+    pub input: PathBuf,
+
+    #[command(flatten)]
+    pub out: OutputArgs,
+
+    #[command(flatten)]
+    pub filter: FilterArgs,
+
+    /// The function to annotate (default: every function with samples)
+    #[arg(value_name = "SYMBOL")]
+    pub symbol: Option<String>,
 }
 
 /// `pfm stat` arguments.

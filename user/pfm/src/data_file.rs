@@ -17,14 +17,22 @@
 //! the version is raised when a record changes meaning.
 //!
 //! A sample is binary, being most of the file: 48 bytes then `nvalues`
-//! values and `chain_len` return addresses, each a u64:
+//! values and `chain_len` return addresses, each a u64, then with flag
+//! [`SAMPLE_PERIOD`] the sample's own period:
 //!
 //! ```text
 //!  0 tid u32     4 pid u32     8 cpu u16    10 pmd u16    12 set u16
-//! 14 nvalues u16 16 chain_len u32          20 reserved u32 (0)
+//! 14 nvalues u16 16 chain_len u32          20 flags u32
 //! 24 seq u64    32 ip u64     40 tstamp u64 (CLOCK_MONOTONIC, ns)
-//! 48 values[nvalues] u64, then chain[chain_len] u64
+//! 48 values[nvalues] u64, then chain[chain_len] u64, then period u64
 //! ```
+//!
+//! The flags were a reserved 0 before pfm wrote the period: a sample
+//! without [`SAMPLE_PERIOD`] (every sample of those files, and of
+//! recordings without `--random`) ended a period of the header's length.
+//! With `--random` each period has its own length, and pfm record writes
+//! it: the events the thread counted from its previous sample to this one
+//! (exact unless entries were lost between them).
 //!
 //! The stack of a sample is `[ip] + chain`: the chain holds the callers'
 //! return addresses, innermost first, not `ip` itself (empty until the
@@ -56,6 +64,8 @@ pub const KIND_VDSO: u32 = 6;
 
 /// Bytes of a sample before its values.
 pub const SAMPLE_FIXED: usize = 48;
+/// A sample's flag: its own period follows its chain.
+pub const SAMPLE_PERIOD: u32 = 1 << 0;
 /// A record longer than this is not from pfm (a sample is at most a few KiB;
 /// a maps text of a huge process a few MiB).
 const MAX_RECORD: u32 = 256 << 20;
@@ -143,6 +153,8 @@ pub struct Sample {
     pub values: Vec<u64>,
     /// The callers' return addresses, innermost first (not `ip`).
     pub chain: Vec<u64>,
+    /// Its own period, when it is not the header's (`--random`).
+    pub period: Option<u64>,
 }
 
 impl Sample {
@@ -153,7 +165,13 @@ impl Sample {
 
     /// The record's payload.
     pub fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(SAMPLE_FIXED + 8 * (self.values.len() + self.chain.len()));
+        let words = self.values.len() + self.chain.len() + usize::from(self.period.is_some());
+        let mut b = Vec::with_capacity(SAMPLE_FIXED + 8 * words);
+        let flags = if self.period.is_some() {
+            SAMPLE_PERIOD
+        } else {
+            0
+        };
         b.extend_from_slice(&self.tid.to_le_bytes());
         b.extend_from_slice(&self.pid.to_le_bytes());
         b.extend_from_slice(&self.cpu.to_le_bytes());
@@ -161,11 +179,11 @@ impl Sample {
         b.extend_from_slice(&self.set.to_le_bytes());
         b.extend_from_slice(&(self.values.len() as u16).to_le_bytes());
         b.extend_from_slice(&(self.chain.len() as u32).to_le_bytes());
-        b.extend_from_slice(&0u32.to_le_bytes());
+        b.extend_from_slice(&flags.to_le_bytes());
         b.extend_from_slice(&self.seq.to_le_bytes());
         b.extend_from_slice(&self.ip.to_le_bytes());
         b.extend_from_slice(&self.tstamp.to_le_bytes());
-        for v in self.values.iter().chain(&self.chain) {
+        for v in self.values.iter().chain(&self.chain).chain(&self.period) {
             b.extend_from_slice(&v.to_le_bytes());
         }
         b
@@ -178,8 +196,10 @@ impl Sample {
         let u64_at = |o: usize| Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?));
         let nvalues = usize::from(u16_at(14)?);
         let chain_len = usize::try_from(u32_at(16)?).ok()?;
+        let has_period = u32_at(20)? & SAMPLE_PERIOD != 0;
         let words = nvalues.checked_add(chain_len)?;
-        if b.len() != SAMPLE_FIXED.checked_add(words.checked_mul(8)?)? {
+        let all = words.checked_add(usize::from(has_period))?;
+        if b.len() != SAMPLE_FIXED.checked_add(all.checked_mul(8)?)? {
             return None;
         }
         let word = |i: usize| u64_at(SAMPLE_FIXED + 8 * i);
@@ -194,6 +214,7 @@ impl Sample {
             tstamp: u64_at(40)?,
             values: (0..nvalues).map(word).collect::<Option<_>>()?,
             chain: (nvalues..words).map(word).collect::<Option<_>>()?,
+            period: if has_period { Some(word(words)?) } else { None },
         })
     }
 }
@@ -392,6 +413,12 @@ impl std::fmt::Display for ReadError {
 }
 
 impl Recording {
+    /// The period sample `s` ended: its own (`--random`), else the
+    /// header's.
+    pub fn period_of(&self, s: &Sample) -> u64 {
+        s.period.unwrap_or(self.header.period)
+    }
+
     /// Reads a whole record file from `bytes`.
     pub fn parse(bytes: &[u8]) -> Result<Recording, ReadError> {
         if bytes.len() < 16 || bytes[..8] != MAGIC {
@@ -491,6 +518,7 @@ mod tests {
             tstamp: 1_000 + i,
             values: vec![i, 2 * i],
             chain,
+            period: None,
         }
     }
 
@@ -595,6 +623,30 @@ mod tests {
         // Lengths that disagree with the counts are refused.
         assert_eq!(Sample::decode(&b[..b.len() - 8]), None);
         assert_eq!(Sample::decode(&b[..20]), None);
+    }
+
+    #[test]
+    fn a_sample_s_own_period_round_trips_and_old_samples_have_none() {
+        let mut s = sample(2, vec![0x77]);
+        s.period = Some(1_000_005);
+        let b = s.encode();
+        assert_eq!(b.len(), 48 + 8 * 4);
+        assert_eq!(&b[20..24], &SAMPLE_PERIOD.to_le_bytes());
+        assert_eq!(&b[72..80], &1_000_005u64.to_le_bytes());
+        assert_eq!(Sample::decode(&b), Some(s.clone()));
+        // A sample of a file from before the flag: reserved 0, no period.
+        let old = sample(2, vec![0x77]).encode();
+        assert_eq!(&old[20..24], &[0, 0, 0, 0]);
+        let d = Sample::decode(&old).unwrap();
+        assert_eq!(d.period, None);
+        let mut r = recording();
+        assert_eq!(r.period_of(&d), 2_000_000);
+        assert_eq!(r.period_of(&s), 1_000_005);
+        // A file with both kinds reads back whole.
+        r.samples.push(s);
+        assert_eq!(Recording::parse(&write(&r)).unwrap(), r);
+        // The flag without the word: refused.
+        assert_eq!(Sample::decode(&b[..b.len() - 8]), None);
     }
 
     #[test]

@@ -2,9 +2,9 @@
 //! the module's, raw codes, libpfm4's), event sets when there are more
 //! events than counters ([`sets`]), what `pfm stat` prints ([`report`]),
 //! the record file ([`data_file`]) that `pfm record` writes and `pfm
-//! report` ([`profile`]) reads, resolving addresses through the captured
-//! maps ([`maps`]) to ELF symbols ([`symbols`]), and the commands
-//! themselves.
+//! report`, `pfm script` and `pfm annotate` ([`profile`]) read, resolving
+//! addresses through the captured maps ([`maps`]) to ELF symbols
+//! ([`symbols`]), and the commands themselves.
 
 use std::process::ExitCode;
 
@@ -99,6 +99,8 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             record::record(r, output)
         }
         Command::Report(r) => profile::report(r, json, output),
+        Command::Script(r) => profile::script::script(r, json, output),
+        Command::Annotate(r) => profile::annotate::annotate(r, json, output),
     }
 }
 

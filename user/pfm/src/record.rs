@@ -68,8 +68,9 @@ fn monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)
 }
 
-/// The sample of a buffer entry and its call chain (empty without `-g`).
-fn sample_of(e: &PfmSmplEntry, chain: &[u64]) -> Sample {
+/// The sample of a buffer entry and its call chain (empty without `-g`);
+/// `period`: its own, written with `--random`.
+fn sample_of(e: &PfmSmplEntry, chain: &[u64], period: Option<u64>) -> Sample {
     let n = usize::from(e.nvalues).min(e.values.len());
     Sample {
         tid: e.tid,
@@ -83,6 +84,7 @@ fn sample_of(e: &PfmSmplEntry, chain: &[u64]) -> Sample {
         values: e.values[..n].to_vec(),
         // `-g`: the return addresses, the caller of `ip`'s function first.
         chain: chain.to_vec(),
+        period,
     }
 }
 
@@ -141,13 +143,14 @@ impl Periods {
 
     /// An entry of thread `tid` whose overflow reset the PMD to `reset`:
     /// it ended the period its previous entry's reset began (the first,
-    /// the written one).
-    fn note(&mut self, tid: u32, reset: u64) {
+    /// the written one). Returns that period: the sample's own.
+    fn note(&mut self, tid: u32, reset: u64) -> u64 {
         let period = match self.last_reset.insert(tid, reset) {
             Some(prev) => prev.wrapping_neg(),
             None => self.period,
         };
         self.ended = self.ended.saturating_add(period);
+        period
     }
 }
 
@@ -248,7 +251,7 @@ impl Recorder {
         // Processes whose maps were read again in this drain.
         let mut refreshed = HashSet::new();
         for (e, chain) in &entries {
-            s.periods.note(e.tid, e.last_reset_val);
+            let period = s.periods.note(e.tid, e.last_reset_val);
             self.note(e.tid, e.pid);
             let known = self
                 .processes
@@ -257,7 +260,11 @@ impl Recorder {
             if !known && e.ip != 0 && refreshed.insert(e.pid) {
                 self.capture_maps(e.pid);
             }
-            let r = self.writer.sample(&sample_of(e, chain));
+            // Randomised, each period has its own length, which the file
+            // keeps (pprof's weights, pfm script's period); fixed, the
+            // header's says it.
+            let own = s.seed.map(|_| period);
+            let r = self.writer.sample(&sample_of(e, chain, own));
             self.io(r);
         }
     }
@@ -997,15 +1004,17 @@ mod tests {
         let mut periods = Periods::new(&p);
         // Thread 5: the written period (3), then one of 5 (its first
         // reset, -5), 2 events since its last reset (-4).
-        periods.note(5, minus(5));
-        periods.note(5, minus(4));
+        // Each entry's own period: the written one, then its previous
+        // entry's reset.
+        assert_eq!(periods.note(5, minus(5)), 3);
+        assert_eq!(periods.note(5, minus(4)), 5);
         assert_eq!(periods.ended, 3 + 5);
         assert_eq!(p.counted_random(&periods, minus(4) + 2), 10);
         // A whole program: thread 6 counted 1 event and never overflowed,
         // thread 7 ended its written period (reset -6) and counted none
         // since. The total the root reads: its value, plus each other
         // thread's less the written -3.
-        periods.note(7, minus(6));
+        assert_eq!(periods.note(7, minus(6)), 3);
         let total = (minus(4) + 2)
             .wrapping_add(minus(2).wrapping_sub(minus(3)))
             .wrapping_add(minus(6).wrapping_sub(minus(3)));
@@ -1033,10 +1042,10 @@ mod tests {
         };
         e.values[0] = 10;
         e.values[1] = 11;
-        let s = sample_of(&e, &[]);
+        let s = sample_of(&e, &[], None);
         assert_eq!((s.tid, s.pid, s.seq, s.ip, s.tstamp), (5, 4, 9, 0x1234, 77));
         assert_eq!(s.values, vec![10, 11]);
         assert!(s.chain.is_empty());
-        assert_eq!(sample_of(&e, &[7, 8]).chain, vec![7, 8]);
+        assert_eq!(sample_of(&e, &[7, 8], Some(9)).chain, vec![7, 8]);
     }
 }

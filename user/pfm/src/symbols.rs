@@ -32,6 +32,9 @@ pub struct Function {
     pub name: Rc<str>,
 }
 
+/// The most bytes taken of a function without a size.
+pub const UNSIZED_MAX: u64 = 4096;
+
 /// A loadable segment: file bytes `[offset, offset + filesz)` at virtual
 /// address `vaddr`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,6 +128,29 @@ impl ElfSymbols {
         (f.size == 0 || vaddr - f.start < f.size).then_some(f)
     }
 
+    /// Where `len` bytes from virtual address `vaddr` are in the file: its
+    /// offset and the bytes the segment holds of them (fewer at its end);
+    /// `None` if no loadable segment has `vaddr` in the file.
+    pub fn file_range(&self, vaddr: u64, len: u64) -> Option<(u64, u64)> {
+        let s = self
+            .segments
+            .iter()
+            .find(|s| vaddr >= s.vaddr && vaddr - s.vaddr < s.filesz)?;
+        let at = vaddr - s.vaddr;
+        Some((s.offset + at, len.min(s.filesz - at)))
+    }
+
+    /// The end of function `f`: by its size, else the next function's
+    /// start (at most [`UNSIZED_MAX`] on).
+    pub fn end_of(&self, f: &Function) -> u64 {
+        if f.size > 0 {
+            return f.start.saturating_add(f.size);
+        }
+        let cap = f.start.saturating_add(UNSIZED_MAX);
+        let i = self.functions.partition_point(|g| g.start <= f.start);
+        self.functions.get(i).map_or(cap, |g| g.start.min(cap))
+    }
+
     /// The number of function symbols.
     pub fn functions(&self) -> usize {
         self.functions.len()
@@ -144,6 +170,9 @@ pub struct Frame {
     pub function: Option<Function>,
     /// The mapping that holds it: start, end, file offset.
     pub mapping: Option<(u64, u64, u64)>,
+    /// Its offset in its function (`pfm script`'s `sym+0x1f`): of the
+    /// address itself, or for a return address of the call before it.
+    pub offset: Option<u64>,
 }
 
 impl Frame {
@@ -252,6 +281,7 @@ impl Symbolizer {
                 dso: self.name("[unknown]"),
                 function: None,
                 mapping: None,
+                offset: None,
             };
         };
         let lookup = if caller { addr.saturating_sub(1) } else { addr };
@@ -266,15 +296,22 @@ impl Symbolizer {
         } else {
             None
         };
-        let function = elf.and_then(|elf| {
+        let found = elf.and_then(|elf| {
             let vaddr = elf.vaddr_of(m.file_offset(lookup))?;
-            elf.function_at(vaddr).cloned()
+            let f = elf.function_at(vaddr).cloned()?;
+            let offset = vaddr - f.start;
+            Some((f, offset))
         });
+        let (function, offset) = match found {
+            Some((f, o)) => (Some(f), Some(o)),
+            None => (None, None),
+        };
         Frame {
             address: addr,
             dso: self.name(&dso),
             function,
             mapping: Some((m.start, m.end, m.offset)),
+            offset,
         }
     }
 }

@@ -523,7 +523,9 @@ fn report_command() {
         panic!("{:?}", cli.command)
     };
     assert_eq!(r.input, PathBuf::from("pfm.data"));
-    assert_eq!(r.sort, crate::cli::SortKey::Sym);
+    assert_eq!(r.sort.name(), "comm,dso,sym");
+    assert_eq!(r.graph, None);
+    assert!(!r.children && !r.no_children);
     let cli = p(&[
         "report",
         "-i",
@@ -542,10 +544,72 @@ fn report_command() {
         panic!("{:?}", cli.command)
     };
     assert_eq!(r.input, PathBuf::from("x.data"));
-    assert_eq!(r.sort, crate::cli::SortKey::Dso);
+    assert_eq!(r.sort.name(), "dso");
     assert_eq!(r.pprof, Some(PathBuf::from("p.pb.gz")));
     assert_eq!(r.flamegraph, Some(PathBuf::from("f.svg")));
-    assert!(p(&["report", "--sort", "comm"]).is_err());
+    assert!(p(&["report", "--sort", "cpu"]).is_err());
+    // perf's report options: --sort combinations, --children, -g ORDER,
+    // and -g alone (caller), before another option.
+    let cli = p(&[
+        "report",
+        "--sort",
+        "comm,tid,sym",
+        "--children",
+        "-g",
+        "callee,1",
+        "--tid",
+        "5,6",
+    ])
+    .unwrap();
+    let Command::Report(r) = cli.command else {
+        panic!("{:?}", cli.command)
+    };
+    assert_eq!(r.sort.name(), "comm,tid,sym");
+    assert!(r.children);
+    assert_eq!(
+        r.graph,
+        Some(crate::cli::Graph::Tree {
+            order: crate::cli::Order::Callee,
+            threshold: 1.0
+        })
+    );
+    assert_eq!(r.filter.tids, vec![5, 6]);
+    let cli = p(&["report", "-g", "-i", "x.data", "--no-children"]).unwrap();
+    let Command::Report(r) = cli.command else {
+        panic!("{:?}", cli.command)
+    };
+    assert_eq!(r.input, PathBuf::from("x.data"));
+    assert!(r.no_children);
+    assert!(matches!(
+        r.graph,
+        Some(crate::cli::Graph::Tree {
+            order: crate::cli::Order::Caller,
+            ..
+        })
+    ));
+    // The last of --children and --no-children wins.
+    let cli = p(&["report", "--no-children", "--children"]).unwrap();
+    let Command::Report(r) = cli.command else {
+        panic!("{:?}", cli.command)
+    };
+    assert!(r.children && !r.no_children);
+    // pfm script and pfm annotate.
+    let cli = p(&["script", "-i", "x.data", "--json", "--comm", "prog"]).unwrap();
+    assert!(cli.json());
+    let Command::Script(s) = cli.command else {
+        panic!("{:?}", cli.command)
+    };
+    assert_eq!(s.input, PathBuf::from("x.data"));
+    assert_eq!(s.filter.comms, vec!["prog".to_string()]);
+    let cli = p(&["annotate", "hot_work", "-o", "a.txt"]).unwrap();
+    assert_eq!(cli.output(), Some(std::path::Path::new("a.txt")));
+    let Command::Annotate(a) = cli.command else {
+        panic!("{:?}", cli.command)
+    };
+    assert_eq!(a.symbol.as_deref(), Some("hot_work"));
+    assert_eq!(a.input, PathBuf::from("pfm.data"));
+    assert_eq!(usage::command_in(&["script".into()]), "pfm script");
+    assert_eq!(usage::command_in(&["annotate".into()]), "pfm annotate");
     assert_eq!(usage::command_in(&["record".into()]), "pfm record");
     assert_eq!(usage::command_in(&["report".into()]), "pfm report");
 }

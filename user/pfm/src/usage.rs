@@ -79,7 +79,9 @@ fn tip(t: &str) -> String {
 /// The command whose help fits a usage error in `args` (the program's
 /// arguments, without its name): `pfm stat` if they name `stat`, etc.
 pub fn command_in(args: &[String]) -> String {
-    let known = ["stat", "record", "report", "list", "info"];
+    let known = [
+        "stat", "record", "report", "script", "annotate", "list", "info",
+    ];
     match args.iter().find(|a| !a.starts_with('-')) {
         Some(a) if known.contains(&a.as_str()) => format!("pfm {a}"),
         _ => "pfm".to_string(),

@@ -1,8 +1,9 @@
 //! `pfm report --pprof FILE`: the samples as pprof's `profile.proto`
 //! (the messages of [`pfm_json::pprof`]), gzipped as pprof writes and
 //! reads it. One pprof sample per distinct stack and thread, with two
-//! values: the samples, and the events they stand for (samples × period,
-//! in ns for task-clock); labels `pid`, `tid` (numbers) and `comm`.
+//! values: the samples, and the events they stand for (the sum of their
+//! periods, each sample's own: with `--random` each has its length; in ns
+//! for task-clock); labels `pid`, `tid` (numbers) and `comm`.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -119,7 +120,7 @@ pub fn build(p: &Profile) -> pprof::Profile {
     // Samples of one stack in one thread are one pprof sample, in the
     // order their first instance came.
     let mut order: Vec<(Vec<u64>, u32, u32, String)> = Vec::new();
-    let mut counts: HashMap<(Vec<u64>, u32), (usize, i64)> = HashMap::new();
+    let mut counts: HashMap<(Vec<u64>, u32), (usize, i64, i64)> = HashMap::new();
     for s in &p.samples {
         let ids: Vec<u64> = s
             .stack
@@ -128,11 +129,13 @@ pub fn build(p: &Profile) -> pprof::Profile {
             .collect();
         let key = (ids.clone(), s.tid);
         let next = order.len();
-        let e = counts.entry(key).or_insert((next, 0));
+        let e = counts.entry(key).or_insert((next, 0, 0));
         if e.0 == next {
             order.push((ids, s.pid, s.tid, s.comm.to_string()));
         }
         e.1 += 1;
+        e.2 =
+            e.2.saturating_add(i64::try_from(s.period).unwrap_or(i64::MAX));
     }
     let period = i64::try_from(h.period).unwrap_or(i64::MAX);
     let (pid_key, tid_key, comm_key) =
@@ -140,10 +143,12 @@ pub fn build(p: &Profile) -> pprof::Profile {
     let sample = order
         .into_iter()
         .map(|(ids, pid, tid, comm)| {
-            let n = counts.get(&(ids.clone(), tid)).map_or(0, |e| e.1);
+            let (n, events) = counts
+                .get(&(ids.clone(), tid))
+                .map_or((0, 0), |e| (e.1, e.2));
             Sample {
                 location_id: ids,
-                value: vec![n, n.saturating_mul(period)],
+                value: vec![n, events],
                 label: vec![
                     Label {
                         key: pid_key,
