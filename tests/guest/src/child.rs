@@ -60,8 +60,15 @@ pub fn dispatch() {
         "sleep" => loop {
             std::thread::sleep(Duration::from_millis(num(3).max(1)));
         },
-        // Do ARG sleeps of 1 ms, each with a switch, then exit 0.
+        // Do ARG sleeps of 1 ms, each with a switch, then exit 0; with
+        // ARG2 `stopped`, stop (SIGSTOP) first, until continued.
         "sleeps" => {
+            if args.get(4).is_some_and(|a| a == "stopped") {
+                // Stopped until the test has attached (SIGCONT): a loaded
+                // host may otherwise run every sleep before the LOAD.
+                // SAFETY: raise(3) of a standard signal.
+                unsafe { libc::raise(libc::SIGSTOP) };
+            }
             for _ in 0..num(3) {
                 switching_sleep();
             }

@@ -926,7 +926,9 @@ fn thread_ctrl_c(pfm: &Pfm) -> TestResult {
     if !ready {
         let _ = p.kill();
         let _ = p.wait();
-        return Err("pfm stat -t: SIGINT not blocked or caught, or no thread attached, within 60 s".into());
+        return Err(
+            "pfm stat -t: SIGINT not blocked or caught, or no thread attached, within 60 s".into(),
+        );
     }
     std::thread::sleep(Duration::from_millis(100));
     perfmon::process::send_signal(p.id(), libc::SIGINT).ctx("SIGINT")?;

@@ -291,10 +291,14 @@ fn faulting_reads_keep_end() -> TestResult {
 fn concurrent_readers_take_turns() -> TestResult {
     const READERS: usize = 4;
     for round in 0..10 {
-        let mut child = pfm_guest::child::Child::spawn("sleeps", &["30"])?;
+        // Stopped before its sleeps until attached and started: on a
+        // loaded host it could otherwise exit before the LOAD (ESRCH).
+        let mut child = pfm_guest::child::Child::spawn("sleeps", &["30", "stopped"])?;
+        child.wait_state('T', Duration::from_secs(30))?;
         let ctx = notify_every_switch()?;
         ctx.load(child.pid()).ctx("LOAD")?;
         ctx.start().ctx("START")?;
+        child.signal(libc::SIGCONT)?;
         ensure!(
             child.wait_timeout(Duration::from_secs(10))? == Some(0),
             "round {round}: the child failed"
