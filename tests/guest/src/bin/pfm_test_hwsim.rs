@@ -394,12 +394,23 @@ fn shared_cpu_counts_only_the_target() -> TestResult {
 /// counter, and PMD1 counting the same cycles without a period: the PMIs
 /// (the simulator raises them on the overflow vector when a counter wraps,
 /// at its 1 ms tick or an MSR access) keep every value exact — each periodic
-/// value is -P plus the total modulo P — and most overflows get a message
-/// of their own: overflows folded by one PMI share one (a message says which
-/// PMDs overflowed, not how often), and the simulated CPU counts the
-/// guest's clock, which under TCG can jump by several periods between two
-/// PMIs when the host deschedules the vCPU (74-100% seen; at least 25%
-/// required).
+/// value is -P plus the total modulo P — and every overflow gets a message
+/// of its own except those folded by one PMI, which share one (a message
+/// says which PMDs overflowed, not how often).
+///
+/// How many can share is derived from what the thread observes: the
+/// simulated CPU counts the guest's clock, 1 cycle a ns, so two period
+/// ends are at least P ns of the thread's running apart, and the PMI of
+/// the first is raised at most one simulator tick (1 ms) of execution
+/// after it. It is still pending at the second only if the thread did not
+/// execute for that long: a vCPU the host descheduled (the guest's clock
+/// jumps on resume), an interrupt or the kernel path of a drain. The loop
+/// reads its clock all along (spinning and around each drain), so every
+/// such stretch is a gap it sees; a gap of g ns can hold at most
+/// ⌊(g + 1 ms) / P⌋ period ends beyond the one whose message it delays.
+/// So the messages are at least the overflows minus that sum over the
+/// gaps (an idle host: no gap of a period, every overflow its message;
+/// a busy one: 15 messages of 121 overflows was seen).
 fn overflow_periods_through_pmis() -> TestResult {
     const P0: u64 = 3_000_000;
     const P1: u64 = 5_000_000;
@@ -427,9 +438,27 @@ fn overflow_periods_through_pmis() -> TestResult {
         }
         Ok(())
     };
+    // The gaps the loop sees in its own execution: steps between two of
+    // its clock readings longer than GAP_NS (any step shorter than a
+    // period minus the tick cannot delay a PMI past the next period end).
+    const GAP_NS: u64 = 100_000;
+    let mut gaps: Vec<u64> = Vec::new();
     let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_millis(400) {
-        work::spin(Duration::from_millis(2));
+    let mut last = t0;
+    let mut step = |gaps: &mut Vec<u64>| {
+        let now = Instant::now();
+        let d = now.duration_since(last).as_nanos() as u64;
+        if d > GAP_NS {
+            gaps.push(d);
+        }
+        last = now;
+        now
+    };
+    while step(&mut gaps).duration_since(t0) < Duration::from_millis(400) {
+        let spin_start = Instant::now();
+        while step(&mut gaps).duration_since(spin_start) < Duration::from_millis(2) {
+            std::hint::spin_loop();
+        }
         drain(&ctx)?;
     }
     ctx.stop().ctx("STOP")?;
@@ -454,9 +483,19 @@ fn overflow_periods_through_pmis() -> TestResult {
         total % P1
     );
     let (o0, o1) = (total / P0, total / P1);
+    // Period ends a gap can fold into another's message (see above).
+    const SIM_TICK_NS: u64 = 1_000_000;
+    let shared = |p: u64| -> u64 { gaps.iter().map(|g| (g + SIM_TICK_NS) / p).sum() };
+    let (s0, s1) = (shared(P0), shared(P1));
+    diag(format!(
+        "{} gaps over {GAP_NS} ns in the loop, {} ms in all, the longest {} us: up to {s0} of PMD0's and {s1} of PMD17's overflows may share a message",
+        gaps.len(),
+        gaps.iter().sum::<u64>() / 1_000_000,
+        gaps.iter().max().copied().unwrap_or(0) / 1000
+    ));
     ensure!(
-        n0 <= o0 && n1 <= o1 && n0 >= o0 / 4 && n1 >= o1 / 4,
-        "messages {n0}/{o0}, {n1}/{o1}"
+        n0 <= o0 && n1 <= o1 && n0 + s0 >= o0 && n1 + s1 >= o1,
+        "messages {n0}/{o0}, {n1}/{o1}, with {s0} and {s1} allowed to share"
     );
     ensure!(o0 >= 30, "too few overflows");
     ensure!(
@@ -510,6 +549,7 @@ fn sampling_through_pmis() -> TestResult {
         samples.len(),
         stats.lost
     );
+    buffer_full_when_lost(&buf, samples.len(), stats.lost)?;
     ensure!(overflows >= 100, "{overflows} periods for ~300 ms");
     ensure!(msgs == 0, "{msgs} messages, none asked for");
     let mut last = 0;
@@ -544,6 +584,17 @@ fn sampling_through_pmis() -> TestResult {
 /// `chain_depth` return addresses, over ~300 ms of `pfm_chain_c`'s loop in
 /// this thread; then STOPs it. Returns the buffer and the overflow
 /// interrupts meanwhile.
+///
+/// The run is sized for the buffer: it ends when the thread's own CPU
+/// clock says 300 ms, not after a number of iterations calibrated
+/// beforehand (a busy host slows the guest between the calibration and
+/// the run: 2,173 periods where ~300 were meant, 125 entries lost), and
+/// the simulator's cycles are at most the running time + 1 ms
+/// ([`cycles_match_running`]), which the thread's clock is. It runs the
+/// loop in 5 ms chunks, so it stops at most one chunk (and whatever stall
+/// lands in it) past 300 ms: far below the buffer's 2,048 entries of
+/// 1M-cycle periods unless one stall lasts seconds; the callers account
+/// for any entry lost then ([`buffer_full_when_lost`]).
 fn sampled_chain_run(ctx: &Context, chain_depth: u32) -> Result<(SampleBuffer, u64), String> {
     let pages = 64;
     let mut setup = PfmSmplSetup {
@@ -555,11 +606,27 @@ fn sampled_chain_run(ctx: &Context, chain_depth: u32) -> Result<(SampleBuffer, u
     setup.smpl_pmds[0] = 1 << 1;
     ctx.setup_sampling_with(&setup).ctx("SMPL_SETUP")?;
     let buf = ctx.map_samples(pages).ctx("mmap of the buffer")?;
+    let chunk = 5 * pfm_guest::frames::iterations_per_ms();
     let irqs0 = sysfs_u64("overflow_interrupts")?;
     ctx.load_and_start(0).ctx("LOAD|START")?;
-    pfm_guest::frames::run_chain(300 * pfm_guest::frames::iterations_per_ms(), 0, None);
+    let until = pfm_guest::edges::thread_cpu_ns() + 300_000_000;
+    while pfm_guest::edges::thread_cpu_ns() < until {
+        pfm_guest::frames::run_chain(chunk, 0, None);
+    }
     ctx.stop().ctx("STOP")?;
     Ok((buf, sysfs_u64("overflow_interrupts")? - irqs0))
+}
+
+/// Entries are lost (`PFM_SMPL_DROP`) only once the buffer is full: the
+/// entries kept are then exactly as many as it holds, the first ones
+/// written (a full buffer drops the new entry).
+fn buffer_full_when_lost(buf: &SampleBuffer, kept: usize, lost: u64) -> TestResult {
+    let capacity = buf.data_size() / buf.entry_size();
+    ensure!(
+        lost == 0 || kept == capacity,
+        "{lost} entries lost while the buffer held {kept} of {capacity}"
+    );
+    Ok(())
 }
 
 /// Randomised periods through the PMI (`PFM_REGFL_RANDOM`, P = 10^6
@@ -593,7 +660,7 @@ fn random_sampling_through_pmis() -> TestResult {
     let total = v[0];
     let predicted: Vec<u64> = perfmon::random::periods(P, MASK, SEED)
         .ok_or("mask refused by the library")?
-        .take(entries.len() + 1)
+        .take(entries.len() + stats.lost as usize + 1)
         .collect();
     // Period ends at or below the total: P, then the drawn periods.
     let (mut ends, mut at) = (0u64, P);
@@ -615,11 +682,15 @@ fn random_sampling_through_pmis() -> TestResult {
         stats.lost,
         &periods[..periods.len().min(12)]
     ));
-    ensure!(stats.lost == 0, "{} lost", stats.lost);
+    // Every period end is an entry, kept or counted lost; the kept ones
+    // are the first (see `buffer_full_when_lost`), so they follow the
+    // generator's sequence from its start.
+    buffer_full_when_lost(&buf, entries.len(), stats.lost)?;
     ensure!(
-        entries.len() as u64 == ends,
-        "{} entries for {ends} period ends",
-        entries.len()
+        entries.len() as u64 + stats.lost == ends,
+        "{} entries + {} lost for {ends} period ends",
+        entries.len(),
+        stats.lost
     );
     ensure!(ends >= 100, "{ends} periods for ~300 ms");
     let (mut end, mut k) = (P, 0usize);
