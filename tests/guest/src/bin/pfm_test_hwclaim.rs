@@ -50,12 +50,13 @@ fn claim() -> Result<(u64, u64, u64), String> {
     ))
 }
 
-/// Waits (3 s: attachments are freed on the module's workqueue) until
+/// Waits (3 s on an idle machine, scaled by the guest's slowdown:
+/// attachments are freed on the module's workqueue) until
 /// `hw_claimed` is `n`, with the counters reserved exactly while n > 0 and
 /// no LVTPC taken when n = 0.
 fn wait_claimed(n: u64) -> TestResult {
     let mut last = Ok((0, 0, 0));
-    let ok = module::wait_for(Duration::from_secs(3), || {
+    let ok = module::wait_for(pfm_guest::scaled(Duration::from_secs(3)), || {
         last = claim();
         match last {
             Ok((c, r, l)) if n == 0 => c == 0 && r == 0 && l == 0,
@@ -219,7 +220,7 @@ fn claim_follows_live_contexts(t: &mut Tap) {
         || {
             let ctx = cycles_context()?;
             ctx.load(sleeper.tid()).ctx("LOAD thread")?;
-            ctx.wait_active(Duration::from_secs(5)).ctx("wait active")?;
+            ctx.wait_active(pfm_guest::scaled(Duration::from_secs(5))).ctx("wait active")?;
             ctx.start().ctx("START")?;
             b = Some(ctx);
             wait_claimed(2)?;
@@ -232,7 +233,7 @@ fn claim_follows_live_contexts(t: &mut Tap) {
             let ch = Child::spawn("sleep", &["5"])?;
             let ctx = cycles_context()?;
             ctx.load(ch.pid()).ctx("LOAD child")?;
-            ctx.wait_active(Duration::from_secs(5)).ctx("wait active")?;
+            ctx.wait_active(pfm_guest::scaled(Duration::from_secs(5))).ctx("wait active")?;
             ctx.start().ctx("START")?;
             c = Some(ctx);
             ensure!(
@@ -266,7 +267,7 @@ fn claim_follows_live_contexts(t: &mut Tap) {
         let ch = child.as_mut().ok_or("no child")?;
         // Its exit, when the test says: SIGTERM's default action.
         ch.signal(libc::SIGTERM)?;
-        ch.wait_timeout(Duration::from_secs(10))?;
+        ch.wait_timeout(pfm_guest::scaled(Duration::from_secs(10)))?;
         wait_claimed(1)
     });
     t.run(
