@@ -917,7 +917,16 @@ fn thread_ctrl_c(pfm: &Pfm) -> TestResult {
         .stderr(Stdio::piped())
         .spawn()
         .ctx("spawn pfm")?;
-    std::thread::sleep(Duration::from_millis(500));
+    // SIGINT only once pfm has its handler: it installs it before it
+    // opens its context, so the live context is the sign. A fixed 500 ms
+    // was not always enough on a busy host (pfm died of the SIGINT, exit
+    // status 2 by signal). Then 200 ms of counting.
+    if let Err(e) = module::wait_contexts(1, pfm_guest::scaled(Duration::from_secs(10))) {
+        let _ = p.kill();
+        let _ = p.wait();
+        return Err(format!("pfm stat -t never opened its context: {e}"));
+    }
+    std::thread::sleep(Duration::from_millis(200));
     perfmon::process::send_signal(p.id(), libc::SIGINT).ctx("SIGINT")?;
     let deadline = Instant::now() + Duration::from_secs(10);
     while p.try_wait().ctx("wait")?.is_none() {
