@@ -429,12 +429,13 @@ fn overflow_periods_through_pmis() -> TestResult {
     )?;
     ctx.set_nonblocking(true).ctx("O_NONBLOCK")?;
     ctx.load(0).ctx("LOAD")?;
+    let sw0 = pfm_guest::edges::thread_switches();
     ctx.start().ctx("START")?;
-    let (mut n0, mut n1) = (0u64, 0u64);
-    let mut drain = |ctx: &Context| -> Result<(), String> {
+    let (n0, n1) = (std::cell::Cell::new(0u64), std::cell::Cell::new(0u64));
+    let drain = |ctx: &Context| -> Result<(), String> {
         while let Some(m) = ctx.read_message().ctx("read")? {
-            n0 += m.ovfl_pmds & 1;
-            n1 += (m.ovfl_pmds >> PMD_FIXED1) & 1;
+            n0.set(n0.get() + (m.ovfl_pmds & 1));
+            n1.set(n1.get() + ((m.ovfl_pmds >> PMD_FIXED1) & 1));
         }
         Ok(())
     };
@@ -464,8 +465,17 @@ fn overflow_periods_through_pmis() -> TestResult {
         }
         drain(&ctx)?;
     }
+    // Whether the context still counts at the end of the loop (a queue of
+    // 8 undrained messages masks it), and what the loop's drains read.
+    let state_in_loop = ctx.state().map(|s| format!("{s:?}")).unwrap_or_default();
+    let read_in_loop = (n0.get(), n1.get());
     ctx.stop().ctx("STOP")?;
     drain(&ctx)?;
+    let (n0, n1) = (n0.get(), n1.get());
+    diag(format!(
+        "at the loop's end: {state_in_loop}; its drains read {} and {} of the messages",
+        read_in_loop.0, read_in_loop.1
+    ));
     let (v, running) = values(&ctx, &[0, 1, PMD_FIXED1])?;
     let irqs = sysfs_u64("overflow_interrupts")? - irqs0;
     let total = v[1];
@@ -475,9 +485,15 @@ fn overflow_periods_through_pmis() -> TestResult {
         total / P0,
         total / P1
     ));
+    // Beyond the running time, the counters also run in the kernel paths
+    // between the runtime's end and the switch-out hook; a vCPU stalled
+    // there adds the stall (seen: 57.5 M cycles for 55.4 ms of running).
+    // Each such path lies in a gap the loop saw or in a step of at most
+    // GAP_NS, one per switch of the thread.
+    let extra = gaps.iter().sum::<u64>() + (pfm_guest::edges::thread_switches() - sw0) * GAP_NS;
     ensure!(
-        cycles_match_running(total, running),
-        "cycles vs running time"
+        total <= running + 1_000_000 + extra && total >= running / 10 * 8,
+        "cycles {total} vs running time {running} (+ 1 ms + {extra} ns the loop did not execute)"
     );
     ensure!(
         rest0 == total % P0 && rest1 == total % P1,
@@ -552,7 +568,8 @@ fn sampling_through_pmis() -> TestResult {
         samples.len(),
         stats.lost
     );
-    buffer_full_when_lost(&buf, samples.len(), stats.lost)?;
+    let values: Vec<u64> = samples.iter().map(|s| s.entry.values[0]).collect();
+    losses_accounted(&buf, &values, stats.lost, P)?;
     ensure!(overflows >= 100, "{overflows} periods for ~300 ms");
     ensure!(msgs == 0, "{msgs} messages, none asked for");
     let mut last = 0;
@@ -597,7 +614,7 @@ fn sampling_through_pmis() -> TestResult {
 /// loop in 1 ms chunks and reads the clock every 10 ms, so it stops at
 /// most 10 ms and a chunk (and whatever stall lands in them) past 300 ms: far below the buffer's 2,048 entries of
 /// 1M-cycle periods unless one stall lasts seconds; the callers account
-/// for any entry lost then ([`buffer_full_when_lost`]).
+/// for any entry lost then ([`losses_accounted`]).
 fn sampled_chain_run(ctx: &Context, chain_depth: u32) -> Result<(SampleBuffer, u64), String> {
     let pages = 64;
     let mut setup = PfmSmplSetup {
@@ -632,16 +649,53 @@ fn sampled_chain_run(ctx: &Context, chain_depth: u32) -> Result<(SampleBuffer, u
     Ok((buf, sysfs_u64("overflow_interrupts")? - irqs0))
 }
 
-/// Entries are lost (`PFM_SMPL_DROP`) only once the buffer is full: the
-/// entries kept are then exactly as many as it holds, the first ones
-/// written (a full buffer drops the new entry).
-fn buffer_full_when_lost(buf: &SampleBuffer, kept: usize, lost: u64) -> TestResult {
+/// Entries a PMD's overflow writes at most: the module counts the periods
+/// past these as lost (Documentation/perfmon.rst, Sampling: the work under
+/// the lock stays bounded), `MAX_ENTRIES_PER_OVERFLOW` in pfm_ctx/smpl.rs.
+const MAX_ENTRIES_PER_OVERFLOW: usize = 64;
+
+/// Entries are lost for two reasons only, both visible in what was kept:
+/// the buffer was full (`PFM_SMPL_DROP`: the entries kept are as many as
+/// it holds), or one PMI crossed more than [`MAX_ENTRIES_PER_OVERFLOW`]
+/// periods (a vCPU stalled for longer than that many periods: seen, 36
+/// lost after a 100-period stall at 1M cycles): it wrote that many entries,
+/// all with the PMD 1 value `v` of that PMI, and lost the periods up to
+/// ⌊v / P⌋ beyond them. `values`: each kept entry's PMD 1, in order.
+/// Returns the index past the first capped PMI's entries (where a
+/// sequence check of the kept entries must stop: later entries are
+/// shifted by the periods lost there), or `values.len()`.
+fn losses_accounted(
+    buf: &SampleBuffer,
+    values: &[u64],
+    lost: u64,
+    period: u64,
+) -> Result<usize, String> {
     let capacity = buf.data_size() / buf.entry_size();
+    if lost == 0 || values.len() == capacity {
+        return Ok(values.len());
+    }
+    // The most each capped PMI can have lost, adding up as they come.
+    let (mut bound, mut first_end, mut i) = (0u64, None, 0usize);
+    while i < values.len() {
+        let run = values[i..].iter().take_while(|&&v| v == values[i]).count();
+        if run == MAX_ENTRIES_PER_OVERFLOW {
+            let crossed = values[i] / period;
+            let before = i as u64 + MAX_ENTRIES_PER_OVERFLOW as u64 + bound;
+            bound += crossed.saturating_sub(before);
+            first_end.get_or_insert(i + run);
+        }
+        i += run;
+    }
+    diag(format!(
+        "{lost} entries lost with the buffer holding {} of {capacity}: PMIs capped at {MAX_ENTRIES_PER_OVERFLOW} entries account for up to {bound}",
+        values.len()
+    ));
     ensure!(
-        lost == 0 || kept == capacity,
-        "{lost} entries lost while the buffer held {kept} of {capacity}"
+        lost <= bound,
+        "{lost} entries lost while the buffer held {} of {capacity} and capped PMIs account for {bound}",
+        values.len()
     );
-    Ok(())
+    Ok(first_end.unwrap_or(values.len()))
 }
 
 /// Randomised periods through the PMI (`PFM_REGFL_RANDOM`, P = 10^6
@@ -698,9 +752,10 @@ fn random_sampling_through_pmis() -> TestResult {
         &periods[..periods.len().min(12)]
     ));
     // Every period end is an entry, kept or counted lost; the kept ones
-    // are the first (see `buffer_full_when_lost`), so they follow the
-    // generator's sequence from its start.
-    buffer_full_when_lost(&buf, entries.len(), stats.lost)?;
+    // follow the generator's sequence from its start up to the first PMI
+    // that lost periods, if any (see `losses_accounted`).
+    let values: Vec<u64> = entries.iter().map(|e| e.values[0]).collect();
+    let in_sequence = losses_accounted(&buf, &values, stats.lost, P)?;
     ensure!(
         entries.len() as u64 + stats.lost == ends,
         "{} entries + {} lost for {ends} period ends",
@@ -709,7 +764,7 @@ fn random_sampling_through_pmis() -> TestResult {
     );
     ensure!(ends >= 100, "{ends} periods for ~300 ms");
     let (mut end, mut k) = (P, 0usize);
-    for (e, &p) in entries.iter().zip(periods.iter()) {
+    for (e, &p) in entries[..in_sequence].iter().zip(periods.iter()) {
         ensure!(
             (P..=P + MASK).contains(&p),
             "entry {k}: period {p} outside [{P}, {}]",
