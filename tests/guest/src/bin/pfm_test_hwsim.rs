@@ -756,13 +756,36 @@ fn random_sampling_through_pmis() -> TestResult {
     // that lost periods, if any (see `losses_accounted`).
     let values: Vec<u64> = entries.iter().map(|e| e.values[0]).collect();
     let in_sequence = losses_accounted(&buf, &values, stats.lost, P)?;
-    ensure!(
-        entries.len() as u64 + stats.lost == ends,
-        "{} entries + {} lost for {ends} period ends",
-        entries.len(),
-        stats.lost
-    );
-    ensure!(ends >= 100, "{ends} periods for ~300 ms");
+    let crossed = entries.len() as u64 + stats.lost;
+    // Losses with room left in the buffer: a PMI capped at 64 entries.
+    let capped = stats.lost > 0 && entries.len() != buf.data_size() / buf.entry_size();
+    if !capped {
+        ensure!(
+            crossed == ends,
+            "{} entries + {} lost for {ends} period ends",
+            entries.len(),
+            stats.lost
+        );
+    } else {
+        // A PMI crossed more periods than the module draws resets for in
+        // one fold (`MAX_RANDOM_RESETS`, 64, pfm_counter.rs): the periods
+        // past its 64th draw have the last draw's length, and where that
+        // fold began is not visible, so the seed no longer predicts the
+        // ends after it. Every period is still between P and P + MASK
+        // long: the ends are between those the longest and the shortest
+        // periods would give.
+        let (fewest, most) = ((total - P) / (P + MASK) + 1, (total - P) / P + 1);
+        diag(format!(
+            "a PMI crossed more than 64 periods at entry {in_sequence}: {crossed} period ends counted, between {fewest} and {most} for {total} cycles"
+        ));
+        ensure!(
+            (fewest..=most).contains(&crossed),
+            "{} entries + {} lost, not between {fewest} and {most} period ends for {total} cycles",
+            entries.len(),
+            stats.lost
+        );
+    }
+    ensure!(crossed >= 100, "{crossed} periods for ~300 ms");
     let (mut end, mut k) = (P, 0usize);
     for (e, &p) in entries[..in_sequence].iter().zip(periods.iter()) {
         ensure!(
