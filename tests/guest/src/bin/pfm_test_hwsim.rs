@@ -265,25 +265,34 @@ fn spin_and_sleep_measured() -> (u32, u64, u64) {
 /// path), and its cycles. The counters run from the install on, not over
 /// what the new thread ran in the kernel before it (the fork's return and
 /// the install itself, which under KASAN and TCG take milliseconds). So the
-/// cycles are bounded as by [`cycles_match_running`], except that their
-/// floor is 80% of the running time less what the thread had run when it
-/// first read its clock, in user mode: after the install, and after the
-/// thread's start-up in user mode, which the counters do count.
+/// cycles' floor is 80% of the running time less what the thread had run
+/// when it first read its clock, in user mode: after the install, and after
+/// the thread's start-up in user mode, which the counters do count. Their
+/// ceiling is the heir's life as the test sees it (before its creation to
+/// after its join or reaping), as in [`cycles_within_window`]: not the
+/// running time, which a vCPU stalled in the switch-out path leaves behind.
 fn inherited_threads_count_their_own_cycles() -> TestResult {
     let ctx = programmed(&[(0, CYCLES_USR)], &[(0, 0, false)])?;
     ctx.set_flags(PFM_CTXFL_INHERIT).ctx("SET_FLAGS INHERIT")?;
     ctx.load(0).ctx("LOAD")?;
     ctx.start().ctx("START")?;
-    let mut own: Vec<(u32, u64, u64)> = (0..2)
+    // Each heir's life as this thread sees it, from before its creation to
+    // after its join or reaping: its counters count only inside it.
+    let t0 = Instant::now();
+    let mut own: Vec<(u32, u64, u64)> = Vec::new();
+    let mut windows: Vec<u64> = Vec::new();
+    for h in (0..2)
         .map(|_| std::thread::spawn(spin_and_sleep_measured))
         .collect::<Vec<_>>()
-        .into_iter()
-        .map(|h| h.join().map_err(|_| "a thread panicked".to_string()))
-        .collect::<Result<_, _>>()?;
+    {
+        own.push(h.join().map_err(|_| "a thread panicked".to_string())?);
+        windows.push(t0.elapsed().as_nanos() as u64);
+    }
     // The child reports through a pipe what it measured, then exits.
     let mut fds = [0i32; 2];
     // SAFETY: `fds` has room for the two descriptors.
     ensure!(unsafe { libc::pipe(fds.as_mut_ptr()) } == 0, "pipe");
+    let forked = Instant::now();
     // SAFETY: The child only spins, sleeps, writes and `_exit`s.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
@@ -306,6 +315,7 @@ fn inherited_threads_count_their_own_cycles() -> TestResult {
         n
     };
     ensure!(got == 24, "the child's report: {got} bytes");
+    windows.push(forked.elapsed().as_nanos() as u64);
     let word = |i: usize| u64::from_ne_bytes(msg[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
     own.push((word(0) as u32, word(1), word(2)));
     ctx.stop().ctx("STOP")?;
@@ -316,21 +326,25 @@ fn inherited_threads_count_their_own_cycles() -> TestResult {
         report.rows.len(),
         report.lost_threads
     );
-    for (tid, first, last) in own {
+    for ((tid, first, last), window) in own.into_iter().zip(windows) {
         let Some(row) = report.rows.iter().find(|r| r.tid == tid) else {
             return Err(format!("no row for tid {tid}"));
         };
         let cycles = row.values.first().copied().unwrap_or(0);
         let running = row.time_running;
         diag(format!(
-            "tid {tid}: cycles {cycles}, running {running} ns, own CPU time {first} ns at its start, {last} ns at its end"
+            "tid {tid}: cycles {cycles}, running {running} ns, own CPU time {first} ns at its start, {last} ns at its end, life {window} ns"
         ));
         ensure!(row.has_exited(), "tid {tid} not marked exited");
+        // Above the running time, the counters also run in the switch-out
+        // path past the scheduler's accounting, which a vCPU stall there
+        // stretches (seen on a busy host: the forked process 15 ms over);
+        // what they cannot exceed is the heir's life (`cycles_within_window`).
         ensure!(
             running >= last
-                && cycles <= running + 1_000_000
+                && cycles <= window
                 && cycles >= (running - first.min(running)) / 10 * 8,
-            "tid {tid}: cycles {cycles} vs running {running} (own {first} at start, {last} at end)"
+            "tid {tid}: cycles {cycles} vs running {running} and life {window} (own {first} at start, {last} at end)"
         );
     }
     ctx.unload().ctx("UNLOAD")?;
