@@ -3,6 +3,8 @@
 #
 #   make run      build what is needed, boot the fast kernel, show per-thread counts
 #   make check    every test: host `cargo test` + guest tests on the debug kernel
+#   make check STRESS=1   the same, the guest tests run while a load generator
+#                 takes every host CPU (scripts/stress.sh), timeouts scaled
 #
 # KDIR selects the kernel tree to build the module against (default: the
 # project's cached test kernel of VARIANT); LLVM, RUSTC, RUSTDOC and BINDGEN
@@ -23,6 +25,8 @@ KMAKE_ARGS = LLVM=$(LLVM) RUSTC=$(RUSTC) RUSTDOC=$(RUSTDOC) BINDGEN=$(BINDGEN)
 
 .PHONY: deps kernel module module-clean
 
+# STRESS=1 also installs the load generator (stress-ng).
+export STRESS
 deps:
 	@scripts/deps.sh
 
@@ -77,9 +81,15 @@ initramfs: module guest
 # module's instructions per operation on its hot paths, in a boot of its own
 # under -icount, held to tests/bench/cost-baseline.txt (1%); its TAP joins
 # the summary too.
+#
+# STRESS=1: the guest tests run while scripts/stress.sh takes every host CPU
+# (stopped as soon as the guest ends, whatever happens); scripts/vm.sh
+# measures the slowdown that makes and scales the guest's timeouts by it.
 check: deps host-test kernel module guest initramfs
 	@scripts/check-layers.sh
-	@scripts/vm.sh $(VARIANT) check; \
+	@if [ "$(STRESS)" = 1 ]; then scripts/stress.sh start; trap 'scripts/stress.sh stop' EXIT INT TERM; fi; \
+	 scripts/vm.sh $(VARIANT) check; \
+	 if [ "$(STRESS)" = 1 ]; then scripts/stress.sh stop; fi; \
 	 scripts/install-test.sh $(VARIANT); \
 	 scripts/cost-gate.sh $(VARIANT); \
 	 scripts/check-log.sh --host $(LOGS)/host-test.log --tap $(LOGS)/install-test.tap \

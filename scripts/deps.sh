@@ -13,6 +13,9 @@ debs=(linux-source-6.12 rustc-web rust-web-src libclang-dev clang lld llvm
       # make deb and the install test (scripts/deb.sh, install-test.sh):
       # debian/'s Build-Depends, lintian, and DKMS with kmod in the test root
       debhelper dh-dkms dpkg-dev fakeroot cargo-web lintian dkms kmod)
+# `make check STRESS=1`: the load generator (scripts/stress.sh; without it
+# that script falls back to busy shell loops).
+[ "${STRESS:-0}" != 1 ] || debs+=(stress-ng)
 
 missing=()
 for p in "${debs[@]}"; do

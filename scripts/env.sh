@@ -69,3 +69,25 @@ pfm_log_name() {
 	local p=$PFM_BUILD/logs/$1.log
 	echo "${p#"$PFM_TOP"/}"
 }
+
+# pfm_slowdown_pct: how much slower than on an idle machine a CPU-bound
+# thread runs here now, in percent (at least 100): the wall time of a short
+# busy loop over its CPU time, i.e. the inverse of the share of a CPU a
+# thread gets against the load already running. A TCG guest's vCPU is such
+# a thread, so its speed follows the same share; scripts/vm.sh scales the
+# guest's timeouts by it and passes it to the guest (pfm.slowdown=).
+# PFM_SLOWDOWN set in the environment is taken as is (100: no scaling).
+pfm_slowdown_pct() {
+	if [ -n "${PFM_SLOWDOWN:-}" ]; then
+		echo "$PFM_SLOWDOWN"
+		return
+	fi
+	local TIMEFORMAT='%R %U %S' t real user sys
+	# About half a second of CPU (bash): long enough for the scheduler to share
+	# the CPUs among what runs, short beside any guest job.
+	t=$( { time (i=0; while [ $i -lt 100000 ]; do i=$((i + 1)); done); } 2>&1 )
+	read -r real user sys <<<"$t"
+	awk -v r="$real" -v u="$user" -v s="$sys" 'BEGIN {
+		c = u + s; p = (c > 0) ? int(100 * r / c + 0.5) : 100
+		print (p < 100 ? 100 : p) }'
+}

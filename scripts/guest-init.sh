@@ -8,6 +8,11 @@
 #   pfm.mode=cmd      run the shell command in /pfm-cmd (added by scripts/vm.sh)
 #   pfm.mode=shell    interactive shell on the console
 #   pfm.timeout=N     per-test (and per-job) timeout in seconds, default 600
+#                     (scripts/vm.sh has scaled it by the slowdown already)
+#   pfm.slowdown=PCT  how much slower than an idle machine the guest runs,
+#                     in percent (scripts/vm.sh measures it on the host);
+#                     exported to the tests as PFM_SLOWDOWN, which scales
+#                     their watchdogs (tests/guest/src/lib.rs)
 #
 # Everything the host parses (scripts/check-log.sh, scripts/vm.sh) is a line
 # starting with "PFM-". Test and job output is captured to a file and printed
@@ -41,13 +46,15 @@ if mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null &&
 fi
 chown 1000:1000 /home/pfmuser
 
-mode=shell timeout=600
+mode=shell timeout=600 slowdown=100
 for arg in $(cat /proc/cmdline); do
 	case $arg in
 	pfm.mode=*) mode=${arg#pfm.mode=} ;;
 	pfm.timeout=*) timeout=${arg#pfm.timeout=} ;;
+	pfm.slowdown=*) slowdown=${arg#pfm.slowdown=} ;;
 	esac
 done
+export PFM_SLOWDOWN=$slowdown
 
 KMEMLEAK=/sys/kernel/debug/kmemleak
 # kmemleak=off on the command line (the install test's boot): no scans.
@@ -58,7 +65,7 @@ if [ -e $KMEMLEAK ]; then
 fi
 
 taint_before=$(cat /proc/sys/kernel/tainted)
-echo "PFM-BOOTED mode=$mode cpus=$(grep -c ^processor /proc/cpuinfo) kernel=$(uname -r) taint=$taint_before"
+echo "PFM-BOOTED mode=$mode cpus=$(grep -c ^processor /proc/cpuinfo) kernel=$(uname -r) taint=$taint_before slowdown=$slowdown% timeout=${timeout}s"
 
 module_loaded() { grep -q '^perfmon ' /proc/modules; }
 
@@ -81,7 +88,11 @@ run_one() {
 	(cd /tmp && exec timeout -s KILL "$timeout" "$@") </dev/null >"$out" 2>&1
 	rc=$?
 	if [ $rc = 137 ] && [ $(( $(date +%s) - start )) -ge "$timeout" ]; then
-		echo "PFM-TIMEOUT $name after ${timeout}s"
+		# What it was waiting for: the case after the last one it
+		# reported (TAP), or the job's last line.
+		last=$(grep -E '^(ok|not ok) [0-9]+' "$out" | tail -n 1)
+		[ -n "$last" ] || last=$(tail -n 1 "$out")
+		echo "PFM-TIMEOUT $name after ${timeout}s (slowdown $slowdown%), killed while it ran; its last report: ${last:-nothing}"
 	fi
 	echo "PFM-OUT-BEGIN $name"
 	if [ "$mode" = check ]; then

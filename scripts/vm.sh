@@ -19,9 +19,14 @@
 #      QEMU_CPU       -cpu value (default max)
 #      QEMU_SMP, QEMU_MEM   (default 2, 2G)
 #      QEMU_EXTRA     more qemu arguments
-#      GUEST_TIMEOUT  seconds (default: check 2700, run/cmd 300)
-#      TEST_TIMEOUT   per-test (per-command) seconds inside the guest
-#                     (default: check 600, run/cmd GUEST_TIMEOUT-60)
+#      GUEST_TIMEOUT  seconds on an idle machine (default: check 2700, run/cmd 300)
+#      TEST_TIMEOUT   per-test (per-command) seconds inside the guest on an
+#                     idle machine (default: check 600, run/cmd GUEST_TIMEOUT-60)
+#      PFM_SLOWDOWN   percent: how much slower than on an idle machine the
+#                     guest will run (default: measured now, scripts/env.sh
+#                     pfm_slowdown_pct); both timeouts are scaled by it, and
+#                     the guest gets it (pfm.slowdown=) to scale the tests'
+#                     own watchdogs. 100 turns the scaling off.
 #      PFM_CMDLINE    more kernel command line
 #      PFM_KERNEL, PFM_INITRD   another kernel image or guest image (the
 #                     install test's, scripts/install-test.sh)
@@ -50,6 +55,12 @@ case $job in
 check) : "${GUEST_TIMEOUT:=2700}"; : "${TEST_TIMEOUT:=600}" ;;
 *)     : "${GUEST_TIMEOUT:=300}";  : "${TEST_TIMEOUT:=$(( GUEST_TIMEOUT > 120 ? GUEST_TIMEOUT - 60 : GUEST_TIMEOUT ))}" ;;
 esac
+# The timeouts above are an idle machine's; a loaded one (another guest,
+# `make check STRESS=1`'s load generator) runs the guest slower by the
+# share of a CPU its vCPU threads get, measured here just before the boot.
+slowdown=$(pfm_slowdown_pct)
+GUEST_TIMEOUT=$(( GUEST_TIMEOUT * slowdown / 100 ))
+TEST_TIMEOUT=$(( TEST_TIMEOUT * slowdown / 100 ))
 
 # A cmd job carries its command in a second cpio archive appended to the
 # image: the kernel unpacks concatenated archives in order.
@@ -77,7 +88,7 @@ ln -sfn "${log##*/}" "$logdir/$logjob-latest.log"
 # common.c); an interrupt in that window took the irq_desc lock at a 5-level
 # direct-map address and KASAN reported a wild-memory-access at 0.005 s, in
 # swapper, before any module existed. 4-level paging has no such window.
-cmdline="console=ttyS0 panic=-1 oops=panic printk.devkmsg=on watchdog_thresh=30 no5lvl pfm.mode=$job pfm.timeout=$TEST_TIMEOUT ${PFM_CMDLINE:-}"
+cmdline="console=ttyS0 panic=-1 oops=panic printk.devkmsg=on watchdog_thresh=30 no5lvl pfm.mode=$job pfm.timeout=$TEST_TIMEOUT pfm.slowdown=$slowdown ${PFM_CMDLINE:-}"
 # shellcheck disable=SC2206
 qemu=(qemu-system-x86_64 -accel "${QEMU_ACCEL:-tcg}" -cpu "${QEMU_CPU:-max}"
       -smp "${QEMU_SMP:-2}" -m "${QEMU_MEM:-2G}" -nographic -no-reboot
@@ -102,7 +113,7 @@ show() {
 	fi
 }
 
-echo "boot: the $variant kernel under QEMU, job $job (console: ${log#"$PFM_TOP"/})" >&2
+echo "boot: the $variant kernel under QEMU, job $job (console: ${log#"$PFM_TOP"/}; slowdown ${slowdown}%: guest timeout ${GUEST_TIMEOUT}s, per test ${TEST_TIMEOUT}s)" >&2
 start=$SECONDS
 set +e
 timeout -k 10 "$GUEST_TIMEOUT" "${qemu[@]}" </dev/null 2>&1 | tee "$log" | show
@@ -111,8 +122,13 @@ set -e
 elapsed=$(( SECONDS - start ))
 
 if [ "${st[0]}" = 124 ] || [ "${st[0]}" = 137 ]; then
-	echo "PFM-HOST-TIMEOUT the guest was killed after ${GUEST_TIMEOUT}s (GUEST_TIMEOUT)" >>"$log"
-	echo "vm: FAIL: guest still running after ${GUEST_TIMEOUT}s, killed. Last 40 console lines:" >&2
+	# What the guest was waiting for: the test begun and not ended.
+	running=$(tr -d '\r' <"$log" | awk '/PFM-TEST-BEGIN /{ t = $NF } /PFM-TEST-END /{ t = "" }
+		/PFM-KMEMLEAK-BEGIN|PFM-TAINT / { t = "(after the tests: the leak scan and unload)" }
+		END { print (t == "" ? "(no test running: boot, or between tests)" : t) }')
+	[ "$job" = check ] || running="the $job job"
+	echo "PFM-HOST-TIMEOUT the guest was killed after ${GUEST_TIMEOUT}s (GUEST_TIMEOUT, slowdown ${slowdown}%) while running $running" >>"$log"
+	echo "vm: FAIL: guest still running after ${GUEST_TIMEOUT}s (slowdown ${slowdown}%), killed while running $running. Last 40 console lines:" >&2
 	tail -n 41 "$log" | head -n 40 | tr -d '\r' | sed 's/^/  | /' >&2
 	exit 1
 fi

@@ -369,21 +369,23 @@ pub fn remote_edges(
             match attach {
                 Attach::LoadThenStart => {
                     ctx.load(tid).ctx("LOAD")?;
-                    ctx.wait_active(Duration::from_secs(5)).ctx("ACTIVE")?;
+                    ctx.wait_active(crate::scaled(Duration::from_secs(5)))
+                        .ctx("ACTIVE")?;
                     g.enable().ctx("perf enable")?;
                     ctx.start().ctx("START")?;
                 }
                 Attach::CloneLoadStart => {
                     g.enable().ctx("perf enable")?;
                     ctx.load_and_start(tid).ctx("LOAD|START")?;
-                    ctx.wait_active(Duration::from_secs(5)).ctx("ACTIVE")?;
+                    ctx.wait_active(crate::scaled(Duration::from_secs(5)))
+                        .ctx("ACTIVE")?;
                 }
             }
             group = Some(g);
         }
         // Blocked on the go byte: nothing it does after `t` can block
         // elsewhere before it.
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let deadline = Instant::now() + crate::scaled(Duration::from_secs(5));
         while proc_state(tid) != Some('S') {
             if Instant::now() > deadline {
                 return Err(format!("target {tid} not blocked at edge {i}"));
@@ -434,7 +436,9 @@ pub fn thread_edges_by(
         let _ = tx.send(perfmon::process::gettid());
         run_target(report_w, go_r, workload, rounds)
     });
-    let tid = rx.recv_timeout(Duration::from_secs(2)).ctx("thread id")?;
+    let tid = rx
+        .recv_timeout(crate::scaled(Duration::from_secs(2)))
+        .ctx("thread id")?;
     let res = remote_edges(tid, rounds, attach, &mut report_r, &mut go_w);
     // A failed measurement: closing the go pipe ends the target.
     drop(go_w);

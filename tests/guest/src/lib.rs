@@ -44,14 +44,49 @@ pub fn minus_period(period: u64, width: u16) -> u64 {
     }
 }
 
-/// Ends the program with `Bail out!` if it runs longer than `limit`
-/// (something waits forever); the guest's own timeout is the last resort.
+/// How much slower than an idle machine this guest runs, as a factor of
+/// at least 1: `PFM_SLOWDOWN` (percent, exported by the guest's init from
+/// the kernel command line's `pfm.slowdown=`, which scripts/vm.sh measures
+/// on the host before it boots the guest: the share of a CPU a thread gets
+/// there, which is what a TCG vCPU's speed follows). 1 when absent.
+pub fn slowdown() -> f64 {
+    let from_env = std::env::var("PFM_SLOWDOWN").ok();
+    let from_cmdline = || {
+        std::fs::read_to_string("/proc/cmdline")
+            .ok()?
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("pfm.slowdown=").map(str::to_string))
+    };
+    from_env
+        .or_else(from_cmdline)
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(1.0, |pct| (pct as f64 / 100.0).max(1.0))
+}
+
+/// `d` scaled by [`slowdown`]: a limit set for an idle machine, on this one.
+pub fn scaled(d: Duration) -> Duration {
+    d.mul_f64(slowdown())
+}
+
+/// Ends the program with `Bail out!` if it runs longer than `limit` on an
+/// idle machine, scaled by the guest's measured [`slowdown`] (something
+/// waits forever); the guest's own timeout is the last resort. The line
+/// names the program and the case it was in (what it was waiting for:
+/// [`tap::current_case`]).
 pub fn watchdog(limit: Duration) {
+    let scaled_limit = scaled(limit);
     std::thread::spawn(move || {
-        std::thread::sleep(limit);
+        std::thread::sleep(scaled_limit);
+        let prog = std::env::args()
+            .next()
+            .map(|a| a.rsplit('/').next().unwrap_or(&a).to_string())
+            .unwrap_or_default();
         println!(
-            "Bail out! watchdog: still running after {} s",
-            limit.as_secs()
+            "Bail out! watchdog: {prog} still running after {} s ({} s on an idle machine x slowdown {:.2}), in case {}",
+            scaled_limit.as_secs(),
+            limit.as_secs(),
+            slowdown(),
+            tap::current_case()
         );
         std::process::exit(tap::KSFT_FAIL);
     });

@@ -4,6 +4,27 @@
 //! 4 (everything skipped).
 
 use std::fmt::Display;
+use std::sync::Mutex;
+
+/// The case being run (its number and name), for the watchdog's line.
+static CURRENT: Mutex<String> = Mutex::new(String::new());
+
+/// The case the program is in: `N "name"` of the case being run, or the
+/// last one reported and what follows it, for a timeout to name.
+pub fn current_case() -> String {
+    let c = CURRENT.lock().map(|c| c.clone()).unwrap_or_default();
+    if c.is_empty() {
+        "none yet (before the first case)".to_string()
+    } else {
+        c
+    }
+}
+
+fn set_current(what: String) {
+    if let Ok(mut c) = CURRENT.lock() {
+        *c = what;
+    }
+}
 
 /// kselftest exit codes.
 pub const KSFT_PASS: i32 = 0;
@@ -61,6 +82,12 @@ impl Tap {
         }
     }
 
+    /// Notes that case `name` ended, for the watchdog: whatever runs now
+    /// (until the next [`Tap::run`]) comes after it.
+    fn reported(&self, name: &str) {
+        set_current(format!("after {} \"{name}\"", self.n + 1));
+    }
+
     /// Prints a diagnostic line (each line of `msg` prefixed with `# `).
     pub fn diag(&self, msg: impl Display) {
         diag(msg);
@@ -68,6 +95,7 @@ impl Tap {
 
     /// Reports a passing test case.
     pub fn pass(&mut self, name: &str) {
+        self.reported(name);
         self.n += 1;
         self.passed += 1;
         println!("ok {} - {}", self.n, name);
@@ -76,6 +104,7 @@ impl Tap {
     /// Reports a failing test case with its reason as a diagnostic.
     pub fn fail(&mut self, name: &str, why: impl Display) {
         diag(why);
+        self.reported(name);
         self.n += 1;
         self.failed += 1;
         println!("not ok {} - {}", self.n, name);
@@ -83,6 +112,7 @@ impl Tap {
 
     /// Reports a skipped test case.
     pub fn skip(&mut self, name: &str, why: impl Display) {
+        self.reported(name);
         self.n += 1;
         self.skipped += 1;
         println!("ok {} - {} # SKIP {}", self.n, name, why);
@@ -104,6 +134,7 @@ impl Tap {
 
     /// Runs `f` as test case `name`; a panic in it fails the case.
     pub fn run(&mut self, name: &str, f: impl FnOnce() -> TestResult) -> bool {
+        set_current(format!("{} \"{name}\"", self.n + 1));
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
             .unwrap_or_else(|p| Err(format!("panicked: {}", panic_text(&p))));
         self.result(name, r)

@@ -13,8 +13,11 @@
 //! - context-switches and cpu-migrations equal perf's over the same window
 //!   (both are frozen while the thread is blocked);
 //! - task-clock is not below perf's (perf's window is narrower:
-//!   Documentation/perfmon.rst, Accuracy); above it, the thread's own clock
-//!   is the judge.
+//!   Documentation/perfmon.rst, Accuracy), over the windows where perf's
+//!   own count is within the thread's own clock (a vCPU stalled by a busy
+//!   host between the scheduler's accounting and perf's switch-out hook
+//!   gives perf time the thread never ran: those windows are counted and
+//!   left out); above it, the thread's own clock is the judge.
 //!
 //! Workloads: sleep/wake (1 ms naps), ping-pong through a pipe with a
 //! partner on the same CPU, and moves between CPUs; for the thread itself,
@@ -44,7 +47,7 @@ fn check_names(label: &str) -> [String; CHECKS] {
         format!("{label}: task-clock within the thread's own CPU time at every edge"),
         format!("{label}: context-switches equal perf's"),
         format!("{label}: cpu-migrations equal perf's"),
-        format!("{label}: task-clock not below perf's (1% + 200 us + 100 us per switch)"),
+        format!("{label}: task-clock not below perf's where perf is aligned with the thread's clock (1% + 200 us + 100 us per switch)"),
     ]
 }
 
@@ -87,13 +90,35 @@ fn judge(label: &str, edges: &[Edge]) -> [TestResult; CHECKS] {
     // runtime (Documentation/perfmon.rst, Accuracy): perfmon's may not be
     // below it by more than 1% + 200 us + 100 us per switch. Above it, the
     // thread's own clock is the judge (the first check).
-    let per_switch = PER_SWITCH_NS * perf_cs;
-    let slack = perf_clock / 100 + pfm_guest::TASK_CLOCK_SLACK_NS;
-    let agrees = if clock + slack + per_switch >= perf_clock {
+    //
+    // perf is a lower bound only where its own window is aligned with the
+    // thread's runtime: perf counts from its switch-in hook
+    // (`finish_task_switch`) to its switch-out hook (`prepare_task_switch`),
+    // the scheduler from `pick_next_task` to its accounting in the dequeue,
+    // which comes before perf's switch-out. A vCPU the host deschedules in
+    // that stretch (a busy host: QEMU's vCPU thread preempted) gives the
+    // whole stall to perf and none of it to the thread's runtime (seen:
+    // perf 1,253.4 ms where the thread's own clock said at most 1,200.6).
+    // Such a window is visible: perf's delta over it exceeds the thread's
+    // own clock for it by more than the per-switch hook gap. Those windows
+    // are left out of the comparison (and counted); over the others the
+    // bound holds as derived.
+    let aligned = perf_aligned(edges);
+    let per_switch = PER_SWITCH_NS * aligned.cs;
+    let slack = aligned.perf / 100 + pfm_guest::TASK_CLOCK_SLACK_NS;
+    diag(format!(
+        "{label}: perf aligned with the thread's own clock in {} of {} windows ({} above it by {} ns in all)",
+        aligned.windows,
+        edges.len() - 1,
+        edges.len() - 1 - aligned.windows,
+        aligned.excess_ns
+    ));
+    let agrees = if aligned.pfm + slack + per_switch >= aligned.perf {
         Ok(())
     } else {
         Err(format!(
-            "task-clock {clock} below perf's {perf_clock} over {perf_cs} switches"
+            "task-clock {} below perf's {} over {} switches in the {} windows where perf was aligned",
+            aligned.pfm, aligned.perf, aligned.cs, aligned.windows
         ))
     };
     [
@@ -102,6 +127,40 @@ fn judge(label: &str, edges: &[Edge]) -> [TestResult; CHECKS] {
         eq("cpu-migrations", mig, perf_mig),
         agrees,
     ]
+}
+
+/// The windows (consecutive edges) where perf's task-clock is within the
+/// thread's own CPU time for the window plus the per-switch hook gap
+/// ([`PER_SWITCH_NS`] per switch perf counted in it), added up.
+#[derive(Debug, Default)]
+struct Aligned {
+    windows: usize,
+    pfm: u64,
+    perf: u64,
+    cs: u64,
+    /// How far perf was above the thread's own clock in the others.
+    excess_ns: u64,
+}
+
+fn perf_aligned(edges: &[Edge]) -> Aligned {
+    let mut a = Aligned::default();
+    for w in edges.windows(2) {
+        let (e0, e1) = (&w[0], &w[1]);
+        let pfm = e1.pfm[0].wrapping_sub(e0.pfm[0]);
+        let perf = e1.perf[0].wrapping_sub(e0.perf[0]);
+        let cs = e1.perf[1].wrapping_sub(e0.perf[1]);
+        // The most the thread ran between the two edges, by its own clock.
+        let own_hi = e1.u.saturating_sub(e0.t);
+        if perf > own_hi + PER_SWITCH_NS * cs {
+            a.excess_ns += perf - own_hi;
+            continue;
+        }
+        a.windows += 1;
+        a.pfm += pfm;
+        a.perf += perf;
+        a.cs += cs;
+    }
+    a
 }
 
 fn report(t: &mut Tap, label: &str, res: Result<Vec<Edge>, String>) {

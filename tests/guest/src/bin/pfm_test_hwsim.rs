@@ -265,25 +265,34 @@ fn spin_and_sleep_measured() -> (u32, u64, u64) {
 /// path), and its cycles. The counters run from the install on, not over
 /// what the new thread ran in the kernel before it (the fork's return and
 /// the install itself, which under KASAN and TCG take milliseconds). So the
-/// cycles are bounded as by [`cycles_match_running`], except that their
-/// floor is 80% of the running time less what the thread had run when it
-/// first read its clock, in user mode: after the install, and after the
-/// thread's start-up in user mode, which the counters do count.
+/// cycles' floor is 80% of the running time less what the thread had run
+/// when it first read its clock, in user mode: after the install, and after
+/// the thread's start-up in user mode, which the counters do count. Their
+/// ceiling is the heir's life as the test sees it (before its creation to
+/// after its join or reaping), as in [`cycles_within_window`]: not the
+/// running time, which a vCPU stalled in the switch-out path leaves behind.
 fn inherited_threads_count_their_own_cycles() -> TestResult {
     let ctx = programmed(&[(0, CYCLES_USR)], &[(0, 0, false)])?;
     ctx.set_flags(PFM_CTXFL_INHERIT).ctx("SET_FLAGS INHERIT")?;
     ctx.load(0).ctx("LOAD")?;
     ctx.start().ctx("START")?;
-    let mut own: Vec<(u32, u64, u64)> = (0..2)
+    // Each heir's life as this thread sees it, from before its creation to
+    // after its join or reaping: its counters count only inside it.
+    let t0 = Instant::now();
+    let mut own: Vec<(u32, u64, u64)> = Vec::new();
+    let mut windows: Vec<u64> = Vec::new();
+    for h in (0..2)
         .map(|_| std::thread::spawn(spin_and_sleep_measured))
         .collect::<Vec<_>>()
-        .into_iter()
-        .map(|h| h.join().map_err(|_| "a thread panicked".to_string()))
-        .collect::<Result<_, _>>()?;
+    {
+        own.push(h.join().map_err(|_| "a thread panicked".to_string())?);
+        windows.push(t0.elapsed().as_nanos() as u64);
+    }
     // The child reports through a pipe what it measured, then exits.
     let mut fds = [0i32; 2];
     // SAFETY: `fds` has room for the two descriptors.
     ensure!(unsafe { libc::pipe(fds.as_mut_ptr()) } == 0, "pipe");
+    let forked = Instant::now();
     // SAFETY: The child only spins, sleeps, writes and `_exit`s.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
@@ -306,6 +315,7 @@ fn inherited_threads_count_their_own_cycles() -> TestResult {
         n
     };
     ensure!(got == 24, "the child's report: {got} bytes");
+    windows.push(forked.elapsed().as_nanos() as u64);
     let word = |i: usize| u64::from_ne_bytes(msg[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
     own.push((word(0) as u32, word(1), word(2)));
     ctx.stop().ctx("STOP")?;
@@ -316,21 +326,25 @@ fn inherited_threads_count_their_own_cycles() -> TestResult {
         report.rows.len(),
         report.lost_threads
     );
-    for (tid, first, last) in own {
+    for ((tid, first, last), window) in own.into_iter().zip(windows) {
         let Some(row) = report.rows.iter().find(|r| r.tid == tid) else {
             return Err(format!("no row for tid {tid}"));
         };
         let cycles = row.values.first().copied().unwrap_or(0);
         let running = row.time_running;
         diag(format!(
-            "tid {tid}: cycles {cycles}, running {running} ns, own CPU time {first} ns at its start, {last} ns at its end"
+            "tid {tid}: cycles {cycles}, running {running} ns, own CPU time {first} ns at its start, {last} ns at its end, life {window} ns"
         ));
         ensure!(row.has_exited(), "tid {tid} not marked exited");
+        // Above the running time, the counters also run in the switch-out
+        // path past the scheduler's accounting, which a vCPU stall there
+        // stretches (seen on a busy host: the forked process 15 ms over);
+        // what they cannot exceed is the heir's life (`cycles_within_window`).
         ensure!(
             running >= last
-                && cycles <= running + 1_000_000
+                && cycles <= window
                 && cycles >= (running - first.min(running)) / 10 * 8,
-            "tid {tid}: cycles {cycles} vs running {running} (own {first} at start, {last} at end)"
+            "tid {tid}: cycles {cycles} vs running {running} and life {window} (own {first} at start, {last} at end)"
         );
     }
     ctx.unload().ctx("UNLOAD")?;
@@ -394,12 +408,18 @@ fn shared_cpu_counts_only_the_target() -> TestResult {
 /// counter, and PMD1 counting the same cycles without a period: the PMIs
 /// (the simulator raises them on the overflow vector when a counter wraps,
 /// at its 1 ms tick or an MSR access) keep every value exact — each periodic
-/// value is -P plus the total modulo P — and most overflows get a message
-/// of their own: overflows folded by one PMI share one (a message says which
-/// PMDs overflowed, not how often), and the simulated CPU counts the
-/// guest's clock, which under TCG can jump by several periods between two
-/// PMIs when the host deschedules the vCPU (74-100% seen; at least 25%
-/// required).
+/// value is -P plus the total modulo P — and every overflow gets a message
+/// of its own except those folded by one PMI, which share one (a message
+/// says which PMDs overflowed, not how often).
+///
+/// How many can share is derived from the messages themselves: a message
+/// is one PMI, and the simulated CPU counts at most 1 cycle a ns of the
+/// guest's clock, so a message can report no more period ends than fit
+/// between its timestamp and the one before ([`periods_messages_can_hold`]).
+/// Not the gaps the loop sees: under a busy host QEMU delivers the guest's
+/// timer interrupts (the simulator's 1 ms tick raises the PMI) late while
+/// the vCPU runs on (seen: 72 messages for 131 overflows where the loop's
+/// gaps allowed 43 to share).
 fn overflow_periods_through_pmis() -> TestResult {
     const P0: u64 = 3_000_000;
     const P1: u64 = 5_000_000;
@@ -418,22 +438,64 @@ fn overflow_periods_through_pmis() -> TestResult {
     )?;
     ctx.set_nonblocking(true).ctx("O_NONBLOCK")?;
     ctx.load(0).ctx("LOAD")?;
+    let sw0 = pfm_guest::edges::thread_switches();
+    let started = Instant::now();
     ctx.start().ctx("START")?;
-    let (mut n0, mut n1) = (0u64, 0u64);
-    let mut drain = |ctx: &Context| -> Result<(), String> {
+    // Each PMD's messages' timestamps (`local_clock` at the PMI).
+    let (t0s, t1s) = (
+        std::cell::RefCell::new(Vec::new()),
+        std::cell::RefCell::new(Vec::new()),
+    );
+    let drain = |ctx: &Context| -> Result<(), String> {
         while let Some(m) = ctx.read_message().ctx("read")? {
-            n0 += m.ovfl_pmds & 1;
-            n1 += (m.ovfl_pmds >> PMD_FIXED1) & 1;
+            if m.ovfl_pmds & 1 != 0 {
+                t0s.borrow_mut().push(m.tstamp);
+            }
+            if (m.ovfl_pmds >> PMD_FIXED1) & 1 != 0 {
+                t1s.borrow_mut().push(m.tstamp);
+            }
         }
         Ok(())
     };
-    let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_millis(400) {
-        work::spin(Duration::from_millis(2));
+    // The gaps the loop sees in its own execution: steps between two of
+    // its clock readings longer than GAP_NS (any step shorter than a
+    // period minus the tick cannot delay a PMI past the next period end).
+    let mut gaps: Vec<u64> = Vec::new();
+    let mut last = Instant::now();
+    let mut step = |gaps: &mut Vec<u64>| {
+        let now = Instant::now();
+        let d = now.duration_since(last).as_nanos() as u64;
+        if d > GAP_NS {
+            gaps.push(d);
+        }
+        last = now;
+        now
+    };
+    // 400 ms of the thread's own running, not of the wall clock: on a
+    // loaded guest 400 ms of wall time gave the thread 72 ms (23
+    // overflows, too few to judge).
+    let cpu0 = pfm_guest::edges::thread_cpu_ns();
+    while pfm_guest::edges::thread_cpu_ns() - cpu0 < 400_000_000 {
+        step(&mut gaps);
+        let spin_start = Instant::now();
+        while step(&mut gaps).duration_since(spin_start) < Duration::from_millis(2) {
+            std::hint::spin_loop();
+        }
         drain(&ctx)?;
     }
+    // Whether the context still counts at the end of the loop (a queue of
+    // 8 undrained messages masks it), and what the loop's drains read.
+    let state_in_loop = ctx.state().map(|s| format!("{s:?}")).unwrap_or_default();
+    let read_in_loop = (t0s.borrow().len(), t1s.borrow().len());
     ctx.stop().ctx("STOP")?;
+    let window = started.elapsed().as_nanos() as u64;
     drain(&ctx)?;
+    let (t0s, t1s) = (t0s.into_inner(), t1s.into_inner());
+    let (n0, n1) = (t0s.len() as u64, t1s.len() as u64);
+    diag(format!(
+        "at the loop's end: {state_in_loop}; its drains read {} and {} of the messages",
+        read_in_loop.0, read_in_loop.1
+    ));
     let (v, running) = values(&ctx, &[0, 1, PMD_FIXED1])?;
     let irqs = sysfs_u64("overflow_interrupts")? - irqs0;
     let total = v[1];
@@ -443,9 +505,15 @@ fn overflow_periods_through_pmis() -> TestResult {
         total / P0,
         total / P1
     ));
+    // Beyond the running time, the counters also run in the kernel paths
+    // between the runtime's end and the switch-out hook; a vCPU stalled
+    // there adds the stall (seen: 57.5 M cycles for 55.4 ms of running).
+    // Each such path lies in a gap the loop saw or in a step of at most
+    // GAP_NS, one per switch of the thread.
+    let extra = gaps.iter().sum::<u64>() + (pfm_guest::edges::thread_switches() - sw0) * GAP_NS;
     ensure!(
-        cycles_match_running(total, running),
-        "cycles vs running time"
+        total <= running + 1_000_000 + extra && total >= running / 10 * 8,
+        "cycles {total} vs running time {running} (+ 1 ms + {extra} ns the loop did not execute)"
     );
     ensure!(
         rest0 == total % P0 && rest1 == total % P1,
@@ -454,9 +522,19 @@ fn overflow_periods_through_pmis() -> TestResult {
         total % P1
     );
     let (o0, o1) = (total / P0, total / P1);
+    let (h0, h1) = (
+        periods_messages_can_hold(&t0s, P0, window),
+        periods_messages_can_hold(&t1s, P1, window),
+    );
+    diag(format!(
+        "{} gaps over {GAP_NS} ns in the loop, {} ms in all, the longest {} us; the messages' times allow {h0} of PMD0's and {h1} of PMD17's overflows",
+        gaps.len(),
+        gaps.iter().sum::<u64>() / 1_000_000,
+        gaps.iter().max().copied().unwrap_or(0) / 1000
+    ));
     ensure!(
-        n0 <= o0 && n1 <= o1 && n0 >= o0 / 4 && n1 >= o1 / 4,
-        "messages {n0}/{o0}, {n1}/{o1}"
+        n0 <= o0 && n1 <= o1 && o0 <= h0 && o1 <= h1,
+        "messages {n0}/{o0}, {n1}/{o1}; their times allow {h0} and {h1} overflows"
     );
     ensure!(o0 >= 30, "too few overflows");
     ensure!(
@@ -464,6 +542,22 @@ fn overflow_periods_through_pmis() -> TestResult {
         "{irqs} overflow interrupts for {n0} overflows"
     );
     Ok(())
+}
+
+/// The most overflows of period `p` that messages stamped `ts` (one PMD's,
+/// in order) can report over a counting window of `window` ns: the
+/// simulator counts at most a cycle per ns of the guest's clock, so the
+/// message at t_k reports at most ⌊(t_k - t_(k-1)) / p⌋ + 1 period ends
+/// (those since the one before), the first those since START, and the
+/// ends after the last message (reported by none) fit in the rest of the
+/// window; the window's ns outside the messages' span is what START to the
+/// first and the last to STOP can hold together.
+fn periods_messages_can_hold(ts: &[u64], p: u64, window: u64) -> u64 {
+    let (Some(&first), Some(&last)) = (ts.first(), ts.last()) else {
+        return window / p + 1;
+    };
+    let between: u64 = ts.windows(2).map(|w| w[1].saturating_sub(w[0]) / p).sum();
+    ts.len() as u64 + between + window.saturating_sub(last - first) / p + 1
 }
 
 /// Sampling on the hardware path: cycles sampled every P on PMD0 through
@@ -510,6 +604,8 @@ fn sampling_through_pmis() -> TestResult {
         samples.len(),
         stats.lost
     );
+    let values: Vec<u64> = samples.iter().map(|s| s.entry.values[0]).collect();
+    losses_accounted(&buf, &values, stats.lost, P)?;
     ensure!(overflows >= 100, "{overflows} periods for ~300 ms");
     ensure!(msgs == 0, "{msgs} messages, none asked for");
     let mut last = 0;
@@ -544,6 +640,17 @@ fn sampling_through_pmis() -> TestResult {
 /// `chain_depth` return addresses, over ~300 ms of `pfm_chain_c`'s loop in
 /// this thread; then STOPs it. Returns the buffer and the overflow
 /// interrupts meanwhile.
+///
+/// The run is sized for the buffer: it ends when the thread's own CPU
+/// clock says 300 ms, not after a number of iterations calibrated
+/// beforehand (a busy host slows the guest between the calibration and
+/// the run: 2,173 periods where ~300 were meant, 125 entries lost), and
+/// the simulator's cycles are at most the running time + 1 ms
+/// ([`cycles_match_running`]), which the thread's clock is. It runs the
+/// loop in 1 ms chunks and reads the clock every 10 ms, so it stops at
+/// most 10 ms and a chunk (and whatever stall lands in them) past 300 ms: far below the buffer's 2,048 entries of
+/// 1M-cycle periods unless one stall lasts seconds; the callers account
+/// for any entry lost then ([`losses_accounted`]).
 fn sampled_chain_run(ctx: &Context, chain_depth: u32) -> Result<(SampleBuffer, u64), String> {
     let pages = 64;
     let mut setup = PfmSmplSetup {
@@ -555,11 +662,76 @@ fn sampled_chain_run(ctx: &Context, chain_depth: u32) -> Result<(SampleBuffer, u
     setup.smpl_pmds[0] = 1 << 1;
     ctx.setup_sampling_with(&setup).ctx("SMPL_SETUP")?;
     let buf = ctx.map_samples(pages).ctx("mmap of the buffer")?;
+    let chunk = pfm_guest::frames::iterations_per_ms();
     let irqs0 = sysfs_u64("overflow_interrupts")?;
     ctx.load_and_start(0).ctx("LOAD|START")?;
-    pfm_guest::frames::run_chain(300 * pfm_guest::frames::iterations_per_ms(), 0, None);
+    let until = pfm_guest::edges::thread_cpu_ns() + 300_000_000;
+    // The thread's CPU clock is a system call, and a PMI that lands in one
+    // records an IP outside the loop: it is read only every 10 ms of wall
+    // time (a vDSO read, no kernel entry), which keeps those under 1%
+    // (one in every 1 ms chunk made 17% of the entries, with a calibration
+    // that came out small on a busy host).
+    let mut checked = Instant::now();
+    loop {
+        pfm_guest::frames::run_chain(chunk, 0, None);
+        if checked.elapsed() >= Duration::from_millis(10) {
+            if pfm_guest::edges::thread_cpu_ns() >= until {
+                break;
+            }
+            checked = Instant::now();
+        }
+    }
     ctx.stop().ctx("STOP")?;
     Ok((buf, sysfs_u64("overflow_interrupts")? - irqs0))
+}
+
+/// Entries a PMD's overflow writes at most: the module counts the periods
+/// past these as lost (Documentation/perfmon.rst, Sampling: the work under
+/// the lock stays bounded), `MAX_ENTRIES_PER_OVERFLOW` in pfm_ctx/smpl.rs.
+const MAX_ENTRIES_PER_OVERFLOW: usize = 64;
+
+/// Entries are lost for two reasons only, both visible in what was kept:
+/// the buffer was full (`PFM_SMPL_DROP`: the entries kept are as many as
+/// it holds), or one PMI crossed more than [`MAX_ENTRIES_PER_OVERFLOW`]
+/// periods (a vCPU stalled for longer than that many periods: seen, 36
+/// lost after a 100-period stall at 1M cycles): it wrote that many entries,
+/// all with the PMD 1 value `v` of that PMI, and lost the periods up to
+/// ⌊v / P⌋ beyond them. `values`: each kept entry's PMD 1, in order.
+/// Returns the index past the first capped PMI's entries (where a
+/// sequence check of the kept entries must stop: later entries are
+/// shifted by the periods lost there), or `values.len()`.
+fn losses_accounted(
+    buf: &SampleBuffer,
+    values: &[u64],
+    lost: u64,
+    period: u64,
+) -> Result<usize, String> {
+    let capacity = buf.data_size() / buf.entry_size();
+    if lost == 0 || values.len() == capacity {
+        return Ok(values.len());
+    }
+    // The most each capped PMI can have lost, adding up as they come.
+    let (mut bound, mut first_end, mut i) = (0u64, None, 0usize);
+    while i < values.len() {
+        let run = values[i..].iter().take_while(|&&v| v == values[i]).count();
+        if run == MAX_ENTRIES_PER_OVERFLOW {
+            let crossed = values[i] / period;
+            let before = i as u64 + MAX_ENTRIES_PER_OVERFLOW as u64 + bound;
+            bound += crossed.saturating_sub(before);
+            first_end.get_or_insert(i + run);
+        }
+        i += run;
+    }
+    diag(format!(
+        "{lost} entries lost with the buffer holding {} of {capacity}: PMIs capped at {MAX_ENTRIES_PER_OVERFLOW} entries account for up to {bound}",
+        values.len()
+    ));
+    ensure!(
+        lost <= bound,
+        "{lost} entries lost while the buffer held {} of {capacity} and capped PMIs account for {bound}",
+        values.len()
+    );
+    Ok(first_end.unwrap_or(values.len()))
 }
 
 /// Randomised periods through the PMI (`PFM_REGFL_RANDOM`, P = 10^6
@@ -593,7 +765,7 @@ fn random_sampling_through_pmis() -> TestResult {
     let total = v[0];
     let predicted: Vec<u64> = perfmon::random::periods(P, MASK, SEED)
         .ok_or("mask refused by the library")?
-        .take(entries.len() + 1)
+        .take(entries.len() + stats.lost as usize + 1)
         .collect();
     // Period ends at or below the total: P, then the drawn periods.
     let (mut ends, mut at) = (0u64, P);
@@ -615,15 +787,43 @@ fn random_sampling_through_pmis() -> TestResult {
         stats.lost,
         &periods[..periods.len().min(12)]
     ));
-    ensure!(stats.lost == 0, "{} lost", stats.lost);
-    ensure!(
-        entries.len() as u64 == ends,
-        "{} entries for {ends} period ends",
-        entries.len()
-    );
-    ensure!(ends >= 100, "{ends} periods for ~300 ms");
+    // Every period end is an entry, kept or counted lost; the kept ones
+    // follow the generator's sequence from its start up to the first PMI
+    // that lost periods, if any (see `losses_accounted`).
+    let values: Vec<u64> = entries.iter().map(|e| e.values[0]).collect();
+    let in_sequence = losses_accounted(&buf, &values, stats.lost, P)?;
+    let crossed = entries.len() as u64 + stats.lost;
+    // Losses with room left in the buffer: a PMI capped at 64 entries.
+    let capped = stats.lost > 0 && entries.len() != buf.data_size() / buf.entry_size();
+    if !capped {
+        ensure!(
+            crossed == ends,
+            "{} entries + {} lost for {ends} period ends",
+            entries.len(),
+            stats.lost
+        );
+    } else {
+        // A PMI crossed more periods than the module draws resets for in
+        // one fold (`MAX_RANDOM_RESETS`, 64, pfm_counter.rs): the periods
+        // past its 64th draw have the last draw's length, and where that
+        // fold began is not visible, so the seed no longer predicts the
+        // ends after it. Every period is still between P and P + MASK
+        // long: the ends are between those the longest and the shortest
+        // periods would give.
+        let (fewest, most) = ((total - P) / (P + MASK) + 1, (total - P) / P + 1);
+        diag(format!(
+            "a PMI crossed more than 64 periods at entry {in_sequence}: {crossed} period ends counted, between {fewest} and {most} for {total} cycles"
+        ));
+        ensure!(
+            (fewest..=most).contains(&crossed),
+            "{} entries + {} lost, not between {fewest} and {most} period ends for {total} cycles",
+            entries.len(),
+            stats.lost
+        );
+    }
+    ensure!(crossed >= 100, "{crossed} periods for ~300 ms");
     let (mut end, mut k) = (P, 0usize);
-    for (e, &p) in entries.iter().zip(periods.iter()) {
+    for (e, &p) in entries[..in_sequence].iter().zip(periods.iter()) {
         ensure!(
             (P..=P + MASK).contains(&p),
             "entry {k}: period {p} outside [{P}, {}]",
@@ -676,21 +876,40 @@ impl SetSpec {
 }
 
 /// Spins until the calling thread has used `ns` of CPU time.
-fn spin_cpu(ns: u64) {
+///
+/// Returns the time the loop saw itself not executing: the sum of the
+/// steps between two of its readings longer than [`GAP_NS`] (a vCPU the
+/// host descheduled, an interrupt, a switch, a set switch's fold).
+fn spin_cpu(ns: u64) -> u64 {
     let c0 = pfm_guest::edges::thread_cpu_ns();
+    let mut gaps = 0;
+    let mut last = Instant::now();
     while pfm_guest::edges::thread_cpu_ns() - c0 < ns {
-        std::hint::spin_loop();
+        let now = Instant::now();
+        let d = now.duration_since(last).as_nanos() as u64;
+        if d > GAP_NS {
+            gaps += d;
+        }
+        last = now;
     }
+    gaps
 }
+
+/// Steps of a test's own loop longer than this are gaps: time it did not
+/// execute (see [`spin_cpu`], `overflow_periods_through_pmis`).
+const GAP_NS: u64 = 100_000;
 
 /// [`cycles_match_running`] of a count, scaled by `enabled / running`:
 /// what a set's estimate `count × enabled / running` (rounded) satisfies
 /// when its count satisfies the relation against its running time. The
 /// relation's 1 ms scales with it; `running / 10 * 8` is below
 /// `0.8 running` by less than 8, which scales too; 1 for the rounding.
-fn estimate_matches(est: u64, enabled: u64, running: u64) -> bool {
+///
+/// `extra`: ns the count may exceed its running time by beyond the 1 ms
+/// (see `sets_take_turns`), scaled the same way.
+fn estimate_matches(est: u64, enabled: u64, running: u64, extra: u64) -> bool {
     let (e, r) = (enabled as u128, running as u128);
-    let up = (1_000_000 * e).div_ceil(r) as u64;
+    let up = ((1_000_000 + extra as u128) * e).div_ceil(r) as u64;
     let down = (8 * e).div_ceil(r) as u64;
     est <= enabled + up + 1 && est + down + 1 >= enabled / 10 * 8
 }
@@ -802,7 +1021,7 @@ fn sets_take_turns(specs: &[SetSpec]) -> TestResult {
     ctx.load(0).ctx("LOAD")?;
     let sw0 = pfm_guest::edges::thread_switches();
     ctx.start().ctx("START")?;
-    spin_cpu(SET_SPIN);
+    let gaps = spin_cpu(SET_SPIN);
     ctx.stop().ctx("STOP")?;
     // The thread's own switches from before START to after STOP: every
     // set switch that was not the timer's came at one of them.
@@ -935,13 +1154,25 @@ fn sets_take_turns(specs: &[SetSpec]) -> TestResult {
         s > own_switches,
         "{s} set switches, the thread switched {own_switches} times: the timer switched none"
     );
+    // What a set's counters may count beyond its running time: they stop
+    // a few instructions after the runtime read of a set switch or a
+    // switch-out, a kernel path the loop does not execute. A vCPU the host
+    // deschedules there stretches it by the stall (seen on a busy host:
+    // set 0's cycles 1.02 ms over its running time + 1 ms, 10.7 ms of
+    // timer lateness per set switch). Each such path lies in one step of
+    // the loop: a gap it saw (all of it counted), or a step of at most
+    // GAP_NS, one per set switch or switch of the thread at most.
+    let extra = gaps + (s + own_switches) * GAP_NS;
+    diag(format!(
+        "the loop saw {gaps} ns of gaps over {GAP_NS} ns: a set may count up to {extra} ns beyond its running time + 1 ms"
+    ));
     for (k, i) in infos.iter().enumerate() {
         let (cycles, instr) = counts[k];
         // At least one timeout (checked above): never 0.
         let r = i.set_time_running.max(1);
         ensure!(
-            cycles_match_running(cycles, r),
-            "set {k}: cycles {cycles} vs its running time {r}"
+            cycles <= r + 1_000_000 + extra && cycles >= r / 10 * 8,
+            "set {k}: cycles {cycles} vs its running time {r} (+ {extra} ns)"
         );
         if let Some(instr) = instr {
             ensure!(
@@ -951,7 +1182,7 @@ fn sets_take_turns(specs: &[SetSpec]) -> TestResult {
         }
         let est = estimate(cycles, i.set_time_enabled, r);
         ensure!(
-            estimate_matches(est, t, r),
+            estimate_matches(est, t, r, extra),
             "set {k}: estimate {est} (cycles {cycles} x {t} / {r}) vs T"
         );
     }
