@@ -36,6 +36,7 @@ use crate::{ebadfd, globals};
 mod clone;
 mod control;
 mod family;
+mod faults;
 mod life;
 mod mailbox;
 mod page;
@@ -255,15 +256,18 @@ impl CtxInner {
     }
 
     /// Advances the counters to the thread's scheduler runtime `runtime`.
+    /// The thread is current here: faults are read too.
     fn fold_to(&mut self, runtime: u64) {
         let ran = runtime.saturating_sub(self.run_base);
         self.run_base = runtime;
+        let mut d = ThreadDeltas {
+            task_clock: ran,
+            ..ThreadDeltas::default()
+        };
+        self.fold_faults_here(&mut d);
         if self.counting() {
             self.time_running += ran;
-            self.advance(&ThreadDeltas {
-                task_clock: ran,
-                ..ThreadDeltas::default()
-            });
+            self.advance(&d);
         }
     }
 
@@ -367,6 +371,7 @@ impl CtxInner {
     fn reset_for_load(&mut self, tid: u32) {
         self.tid = tid;
         self.for_each_image(Counters::forget_placement);
+        self.faults_for_new_thread();
         self.exited = false;
         self.active = false;
         self.on_cpu = None;

@@ -394,6 +394,12 @@ impl Pmu {
         }
     }
 
+    /// Whether a PMC `value` selects one of the soft model's page-fault
+    /// events (the context then reads its thread's fault counters).
+    pub(crate) fn pmc_counts_faults(&self, value: u64) -> bool {
+        self.hw.is_none() && SoftEvent::from_pmc(value).is_some_and(SoftEvent::is_fault)
+    }
+
     /// The PMDs PMC `reg` with the validated `value` makes count (hardware
     /// models; 0 for soft, whose PMCs select events for their own PMD).
     pub(crate) fn pmc_pmds(&self, reg: usize, value: u64) -> u64 {

@@ -9,6 +9,7 @@
 
 use kernel::prelude::*;
 
+use super::faults::FaultBase;
 use super::parts::Parts;
 use super::sets::{sets_of, CtxSets};
 use super::{Context, CtxInner, Programming};
@@ -29,6 +30,8 @@ const CLONE_TRIES: usize = 4;
 struct Shape {
     table: bool,
     images: u16,
+    /// The source counts faults (its fault part is on).
+    faults: bool,
 }
 
 impl Context {
@@ -57,9 +60,15 @@ impl Context {
                     )?);
                 }
             }
-            if shape.table {
+            if shape.table || shape.faults {
                 let mut parts = Parts::new_boxed()?;
-                parts.sets = Some(CtxSets::new_boxed()?);
+                if shape.table {
+                    parts.sets = Some(CtxSets::new_boxed()?);
+                }
+                // The copy counts faults of its own thread, once loaded.
+                if shape.faults {
+                    parts.faults = FaultBase::Pending;
+                }
                 p.parts = Some(parts);
             }
             let copied = {
@@ -100,5 +109,6 @@ fn shape_of(inner: &CtxInner) -> Result<Shape> {
     Ok(Shape {
         table: sets.is_some(),
         images: sets.map_or(0, |s| s.image_mask()),
+        faults: inner.counts_faults_anywhere(),
     })
 }

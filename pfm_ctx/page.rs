@@ -230,9 +230,12 @@ impl CtxInner {
             false => (self.counters.clock_pmds(), 0),
             true => (0, self.counters.clock_pmds()),
         };
+        // Page faults move while the thread runs, with nothing a reader
+        // can extend them by: stale too, read by the system call.
+        let moving = held_clock | self.counters.fault_pmds();
         u.time_pmds = clock_pmds;
         u.set = self.resident_set() as u32;
-        u.slow_pmds = held_clock;
+        u.slow_pmds = moving;
         // `index` stays 0: a hardware counter is not offered to `rdpmc`
         // (Documentation/perfmon.rst, "Reading without a system call"), so
         // while it counts on the PMU the page's value is stale.
@@ -256,7 +259,7 @@ impl CtxInner {
                 index: 0,
                 flags: if i < 64 && clock_pmds & (1 << i) != 0 {
                     abi::PFM_PAGE_PMD_TIME
-                } else if i < 64 && held_clock & (1 << i) != 0 {
+                } else if i < 64 && moving & (1 << i) != 0 {
                     abi::PFM_PAGE_PMD_STALE
                 } else {
                     stale

@@ -3,7 +3,8 @@
 //! What a context may have beyond counting, each part independent of the
 //! others (Documentation/perfmon.rst, "How the parts combine"): the
 //! mapped counter page (`page.rs`), the event sets (`sets.rs`), the
-//! sampling buffer (`smpl.rs`) and a place in a whole program (`family/`).
+//! sampling buffer (`smpl.rs`), a place in a whole program (`family/`) and
+//! the base of the soft model's fault events (`faults.rs`).
 //! Each is allocated when first asked for and kept until the context goes;
 //! a context that only counts has none, and pays one pointer for all.
 //!
@@ -21,6 +22,7 @@ use kernel::prelude::*;
 use kernel::sync::Arc;
 
 use super::family::Family;
+use super::faults::FaultBase;
 use super::page::CtxPage;
 use super::sets::CtxSets;
 use super::smpl::CtxSmpl;
@@ -32,6 +34,8 @@ pub(super) struct Parts {
     pub(super) sets: Option<KBox<CtxSets>>,
     pub(super) smpl: Option<KBox<CtxSmpl>>,
     pub(super) role: Role,
+    /// The thread's fault counters at the last fold (`faults.rs`).
+    pub(super) faults: FaultBase,
 }
 
 /// Where a context stands in a whole program.
@@ -58,6 +62,7 @@ impl Parts {
                 sets: None,
                 smpl: None,
                 role: Role::Alone,
+                faults: FaultBase::Off,
             },
             GFP_KERNEL_ACCOUNT,
         )?)

@@ -8,6 +8,7 @@ use kernel::prelude::*;
 use kernel::uaccess::UserSlice;
 
 use super::family::Tally;
+use super::parts::spare_parts;
 use super::{state_err, Context, CtxInner};
 use crate::abi;
 use crate::globals;
@@ -190,11 +191,26 @@ impl Context {
                     .unwrap_or(0)
             }
         };
-        let apply = |inner: &mut CtxInner, _, pmcs: &mut [abi::PfmPmc], _: &mut ()| {
+        let selects_faults =
+            |pmcs: &[abi::PfmPmc]| pmcs.iter().any(|p| pmu.pmc_counts_faults(p.reg_value));
+        // A fault event's base is a part (`faults.rs`): allocated here,
+        // outside the lock, if the context has no parts yet.
+        let prepare = |pmcs: &[abi::PfmPmc]| match selects_faults(pmcs) {
+            true => {
+                let has = self.inner.lock().has_parts();
+                spare_parts(has)
+            }
+            false => Ok(None),
+        };
+        let apply = |inner: &mut CtxInner, _, pmcs: &mut [abi::PfmPmc], spare: &mut _| {
             inner.transition(Op::WriteRegs)?;
             if pmcs.iter().any(|p| !inner.set_exists(p.reg_set)) {
                 // A set deleted since the check.
                 return Err(EINVAL);
+            }
+            if selects_faults(pmcs) {
+                inner.parts_for_adding(spare)?;
+                inner.start_fault_counting();
             }
             // Checked above: every value is valid.
             let value = |p: &abi::PfmPmc| {
@@ -217,7 +233,7 @@ impl Context {
             }
             Ok(())
         };
-        self.reg_array_call(arg, regs, true, check, |_| Ok(()), apply)
+        self.reg_array_call(arg, regs, true, check, prepare, apply)
     }
 
     /// `PFM_IOC_WRITE_PMDS`.

@@ -309,6 +309,7 @@ impl CtxInner {
         }
         self.last_cpu = cpu;
         self.on_cpu = Some(cpu);
+        self.take_pending_faults_here(cpu);
         self.sync_hw();
         self.sync_clock();
         self.page_update();
@@ -354,6 +355,9 @@ impl CtxInner {
             d.task_clock = end.saturating_sub(self.run_base);
         }
         self.run_base = runtime;
+        // Faults, if counted, up to the switch (a stopped context's too:
+        // its base moves with the thread).
+        self.fold_faults_here(&mut d);
         if self.counting() {
             self.time_running += d.task_clock;
             // perf_events stops counting a thread's switches in

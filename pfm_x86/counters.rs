@@ -16,7 +16,7 @@ use kernel::prelude::*;
 
 use super::driver::{HwModel, HwRegs, PmiThrottle};
 use super::model::Policy;
-use super::soft::soft_count_each;
+use super::soft::{soft_count_each, SOFT_EVENT_CODES, SOFT_FAULT_EVENTS};
 use super::{count_clock_unless_overflow, soft_count, Pmu, ThreadDeltas, SOFT_COUNTERS};
 use crate::abi;
 use crate::pfm_counter::PmdState;
@@ -29,7 +29,7 @@ pub(crate) struct SoftCounters {
     pmcs: [u8; SOFT_COUNTERS],
     /// Bit n of `ev_pmds[e]`: PMD n counts soft event e (recomputed from
     /// `pmcs` at every PMC write).
-    ev_pmds: [u8; 4],
+    ev_pmds: [u8; SOFT_EVENT_CODES],
     /// PMD state.
     pmds: [PmdState; SOFT_COUNTERS],
 }
@@ -70,6 +70,14 @@ pub(crate) struct HwCounters {
     random_before: [u64; abi::PFM_MAX_PMDS],
 }
 
+impl SoftCounters {
+    /// Whether a PMD counts a fault event.
+    #[inline(always)]
+    fn counts_faults(&self) -> bool {
+        self.ev_pmds[SOFT_FAULT_EVENTS].iter().any(|&m| m != 0)
+    }
+}
+
 /// A context's counters.
 pub(crate) enum Counters {
     /// The soft model.
@@ -94,7 +102,7 @@ impl Counters {
         let Some(model) = &pmu.hw else {
             return Ok(Self::Soft(SoftCounters {
                 pmcs: [0; SOFT_COUNTERS],
-                ev_pmds: [0; 4],
+                ev_pmds: [0; SOFT_EVENT_CODES],
                 pmds: Default::default(),
             }));
         };
@@ -159,7 +167,7 @@ impl Counters {
                         *slot = v;
                     }
                 }
-                let mut ev = [0u8; 4];
+                let mut ev = [0u8; SOFT_EVENT_CODES];
                 for (i, &pmc) in s.pmcs.iter().enumerate() {
                     if let Some(e) = ev.get_mut(usize::from(pmc)) {
                         *e |= 1 << i;
@@ -219,6 +227,26 @@ impl Counters {
     pub(crate) fn forget_placement(&mut self) {
         if let Self::Hw(h) = self {
             h.resume = None;
+        }
+    }
+
+    /// Whether a PMD counts page faults (the soft model's fault events):
+    /// only then are the thread's fault counters read at a fold.
+    #[inline(always)]
+    pub(crate) fn counts_faults(&self) -> bool {
+        match self {
+            Self::Soft(s) => s.counts_faults(),
+            Self::Hw(_) => false,
+        }
+    }
+
+    /// The PMDs that count page faults (the soft model's fault events).
+    pub(crate) fn fault_pmds(&self) -> u64 {
+        match self {
+            Self::Soft(s) => s.ev_pmds[SOFT_FAULT_EVENTS]
+                .iter()
+                .fold(0, |m, &e| m | u64::from(e)),
+            Self::Hw(_) => 0,
         }
     }
 

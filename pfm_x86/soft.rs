@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The soft model, the PMU every machine has: software counters (task
-//! clock, context switches, CPU migrations), 64 bits wide whatever width
+//! clock, context switches, CPU migrations, page faults), 64 bits wide whatever width
 //! the model reports (`soft_width`), virtualized by the same save/restore path as hardware counters. Nothing
 //! here is x86: the events are the scheduler's.
 //!
@@ -25,6 +25,12 @@ pub enum SoftEvent {
     ContextSwitches,
     /// Switch-ins on another CPU than the previous one.
     CpuMigrations,
+    /// Page faults, minor and major.
+    PageFaults,
+    /// Minor page faults.
+    MinorFaults,
+    /// Major page faults.
+    MajorFaults,
 }
 
 impl SoftEvent {
@@ -36,20 +42,47 @@ impl SoftEvent {
             abi::PFM_SOFT_EV_TASK_CLOCK => Some(Self::TaskClock),
             abi::PFM_SOFT_EV_CONTEXT_SWITCHES => Some(Self::ContextSwitches),
             abi::PFM_SOFT_EV_CPU_MIGRATIONS => Some(Self::CpuMigrations),
+            abi::PFM_SOFT_EV_PAGE_FAULTS => Some(Self::PageFaults),
+            abi::PFM_SOFT_EV_MINOR_FAULTS => Some(Self::MinorFaults),
+            abi::PFM_SOFT_EV_MAJOR_FAULTS => Some(Self::MajorFaults),
             _ => None,
         }
     }
 }
 
+impl SoftEvent {
+    /// Whether it is a page-fault event (read from the thread's own fault
+    /// counters, not the scheduler's accounting).
+    pub const fn is_fault(self) -> bool {
+        matches!(
+            self,
+            Self::PageFaults | Self::MinorFaults | Self::MajorFaults
+        )
+    }
+}
+
 /// The soft model's events, as `PFM_IOC_GET_INFO` lists them.
-pub const SOFT_EVENTS: [(&str, u64); 3] = [
+pub const SOFT_EVENTS: [(&str, u64); 6] = [
     ("task-clock", abi::PFM_SOFT_EV_TASK_CLOCK),
     ("context-switches", abi::PFM_SOFT_EV_CONTEXT_SWITCHES),
     ("cpu-migrations", abi::PFM_SOFT_EV_CPU_MIGRATIONS),
+    ("page-faults", abi::PFM_SOFT_EV_PAGE_FAULTS),
+    ("minor-faults", abi::PFM_SOFT_EV_MINOR_FAULTS),
+    ("major-faults", abi::PFM_SOFT_EV_MAJOR_FAULTS),
 ];
 
-/// Bits a soft PMC value must leave zero: everything above the event code.
-pub const SOFT_PMC_RSVD_MASK: u64 = !0x3;
+/// Bits a soft PMC value must leave zero: everything above the event code
+/// (code 7 is not an event: refused as unknown).
+pub const SOFT_PMC_RSVD_MASK: u64 = !0x7;
+
+/// Event codes a PMC can select: `ev_pmds` has one mask per code.
+pub const SOFT_EVENT_CODES: usize = 8;
+
+/// The event codes of the fault events, which the scheduler does not
+/// account: their counts come from the thread's own fault counters, read
+/// at a fold only by a context that counts them.
+pub const SOFT_FAULT_EVENTS: core::ops::Range<usize> =
+    abi::PFM_SOFT_EV_PAGE_FAULTS as usize..abi::PFM_SOFT_EV_MAJOR_FAULTS as usize + 1;
 
 /// What a thread did since its counters were last advanced, as the
 /// scheduler accounts it (the soft model counts these; a hardware PMU
@@ -62,11 +95,19 @@ pub struct ThreadDeltas {
     pub switches: u64,
     /// Migrations.
     pub migrations: u64,
+    /// Minor page faults (read only where a PMD counts faults).
+    pub minor_faults: u64,
+    /// Major page faults (likewise).
+    pub major_faults: u64,
 }
 
 /// Advances every counter by what its PMC selects (`ev_pmds[event]`: the
 /// PMDs counting that event); returns the mask of PMDs that overflowed.
-pub fn soft_count(ev_pmds: &[u8; 4], pmds: &mut [PmdState], d: &ThreadDeltas) -> u64 {
+pub fn soft_count(
+    ev_pmds: &[u8; SOFT_EVENT_CODES],
+    pmds: &mut [PmdState],
+    d: &ThreadDeltas,
+) -> u64 {
     soft_count_each(ev_pmds, pmds, d, |_, _, _| {})
 }
 
@@ -77,7 +118,7 @@ pub fn soft_count(ev_pmds: &[u8; 4], pmds: &mut [PmdState], d: &ThreadDeltas) ->
 /// it gives each crossing's reset value).
 #[inline(always)]
 pub fn soft_count_each(
-    ev_pmds: &[u8; 4],
+    ev_pmds: &[u8; SOFT_EVENT_CODES],
     pmds: &mut [PmdState],
     d: &ThreadDeltas,
     mut overflows: impl FnMut(usize, u64, PeriodRandom),
@@ -89,30 +130,58 @@ pub fn soft_count_each(
         (abi::PFM_SOFT_EV_CPU_MIGRATIONS as usize, d.migrations),
     ];
     for (ev, delta) in deltas {
-        if delta == 0 {
-            continue;
-        }
-        let mut m = ev_pmds[ev];
-        while m != 0 {
-            let i = m.trailing_zeros() as usize;
-            m &= m - 1;
-            if let Some(pmd) = pmds.get_mut(i) {
-                // The generator before the count: only an overflow
-                // draws, and only its entries replay it.
-                let random = match pmd.value.checked_add(delta) {
-                    Some(_) => PeriodRandom::OFF,
-                    None => pmd.random(),
-                };
-                let n = pmd.count(delta);
-                if n != 0 {
-                    ovfl |= 1 << i;
-                    overflows(i, n, random);
-                }
-            }
+        count_event(ev_pmds[ev], pmds, delta, &mut ovfl, &mut overflows);
+    }
+    // Apart: a switch of a context that counts no faults (every plain
+    // one) tests one word for all three.
+    if d.minor_faults | d.major_faults != 0 {
+        let faults = [
+            (
+                abi::PFM_SOFT_EV_PAGE_FAULTS as usize,
+                d.minor_faults.wrapping_add(d.major_faults),
+            ),
+            (abi::PFM_SOFT_EV_MINOR_FAULTS as usize, d.minor_faults),
+            (abi::PFM_SOFT_EV_MAJOR_FAULTS as usize, d.major_faults),
+        ];
+        for (ev, delta) in faults {
+            count_event(ev_pmds[ev], pmds, delta, &mut ovfl, &mut overflows);
         }
     }
     crate::pfm_counter::reset_linked(pmds, ovfl, false);
     ovfl
+}
+
+/// Advances the PMDs of `mask` by `delta`, adding those that overflow to
+/// `ovfl` and telling `overflows` (see [`soft_count_each`]).
+#[inline(always)]
+fn count_event(
+    mask: u8,
+    pmds: &mut [PmdState],
+    delta: u64,
+    ovfl: &mut u64,
+    overflows: &mut impl FnMut(usize, u64, PeriodRandom),
+) {
+    if delta == 0 {
+        return;
+    }
+    let mut m = mask;
+    while m != 0 {
+        let i = m.trailing_zeros() as usize;
+        m &= m - 1;
+        if let Some(pmd) = pmds.get_mut(i) {
+            // The generator before the count: only an overflow draws, and
+            // only its entries replay it.
+            let random = match pmd.value.checked_add(delta) {
+                Some(_) => PeriodRandom::OFF,
+                None => pmd.random(),
+            };
+            let n = pmd.count(delta);
+            if n != 0 {
+                *ovfl |= 1 << i;
+                overflows(i, n, random);
+            }
+        }
+    }
 }
 
 /// Advances the PMDs that count task-clock (`ev_pmds`) by `ran` ns, as
@@ -120,7 +189,11 @@ pub fn soft_count_each(
 /// changes nothing and returns `false`, for the caller to take
 /// `soft_count`'s path, which raises the overflow and applies its resets.
 #[inline(always)]
-pub fn count_clock_unless_overflow(ev_pmds: &[u8; 4], pmds: &mut [PmdState], ran: u64) -> bool {
+pub fn count_clock_unless_overflow(
+    ev_pmds: &[u8; SOFT_EVENT_CODES],
+    pmds: &mut [PmdState],
+    ran: u64,
+) -> bool {
     let clock = ev_pmds[abi::PFM_SOFT_EV_TASK_CLOCK as usize];
     let mut m = clock;
     while m != 0 {
@@ -181,13 +254,13 @@ mod tests {
         for (_, code) in SOFT_EVENTS {
             assert!(SoftEvent::from_pmc(code).is_some());
             assert_eq!(code & SOFT_PMC_RSVD_MASK, 0);
-            assert_eq!(SoftEvent::from_pmc(code | 4), None);
+            assert_eq!(SoftEvent::from_pmc(code | 8), None);
         }
     }
 
     #[test]
     fn task_clock_alone_counts_as_soft_count_or_not_at_all() {
-        let mut ev_pmds = [0u8; 4];
+        let mut ev_pmds = [0u8; SOFT_EVENT_CODES];
         ev_pmds[abi::PFM_SOFT_EV_TASK_CLOCK as usize] = 0b0101;
         ev_pmds[abi::PFM_SOFT_EV_CONTEXT_SWITCHES as usize] = 0b0010;
         let d = ThreadDeltas {
@@ -239,7 +312,7 @@ mod tests {
     fn the_clock_timer_sees_each_randomised_period() {
         let (p, mask, seed) = (1_000_000u64, 0xffffu64, 3u64);
         let reset = p.wrapping_neg();
-        let mut ev_pmds = [0u8; 4];
+        let mut ev_pmds = [0u8; SOFT_EVENT_CODES];
         ev_pmds[abi::PFM_SOFT_EV_TASK_CLOCK as usize] = 0b0001;
         let mut pmds = [PmdState::default(); SOFT_COUNTERS];
         let random = PeriodRandom::new(seed, mask).unwrap();
@@ -271,7 +344,7 @@ mod tests {
     #[test]
     fn each_event_counts_into_the_pmds_that_select_it() {
         let mut pmds = [PmdState::default(); SOFT_COUNTERS];
-        let mut ev_pmds = [0u8; 4];
+        let mut ev_pmds = [0u8; SOFT_EVENT_CODES];
         ev_pmds[abi::PFM_SOFT_EV_TASK_CLOCK as usize] = 0b0011;
         ev_pmds[abi::PFM_SOFT_EV_CPU_MIGRATIONS as usize] = 0b1000;
         pmds[1].write(u64::MAX - 5);
@@ -279,9 +352,80 @@ mod tests {
             task_clock: 10,
             switches: 3,
             migrations: 1,
+            ..ThreadDeltas::default()
         };
         let ovfl = soft_count(&ev_pmds, &mut pmds, &d);
         assert_eq!(ovfl, 0b0010, "only PMD 1 crossed 2^64");
         assert_eq!((pmds[0].value, pmds[2].value, pmds[3].value), (10, 0, 1));
+    }
+
+    #[test]
+    fn faults_count_minor_major_and_their_sum() {
+        let mut pmds = [PmdState::default(); SOFT_COUNTERS];
+        let mut ev_pmds = [0u8; SOFT_EVENT_CODES];
+        ev_pmds[abi::PFM_SOFT_EV_PAGE_FAULTS as usize] = 0b0001;
+        ev_pmds[abi::PFM_SOFT_EV_MINOR_FAULTS as usize] = 0b0010;
+        ev_pmds[abi::PFM_SOFT_EV_MAJOR_FAULTS as usize] = 0b0100;
+        ev_pmds[abi::PFM_SOFT_EV_TASK_CLOCK as usize] = 0b1000;
+        // A period of 5 faults on PMD 0: 7 faults cross it once.
+        pmds[0].program(
+            5u64.wrapping_neg(),
+            5u64.wrapping_neg(),
+            0,
+            0,
+            0,
+            PeriodRandom::OFF,
+        );
+        let d = ThreadDeltas {
+            task_clock: 100,
+            minor_faults: 6,
+            major_faults: 1,
+            ..ThreadDeltas::default()
+        };
+        let mut noted = KVecLike::default();
+        let ovfl = soft_count_each(&ev_pmds, &mut pmds, &d, |i, n, _| noted.push((i, n)));
+        assert_eq!(ovfl, 0b0001);
+        assert_eq!(noted.items(), &[(0, 1)]);
+        assert_eq!(pmds[0].value, 5u64.wrapping_neg() + 2);
+        assert_eq!((pmds[1].value, pmds[2].value, pmds[3].value), (6, 1, 100));
+        // No fault, no change to the fault PMDs.
+        let d = ThreadDeltas {
+            task_clock: 1,
+            ..ThreadDeltas::default()
+        };
+        assert_eq!(soft_count(&ev_pmds, &mut pmds, &d), 0);
+        assert_eq!((pmds[1].value, pmds[2].value, pmds[3].value), (6, 1, 101));
+    }
+
+    /// A tiny list for the callbacks (no allocation in `core`).
+    #[derive(Default)]
+    struct KVecLike {
+        items: [(usize, u64); 8],
+        n: usize,
+    }
+
+    impl KVecLike {
+        fn push(&mut self, v: (usize, u64)) {
+            self.items[self.n] = v;
+            self.n += 1;
+        }
+        fn items(&self) -> &[(usize, u64)] {
+            &self.items[..self.n]
+        }
+    }
+
+    #[test]
+    fn fault_codes_decode_and_seven_is_refused() {
+        assert_eq!(
+            SoftEvent::from_pmc(abi::PFM_SOFT_EV_MINOR_FAULTS),
+            Some(SoftEvent::MinorFaults)
+        );
+        assert_eq!(SoftEvent::from_pmc(7), None);
+        assert_eq!(
+            7 & SOFT_PMC_RSVD_MASK,
+            0,
+            "7 is refused as unknown, not reserved"
+        );
+        assert_eq!(SOFT_FAULT_EVENTS, 4..7);
     }
 }

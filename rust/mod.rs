@@ -135,6 +135,8 @@ mod ffi {
         ) -> *mut bindings::pid_namespace;
         pub(crate) fn pfm_put_pid_ns(ns: *mut bindings::pid_namespace);
         pub(crate) fn pfm_current_switches() -> c_ulong;
+        pub(crate) fn pfm_current_min_flt() -> c_ulong;
+        pub(crate) fn pfm_current_maj_flt() -> c_ulong;
         pub(crate) fn pfm_process_threads(
             task: *mut bindings::task_struct,
             out: *mut *mut bindings::task_struct,

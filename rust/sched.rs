@@ -203,6 +203,22 @@ pub(crate) fn current_sum_exec_runtime() -> u64 {
     }
 }
 
+/// The current thread's page faults, minor and major (`min_flt`,
+/// `maj_flt`: what `getrusage(RUSAGE_THREAD)` reports), since it was
+/// created (`copy_mm` zeroes them in every new task). Through C, as the
+/// switch count: bindgen's `task_struct` is not this compiler's past the
+/// fields `pfm_c_layout` checks.
+pub(crate) fn current_faults() -> [u64; 2] {
+    // SAFETY: The current task's own counters, read by itself: only its
+    // own faults (`mm_account_fault`, in its own context) change them.
+    unsafe {
+        [
+            ffi::pfm_current_min_flt() as u64,
+            ffi::pfm_current_maj_flt() as u64,
+        ]
+    }
+}
+
 /// Whether `task` is still on a CPU, its last switch not complete
 /// (`smp_load_acquire(&task->on_cpu)`).
 pub(crate) fn task_on_cpu(task: &kernel::task::Task) -> bool {

@@ -282,6 +282,8 @@ struct pid_namespace *pfm_get_pid_ns(struct pid_namespace *ns) { return get_pid_
 void pfm_put_pid_ns(struct pid_namespace *ns) { put_pid_ns(ns); }
 /* Past task_struct's `stats`, where bindgen's layout may differ (rust/mod.rs). */
 unsigned long pfm_current_switches(void) { return current->nvcsw + current->nivcsw; }
+unsigned long pfm_current_min_flt(void) { return current->min_flt; }
+unsigned long pfm_current_maj_flt(void) { return current->maj_flt; }
 /* for_each_thread is a macro: the threads of task's process, up to max of
  * them referenced into out; returns how many there are. */
 int pfm_process_threads(struct task_struct *task, struct task_struct **out, int max)

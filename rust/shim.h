@@ -26,6 +26,8 @@ void pfm_tracepoint_synchronize_unregister(void);
 struct pid_namespace *pfm_get_pid_ns(struct pid_namespace *ns);
 void pfm_put_pid_ns(struct pid_namespace *ns);
 unsigned long pfm_current_switches(void);
+unsigned long pfm_current_min_flt(void);
+unsigned long pfm_current_maj_flt(void);
 int pfm_process_threads(struct task_struct *task, struct task_struct **out, int max);
 void pfm_misc_deregister(void);
 int pfm_sysfs_register(void);

@@ -102,7 +102,7 @@ fn throttle_counts_only_real_pmis() {
 fn reset_pmds_applied_on_soft_overflow() {
     use pfm_host_tests::abi;
     use pfm_host_tests::pfm_x86::soft::{soft_count, ThreadDeltas};
-    let mut ev = [0u8; 4];
+    let mut ev = [0u8; pfm_host_tests::pfm_x86::soft::SOFT_EVENT_CODES];
     ev[abi::PFM_SOFT_EV_CONTEXT_SWITCHES as usize] = 1 << 0;
     ev[abi::PFM_SOFT_EV_TASK_CLOCK as usize] = 1 << 1;
     let mut pmds = [PmdState::default(); 2];

@@ -46,7 +46,9 @@ impl Context {
             inner.used_pmds = template.used_pmds();
             inner.flags = abi::PFM_CTXFL_NO_MSG;
             inner.parts = Some(parts);
-            core::mem::replace(&mut inner.counters, counters)
+            let blank = core::mem::replace(&mut inner.counters, counters);
+            inner.count_faults_if_selected();
+            blank
         };
         // The new context's own counters (a hardware model's are boxed),
         // freed after the raw lock: no kfree under it (see `CtxInner`).
@@ -61,6 +63,7 @@ impl Context {
     pub(super) fn begin_as_heir(&self, started: bool, tid: u32) {
         let mut inner = self.inner.lock();
         inner.tid = tid;
+        inner.faults_from_creation();
         if !started || inner.transition(crate::pfm_state::Op::Start).is_err() {
             return;
         }

@@ -517,5 +517,8 @@ struct pfm_smpl_entry {
 #define PFM_SOFT_EV_TASK_CLOCK		1	/* ns on CPU */
 #define PFM_SOFT_EV_CONTEXT_SWITCHES	2
 #define PFM_SOFT_EV_CPU_MIGRATIONS	3
+#define PFM_SOFT_EV_PAGE_FAULTS		4	/* minor + major, as getrusage */
+#define PFM_SOFT_EV_MINOR_FAULTS	5	/* ru_minflt */
+#define PFM_SOFT_EV_MAJOR_FAULTS	6	/* ru_majflt */
 
 #endif /* _UAPI_LINUX_PERFMON_H */

@@ -102,6 +102,13 @@ pub const PFM_SOFT_EV_TASK_CLOCK: u64 = 1;
 pub const PFM_SOFT_EV_CONTEXT_SWITCHES: u64 = 2;
 /// Soft PMU event: the thread resumed on another CPU than the last one.
 pub const PFM_SOFT_EV_CPU_MIGRATIONS: u64 = 3;
+/// Soft PMU event: page faults the thread took, minor and major (what
+/// `getrusage(RUSAGE_THREAD)` reports as `ru_minflt + ru_majflt`).
+pub const PFM_SOFT_EV_PAGE_FAULTS: u64 = 4;
+/// Soft PMU event: minor page faults (`ru_minflt`: served without I/O).
+pub const PFM_SOFT_EV_MINOR_FAULTS: u64 = 5;
+/// Soft PMU event: major page faults (`ru_majflt`: served with I/O).
+pub const PFM_SOFT_EV_MAJOR_FAULTS: u64 = 6;
 
 /// A PMC (configuration register) to write.
 #[repr(C)]

@@ -255,9 +255,12 @@ mod abi_tests {
             (
                 PFM_SOFT_EV_TASK_CLOCK,
                 PFM_SOFT_EV_CONTEXT_SWITCHES,
-                PFM_SOFT_EV_CPU_MIGRATIONS
+                PFM_SOFT_EV_CPU_MIGRATIONS,
+                PFM_SOFT_EV_PAGE_FAULTS,
+                PFM_SOFT_EV_MINOR_FAULTS,
+                PFM_SOFT_EV_MAJOR_FAULTS
             ),
-            (1, 2, 3)
+            (1, 2, 3, 4, 5, 6)
         );
     }
 }

@@ -34,6 +34,10 @@ pub enum SoftwareEvent {
     ContextSwitches,
     /// `PERF_COUNT_SW_CPU_MIGRATIONS`.
     CpuMigrations,
+    /// `PERF_COUNT_SW_PAGE_FAULTS_MIN`.
+    MinorFaults,
+    /// `PERF_COUNT_SW_PAGE_FAULTS_MAJ`.
+    MajorFaults,
 }
 
 impl SoftwareEvent {
@@ -44,6 +48,8 @@ impl SoftwareEvent {
             SoftwareEvent::PageFaults => 2,
             SoftwareEvent::ContextSwitches => 3,
             SoftwareEvent::CpuMigrations => 4,
+            SoftwareEvent::MinorFaults => 5,
+            SoftwareEvent::MajorFaults => 6,
         }
     }
 
@@ -55,6 +61,8 @@ impl SoftwareEvent {
             SoftwareEvent::PageFaults => "page-faults",
             SoftwareEvent::ContextSwitches => "context-switches",
             SoftwareEvent::CpuMigrations => "cpu-migrations",
+            SoftwareEvent::MinorFaults => "minor-faults",
+            SoftwareEvent::MajorFaults => "major-faults",
         }
     }
 
@@ -67,6 +75,8 @@ impl SoftwareEvent {
             SoftwareEvent::PageFaults,
             SoftwareEvent::ContextSwitches,
             SoftwareEvent::CpuMigrations,
+            SoftwareEvent::MinorFaults,
+            SoftwareEvent::MajorFaults,
         ]
         .into_iter()
         .find(|e| e.name() == name)
@@ -309,7 +319,14 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for name in ["task-clock", "context-switches", "cpu-migrations"] {
+        for name in [
+            "task-clock",
+            "context-switches",
+            "cpu-migrations",
+            "page-faults",
+            "minor-faults",
+            "major-faults",
+        ] {
             assert_eq!(SoftwareEvent::from_name(name).map(|e| e.name()), Some(name));
         }
         assert_eq!(SoftwareEvent::from_name("cycles"), None);

@@ -46,6 +46,7 @@ const ALIASES: &[(&str, &str)] = &[
     ("cs", "context-switches"),
     ("migrations", "cpu-migrations"),
     ("cpu-clock", "task-clock"),
+    ("faults", "page-faults"),
     ("cycles", "cpu-cycles"),
     ("branch-instructions", "branches"),
     ("cache-references", "llc-references"),
@@ -60,6 +61,9 @@ pub fn describe(event: &str) -> &'static str {
         "task-clock" => "nanoseconds the thread ran on a CPU",
         "context-switches" => "times the thread was switched out",
         "cpu-migrations" => "times the thread resumed on another CPU than the last one",
+        "page-faults" => "page faults the thread took, minor and major (getrusage's)",
+        "minor-faults" => "page faults served without I/O (ru_minflt)",
+        "major-faults" => "page faults that waited for I/O (ru_majflt)",
         _ => "",
     }
 }

@@ -435,7 +435,7 @@ impl<'a> Resolver<'a> {
                     let why = if hw {
                         format!(
                             "PMU model '{}' counts hardware events only ({}; pmu=soft has \
-                             task-clock, context-switches and cpu-migrations)",
+                             task-clock, context-switches, cpu-migrations and page faults)",
                             self.pmu.model,
                             self.model_names()
                         )
@@ -686,6 +686,9 @@ mod tests {
                 ("task-clock", 1),
                 ("context-switches", 2),
                 ("cpu-migrations", 3),
+                ("page-faults", 4),
+                ("minor-faults", 5),
+                ("major-faults", 6),
             ],
         );
         m.impl_pmcs = 0xf;
@@ -774,7 +777,12 @@ mod tests {
         assert_eq!(code(&p, "cpu-clock"), 1);
         assert_eq!(code(&p, "cs:k"), 2);
         assert_eq!(code(&p, "migrations"), 3);
-        let e = refused(&p, "page-faults");
+        // Page faults, as perf spells them (`faults` its alias).
+        assert_eq!(code(&p, "page-faults"), 4);
+        assert_eq!(code(&p, "faults:u"), 4);
+        assert_eq!(code(&p, "minor-faults"), 5);
+        assert_eq!(code(&p, "major-faults"), 6);
+        let e = refused(&p, "alignment-faults");
         assert!(
             e.contains("perf software event") && e.contains("task-clock"),
             "{e}"

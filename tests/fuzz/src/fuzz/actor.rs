@@ -587,7 +587,8 @@ impl Actor {
         let m = model();
         let reg_num = self.pick_reg(&m.pmcs);
         let reg_value = if m.soft {
-            self.rng.below(4)
+            // Every soft event, the page faults too.
+            self.rng.below(7)
         } else {
             self.hw_pmc_value(reg_num)
         };

@@ -65,8 +65,10 @@ pub(crate) fn model() -> &'static Model {
 
 fn soft() -> Model {
     let mut rsvd = [u64::MAX; abi::PFM_MAX_PMCS];
+    // Codes 0 to 6 (page faults 4 to 6); 7 is in no reserved bit but
+    // no event: refused as unavailable.
     for r in rsvd.iter_mut().take(4) {
-        *r = !3;
+        *r = !7;
     }
     Model {
         soft: true,
@@ -77,7 +79,7 @@ fn soft() -> Model {
         rsvd,
         os_bits: [0; abi::PFM_MAX_PMCS],
         counting: Vec::new(),
-        unavailable: Vec::new(),
+        unavailable: vec![7],
     }
 }
 

@@ -103,6 +103,9 @@ fn info_sane() -> TestResult {
         ("task-clock", PFM_SOFT_EV_TASK_CLOCK),
         ("context-switches", PFM_SOFT_EV_CONTEXT_SWITCHES),
         ("cpu-migrations", PFM_SOFT_EV_CPU_MIGRATIONS),
+        ("page-faults", PFM_SOFT_EV_PAGE_FAULTS),
+        ("minor-faults", PFM_SOFT_EV_MINOR_FAULTS),
+        ("major-faults", PFM_SOFT_EV_MAJOR_FAULTS),
     ] {
         let e = pmu.event(name).ctx("event")?;
         ensure!(
@@ -121,12 +124,12 @@ fn info_sane() -> TestResult {
     }
     for n in 0..4 {
         ensure!(
-            raw.pmc_rsvd_mask[n] & 3 == 0,
+            raw.pmc_rsvd_mask[n] & 7 == 0,
             "PMC{n} reserved mask {:#x} covers event codes",
             raw.pmc_rsvd_mask[n]
         );
         ensure!(
-            raw.pmc_rsvd_mask[n] & !3 != 0,
+            raw.pmc_rsvd_mask[n] & !7 != 0,
             "PMC{n} reserved mask {:#x} reserves nothing",
             raw.pmc_rsvd_mask[n]
         );

@@ -36,11 +36,12 @@
 //! mask and ring bits (core and reference cycles at 1 per ns, instructions
 //! at 1 per 2 ns: IPC 0.5; nothing in kernel mode). An unknown name gets
 //! one line naming the closest names. perf's spellings (issue 34): on
-//! soft `task-clock:u`, `cpu-clock`, `cs:k`; on intel_arch_sim `cycles`,
+//! soft `task-clock:u`, `cpu-clock`, `cs:k`, `faults`, `minor-faults:u`,
+//! `major-faults`; on intel_arch_sim `cycles`,
 //! `instructions:u`, `r5100c0`, `cache-misses` written as the PMC values
 //! perf's kernel programs for them (Linux's `intel_perfmon_event_map`, INT
 //! dropped, user mode), read back through ptrace; what the model cannot
-//! count (`page-faults`, `cycles` on soft; `task-clock`,
+//! count (`alignment-faults`, `cycles` on soft; `task-clock`,
 //! `stalled-cycles-frontend`, `:G` on Intel) one line saying why. Last,
 //! without the module, "module not loaded".
 //!
@@ -1296,7 +1297,7 @@ fn perf_spellings_soft(pfm: &Pfm) -> TestResult {
         "stat",
         "--json",
         "-e",
-        "task-clock:u,cpu-clock,cs:k",
+        "task-clock:u,cpu-clock,cs:k,faults",
         "--",
         "true",
     ])?;
@@ -1314,12 +1315,40 @@ fn perf_spellings_soft(pfm: &Pfm) -> TestResult {
             == [
                 ("task-clock:u".to_string(), 1),
                 ("task-clock".to_string(), 1),
-                ("cs:k".to_string(), 2)
+                ("cs:k".to_string(), 2),
+                ("page-faults".to_string(), 4)
+            ],
+        "{codes:?}"
+    );
+    // A command's faults: exec and its start fault at least once.
+    let faults = value_of(&v, "page-faults")?;
+    ensure!(faults > 0, "no page fault counted for a command");
+    let out = pfm.run(&[
+        "stat",
+        "--json",
+        "-e",
+        "minor-faults:u,major-faults",
+        "--",
+        "true",
+    ])?;
+    let err = text(&out.stderr);
+    ensure!(out.status.code() == Some(0), "exit {:?}: {err}", out.status);
+    let v: Stat = doc(&err)?;
+    let codes: Vec<(String, u64)> = v
+        .counters
+        .iter()
+        .map(|c| (c.event.clone(), c.code))
+        .collect();
+    ensure!(
+        codes
+            == [
+                ("minor-faults:u".to_string(), 5),
+                ("major-faults".to_string(), 6)
             ],
         "{codes:?}"
     );
     for (e, what) in [
-        ("page-faults", "is a perf software event"),
+        ("alignment-faults", "is a perf software event"),
         ("cycles:u", "is a hardware event"),
     ] {
         let out = pfm.run(&["stat", "-e", e, "--", "true"])?;
@@ -2708,7 +2737,7 @@ fn main() {
         || bad_event(&pfm),
     );
     t.run(
-        "pfm stat -e task-clock:u,cpu-clock,cs:k (perf's spellings); page-faults, cycles: one line why",
+        "pfm stat -e task-clock:u,cpu-clock,cs:k,faults,minor-faults:u,major-faults (perf's spellings); alignment-faults, cycles: one line why",
         || perf_spellings_soft(&pfm),
     );
     t.run(

@@ -513,8 +513,8 @@ fn cases() -> Vec<Case> {
         PFM_REG_RETFL_EINVAL
     ));
     case!(
-        "PMC value 4 (no such soft event): EINVAL",
-        || pmcs_rejected(&[pmc(0, 4)], 0, PFM_REG_RETFL_EINVAL)
+        "PMC value 7 (no such soft event, no reserved bit): EINVAL",
+        || pmcs_rejected(&[pmc(0, 7)], 0, PFM_REG_RETFL_EINVAL)
     );
 
     // --- bad register numbers
