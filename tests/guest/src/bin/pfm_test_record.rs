@@ -19,7 +19,10 @@
 //!   (the report's `counted`, the events pfm computed from the buffer's
 //!   entries and the counter's last value, equal to N': nothing switched
 //!   between the exec and main; up to three tries), the file holds exactly
-//!   ⌊N'/P⌋ samples; in every try it holds exactly ⌊counted/P⌋.
+//!   ⌊N'/P⌋ samples; in every try it holds exactly ⌊counted/P⌋, and
+//!   `counted` lies between N' and the thread's own switches since its
+//!   fork (on a busy host the exec may switch before main in every try:
+//!   then those bounds are what holds, and the test says so).
 //! - The same of the whole program (pfm's default, `PFM_CTXFL_INHERIT`):
 //!   the partner thread, which counts its own switches too, samples into
 //!   the same buffer. In every try `counted` is at least the two threads'
@@ -765,6 +768,13 @@ fn record_switches(whole: bool) -> TestResult {
             counted >= own_n && r.samples >= expected,
             "{last}: below the threads' own readings"
         );
+        // And no more than the main thread's switches since its fork
+        // (the count starts at the exec, after the fork) when it alone
+        // is counted.
+        ensure!(
+            whole || counted <= since_fork,
+            "{last}: above the main thread's own switches since its fork"
+        );
         if counted == own_n {
             ensure!(
                 r.samples == expected,
@@ -773,7 +783,17 @@ fn record_switches(whole: bool) -> TestResult {
             return Ok(());
         }
     }
-    if whole {
+    if !whole {
+        // The count starts at the exec; `own_main` at main(): a switch
+        // between the two (the exec's and the start's page faults, a
+        // preemption on a busy host) is counted and seen by no reading
+        // of the thread's own but the one since its fork, which bounded
+        // the count above in every try, as floor(counted/P) bounded the
+        // samples.
+        diag(format!(
+            "the exec or the start switched before main() in every try: {last}"
+        ));
+    } else {
         // The partner's exit path, after its last reading, can switch
         // (blocked on a lock: the mmap lock, which pfm's reads of
         // /proc/PID/maps take, is the likely one; not traced) up to
@@ -785,11 +805,8 @@ fn record_switches(whole: bool) -> TestResult {
         diag(format!(
             "the partner's exit path switched after its last reading in every try: {last}"
         ));
-        return Ok(());
     }
-    Err(format!(
-        "the module never counted exactly the workload's own switches: {last}"
-    ))
+    Ok(())
 }
 
 /// `pfm record -e cs -c P --random M --random-seed S --no-inherit` of the
