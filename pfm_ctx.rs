@@ -47,6 +47,7 @@ mod smpl;
 mod thread;
 
 use family::Family;
+use faults::{fold_faults, FaultBase};
 use mailbox::{Mailbox, Reader};
 use parts::Parts;
 use sets::CtxSets;
@@ -256,38 +257,52 @@ impl CtxInner {
     }
 
     /// Advances the counters to the thread's scheduler runtime `runtime`.
-    /// The thread is current here: faults are read too.
     fn fold_to(&mut self, runtime: u64) {
         let ran = runtime.saturating_sub(self.run_base);
         self.run_base = runtime;
-        let mut d = ThreadDeltas {
-            task_clock: ran,
-            ..ThreadDeltas::default()
-        };
-        self.fold_faults_here(&mut d);
         if self.counting() {
             self.time_running += ran;
-            self.advance(&d);
+            self.advance(&ThreadDeltas {
+                task_clock: ran,
+                ..ThreadDeltas::default()
+            });
         }
     }
 
-    /// Applies `d` to every counter and records overflows.
+    /// Applies `d` to every counter and records overflows. Called in the
+    /// thread (current), while the context counts.
     fn advance(&mut self, d: &ThreadDeltas) {
         // A context without parts (the common case, on every switch) looks
         // at the parts pointer once.
-        let Some(parts) = self.parts.as_deref() else {
+        let Some(parts) = self.parts.as_deref_mut() else {
             let ovfl = self.counters.advance(d);
             return self.overflowed(ovfl);
+        };
+        // The thread's faults since the last fold, if they are counted
+        // (`faults.rs`).
+        let mut with_faults;
+        let (d, faults) = match &mut parts.faults {
+            FaultBase::At(base) => {
+                with_faults = *d;
+                fold_faults(base, &mut with_faults);
+                (&with_faults, true)
+            }
+            FaultBase::Off => (d, false),
         };
         if parts.sets.as_deref().is_some_and(CtxSets::multiplexed) {
             return self.advance_sets(d);
         }
-        let ovfl = match parts.smpl.as_deref() {
-            // A sampling buffer takes an entry per period crossed.
-            Some(smpl) => self
+        // A sampling buffer takes an entry per period crossed. Only a
+        // context that counts faults looks at them.
+        let ovfl = match (parts.smpl.as_deref(), faults) {
+            (Some(smpl), false) => self
                 .counters
-                .advance_each(d, |pmd, n, random| smpl.note_overflows(pmd, n, random)),
-            None => self.counters.advance(d),
+                .advance_each::<false>(d, |pmd, n, random| smpl.note_overflows(pmd, n, random)),
+            (Some(smpl), true) => self
+                .counters
+                .advance_each::<true>(d, |pmd, n, random| smpl.note_overflows(pmd, n, random)),
+            (None, false) => self.counters.advance(d),
+            (None, true) => self.counters.advance_each::<true>(d, |_, _, _| {}),
         };
         self.overflowed(ovfl);
     }
@@ -371,7 +386,6 @@ impl CtxInner {
     fn reset_for_load(&mut self, tid: u32) {
         self.tid = tid;
         self.for_each_image(Counters::forget_placement);
-        self.faults_for_new_thread();
         self.exited = false;
         self.active = false;
         self.on_cpu = None;

@@ -394,10 +394,11 @@ impl Pmu {
         }
     }
 
-    /// Whether a PMC `value` selects one of the soft model's page-fault
-    /// events (the context then reads its thread's fault counters).
-    pub(crate) fn pmc_counts_faults(&self, value: u64) -> bool {
-        self.hw.is_none() && SoftEvent::from_pmc(value).is_some_and(SoftEvent::is_fault)
+    /// Whether one of `values` (PMC values) selects one of the soft
+    /// model's page-fault events (the context then reads its thread's
+    /// fault counters).
+    pub(crate) fn pmcs_count_faults(&self, mut values: impl Iterator<Item = u64>) -> bool {
+        self.hw.is_none() && values.any(|v| soft::SOFT_FAULT_EVENTS.contains(&(v as usize)))
     }
 
     /// The PMDs PMC `reg` with the validated `value` makes count (hardware

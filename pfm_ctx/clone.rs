@@ -65,9 +65,10 @@ impl Context {
                 if shape.table {
                     parts.sets = Some(CtxSets::new_boxed()?);
                 }
-                // The copy counts faults of its own thread, once loaded.
+                // The copy counts faults of its own thread, from its LOAD
+                // (`rebase_faults`).
                 if shape.faults {
-                    parts.faults = FaultBase::Pending;
+                    parts.faults = FaultBase::At([0; 2]);
                 }
                 p.parts = Some(parts);
             }

@@ -82,6 +82,8 @@ impl Context {
             if inner.on_cpu == Some(glue::this_cpu()) {
                 inner.run_base = glue::current_runtime_ns();
             }
+            // Faults taken while masked are not counted either.
+            inner.rebase_faults();
             Ok(())
         })?;
         // A thread blocked on the overflow resumes.

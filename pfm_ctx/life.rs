@@ -43,6 +43,7 @@ impl Context {
                 if inner.on_cpu == Some(glue::this_cpu()) {
                     inner.run_base = glue::current_runtime_ns();
                 }
+                inner.rebase_faults();
             }
             Ok(())
         })

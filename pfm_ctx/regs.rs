@@ -192,24 +192,25 @@ impl Context {
             }
         };
         let selects_faults =
-            |pmcs: &[abi::PfmPmc]| pmcs.iter().any(|p| pmu.pmc_counts_faults(p.reg_value));
+            |pmcs: &[abi::PfmPmc]| pmu.pmcs_count_faults(pmcs.iter().map(|p| p.reg_value));
         // A fault event's base is a part (`faults.rs`): allocated here,
         // outside the lock, if the context has no parts yet.
+        // (whether the PMCs select one, the parts to add if needed)
         let prepare = |pmcs: &[abi::PfmPmc]| match selects_faults(pmcs) {
             true => {
                 let has = self.inner.lock().has_parts();
-                spare_parts(has)
+                spare_parts(has).map(|spare| (true, spare))
             }
-            false => Ok(None),
+            false => Ok((false, None)),
         };
-        let apply = |inner: &mut CtxInner, _, pmcs: &mut [abi::PfmPmc], spare: &mut _| {
+        let apply = |inner: &mut CtxInner, _, pmcs: &mut [abi::PfmPmc], faults: &mut (bool, _)| {
             inner.transition(Op::WriteRegs)?;
             if pmcs.iter().any(|p| !inner.set_exists(p.reg_set)) {
                 // A set deleted since the check.
                 return Err(EINVAL);
             }
-            if selects_faults(pmcs) {
-                inner.parts_for_adding(spare)?;
+            if faults.0 {
+                inner.parts_for_adding(&mut faults.1)?;
                 inner.start_fault_counting();
             }
             // Checked above: every value is valid.

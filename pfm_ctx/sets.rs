@@ -399,7 +399,7 @@ impl CtxInner {
         let mut counts = [0u64; SOFT_COUNTERS];
         // A sampling buffer takes an entry per period crossed, in this set.
         let smpl = self.parts.as_deref().and_then(|p| p.smpl.as_deref());
-        let ovfl = self.counters.advance_each(d, |pmd, n, random| {
+        let ovfl = self.counters.advance_each::<true>(d, |pmd, n, random| {
             if let Some(c) = counts.get_mut(pmd) {
                 *c = n;
             }

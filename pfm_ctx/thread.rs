@@ -272,6 +272,7 @@ impl Monitor for Context {
                 if inner.on_cpu == Some(cpu) {
                     inner.run_base = glue::current_runtime_ns();
                 }
+                inner.rebase_faults();
             }
         });
     }
@@ -309,7 +310,6 @@ impl CtxInner {
         }
         self.last_cpu = cpu;
         self.on_cpu = Some(cpu);
-        self.take_pending_faults_here(cpu);
         self.sync_hw();
         self.sync_clock();
         self.page_update();
@@ -321,6 +321,7 @@ impl CtxInner {
         self.active = true;
         self.run_base = glue::current_runtime_ns();
         self.sched_in(cpu);
+        self.rebase_faults();
     }
 
     /// The context starts following the thread while it sleeps (a remote
@@ -332,6 +333,7 @@ impl CtxInner {
         self.run_base = runtime;
         self.last_cpu = cpu;
         self.on_cpu = None;
+        self.rebase_faults();
         self.page_update();
     }
 
@@ -355,9 +357,6 @@ impl CtxInner {
             d.task_clock = end.saturating_sub(self.run_base);
         }
         self.run_base = runtime;
-        // Faults, if counted, up to the switch (a stopped context's too:
-        // its base moves with the thread).
-        self.fold_faults_here(&mut d);
         if self.counting() {
             self.time_running += d.task_clock;
             // perf_events stops counting a thread's switches in

@@ -263,13 +263,13 @@ impl Counters {
     /// [`Counters::advance`], telling `overflows(pmd, n, random)` how many
     /// times each PMD that overflowed did, and its period randomisation
     /// before the count (see `soft_count_each`).
-    pub(crate) fn advance_each(
+    pub(crate) fn advance_each<const FAULTS: bool>(
         &mut self,
         d: &ThreadDeltas,
         overflows: impl FnMut(usize, u64, PeriodRandom),
     ) -> u64 {
         match self {
-            Self::Soft(s) => soft_count_each(&s.ev_pmds, &mut s.pmds, d, overflows),
+            Self::Soft(s) => soft_count_each::<FAULTS>(&s.ev_pmds, &mut s.pmds, d, overflows),
             Self::Hw(_) => 0,
         }
     }

@@ -50,17 +50,6 @@ impl SoftEvent {
     }
 }
 
-impl SoftEvent {
-    /// Whether it is a page-fault event (read from the thread's own fault
-    /// counters, not the scheduler's accounting).
-    pub const fn is_fault(self) -> bool {
-        matches!(
-            self,
-            Self::PageFaults | Self::MinorFaults | Self::MajorFaults
-        )
-    }
-}
-
 /// The soft model's events, as `PFM_IOC_GET_INFO` lists them.
 pub const SOFT_EVENTS: [(&str, u64); 6] = [
     ("task-clock", abi::PFM_SOFT_EV_TASK_CLOCK),
@@ -103,38 +92,34 @@ pub struct ThreadDeltas {
 
 /// Advances every counter by what its PMC selects (`ev_pmds[event]`: the
 /// PMDs counting that event); returns the mask of PMDs that overflowed.
+/// The scheduler's events only: a context that counts faults has parts,
+/// and its folds take [`soft_count_each`] (a plain switch tests nothing
+/// for faults).
 pub fn soft_count(
     ev_pmds: &[u8; SOFT_EVENT_CODES],
     pmds: &mut [PmdState],
     d: &ThreadDeltas,
 ) -> u64 {
-    soft_count_each(ev_pmds, pmds, d, |_, _, _| {})
+    let ovfl = count_events(ev_pmds, pmds, scheduler_deltas(d), |_, _, _| {});
+    crate::pfm_counter::reset_linked(pmds, ovfl, false);
+    ovfl
 }
 
-/// [`soft_count`], telling `overflows(pmd, n, random)` how many times each
-/// PMD that overflowed did (event sets switch after a number of overflows;
-/// a sampling buffer writes an entry per period) and its period
-/// randomisation as it was before the count (`PFM_REGFL_RANDOM`: replayed,
-/// it gives each crossing's reset value).
+/// [`soft_count`], with the fault events too if `FAULTS` (a context that
+/// counts none does not look), telling `overflows(pmd, n,
+/// random)` how many times each PMD that overflowed did (event sets switch
+/// after a number of overflows; a sampling buffer writes an entry per
+/// period) and its period randomisation as it was before the count
+/// (`PFM_REGFL_RANDOM`: replayed, it gives each crossing's reset value).
 #[inline(always)]
-pub fn soft_count_each(
+pub fn soft_count_each<const FAULTS: bool>(
     ev_pmds: &[u8; SOFT_EVENT_CODES],
     pmds: &mut [PmdState],
     d: &ThreadDeltas,
     mut overflows: impl FnMut(usize, u64, PeriodRandom),
 ) -> u64 {
-    let mut ovfl = 0u64;
-    let deltas = [
-        (abi::PFM_SOFT_EV_TASK_CLOCK as usize, d.task_clock),
-        (abi::PFM_SOFT_EV_CONTEXT_SWITCHES as usize, d.switches),
-        (abi::PFM_SOFT_EV_CPU_MIGRATIONS as usize, d.migrations),
-    ];
-    for (ev, delta) in deltas {
-        count_event(ev_pmds[ev], pmds, delta, &mut ovfl, &mut overflows);
-    }
-    // Apart: a switch of a context that counts no faults (every plain
-    // one) tests one word for all three.
-    if d.minor_faults | d.major_faults != 0 {
+    let mut ovfl = count_events(ev_pmds, pmds, scheduler_deltas(d), &mut overflows);
+    if FAULTS && d.minor_faults | d.major_faults != 0 {
         let faults = [
             (
                 abi::PFM_SOFT_EV_PAGE_FAULTS as usize,
@@ -143,45 +128,56 @@ pub fn soft_count_each(
             (abi::PFM_SOFT_EV_MINOR_FAULTS as usize, d.minor_faults),
             (abi::PFM_SOFT_EV_MAJOR_FAULTS as usize, d.major_faults),
         ];
-        for (ev, delta) in faults {
-            count_event(ev_pmds[ev], pmds, delta, &mut ovfl, &mut overflows);
-        }
+        ovfl |= count_events(ev_pmds, pmds, faults, &mut overflows);
     }
     crate::pfm_counter::reset_linked(pmds, ovfl, false);
     ovfl
 }
 
-/// Advances the PMDs of `mask` by `delta`, adding those that overflow to
-/// `ovfl` and telling `overflows` (see [`soft_count_each`]).
+/// The scheduler's events of `d`, by event code.
 #[inline(always)]
-fn count_event(
-    mask: u8,
+fn scheduler_deltas(d: &ThreadDeltas) -> [(usize, u64); 3] {
+    [
+        (abi::PFM_SOFT_EV_TASK_CLOCK as usize, d.task_clock),
+        (abi::PFM_SOFT_EV_CONTEXT_SWITCHES as usize, d.switches),
+        (abi::PFM_SOFT_EV_CPU_MIGRATIONS as usize, d.migrations),
+    ]
+}
+
+/// Advances the PMDs of each event code by its delta; the PMDs that
+/// overflowed, each told to `overflows` (see [`soft_count_each`]).
+#[inline(always)]
+fn count_events<const N: usize>(
+    ev_pmds: &[u8; SOFT_EVENT_CODES],
     pmds: &mut [PmdState],
-    delta: u64,
-    ovfl: &mut u64,
-    overflows: &mut impl FnMut(usize, u64, PeriodRandom),
-) {
-    if delta == 0 {
-        return;
-    }
-    let mut m = mask;
-    while m != 0 {
-        let i = m.trailing_zeros() as usize;
-        m &= m - 1;
-        if let Some(pmd) = pmds.get_mut(i) {
-            // The generator before the count: only an overflow draws, and
-            // only its entries replay it.
-            let random = match pmd.value.checked_add(delta) {
-                Some(_) => PeriodRandom::OFF,
-                None => pmd.random(),
-            };
-            let n = pmd.count(delta);
-            if n != 0 {
-                *ovfl |= 1 << i;
-                overflows(i, n, random);
+    deltas: [(usize, u64); N],
+    mut overflows: impl FnMut(usize, u64, PeriodRandom),
+) -> u64 {
+    let mut ovfl = 0u64;
+    for (ev, delta) in deltas {
+        if delta == 0 {
+            continue;
+        }
+        let mut m = ev_pmds[ev];
+        while m != 0 {
+            let i = m.trailing_zeros() as usize;
+            m &= m - 1;
+            if let Some(pmd) = pmds.get_mut(i) {
+                // The generator before the count: only an overflow
+                // draws, and only its entries replay it.
+                let random = match pmd.value.checked_add(delta) {
+                    Some(_) => PeriodRandom::OFF,
+                    None => pmd.random(),
+                };
+                let n = pmd.count(delta);
+                if n != 0 {
+                    ovfl |= 1 << i;
+                    overflows(i, n, random);
+                }
             }
         }
     }
+    ovfl
 }
 
 /// Advances the PMDs that count task-clock (`ev_pmds`) by `ran` ns, as
@@ -329,7 +325,9 @@ mod tests {
                 task_clock: next - late + (k % 2 == 0) as u64 * 10,
                 ..ThreadDeltas::default()
             };
-            let ovfl = soft_count_each(&ev_pmds, &mut pmds, &d, |i, n, r| noted = Some((i, n, r)));
+            let ovfl = soft_count_each::<false>(&ev_pmds, &mut pmds, &d, |i, n, r| {
+                noted = Some((i, n, r))
+            });
             assert_eq!(ovfl, 1);
             let (i, n, mut before) = noted.unwrap();
             assert_eq!((i, n), (0, 1));
@@ -383,7 +381,7 @@ mod tests {
             ..ThreadDeltas::default()
         };
         let mut noted = KVecLike::default();
-        let ovfl = soft_count_each(&ev_pmds, &mut pmds, &d, |i, n, _| noted.push((i, n)));
+        let ovfl = soft_count_each::<true>(&ev_pmds, &mut pmds, &d, |i, n, _| noted.push((i, n)));
         assert_eq!(ovfl, 0b0001);
         assert_eq!(noted.items(), &[(0, 1)]);
         assert_eq!(pmds[0].value, 5u64.wrapping_neg() + 2);

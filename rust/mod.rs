@@ -137,6 +137,8 @@ mod ffi {
         pub(crate) fn pfm_current_switches() -> c_ulong;
         pub(crate) fn pfm_current_min_flt() -> c_ulong;
         pub(crate) fn pfm_current_maj_flt() -> c_ulong;
+        pub(crate) fn pfm_task_min_flt(t: *mut bindings::task_struct) -> c_ulong;
+        pub(crate) fn pfm_task_maj_flt(t: *mut bindings::task_struct) -> c_ulong;
         pub(crate) fn pfm_process_threads(
             task: *mut bindings::task_struct,
             out: *mut *mut bindings::task_struct,

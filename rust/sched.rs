@@ -219,6 +219,20 @@ pub(crate) fn current_faults() -> [u64; 2] {
     }
 }
 
+/// [`current_faults`] of another thread, for a base taken while it is off
+/// every CPU (it takes no fault there: exact).
+pub(crate) fn task_faults(task: &kernel::task::Task) -> [u64; 2] {
+    let t = super::task_ptr(task);
+    // SAFETY: Reads two fields of a live task (a reference to it exists),
+    // once each (`READ_ONCE`).
+    unsafe {
+        [
+            ffi::pfm_task_min_flt(t) as u64,
+            ffi::pfm_task_maj_flt(t) as u64,
+        ]
+    }
+}
+
 /// Whether `task` is still on a CPU, its last switch not complete
 /// (`smp_load_acquire(&task->on_cpu)`).
 pub(crate) fn task_on_cpu(task: &kernel::task::Task) -> bool {

@@ -284,6 +284,8 @@ void pfm_put_pid_ns(struct pid_namespace *ns) { put_pid_ns(ns); }
 unsigned long pfm_current_switches(void) { return current->nvcsw + current->nivcsw; }
 unsigned long pfm_current_min_flt(void) { return current->min_flt; }
 unsigned long pfm_current_maj_flt(void) { return current->maj_flt; }
+unsigned long pfm_task_min_flt(struct task_struct *t) { return READ_ONCE(t->min_flt); }
+unsigned long pfm_task_maj_flt(struct task_struct *t) { return READ_ONCE(t->maj_flt); }
 /* for_each_thread is a macro: the threads of task's process, up to max of
  * them referenced into out; returns how many there are. */
 int pfm_process_threads(struct task_struct *task, struct task_struct **out, int max)

@@ -28,6 +28,8 @@ void pfm_put_pid_ns(struct pid_namespace *ns);
 unsigned long pfm_current_switches(void);
 unsigned long pfm_current_min_flt(void);
 unsigned long pfm_current_maj_flt(void);
+unsigned long pfm_task_min_flt(struct task_struct *t);
+unsigned long pfm_task_maj_flt(struct task_struct *t);
 int pfm_process_threads(struct task_struct *task, struct task_struct **out, int max);
 void pfm_misc_deregister(void);
 int pfm_sysfs_register(void);

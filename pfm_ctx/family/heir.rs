@@ -47,7 +47,7 @@ impl Context {
             inner.flags = abi::PFM_CTXFL_NO_MSG;
             inner.parts = Some(parts);
             let blank = core::mem::replace(&mut inner.counters, counters);
-            inner.count_faults_if_selected();
+            inner.count_faults_from_creation();
             blank
         };
         // The new context's own counters (a hardware model's are boxed),
@@ -63,7 +63,6 @@ impl Context {
     pub(super) fn begin_as_heir(&self, started: bool, tid: u32) {
         let mut inner = self.inner.lock();
         inner.tid = tid;
-        inner.faults_from_creation();
         if !started || inner.transition(crate::pfm_state::Op::Start).is_err() {
             return;
         }

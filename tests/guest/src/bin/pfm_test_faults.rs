@@ -20,7 +20,11 @@
 //!    lost = the periods crossed by the faults a second PMD counted;
 //! 4. the counter page marks the fault PMDs stale (a reader must take the
 //!    system call: the page cannot extend them), and the user library's
-//!    `read_mapped` agrees with `READ_VALUES`.
+//!    `read_mapped` agrees with `READ_VALUES`;
+//! 5. a whole program (`PFM_CTXFL_INHERIT`): a thread created while the
+//!    context counts is counted from its creation, as it counts itself:
+//!    its READ_THREADS row, read while it blocks after reporting its own
+//!    counts, equals them exactly.
 //!
 //! Major faults need I/O, which an initramfs guest without swap has none
 //! of: both sides read 0 here, and the test checks that they agree.
@@ -34,7 +38,7 @@ use perfmon::Context;
 use pfm_guest::tap::diag;
 use pfm_guest::{ensure, module, ResultExt, Tap, TestResult};
 
-const PLAN: usize = 7;
+const PLAN: usize = 8;
 const PAGE: usize = 4096;
 /// Fresh pages a thread touches between naps.
 const PER_NAP: usize = 16;
@@ -367,6 +371,47 @@ fn sampled_faults() -> TestResult {
     Ok(())
 }
 
+/// Case 5.
+fn inherited_thread() -> TestResult {
+    let ctx = fault_context(0)?;
+    ctx.set_flags(PFM_CTXFL_INHERIT).ctx("SET_FLAGS INHERIT")?;
+    ctx.load(0).ctx("LOAD")?;
+    ctx.start().ctx("START")?;
+    let (go_r, go_w) = pipe()?;
+    let (rep_r, rep_w) = pipe()?;
+    // Born counted: its whole life is its own count.
+    let worker = std::thread::spawn(move || remote_worker(go_r, rep_w));
+    let result = (|| {
+        let r = round(&go_w, &rep_r, 400)?;
+        let tid = r[2] as u32;
+        wait_blocked(tid)?;
+        let rows = ctx.read_threads(0b111).ctx("READ_THREADS")?;
+        let row = rows
+            .rows
+            .iter()
+            .find(|row| row.tid == tid)
+            .ok_or_else(|| format!("no row for thread {tid}"))?;
+        let v = (row.value(0), row.value(1), row.value(2));
+        diag(format!(
+            "thread {tid}: perfmon page/minor/major {v:?}; its own since its creation [{}, {}]",
+            r[0], r[1]
+        ));
+        ensure!(
+            v == (Some(r[0] + r[1]), Some(r[0]), Some(r[1])),
+            "thread {tid}: perfmon {v:?}, its own minor {} major {}",
+            r[0],
+            r[1]
+        );
+        Ok(())
+    })();
+    let _ = round(&go_w, &rep_r, 0);
+    drop(go_w);
+    let _ = worker.join();
+    ctx.stop().ctx("STOP")?;
+    ctx.unload().ctx("UNLOAD")?;
+    result
+}
+
 /// Case 4.
 fn page_marks_faults_stale() -> TestResult {
     let ctx = fault_context(0)?;
@@ -417,6 +462,10 @@ fn main() {
     t.run(
         "counter page: fault PMDs stale (the system call reads them), read_mapped agrees",
         page_marks_faults_stale,
+    );
+    t.run(
+        "a thread born into a whole program: its row equals its own getrusage from its creation",
+        inherited_thread,
     );
     t.run("no live context left (sysfs)", || {
         module::wait_contexts(0, Duration::from_secs(2))
