@@ -258,7 +258,11 @@ impl CtxInner {
 
     /// Advances the counters to the thread's scheduler runtime `runtime`.
     fn fold_to(&mut self, runtime: u64) {
-        let ran = runtime.saturating_sub(self.run_base);
+        // Never back: a reading below the last (a reschedule asked without
+        // accounting the thread: see `current_runtime_and_clock`) counts
+        // nothing until the runtime passes the last again.
+        let runtime = runtime.max(self.run_base);
+        let ran = runtime - self.run_base;
         self.run_base = runtime;
         if self.counting() {
             self.time_running += ran;

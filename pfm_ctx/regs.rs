@@ -571,10 +571,10 @@ impl CtxInner {
     /// this read returned), or event sets (set 0 may not be the active
     /// one, and a fold charges the sets).
     ///
-    /// It stores what it read, as the fold does: a slice the scheduler
-    /// ends below it (a remote wake-up that preempts the thread stamps the
-    /// end early) adds nothing more at the switch-out, and no later read
-    /// goes below this one.
+    /// It stores what it read, as the fold does, and reads no further than
+    /// the scheduler accounts (`current_runtime_and_clock`: a wake-up that
+    /// preempts the thread may end its slice early), so the switch-out's
+    /// slice end is not below it, and no later read goes below this one.
     fn quick_values(
         &mut self,
         pmd_mask: u64,
@@ -597,7 +597,8 @@ impl CtxInner {
                     // ns: no wrap for 584 years.
                     self.time_running = self.time_running.wrapping_add(ran);
                 }
-                self.run_base = runtime;
+                // Never back (see `fold_to`).
+                self.run_base = self.run_base.max(runtime);
                 now
             }
             Some(_) => return None,

@@ -18,7 +18,7 @@ use super::{cpu, ffi};
 pub(crate) fn layout_mismatch() -> Option<(usize, usize, usize)> {
     use bindings::{file, file_operations as fops, task_struct as task};
     use core::mem::{offset_of, size_of};
-    let rust: [usize; 32] = [
+    let rust: [usize; 33] = [
         offset_of!(task, __state),
         offset_of!(task, flags),
         offset_of!(task, se.sum_exec_runtime),
@@ -51,6 +51,7 @@ pub(crate) fn layout_mismatch() -> Option<(usize, usize, usize)> {
         offset_of!(bindings::tracepoint, name),
         size_of::<bindings::delayed_work>(),
         offset_of!(bindings::delayed_work, work),
+        offset_of!(task, thread_info.flags),
     ];
     // SAFETY: `pfm_c_layout` is a constant array of `pfm_c_layout_len` entries.
     let c = unsafe {

@@ -166,7 +166,50 @@ pub(crate) fn current_runtime_ns() -> u64 {
 }
 
 /// [`current_runtime_ns`] and the `local_clock` time it was taken at.
+///
+/// No more than the scheduler will account, though: while a reschedule
+/// is pending, the slice may already have ended. A wake-up that preempts
+/// the thread (`wakeup_preempt`) accounts it (`update_curr`), sets
+/// need_resched and asks `__schedule` to skip its own clock update
+/// (`rq_clock_skip_update`): the slice ends at that wake-up, and what the
+/// thread runs until its switch is charged to no one. Counted live, that
+/// time stayed counted, the switch-out's slice end being below it (seen:
+/// task-clock 17% above the scheduler's runtime for a thread preempted
+/// by a napping thread on its CPU while a timer and reads folded it;
+/// `pfm_test_preempt`). So with need_resched set the runtime is
+/// `sum_exec_runtime` as it stands, read after the flag: a wake-up that
+/// comes after the flag's test accounted the thread up to itself, later
+/// than the live reading, so that is no more than the scheduler accounts
+/// either. A reschedule asked by the tick (its `update_curr` just ran)
+/// ends the slice at `__schedule`: reading less here, the switch-out
+/// counts the rest.
+#[inline]
 pub(crate) fn current_runtime_and_clock() -> (u64, u64) {
+    let (live, now) = current_live_runtime_and_clock();
+    if current_need_resched() {
+        return (current_sum_exec_runtime(), now);
+    }
+    (live, now)
+}
+
+/// `test_tsk_need_resched(current)`: the flags word of its `thread_info`
+/// (the task's first member; its offset checked by `pfm_c_layout`).
+#[inline(always)]
+fn current_need_resched() -> bool {
+    let current = super::current_ptr();
+    // SAFETY: The current task's flags word, read once (`READ_ONCE`):
+    // other CPUs set bits in it atomically.
+    let flags =
+        unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*current).thread_info.flags)) };
+    flags & (1 << bindings::TIF_NEED_RESCHED) != 0
+}
+
+/// The thread's runtime as `task_sched_runtime` would give it now (what
+/// a reader of the mapped page extends: see `current_runtime_and_clock`
+/// for what a fold may count), and the `local_clock` time it was taken
+/// at.
+#[inline(always)]
+pub(crate) fn current_live_runtime_and_clock() -> (u64, u64) {
     let current = super::current_ptr();
     let mut pair = (0, 0);
     for _ in 0..4 {

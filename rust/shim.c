@@ -184,6 +184,7 @@ const unsigned long pfm_c_layout[] = {
 	offsetof(struct pcpu_hot, current_task), offsetof(struct pcpu_hot, cpu_number),
 	offsetof(struct task_struct, se.nr_migrations), offsetof(struct tracepoint, name),
 	sizeof(struct delayed_work), offsetof(struct delayed_work, work),
+	offsetof(struct task_struct, thread_info.flags),
 };
 const unsigned long pfm_c_layout_len = ARRAY_SIZE(pfm_c_layout);
 
