@@ -183,8 +183,9 @@ impl CtxInner {
     }
 
     /// Advances the counters if the target runs on `cpu`, which must be
-    /// this CPU: the target is then the current thread, and its live
-    /// scheduler runtime is what task-clock reads. A hardware model's
+    /// this CPU: the target is then the current thread, and its scheduler
+    /// runtime is what task-clock reads, no further than the scheduler
+    /// will account (`current_runtime_and_clock`). A hardware model's
     /// counters are folded by taking them off the PMU; `sync_hw` puts them
     /// back after the caller's change. Returns the `local_clock` time now
     /// (the fold's own, when it folds: one clock read per call).

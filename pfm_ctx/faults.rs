@@ -43,11 +43,13 @@ impl CtxInner {
     }
 
     /// Counting (re)starts: the base is the thread's counters now, read in
-    /// the thread if it is current here, else from the task, which takes
-    /// no fault off a CPU (a remote install holds it off every CPU, and a
-    /// thread switched out cannot run before its switch-in takes the
-    /// context's lock, which the caller holds). Nothing for a context that
-    /// counts no faults.
+    /// the thread if it is current here, else from the task. Exact where
+    /// the task is off every CPU (a remote install holds it there; a
+    /// thread switched out cannot run on before its switch-in takes the
+    /// context's lock, which the caller holds); where it runs elsewhere
+    /// (`with_live`'s fallback for a thread that keeps migrating), a read
+    /// racing with its faults, where counting starts anyway. Nothing for a
+    /// context that counts no faults.
     pub(super) fn rebase_faults(&mut self) {
         if !self.counts_faults_anywhere() {
             return;
@@ -57,8 +59,23 @@ impl CtxInner {
             (_, Some(att)) => glue::task_faults(att.task()),
             (_, None) => return,
         };
+        self.set_fault_base(now);
+    }
+
+    /// [`CtxInner::rebase_faults`] in the thread itself (current), which
+    /// the context may not yet see on this CPU (an install).
+    pub(super) fn rebase_faults_here(&mut self) {
+        if self.counts_faults_anywhere() {
+            self.set_fault_base(glue::current_faults());
+        }
+    }
+
+    /// Counts faults from `base` on, if the context counts them.
+    fn set_fault_base(&mut self, base: [u64; 2]) {
         if let Some(p) = self.parts.as_deref_mut() {
-            p.faults = FaultBase::At(now);
+            if p.faults != FaultBase::Off {
+                p.faults = FaultBase::At(base);
+            }
         }
     }
 
@@ -75,9 +92,8 @@ impl CtxInner {
 
     /// Counts faults if a PMD of any set selects a fault event (a copy of
     /// another context's registers: an heir's) and the context has parts
-    /// to hold the base, from its thread's creation (`copy_mm` zeroed the
-    /// counters), as its task-clock does.
-    pub(super) fn count_faults_from_creation(&mut self) {
+    /// to hold the base (taken at its install).
+    pub(super) fn count_faults_if_selected(&mut self) {
         let mut selected = false;
         self.for_each_image(|c| selected |= c.counts_faults());
         if let Some(p) = self.parts.as_deref_mut() {
@@ -85,6 +101,13 @@ impl CtxInner {
                 p.faults = FaultBase::At([0; 2]);
             }
         }
+    }
+
+    /// An heir born started counts faults from its thread's creation
+    /// (`copy_mm` zeroed the counters: a fork's `CLONE_CHILD_SETTID`
+    /// write in `schedule_tail` is its first), as its task-clock does.
+    pub(super) fn count_faults_from_creation(&mut self) {
+        self.set_fault_base([0; 2]);
     }
 }
 

@@ -320,8 +320,10 @@ impl CtxInner {
     fn install_here(&mut self, cpu: i32) {
         self.active = true;
         self.run_base = glue::current_runtime_ns();
+        // Before `sched_in`, whose migration fold counts faults if the
+        // context was started before this install.
+        self.rebase_faults_here();
         self.sched_in(cpu);
-        self.rebase_faults();
     }
 
     /// The context starts following the thread while it sleeps (a remote

@@ -161,13 +161,20 @@ pub(crate) use impl_has_preempt_notifier;
 /// the time since the previous one, up to a tick (seen: a mapped page and a
 /// READ_VALUES 0.8 ms ahead of the thread's own clock). So the pair is read
 /// until both fields read the same twice in a row (a few tries).
+///
+/// Where counting starts (START, RESTART, an install): a base above the
+/// slice's end that a pending reschedule may stamp (see
+/// [`current_runtime_and_clock`]) counts nothing of the stretch, the
+/// switch-out then counting from the scheduler's end; one below it would
+/// count time from before the start.
 pub(crate) fn current_runtime_ns() -> u64 {
-    current_runtime_and_clock().0
+    current_live_runtime_and_clock().0
 }
 
-/// [`current_runtime_ns`] and the `local_clock` time it was taken at.
+/// The thread's runtime for a fold (what task-clock counts up to) and
+/// the `local_clock` time it was taken at.
 ///
-/// No more than the scheduler will account, though: while a reschedule
+/// No more than the scheduler will account: while a reschedule
 /// is pending, the slice may already have ended. A wake-up that preempts
 /// the thread (`wakeup_preempt`) accounts it (`update_curr`), sets
 /// need_resched and asks `__schedule` to skip its own clock update
@@ -182,7 +189,9 @@ pub(crate) fn current_runtime_ns() -> u64 {
 /// than the live reading, so that is no more than the scheduler accounts
 /// either. A reschedule asked by the tick (its `update_curr` just ran)
 /// ends the slice at `__schedule`: reading less here, the switch-out
-/// counts the rest.
+/// counts the rest. (One instant escapes the test: a fold between a
+/// remote `update_curr` and the `resched_curr` after it reads the
+/// nanoseconds between the two past the slice's end.)
 #[inline]
 pub(crate) fn current_runtime_and_clock() -> (u64, u64) {
     let (live, now) = current_live_runtime_and_clock();
@@ -204,12 +213,12 @@ fn current_need_resched() -> bool {
     flags & (1 << bindings::TIF_NEED_RESCHED) != 0
 }
 
-/// The thread's runtime as `task_sched_runtime` would give it now (what
-/// a reader of the mapped page extends: see `current_runtime_and_clock`
-/// for what a fold may count), and the `local_clock` time it was taken
-/// at.
+/// [`current_runtime_ns`] and the `local_clock` time it was taken at:
+/// the runtime as `task_sched_runtime` would give it now (what a reader
+/// of the mapped page extends; see `current_runtime_and_clock` for what a
+/// fold may count).
 #[inline(always)]
-pub(crate) fn current_live_runtime_and_clock() -> (u64, u64) {
+fn current_live_runtime_and_clock() -> (u64, u64) {
     let current = super::current_ptr();
     let mut pair = (0, 0);
     for _ in 0..4 {

@@ -47,7 +47,7 @@ impl Context {
             inner.flags = abi::PFM_CTXFL_NO_MSG;
             inner.parts = Some(parts);
             let blank = core::mem::replace(&mut inner.counters, counters);
-            inner.count_faults_from_creation();
+            inner.count_faults_if_selected();
             blank
         };
         // The new context's own counters (a hardware model's are boxed),
@@ -70,8 +70,10 @@ impl Context {
         inner.started = true;
         inner.enabled_start = now;
         if inner.on_cpu == Some(glue::this_cpu()) {
-            // Its whole runtime since it was created, at the next fold.
+            // Its whole runtime since it was created, at the next fold;
+            // its faults too.
             inner.run_base = 0;
+            inner.count_faults_from_creation();
         }
         let (switches, migrations) = glue::current_switches_and_migrations();
         inner.advance(&crate::pfm_x86::ThreadDeltas {

@@ -24,7 +24,10 @@
 //! 5. a whole program (`PFM_CTXFL_INHERIT`): a thread created while the
 //!    context counts is counted from its creation, as it counts itself:
 //!    its READ_THREADS row, read while it blocks after reporting its own
-//!    counts, equals them exactly.
+//!    counts, equals them exactly; the same for a forked process (glibc's
+//!    `fork` asks for `CLONE_CHILD_SETTID`, whose write in the child's
+//!    `schedule_tail` is a copy-on-write fault before its first
+//!    instruction: counted, as the child counts it).
 //!
 //! Major faults need I/O, which an initramfs guest without swap has none
 //! of: both sides read 0 here, and the test checks that they agree.
@@ -38,7 +41,7 @@ use perfmon::Context;
 use pfm_guest::tap::diag;
 use pfm_guest::{ensure, module, ResultExt, Tap, TestResult};
 
-const PLAN: usize = 8;
+const PLAN: usize = 9;
 const PAGE: usize = 4096;
 /// Fresh pages a thread touches between naps.
 const PER_NAP: usize = 16;
@@ -412,6 +415,69 @@ fn inherited_thread() -> TestResult {
     result
 }
 
+/// Case 5, a forked process: the child touches 300 pages, reports its
+/// own counts and blocks; its row must equal them.
+fn forked_process() -> TestResult {
+    let ctx = fault_context(0)?;
+    ctx.set_flags(PFM_CTXFL_INHERIT).ctx("SET_FLAGS INHERIT")?;
+    ctx.load(0).ctx("LOAD")?;
+    ctx.start().ctx("START")?;
+    let (go_r, go_w) = pipe()?;
+    let (rep_r, rep_w) = pipe()?;
+    // SAFETY: The child only makes system calls and writes memory of its
+    // own (async-signal-safe), then exits with `_exit`.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let ok = touch_fresh(300).is_ok();
+        let f = own_faults();
+        let msg = [f[0], f[1], u64::from(ok)];
+        // SAFETY: 24 valid bytes; then one byte read into `b`.
+        unsafe {
+            libc::write(rep_w.as_raw_fd(), msg.as_ptr().cast(), 24);
+            let mut b = 0u8;
+            libc::read(go_r.as_raw_fd(), (&mut b as *mut u8).cast(), 1);
+            libc::_exit(0);
+        }
+    }
+    ensure!(pid > 0, "fork failed");
+    let result = (|| {
+        let mut msg = [0u64; 3];
+        // SAFETY: `msg` is valid for 24 bytes.
+        let r = unsafe { libc::read(rep_r.as_raw_fd(), msg.as_mut_ptr().cast(), 24) };
+        ensure!(
+            r == 24 && msg[2] == 1,
+            "the child's report: {r} bytes, {msg:?}"
+        );
+        wait_blocked(pid as u32)?;
+        let rows = ctx.read_threads(0b111).ctx("READ_THREADS")?;
+        let row = rows
+            .rows
+            .iter()
+            .find(|row| row.tid == pid as u32)
+            .ok_or_else(|| format!("no row for process {pid}"))?;
+        let v = (row.value(0), row.value(1), row.value(2));
+        diag(format!(
+            "process {pid}: perfmon page/minor/major {v:?}; its own since its fork [{}, {}]",
+            msg[0], msg[1]
+        ));
+        ensure!(
+            v == (Some(msg[0] + msg[1]), Some(msg[0]), Some(msg[1])),
+            "process {pid}: perfmon {v:?}, its own minor {} major {}",
+            msg[0],
+            msg[1]
+        );
+        Ok(())
+    })();
+    // SAFETY: One byte from a valid buffer; then the child is reaped.
+    unsafe {
+        libc::write(go_w.as_raw_fd(), [1u8].as_ptr().cast(), 1);
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+    }
+    ctx.stop().ctx("STOP")?;
+    ctx.unload().ctx("UNLOAD")?;
+    result
+}
+
 /// Case 4.
 fn page_marks_faults_stale() -> TestResult {
     let ctx = fault_context(0)?;
@@ -466,6 +532,10 @@ fn main() {
     t.run(
         "a thread born into a whole program: its row equals its own getrusage from its creation",
         inherited_thread,
+    );
+    t.run(
+        "a process forked in a whole program: its row equals its own getrusage from the fork (the CLONE_CHILD_SETTID fault too)",
+        forked_process,
     );
     t.run("no live context left (sysfs)", || {
         module::wait_contexts(0, Duration::from_secs(2))
