@@ -312,6 +312,30 @@ fn within_own_clock(case: &str, t: u64, own: &OwnClock) {
     }
 }
 
+/// [`within_own_clock`] for a context with a mapped page, whose running
+/// time may exceed the thread's own CPU time by design
+/// (Documentation/perfmon.rst, "Never behind a reading"): a preempted
+/// thread runs on in user mode after the wake-up that ends its slice, the
+/// page lets readers extend its time meanwhile, and the module counts what
+/// they may have seen, a stretch the scheduler charges to no one (seen on
+/// a host under `make check STRESS=1`: 1.62 ms over 9 cases). The thread
+/// did run then, so its running time is bounded above by the wall time
+/// between START and STOP (`window`), below by its own CPU time; above its
+/// own, the excess is reported, not failed.
+fn within_own_clock_mapped(case: &str, t: u64, own: &OwnClock, window: u64) {
+    let (_, hi) = own.bounds();
+    if t > hi && t <= window {
+        diag(format!(
+            "{case}: running time {t}, {} ns above the thread's own CPU time (a mapped page's preemption stretches), within the window {window}",
+            t - hi
+        ));
+        let mut o = OWN_CLOCK.lock().unwrap_or_else(|e| e.into_inner());
+        o.0 += 1;
+        return;
+    }
+    within_own_clock(case, t, own);
+}
+
 /// The runs of equal `set` in `entries`, in order: (set, length).
 fn runs_of(entries: &[PfmSmplEntry]) -> Vec<(u16, usize)> {
     let mut runs: Vec<(u16, usize)> = Vec::new();
@@ -426,9 +450,16 @@ impl Drop for Partner {
 /// The sets' (GETINFO) running times add up to the context's `t`, each
 /// set's enabled time is `t` (exact: the module charges each fold's time
 /// to the sets in turn), and `t` lies in the thread's own CPU-time bracket
-/// (`own`, recorded by [`within_own_clock`] under `case`): the
-/// conservation every case with sets checks.
-fn conservation(case: &str, infos: &[PfmSetinfo], t: u64, own: &OwnClock) -> TestResult {
+/// (`own`, recorded by [`within_own_clock`] under `case`; by
+/// [`within_own_clock_mapped`] with the wall-time `window` of a context
+/// with a mapped page): the conservation every case with sets checks.
+fn conservation(
+    case: &str,
+    infos: &[PfmSetinfo],
+    t: u64,
+    own: &OwnClock,
+    mapped_window: Option<u64>,
+) -> TestResult {
     let sum: u64 = infos.iter().map(|i| i.set_time_running).sum();
     ensure!(
         sum == t,
@@ -442,7 +473,10 @@ fn conservation(case: &str, infos: &[PfmSetinfo], t: u64, own: &OwnClock) -> Tes
             i.set_time_enabled
         );
     }
-    within_own_clock(case, t, own);
+    match mapped_window {
+        Some(window) => within_own_clock_mapped(case, t, own, window),
+        None => within_own_clock(case, t, own),
+    }
     Ok(())
 }
 
@@ -548,7 +582,13 @@ fn sets_and_page(model: Model) -> TestResult {
         "page ahead of READ_VALUES: {}",
         bad.join("; ")
     );
-    conservation(&format!("{model:?} sets + page"), &infos, t, &own)?;
+    conservation(
+        &format!("{model:?} sets + page"),
+        &infos,
+        t,
+        &own,
+        Some(window),
+    )?;
     for i in &infos {
         ensure!(
             i.set_runs >= 2,
@@ -698,7 +738,13 @@ fn time_sets_and_buffer(model: Model) -> TestResult {
         runs.len()
     ));
     entries_sane(&entries, 2)?;
-    conservation(&format!("{model:?} time sets + buffer"), &infos, t, &own)?;
+    conservation(
+        &format!("{model:?} time sets + buffer"),
+        &infos,
+        t,
+        &own,
+        None,
+    )?;
     // One entry per period each set's own clock crossed.
     periods_accounted(&entries, &totals, CLOCK_P, lost)?;
     for set in 0..2u16 {
@@ -889,7 +935,7 @@ fn ovfl_sets_and_buffer_sim() -> TestResult {
         at += len;
     }
     entries_sane(&entries, 2)?;
-    conservation("Sim overflow sets + buffer", &infos, t, &own)?;
+    conservation("Sim overflow sets + buffer", &infos, t, &own, None)?;
     periods_accounted(&entries, &totals, P, lost)?;
     for set in 0..2u16 {
         let total = totals[usize::from(set)];
@@ -999,7 +1045,12 @@ fn page_and_buffer(model: Model) -> TestResult {
     );
     entries_sane(&entries, 1)?;
     periods_accounted(&entries, &[total], CLOCK_P, lost)?;
-    within_own_clock(&format!("{model:?} page + buffer"), fin.time_running, &own);
+    within_own_clock_mapped(
+        &format!("{model:?} page + buffer"),
+        fin.time_running,
+        &own,
+        window,
+    );
     match model {
         Model::Soft => {
             ensure!(
