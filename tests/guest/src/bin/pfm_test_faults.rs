@@ -374,6 +374,29 @@ fn sampled_faults() -> TestResult {
     Ok(())
 }
 
+/// The READ_THREADS row of `tid` (`what`, for the messages): its
+/// page-faults, minor and major equal the thread's own `own` (minor,
+/// major) since its creation, exactly.
+fn row_equals_own(ctx: &Context, what: &str, tid: u32, own: [u64; 2]) -> TestResult {
+    let rows = ctx.read_threads(0b111).ctx("READ_THREADS")?;
+    let row = rows
+        .rows
+        .iter()
+        .find(|row| row.tid == tid)
+        .ok_or_else(|| format!("no row for {what}"))?;
+    let v = (row.value(0), row.value(1), row.value(2));
+    diag(format!(
+        "{what}: perfmon page/minor/major {v:?}; its own since its creation {own:?}"
+    ));
+    ensure!(
+        v == (Some(own[0] + own[1]), Some(own[0]), Some(own[1])),
+        "{what}: perfmon {v:?}, its own minor {} major {}",
+        own[0],
+        own[1]
+    );
+    Ok(())
+}
+
 /// Case 5.
 fn inherited_thread() -> TestResult {
     let ctx = fault_context(0)?;
@@ -388,24 +411,7 @@ fn inherited_thread() -> TestResult {
         let r = round(&go_w, &rep_r, 400)?;
         let tid = r[2] as u32;
         wait_blocked(tid)?;
-        let rows = ctx.read_threads(0b111).ctx("READ_THREADS")?;
-        let row = rows
-            .rows
-            .iter()
-            .find(|row| row.tid == tid)
-            .ok_or_else(|| format!("no row for thread {tid}"))?;
-        let v = (row.value(0), row.value(1), row.value(2));
-        diag(format!(
-            "thread {tid}: perfmon page/minor/major {v:?}; its own since its creation [{}, {}]",
-            r[0], r[1]
-        ));
-        ensure!(
-            v == (Some(r[0] + r[1]), Some(r[0]), Some(r[1])),
-            "thread {tid}: perfmon {v:?}, its own minor {} major {}",
-            r[0],
-            r[1]
-        );
-        Ok(())
+        row_equals_own(&ctx, &format!("thread {tid}"), tid, [r[0], r[1]])
     })();
     let _ = round(&go_w, &rep_r, 0);
     drop(go_w);
@@ -449,24 +455,12 @@ fn forked_process() -> TestResult {
             "the child's report: {r} bytes, {msg:?}"
         );
         wait_blocked(pid as u32)?;
-        let rows = ctx.read_threads(0b111).ctx("READ_THREADS")?;
-        let row = rows
-            .rows
-            .iter()
-            .find(|row| row.tid == pid as u32)
-            .ok_or_else(|| format!("no row for process {pid}"))?;
-        let v = (row.value(0), row.value(1), row.value(2));
-        diag(format!(
-            "process {pid}: perfmon page/minor/major {v:?}; its own since its fork [{}, {}]",
-            msg[0], msg[1]
-        ));
-        ensure!(
-            v == (Some(msg[0] + msg[1]), Some(msg[0]), Some(msg[1])),
-            "process {pid}: perfmon {v:?}, its own minor {} major {}",
-            msg[0],
-            msg[1]
-        );
-        Ok(())
+        row_equals_own(
+            &ctx,
+            &format!("process {pid}"),
+            pid as u32,
+            [msg[0], msg[1]],
+        )
     })();
     // SAFETY: One byte from a valid buffer; then the child is reaped.
     unsafe {
