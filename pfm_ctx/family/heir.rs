@@ -69,11 +69,18 @@ impl Context {
         let now = glue::now_ns();
         inner.started = true;
         inner.enabled_start = now;
-        if inner.on_cpu == Some(glue::this_cpu()) {
-            // Its whole runtime since it was created, at the next fold;
-            // its faults too.
+        let cpu = glue::this_cpu();
+        if inner.on_cpu == Some(cpu) {
+            // Its whole runtime since it was created, and its faults,
+            // counted now: before the switches it made before this install
+            // (the scheduler may switch a new thread out on its way to user
+            // mode), whose overflows sample the counters. Counted after
+            // them, an entry at a creation switch carried a task-clock of
+            // 0 (`pfm_test_smpl_family`, threads born beside a preempting
+            // real-time thread).
             inner.run_base = 0;
             inner.count_faults_from_creation();
+            inner.fold_running(cpu);
         }
         let (switches, migrations) = glue::current_switches_and_migrations();
         inner.advance(&crate::pfm_x86::ThreadDeltas {

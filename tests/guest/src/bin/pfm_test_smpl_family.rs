@@ -6,7 +6,8 @@
 //! period P), counted too by PMD 3 (no period: the total), with task-clock
 //! on PMD 0, and each entry records PMDs 0 and 3. Every heir starts from
 //! the root's registers at LOAD, so in each thread's entries, in order, the
-//! k-th holds PMD 3 = k × P exactly.
+//! k-th holds PMD 3 = k × P exactly (but for those of a new thread's
+//! install, which counts the switches it made before: `check_thread`).
 //!
 //! 1. `PFM_CTXFL_INHERIT`: the test's thread (the root) starts 3 pairs of
 //!    threads exchanging bytes through pipes, the pairs on CPUs 0 and 1,
@@ -27,7 +28,16 @@
 //! 3. `PFM_LOAD_PROCESS` of a running process of 4 sleeping threads: every
 //!    thread's entries are ⌊S/P⌋ of its row, the k-th at k × P; their pid
 //!    is the process's and their tids its threads'.
-//! 4. A buffer that masks when full cannot be a whole program's: LOAD
+//! 4. Threads born while a real-time thread keeps preempting their CPU
+//!    (`born_preempted`): a new thread may be switched out before it
+//!    joins the family (its install runs at its first return to user
+//!    mode), and those switches are counted then, from its creation. With
+//!    P = 1 each of them is an entry: every heir's entries still carry its
+//!    task-clock, above 0 and increasing but for those its install writes
+//!    (`check_thread` says why). They carried 0: the switches were counted
+//!    before the thread's runtime since its creation (seen once in a
+//!    `make check` of case 1, whose P is 3; here in every run).
+//! 5. A buffer that masks when full cannot be a whole program's: LOAD
 //!    with `INHERIT` or `PFM_LOAD_PROCESS` says EBUSY and leaves the
 //!    context UNLOADED; the same context loads alone.
 
@@ -43,7 +53,7 @@ use pfm_guest::child::Child;
 use pfm_guest::tap::diag;
 use pfm_guest::{edges, ensure, module, raw, work, ResultExt, Tap, TestResult};
 
-const PLAN: usize = 6;
+const PLAN: usize = 7;
 
 /// PMD 0: task-clock; 1: context switches, sampled; 3: context switches.
 const CLOCK: u16 = 0;
@@ -131,7 +141,19 @@ fn by_thread(entries: &[PfmSmplEntry]) -> Result<BTreeMap<u32, Vec<PfmSmplEntry>
 
 /// One thread's entries against its count `s` of PMD 3 and its process
 /// `pid` (whose text its IPs lie in): ⌊s/P⌋ of them, the k-th at k × P,
-/// task-clock and timestamps increasing.
+/// task-clock above 0 and timestamps increasing; task-clock increasing too,
+/// but for the entries an heir's install writes. The switches a new thread
+/// made before its install (on its way to user mode) are counted there, in
+/// one fold with its runtime since creation, and a fold that crosses
+/// several periods writes an entry for each with the values after the
+/// fold (as perf does, `perf_swevent_overflow`): if the first entry's
+/// PMD 3 is some c > P, the first ⌊c/P⌋ entries carry c and one
+/// task-clock; the k-th after them k × P. The switch-out right after the
+/// install may carry its task-clock too, when a wake-up that preempts the
+/// thread ended its time slice before that fold (the scheduler then
+/// accounts nothing more of it). So an entry's task-clock (and timestamp:
+/// one fold's entries may be written within a nanosecond) may equal the
+/// one before only while every entry before it of the thread is equal.
 fn check_thread(
     tid: u32,
     entries: &[PfmSmplEntry],
@@ -147,18 +169,32 @@ fn check_thread(
         s / period
     );
     let (mut last_clock, mut last_ts) = (0, 0);
+    let mut leading = true;
+    // The install's count, if it crossed more than one period.
+    let install = entries.first().map_or(0, |e| e.values[1]).max(period);
+    let install_entries = install / period;
     for (k, e) in entries.iter().enumerate() {
         let k = k as u64 + 1;
-        let what = format!("thread {tid}, its entry {k}: {e:?}");
+        let what = format!(
+            "thread {tid}, its entry {k}: {e:?} (the one before: task-clock {last_clock}, time {last_ts})"
+        );
         ensure!(e.pid == pid, "{what}: pid, expected {pid}");
+        let expected = if k <= install_entries {
+            install
+        } else {
+            k * period
+        };
         ensure!(
-            e.values[1] == k * period,
-            "{what}: PMD 3 {} at its {k}-th overflow (period {period})",
+            e.values[1] == expected,
+            "{what}: PMD 3 {} at its {k}-th overflow (period {period}; expected {expected})",
             e.values[1]
         );
+        leading &= k == 1 || e.values[0] == last_clock;
         ensure!(
-            e.values[0] > last_clock && e.tstamp > last_ts,
-            "{what}: task-clock or timestamp did not increase"
+            e.values[0] > 0
+                && (e.values[0] > last_clock || leading)
+                && (e.tstamp > last_ts || leading && e.tstamp == last_ts),
+            "{what}: task-clock 0 or not increasing, or the timestamp not increasing"
         );
         ensure!(
             text.iter().any(|&(a, b)| (a..b).contains(&e.ip)),
@@ -443,6 +479,105 @@ fn load_process() -> TestResult {
     Ok(())
 }
 
+/// Case 4: see the file's header.
+fn born_preempted() -> TestResult {
+    const THREADS: usize = 80;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // The preemptor, born before the family: unmonitored. SCHED_FIFO on
+    // CPU 0, 400 us asleep and 20 us busy in turn: it preempts whatever
+    // runs there, a new thread on its way to user mode included.
+    let hog = {
+        let stop = stop.clone();
+        std::thread::spawn(move || -> TestResult {
+            work::pin_to(0)?;
+            let param = libc::sched_param { sched_priority: 1 };
+            // SAFETY: The calling thread's policy, a valid parameter.
+            if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
+                return Err(format!("SCHED_FIFO: {}", std::io::Error::last_os_error()));
+            }
+            while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                std::thread::sleep(Duration::from_micros(400));
+                work::spin(Duration::from_micros(20));
+            }
+            Ok(())
+        })
+    };
+    // The root waits on the other CPU, and goes to CPU 0 only to create
+    // each thread there (a new thread starts on its creator's CPUs): it
+    // is preempted there too, but only that long, which keeps its own
+    // entries within the buffer.
+    let (home, all): (Vec<usize>, Vec<usize>) = ((1..cpus.max(2)).collect(), (0..cpus).collect());
+    let result = (|| -> TestResult {
+        let (ctx, mut buf) = family_context(1, 128, true, 0, PFM_CTXFL_INHERIT)?;
+        let root = gettid();
+        ctx.load_and_start(0).ctx("LOAD|START")?;
+        let mut joins = Vec::new();
+        for _ in 0..THREADS {
+            perfmon::process::set_affinity(0, &[0]).map_err(|e| format!("affinity: {e}"))?;
+            joins.push(std::thread::spawn(|| {
+                std::thread::sleep(Duration::from_millis(1));
+                gettid()
+            }));
+            if cpus >= 2 {
+                perfmon::process::set_affinity(0, &home).map_err(|e| format!("affinity: {e}"))?;
+            }
+        }
+        let mut tids = Vec::new();
+        for j in joins {
+            tids.push(j.join().map_err(|_| "a thread panicked".to_string())?);
+        }
+        ctx.stop().ctx("STOP")?;
+        let rows = ctx.read_threads(1 << TOTAL).ctx("READ_THREADS")?;
+        ctx.unload().ctx("UNLOAD")?;
+        let entries = buf.take();
+        let stats = buf.stats();
+        let threads = by_thread(&entries)?;
+        let text = text_ranges(std::process::id())?;
+        diag(format!(
+            "{} entries from {} threads; {stats:?}; {} rows, {} lost",
+            entries.len(),
+            threads.len(),
+            rows.rows.len(),
+            rows.lost_threads
+        ));
+        let mut most: Vec<(u64, bool)> = rows
+            .rows
+            .iter()
+            .map(|r| (r.value(TOTAL).unwrap_or(0), r.tid == root))
+            .collect();
+        most.sort_unstable_by(|a, b| b.cmp(a));
+        most.truncate(4);
+        diag(format!("the most switches (count, root): {most:?}"));
+        // How many threads made switches before their install.
+        let born_switched = threads
+            .values()
+            .filter(|t| t.len() > 1 && t[1].values[0] == t[0].values[0])
+            .count();
+        diag(format!(
+            "threads whose first two entries carry one task-clock: {born_switched}"
+        ));
+        ensure!(stats.lost == 0, "{stats:?}: entries lost");
+        ensure!(
+            rows.lost_threads == 0 && tids.iter().all(|t| rows.rows.iter().any(|r| r.tid == *t)),
+            "{} rows, {} lost: not every thread born has one",
+            rows.rows.len(),
+            rows.lost_threads
+        );
+        for row in rows.rows.iter().filter(|r| r.tid != root) {
+            let s = row.value(TOTAL).ok_or("no PMD 3 in a row")?;
+            let mine = threads.get(&row.tid).map_or(&[][..], Vec::as_slice);
+            check_thread(row.tid, mine, s, 1, std::process::id(), &text)?;
+        }
+        Ok(())
+    })();
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    let hog = hog.join().map_err(|_| "the preemptor panicked".to_string());
+    perfmon::process::set_affinity(0, &all).map_err(|e| format!("affinity: {e}"))?;
+    result?;
+    hog?
+}
+
 fn masking_refused() -> TestResult {
     let (ctx, _buf) = family_context(3, 1, false, 0, PFM_CTXFL_INHERIT)?;
     let r = ctx.load(0);
@@ -482,6 +617,10 @@ fn main() {
     t.run(
         "PFM_LOAD_PROCESS: every thread of the process sampled, floor(S/P) each, its pid and tids",
         load_process,
+    );
+    t.run(
+        "threads born beside a preempting real-time thread: every heir's entries carry its task-clock, above 0, increasing",
+        born_preempted,
     );
     t.run(
         "a masking buffer cannot be a whole program's: EBUSY, still UNLOADED, loads alone",
