@@ -274,6 +274,31 @@ impl CtxInner {
         }
     }
 
+    /// A new thread's first count, in the thread (current) on `cpu`: the
+    /// scheduler's events `d` it had before its install (its switches and
+    /// migrations since creation) with its runtime since `run_base`, in
+    /// one count, so that the entries of the periods they cross carry the
+    /// values after both (with the runtime counted after the switches, an
+    /// entry at a switch before the install carried a task-clock of 0).
+    /// The runtime is the scheduler's as it stands (`sum_exec_runtime`, as
+    /// of the thread's last switch-out or tick), the next fold counting the
+    /// rest: a live reading here may count past the end of a slice a
+    /// remote wake-up is ending (see `current_runtime_and_clock`), which
+    /// the switch-out cannot take back (seen: an heir 7.3 µs above its
+    /// traced life, `pfm_test_inherit`).
+    fn count_since_creation(&mut self, cpu: i32, mut d: ThreadDeltas) {
+        if self.on_cpu == Some(cpu) {
+            let runtime = glue::current_sum_exec_runtime();
+            let runtime = runtime.max(self.run_base);
+            d.task_clock = runtime - self.run_base;
+            self.run_base = runtime;
+        }
+        if self.counting() {
+            self.time_running += d.task_clock;
+            self.advance(&d);
+        }
+    }
+
     /// Applies `d` to every counter and records overflows. Called in the
     /// thread (current), while the context counts.
     fn advance(&mut self, d: &ThreadDeltas) {

@@ -71,23 +71,23 @@ impl Context {
         inner.enabled_start = now;
         let cpu = glue::this_cpu();
         if inner.on_cpu == Some(cpu) {
-            // Its whole runtime since it was created, and its faults,
-            // counted now: before the switches it made before this install
-            // (the scheduler may switch a new thread out on its way to user
-            // mode), whose overflows sample the counters. Counted after
-            // them, an entry at a creation switch carried a task-clock of
-            // 0 (`pfm_test_smpl_family`, threads born beside a preempting
-            // real-time thread).
+            // Its whole runtime since it was created, and its faults.
             inner.run_base = 0;
             inner.count_faults_from_creation();
-            inner.fold_running(cpu);
         }
+        // With the switches it made before this install (the scheduler
+        // may switch a new thread out on its way to user mode), in one
+        // count (`pfm_test_smpl_family`, threads born beside a preempting
+        // real-time thread).
         let (switches, migrations) = glue::current_switches_and_migrations();
-        inner.advance(&crate::pfm_x86::ThreadDeltas {
-            switches,
-            migrations,
-            ..Default::default()
-        });
+        inner.count_since_creation(
+            cpu,
+            crate::pfm_x86::ThreadDeltas {
+                switches,
+                migrations,
+                ..Default::default()
+            },
+        );
         // A hardware model's counters go on this CPU's PMU now, as START's
         // do: not at the thread's next switch-in, which a thread that runs
         // alone on its CPU may not have for a long time.
