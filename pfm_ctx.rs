@@ -71,6 +71,12 @@ pub(crate) struct CtxInner {
     exec_check: bool,
     /// `PFM_CTXFL_START_ON_EXEC`: loaded, waiting for the thread's exec.
     exec_armed: bool,
+    /// This context armed its CPU's task-clock timer since it last
+    /// released it (`sync_clock`): only then does a switch have a timer
+    /// to release. Another owner may have taken the timer since (then
+    /// the release finds it not ours and does nothing); never false while
+    /// the timer names this context.
+    clock_armed: bool,
     /// The counters, on the model the module runs.
     counters: Counters,
     /// PMDs written (PMD numbers are below `PFM_MAX_PMDS`, 32: a `u32`
@@ -240,8 +246,6 @@ impl CtxInner {
     /// the time went). Lock held (IRQs off), on this CPU.
     #[inline]
     fn sync_clock(&mut self) {
-        let pmu = &globals().pmu;
-        let owner = self.owner_token();
         let clock = self.counters.clock_pmds();
         let next = if clock != 0 && self.counting() && self.on_cpu == Some(glue::this_cpu()) {
             next_clock_overflow(self.counters.pmds(), clock)
@@ -252,8 +256,24 @@ impl CtxInner {
             // Not sooner than perf's floor for its hrtimer events: a
             // shorter period is sampled less often, each fold then
             // crossing several periods (counts stay exact).
-            Some(ns) => pmu.clock_arm_here(owner, ns.max(MIN_CLOCK_TIMER_NS)),
-            None => pmu.clock_release_here(owner),
+            Some(ns) => {
+                self.clock_armed = true;
+                globals()
+                    .pmu
+                    .clock_arm_here(self.owner_token(), ns.max(MIN_CLOCK_TIMER_NS));
+            }
+            // Nothing to release unless armed (the common case of every
+            // switch-in: no counter near its overflow).
+            None => self.release_clock_here(),
+        }
+    }
+
+    /// Disarms this CPU's task-clock timer if this context armed it.
+    #[inline(always)]
+    fn release_clock_here(&mut self) {
+        if self.clock_armed {
+            self.clock_armed = false;
+            globals().pmu.clock_release_here(self.owner_token());
         }
     }
 
@@ -496,6 +516,7 @@ impl Context {
                     exited: false,
                     exec_check: false,
                     exec_armed: false,
+                    clock_armed: false,
                     counters,
                     used_pmds,
                     attach: None,

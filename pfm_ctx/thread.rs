@@ -36,7 +36,11 @@ impl Monitor for Context {
         let mine = inner.owns(att);
         let cpu = glue::this_cpu();
         // The task-clock timer is this CPU's: it leaves with the thread.
-        globals().pmu.clock_release_here(att.owner_token());
+        if mine {
+            inner.release_clock_here();
+        } else {
+            globals().pmu.clock_release_here(att.owner_token());
+        }
         if mine && wanted {
             // Takes the hardware counters off the PMU too.
             inner.sched_out(cpu);

@@ -163,12 +163,14 @@ fn count_events<const N: usize>(
             let i = m.trailing_zeros() as usize;
             m &= m - 1;
             if let Some(pmd) = pmds.get_mut(i) {
+                // No overflow, the common case (what `count` does first).
+                if let Some(v) = pmd.value.checked_add(delta) {
+                    pmd.value = v;
+                    continue;
+                }
                 // The generator before the count: only an overflow
                 // draws, and only its entries replay it.
-                let random = match pmd.value.checked_add(delta) {
-                    Some(_) => PeriodRandom::OFF,
-                    None => pmd.random(),
-                };
+                let random = pmd.random();
                 let n = pmd.count(delta);
                 if n != 0 {
                     ovfl |= 1 << i;
