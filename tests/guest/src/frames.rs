@@ -125,6 +125,20 @@ pub fn run_chain(n: u64, bp: u64, nap: Option<&libc::timespec>) {
     unsafe { pfm_chain_a(n.max(1), bp, nap) };
 }
 
+/// Runs the chain (frame pointer `bp`, as [`run_chain`]) until the
+/// calling thread's own CPU clock has advanced `ms` ms, in chunks of about
+/// 10 ms: a count of iterations from [`iterations_per_ms`] is not a time
+/// on a busy host, where a calibration that a stalled vCPU slowed ran the
+/// chain for half its time (STRESS=1: 159 and 194 samples for "300 ms").
+/// Between chunks the thread reads its clock (a few µs each).
+pub fn run_chain_for_ms(ms: u64, bp: u64) {
+    let chunk = 10 * iterations_per_ms();
+    let (start, want) = (crate::edges::thread_cpu_ns(), ms * 1_000_000);
+    while crate::edges::thread_cpu_ns() - start < want {
+        run_chain(chunk, bp, None);
+    }
+}
+
 /// Loop iterations per ms of the thread's CPU time.
 pub fn iterations_per_ms() -> u64 {
     let t = crate::edges::thread_cpu_ns();

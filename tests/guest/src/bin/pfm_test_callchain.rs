@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use perfmon::abi::*;
 use perfmon::{Context, Sample, SampleBuffer};
-use pfm_guest::frames::{code, iterations_per_ms, run_chain, Code};
+use pfm_guest::frames::{code, run_chain, run_chain_for_ms, Code};
 use pfm_guest::tap::diag;
 use pfm_guest::{ensure, module, work, ResultExt, Tap, TestResult};
 
@@ -134,7 +134,6 @@ const DEPTH: u32 = 16;
 fn timer_chains() -> TestResult {
     work::pin_to(0)?;
     let c = code();
-    let per_ms = iterations_per_ms();
     let (ctx, mut buf) = chain_context(
         PFM_SOFT_EV_TASK_CLOCK,
         CLOCK_PERIOD,
@@ -142,7 +141,8 @@ fn timer_chains() -> TestResult {
         DEPTH,
     )?;
     ctx.load_and_start(0).ctx("LOAD|START")?;
-    run_chain(300 * per_ms, 0, None);
+    // 300 ms of its own CPU time: at least 300 periods of 1 ms.
+    run_chain_for_ms(300, 0);
     ctx.stop().ctx("STOP")?;
     let samples = buf.take_samples();
     ctx.unload().ctx("UNLOAD")?;
@@ -230,7 +230,6 @@ fn switch_chains() -> TestResult {
 /// Case 4: another thread of the process, monitored from this one.
 fn other_thread_chains() -> TestResult {
     let c = code();
-    let per_ms = iterations_per_ms();
     let (ctx, mut buf) = chain_context(
         PFM_SOFT_EV_TASK_CLOCK,
         CLOCK_PERIOD,
@@ -242,7 +241,7 @@ fn other_thread_chains() -> TestResult {
     let worker = std::thread::spawn(move || {
         let _ = tx.send(perfmon::process::gettid());
         let _ = go_rx.recv();
-        run_chain(200 * per_ms, 0, None);
+        run_chain_for_ms(200, 0);
     });
     let tid = rx
         .recv_timeout(Duration::from_secs(5))
@@ -276,7 +275,6 @@ fn other_thread_chains() -> TestResult {
 fn truncated_chains() -> TestResult {
     work::pin_to(0)?;
     let c = code();
-    let per_ms = iterations_per_ms();
     let (ctx, mut buf) = chain_context(
         PFM_SOFT_EV_TASK_CLOCK,
         CLOCK_PERIOD,
@@ -284,7 +282,7 @@ fn truncated_chains() -> TestResult {
         1,
     )?;
     ctx.load_and_start(0).ctx("LOAD|START")?;
-    run_chain(100 * per_ms, 0, None);
+    run_chain_for_ms(100, 0);
     ctx.stop().ctx("STOP")?;
     let samples = buf.take_samples();
     ctx.unload().ctx("UNLOAD")?;
@@ -309,7 +307,6 @@ fn truncated_chains() -> TestResult {
 fn broken_chains() -> TestResult {
     work::pin_to(0)?;
     let c = code();
-    let per_ms = iterations_per_ms();
     // SAFETY: A new anonymous mapping, never accessed by this program.
     let none = unsafe {
         libc::mmap(
@@ -347,7 +344,7 @@ fn broken_chains() -> TestResult {
             DEPTH,
         )?;
         ctx.load_and_start(0).ctx("LOAD|START")?;
-        run_chain(50 * per_ms, bp, None);
+        run_chain_for_ms(50, bp);
         ctx.stop().ctx("STOP")?;
         let samples = buf.take_samples();
         ctx.unload().ctx("UNLOAD")?;

@@ -232,11 +232,7 @@ fn own_child_modes() {
             // clock, in 10 ms chunks, not by a calibration (on a busy
             // host a calibration that a stalled vCPU slowed ran the chain
             // for half its time: 159 samples for "300 ms").
-            let per_ms = pfm_guest::frames::iterations_per_ms();
-            let (start, want) = (pfm_guest::edges::thread_cpu_ns(), num(3) * 1_000_000);
-            while pfm_guest::edges::thread_cpu_ns() - start < want {
-                pfm_guest::frames::run_chain(10 * per_ms, 0, None);
-            }
+            pfm_guest::frames::run_chain_for_ms(num(3), 0);
             0
         }
         _ => return,
