@@ -130,9 +130,11 @@ pub fn run_chain(n: u64, bp: u64, nap: Option<&libc::timespec>) {
 /// 10 ms: a count of iterations from [`iterations_per_ms`] is not a time
 /// on a busy host, where a calibration that a stalled vCPU slowed ran the
 /// chain for half its time (STRESS=1: 159 and 194 samples for "300 ms").
-/// Between chunks the thread reads its clock (a few µs each).
-pub fn run_chain_for_ms(ms: u64, bp: u64) {
-    let chunk = 10 * iterations_per_ms();
+/// Between chunks the thread reads its clock (a few µs each). `per_ms`
+/// is [`iterations_per_ms`], taken by the caller before it counts (the
+/// calibration runs the chain with the thread's own frame pointer).
+pub fn run_chain_for_ms(ms: u64, bp: u64, per_ms: u64) {
+    let chunk = 10 * per_ms;
     let (start, want) = (crate::edges::thread_cpu_ns(), ms * 1_000_000);
     while crate::edges::thread_cpu_ns() - start < want {
         run_chain(chunk, bp, None);

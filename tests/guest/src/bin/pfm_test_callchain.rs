@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use perfmon::abi::*;
 use perfmon::{Context, Sample, SampleBuffer};
-use pfm_guest::frames::{code, run_chain, run_chain_for_ms, Code};
+use pfm_guest::frames::{code, iterations_per_ms, run_chain, run_chain_for_ms, Code};
 use pfm_guest::tap::diag;
 use pfm_guest::{ensure, module, work, ResultExt, Tap, TestResult};
 
@@ -134,6 +134,7 @@ const DEPTH: u32 = 16;
 fn timer_chains() -> TestResult {
     work::pin_to(0)?;
     let c = code();
+    let per_ms = iterations_per_ms();
     let (ctx, mut buf) = chain_context(
         PFM_SOFT_EV_TASK_CLOCK,
         CLOCK_PERIOD,
@@ -142,7 +143,7 @@ fn timer_chains() -> TestResult {
     )?;
     ctx.load_and_start(0).ctx("LOAD|START")?;
     // 300 ms of its own CPU time: at least 300 periods of 1 ms.
-    run_chain_for_ms(300, 0);
+    run_chain_for_ms(300, 0, per_ms);
     ctx.stop().ctx("STOP")?;
     let samples = buf.take_samples();
     ctx.unload().ctx("UNLOAD")?;
@@ -230,6 +231,7 @@ fn switch_chains() -> TestResult {
 /// Case 4: another thread of the process, monitored from this one.
 fn other_thread_chains() -> TestResult {
     let c = code();
+    let per_ms = iterations_per_ms();
     let (ctx, mut buf) = chain_context(
         PFM_SOFT_EV_TASK_CLOCK,
         CLOCK_PERIOD,
@@ -241,7 +243,7 @@ fn other_thread_chains() -> TestResult {
     let worker = std::thread::spawn(move || {
         let _ = tx.send(perfmon::process::gettid());
         let _ = go_rx.recv();
-        run_chain_for_ms(200, 0);
+        run_chain_for_ms(200, 0, per_ms);
     });
     let tid = rx
         .recv_timeout(Duration::from_secs(5))
@@ -275,6 +277,7 @@ fn other_thread_chains() -> TestResult {
 fn truncated_chains() -> TestResult {
     work::pin_to(0)?;
     let c = code();
+    let per_ms = iterations_per_ms();
     let (ctx, mut buf) = chain_context(
         PFM_SOFT_EV_TASK_CLOCK,
         CLOCK_PERIOD,
@@ -282,7 +285,7 @@ fn truncated_chains() -> TestResult {
         1,
     )?;
     ctx.load_and_start(0).ctx("LOAD|START")?;
-    run_chain_for_ms(100, 0);
+    run_chain_for_ms(100, 0, per_ms);
     ctx.stop().ctx("STOP")?;
     let samples = buf.take_samples();
     ctx.unload().ctx("UNLOAD")?;
@@ -307,6 +310,7 @@ fn truncated_chains() -> TestResult {
 fn broken_chains() -> TestResult {
     work::pin_to(0)?;
     let c = code();
+    let per_ms = iterations_per_ms();
     // SAFETY: A new anonymous mapping, never accessed by this program.
     let none = unsafe {
         libc::mmap(
@@ -344,7 +348,7 @@ fn broken_chains() -> TestResult {
             DEPTH,
         )?;
         ctx.load_and_start(0).ctx("LOAD|START")?;
-        run_chain_for_ms(50, bp);
+        run_chain_for_ms(50, bp, per_ms);
         ctx.stop().ctx("STOP")?;
         let samples = buf.take_samples();
         ctx.unload().ctx("UNLOAD")?;

@@ -232,7 +232,8 @@ fn own_child_modes() {
             // clock, in 10 ms chunks, not by a calibration (on a busy
             // host a calibration that a stalled vCPU slowed ran the chain
             // for half its time: 159 samples for "300 ms").
-            pfm_guest::frames::run_chain_for_ms(num(3), 0);
+            let per_ms = pfm_guest::frames::iterations_per_ms();
+            pfm_guest::frames::run_chain_for_ms(num(3), 0, per_ms);
             0
         }
         _ => return,
