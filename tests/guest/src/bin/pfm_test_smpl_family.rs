@@ -48,7 +48,7 @@ use std::time::{Duration, Instant};
 
 use perfmon::abi::*;
 use perfmon::process::gettid;
-use perfmon::{Context, CtxState, SampleBuffer};
+use perfmon::{Context, CtxState, SampleBuffer, SampleStats, ThreadsReport};
 use pfm_guest::child::Child;
 use pfm_guest::tap::diag;
 use pfm_guest::{edges, ensure, module, raw, work, ResultExt, Tap, TestResult};
@@ -137,6 +137,36 @@ fn by_thread(entries: &[PfmSmplEntry]) -> Result<BTreeMap<u32, Vec<PfmSmplEntry>
         threads.entry(e.tid).or_default().push(*e);
     }
     Ok(threads)
+}
+
+/// What an `INHERIT` family of this program sampled, collected once it is
+/// STOPped.
+struct Sampled {
+    /// Each thread's row of PMD 3 (the total).
+    rows: ThreadsReport,
+    entries: Vec<PfmSmplEntry>,
+    stats: SampleStats,
+    /// The entries of each thread ([`by_thread`]).
+    threads: BTreeMap<u32, Vec<PfmSmplEntry>>,
+    /// The program's executable mappings.
+    text: Vec<(u64, u64)>,
+}
+
+/// The family's rows, read before its UNLOAD, then the buffer's entries.
+fn unload_and_collect(ctx: &Context, buf: &mut SampleBuffer) -> Result<Sampled, String> {
+    let rows = ctx.read_threads(1 << TOTAL).ctx("READ_THREADS")?;
+    ctx.unload().ctx("UNLOAD")?;
+    let entries = buf.take();
+    let stats = buf.stats();
+    let threads = by_thread(&entries)?;
+    let text = text_ranges(std::process::id())?;
+    Ok(Sampled {
+        rows,
+        entries,
+        stats,
+        threads,
+        text,
+    })
 }
 
 /// One thread's entries against its count `s` of PMD 3 and its process
@@ -299,12 +329,13 @@ fn inherit_exact() -> TestResult {
     for j in joins {
         j.join().map_err(|_| "a thread panicked".to_string())??;
     }
-    let rows = ctx.read_threads(1 << TOTAL).ctx("READ_THREADS")?;
-    ctx.unload().ctx("UNLOAD")?;
-    let entries = buf.take();
-    let stats = buf.stats();
-    let threads = by_thread(&entries)?;
-    let text = text_ranges(std::process::id())?;
+    let Sampled {
+        rows,
+        entries,
+        stats,
+        threads,
+        text,
+    } = unload_and_collect(&ctx, &mut buf)?;
     let cpus_written: std::collections::BTreeSet<u16> = entries.iter().map(|e| e.cpu).collect();
     diag(format!(
         "{} entries from {} threads on CPUs {cpus_written:?}; {stats:?}; {} rows",
@@ -528,12 +559,13 @@ fn born_preempted() -> TestResult {
             tids.push(j.join().map_err(|_| "a thread panicked".to_string())?);
         }
         ctx.stop().ctx("STOP")?;
-        let rows = ctx.read_threads(1 << TOTAL).ctx("READ_THREADS")?;
-        ctx.unload().ctx("UNLOAD")?;
-        let entries = buf.take();
-        let stats = buf.stats();
-        let threads = by_thread(&entries)?;
-        let text = text_ranges(std::process::id())?;
+        let Sampled {
+            rows,
+            entries,
+            stats,
+            threads,
+            text,
+        } = unload_and_collect(&ctx, &mut buf)?;
         diag(format!(
             "{} entries from {} threads; {stats:?}; {} rows, {} lost",
             entries.len(),
