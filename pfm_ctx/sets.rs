@@ -290,6 +290,8 @@ impl CtxInner {
             return;
         };
         core::mem::swap(&mut *image, &mut self.counters);
+        // The PMI throttle is the context's, not the set's.
+        self.counters.carry_throttle(&image);
         let old = core::mem::replace(&mut s.resident, set);
         if let Some(slot) = s.images.get_mut(old) {
             *slot = Some(image);

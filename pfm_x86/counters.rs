@@ -222,6 +222,16 @@ impl Counters {
         }
     }
 
+    /// Takes over `from`'s PMI throttle: the context's PMI rate is one,
+    /// whichever set's registers are on the PMU (an event set's image
+    /// becoming resident continues the throttle of the one it replaces,
+    /// not the state it had when it last left).
+    pub(crate) fn carry_throttle(&mut self, from: &Counters) {
+        if let (Self::Hw(h), Self::Hw(f)) = (self, from) {
+            h.throttle = f.throttle;
+        }
+    }
+
     /// Forgets where the registers were left: the next install writes
     /// them all (a new attachment).
     pub(crate) fn forget_placement(&mut self) {
