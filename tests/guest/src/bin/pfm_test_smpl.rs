@@ -34,8 +34,8 @@
 //! - Task-clock sampling while the thread runs (the soft model's timer):
 //!   2 s of the thread's own CPU time, 80% in one loop and 20% in another,
 //!   with naps: entries within 2% of T/P (perf's count is reported), the
-//!   share of IPs in each loop within ±5 points of the share of the entries
-//!   taken there (each entry's task-clock placed on the thread's own
+//!   IPs in each loop between the entries taken surely there and those
+//!   possibly there (each entry's task-clock placed on the thread's own
 //!   clock), the periods' ends within ±5 points of the thread's own
 //!   measured share (`clock_sampling` derives the bounds).
 //! - Randomised periods (`PFM_REGFL_RANDOM`, period P = 3, mask M = 3, a
@@ -671,13 +671,12 @@ fn cold_loop(n: u64) -> (u64, u64) {
 ///   is ⌊C / P⌋ for the C the context counted, less a fold that crossed two
 ///   periods, which takes a timer late by a whole period);
 /// - the entries' IPs against where each was taken (its fold's task-clock,
-///   recorded, placed on the thread's own clock from START): the share in
-///   `hot_loop` among those in either loop, and the share outside both
-///   (the clock reads and the naps' system calls between them, about a
-///   tenth of the time on the debug kernel), within ±5 points of the
-///   folds' (only a fold within a clock read's syscall exit at a loop's
-///   edge is placed in the loop with the read's IP). Not against where the
-///   time went: an entry is taken when the timer fires, after its period's
+///   recorded, placed on the thread's own clock between the brackets of
+///   START and STOP, widened by the longest back-to-back clock read): in
+///   `hot_loop`, in `cold_loop` and outside both (the clock reads and the
+///   naps' system calls), at least the entries whose fold lies surely
+///   there and at most those possibly there, exactly. Not against where
+///   the time went: an entry is taken when the timer fires, after its period's
 ///   end by the timer's latency, which a host holding the vCPU off
 ///   stretches (STRESS=1: 362‰ of the IPs outside the loops for 258‰ of
 ///   the time). Without the timer every entry is taken at a switch-out,
