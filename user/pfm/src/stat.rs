@@ -34,6 +34,10 @@ const THREAD_LOOK: Duration = Duration::from_millis(20);
 /// readable (hung up), how often pfm looks whether the command ended.
 const EXITED_POLL: Duration = Duration::from_millis(10);
 
+/// Once the program ended, how long pfm waits for its other threads'
+/// last switch-outs before the final read (see `Stat::settle`).
+const SETTLE_LIMIT: Duration = Duration::from_secs(1);
+
 /// How the output is written.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Format {
@@ -255,6 +259,19 @@ pub(crate) fn tasks_of(pid: u32) -> Vec<u32> {
 }
 
 /// A thread's name, `/proc/TID/comm` without its newline.
+/// Whether thread `tid` still runs (not gone, not a zombie): its
+/// `/proc/TID/stat` state.
+fn thread_lives(tid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{tid}/stat")) else {
+        return false;
+    };
+    // "pid (comm) S ...": the state follows the last ')'.
+    match stat.rsplit_once(')') {
+        Some((_, rest)) => !matches!(rest.trim_start().chars().next(), Some('Z' | 'X' | 'x')),
+        None => false,
+    }
+}
+
 pub(crate) fn comm_of(tid: u32) -> Option<String> {
     let text = std::fs::read_to_string(format!("/proc/{tid}/comm")).ok()?;
     Some(text.trim_end_matches('\n').to_string())
@@ -379,7 +396,13 @@ impl Stat<'_> {
         for &tid in tids {
             match PerfGroup::open_with(&kinds, tid, opts) {
                 Ok(g) => groups.push(g),
-                Err(e) if e.errno() == Some(libc::ESRCH) && !groups.is_empty() => {}
+                // Ended before its turn: ESRCH, or EINVAL for a group
+                // member when the thread ended after its leader was opened
+                // (the kernel's leader is then in another context).
+                Err(e)
+                    if !groups.is_empty()
+                        && (e.errno() == Some(libc::ESRCH)
+                            || (e.errno() == Some(libc::EINVAL) && !thread_lives(tid))) => {}
                 Err(e) => {
                     eprintln!("pfm: warning: --perf: {e}; showing perfmon's counts only");
                     return None;
@@ -479,6 +502,33 @@ impl Stat<'_> {
             .map(|c| self.read(c))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(sum_readings(readings))
+    }
+
+    /// Waits, at most [`SETTLE_LIMIT`], until every thread of `ctxs` has
+    /// ended (its row says EXITED), so that the totals read next are one
+    /// instant's values: the set values, set times and the context's times
+    /// are read by separate calls, between which a thread still ending
+    /// would count its last slice. A thread that outlives the program (a
+    /// daemon it started) is read as it stands after the limit.
+    fn settle(&self, ctxs: &[Context]) -> Result<(), Failure> {
+        let until = Instant::now() + SETTLE_LIMIT;
+        loop {
+            let mut live = false;
+            for ctx in ctxs {
+                let report = match self.layout.as_ref().and_then(|l| l.sets.first()) {
+                    Some(set0) => ctx.read_threads(set0.mask())?,
+                    None => ctx.read_threads_programmed()?,
+                };
+                live |= report
+                    .rows
+                    .iter()
+                    .any(|r| !r.has_exited() && !r.is_revoked());
+            }
+            if !live || Instant::now() >= until {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     /// `--per-thread`: learns the names of the threads of `ctxs` alive now.
@@ -1051,6 +1101,12 @@ impl Stat<'_> {
                     let _ = ctx.stop();
                 }
             }
+        } else {
+            // The loaded threads ended; the others of the program may
+            // still be in their exit (a parent's wait returns before its
+            // child's last switch-out, which counts the child's last
+            // slice): read once their rows say they ended too.
+            self.settle(&ctxs)?;
         }
         if perf.is_some() {
             let _ = perf_switch(&perf, false);
@@ -1170,6 +1226,30 @@ fn summarize(runs: &[Report]) -> Option<Report> {
 mod tests {
     use super::*;
     use crate::sets::Switch;
+
+    #[test]
+    fn a_running_thread_lives_a_reaped_or_unknown_one_does_not() {
+        assert!(thread_lives(std::process::id()));
+        // Above PID_MAX_LIMIT (2^22): never a thread.
+        assert!(!thread_lives(4_194_305));
+        let child = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
+        let pid = child.id();
+        let mut child = child;
+        // Exited but not reaped yet: a zombie, not alive (polled: `true`
+        // exits when the host lets it).
+        let until = Instant::now() + Duration::from_secs(30);
+        while thread_lives(pid) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(!thread_lives(pid));
+        assert!(
+            std::fs::metadata(format!("/proc/{pid}")).is_ok(),
+            "reaped early"
+        );
+        child.wait().expect("wait");
+    }
 
     /// A run of a multiplexed command: one context-switches row in set 1.
     fn run(value: u64, enabled: u64, running: u64) -> Report {
