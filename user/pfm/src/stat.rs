@@ -258,7 +258,6 @@ pub(crate) fn tasks_of(pid: u32) -> Vec<u32> {
     tids
 }
 
-/// A thread's name, `/proc/TID/comm` without its newline.
 /// Whether thread `tid` still runs (not gone, not a zombie): its
 /// `/proc/TID/stat` state.
 fn thread_lives(tid: u32) -> bool {
@@ -272,6 +271,7 @@ fn thread_lives(tid: u32) -> bool {
     }
 }
 
+/// A thread's name, `/proc/TID/comm` without its newline.
 pub(crate) fn comm_of(tid: u32) -> Option<String> {
     let text = std::fs::read_to_string(format!("/proc/{tid}/comm")).ok()?;
     Some(text.trim_end_matches('\n').to_string())
@@ -1228,7 +1228,7 @@ mod tests {
     use crate::sets::Switch;
 
     #[test]
-    fn a_running_thread_lives_a_reaped_or_unknown_one_does_not() {
+    fn a_running_thread_lives_a_zombie_or_unknown_one_does_not() {
         assert!(thread_lives(std::process::id()));
         // Above PID_MAX_LIMIT (2^22): never a thread.
         assert!(!thread_lives(4_194_305));
