@@ -504,6 +504,15 @@ impl Stat<'_> {
         Ok(sum_readings(readings))
     }
 
+    /// `ctx`'s threads, one row each. Multiplexed, the counters are
+    /// programmed set by set: set 0's PMDs name the rows.
+    fn rows_of(&self, ctx: &Context) -> Result<perfmon::ThreadsReport, Failure> {
+        Ok(match self.layout.as_ref().and_then(|l| l.sets.first()) {
+            Some(set0) => ctx.read_threads(set0.mask())?,
+            None => ctx.read_threads_programmed()?,
+        })
+    }
+
     /// Waits, at most [`SETTLE_LIMIT`], until every thread of `ctxs` has
     /// ended (its row says EXITED), so that the totals read next are one
     /// instant's values: the set values, set times and the context's times
@@ -515,11 +524,8 @@ impl Stat<'_> {
         loop {
             let mut live = false;
             for ctx in ctxs {
-                let report = match self.layout.as_ref().and_then(|l| l.sets.first()) {
-                    Some(set0) => ctx.read_threads(set0.mask())?,
-                    None => ctx.read_threads_programmed()?,
-                };
-                live |= report
+                live |= self
+                    .rows_of(ctx)?
                     .rows
                     .iter()
                     .any(|r| !r.has_exited() && !r.is_revoked());
@@ -534,13 +540,7 @@ impl Stat<'_> {
     /// `--per-thread`: learns the names of the threads of `ctxs` alive now.
     fn look_at_threads(&mut self, ctxs: &[Context]) -> Result<(), Failure> {
         for ctx in ctxs {
-            // Multiplexed, the counters are programmed set by set: set 0's
-            // PMDs name the rows.
-            let report = match self.layout.as_ref().and_then(|l| l.sets.first()) {
-                Some(set0) => ctx.read_threads(set0.mask())?,
-                None => ctx.read_threads_programmed()?,
-            };
-            for row in report.rows {
+            for row in self.rows_of(ctx)?.rows {
                 if row.tid != 0 && !row.has_exited() {
                     if let Some(comm) = comm_of(row.tid) {
                         self.comms.insert(row.tid, comm);
